@@ -1,0 +1,37 @@
+# The two commands of the README: `make dev` and `make test`. Both build .venv first.
+PYTHON ?= $(shell pyenv root 2>/dev/null)/versions/$(shell cat .python-version)/bin/python
+ifeq ($(wildcard $(PYTHON)),)
+PYTHON := python3.12
+endif
+VENV := .venv
+BIN := $(VENV)/bin
+PROTO_OUT := libs/common/src/loam_common/gen
+
+.PHONY: venv dev test proto proto-check bench clean
+
+$(BIN)/.installed: libs/common/pyproject.toml services/queue-core/pyproject.toml requirements-dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements-dev.txt -e libs/common[tikv] -e services/queue-core
+	touch $@
+
+venv: $(BIN)/.installed
+
+proto: venv
+	rm -rf $(PROTO_OUT) && mkdir -p $(PROTO_OUT)
+	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) $$(find proto -name '*.proto' | sort)
+	find $(PROTO_OUT) -name '*.py*' -exec sed -i 's/^from loam\.jobs\.v1 import/from loam_common.gen.loam.jobs.v1 import/' {} +
+	for d in $$(find $(PROTO_OUT) -type d); do touch $$d/__init__.py; done
+
+# CI: generated code must match proto/.
+proto-check: proto
+	git diff --exit-code -- $(PROTO_OUT) || (echo "generated code is stale: run make proto and commit" && exit 1)
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+bench: venv
+	$(BIN)/python bench/core_bench.py
+
+clean:
+	rm -rf $(VENV) .loam

@@ -1,0 +1,549 @@
+"""Benchmark of the queue core, in process, on the SQLite backend.
+
+Drives `QueueCore` the way the transport would (async calls on one event loop; the
+store's group-commit writer thread does the transactions) on a fresh SQLite file per
+scenario, and prints jobs/s (or ms, or µs per op) per scenario next to the issue's
+target. It never asserts a target: it measures.
+
+Scenarios:
+  bulk          enqueue_bulk in batches of 1,000, one caller           [>= 60,000 jobs/s]
+  single        enqueue from 100 concurrent asyncio callers            [>= 10,000 jobs/s]
+  lease         lease 32 + complete_many per batch, a few workers      [>= 40,000 jobs/s]
+  backlog       Counts on a queue of --big jobs (built by bulk enqueue) [<= 50 ms], and
+                lease/enqueue/complete cost at 1,000 / 100,000 / --big waiting jobs
+                (per-op time; it should be flat)
+  raw           plain SQLite, same key layout, no job logic: the anchor for the rest
+
+Run:  .venv/bin/python bench/core_bench.py [--quick] [--big N] [--durable] [--json]
+      .venv/bin/python bench/core_bench.py --only bulk,lease --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import json
+import os
+import platform
+import pstats
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+
+from google.protobuf.internal import api_implementation
+
+from loam_common import ids, keys
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs.complete import Outcome
+from loam_common.store.runner import Store, open_store
+from loam_queue_core.core import QueueCore
+
+try:  # the admin module's Counts; fall back to the shard metas directly
+    from loam_common.jobs.admin import queue_counts as _queue_counts
+except ImportError:  # pragma: no cover - only while admin.py does not exist
+    from loam_common.jobs.queue import QueueTx
+
+    def _queue_counts(tx, ns, queue):  # type: ignore[no-untyped-def]
+        with QueueTx(tx, ns, queue, create=False) as qt:
+            return qt.counts()
+
+
+NS = "bench"
+QUEUE = "q"
+TASK_NAME = "bench.task"
+SCENARIOS = ("raw", "bulk", "single", "lease", "backlog")
+
+
+# -- results ------------------------------------------------------------------------------
+@dataclass
+class Row:
+    scenario: str
+    value: float
+    unit: str  # "jobs/s", "ms", "us/op", "us/job"
+    target: str = ""
+    met: bool | None = None  # None: no target
+    note: str = ""
+
+
+@dataclass
+class Level:
+    waiting: int
+    enqueue_us: float  # one enqueue per transaction, one caller
+    lease1_us: float  # lease(max=1), one caller
+    complete1_us: float  # complete, one caller
+    bulk_us_per_job: float  # enqueue_bulk of 1,000
+    lease32_us_per_job: float  # lease 32 + complete_many, per job
+    counts_ms: float  # median Counts
+
+
+@dataclass
+class Report:
+    machine: dict
+    args: dict
+    rows: list[Row] = field(default_factory=list)
+    levels: list[Level] = field(default_factory=list)
+
+
+def _machine() -> dict:
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "protobuf": api_implementation.Type(),
+    }
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _payload(size: int) -> bytes:
+    return (b'{"n": 0, "pad": "' + b"x" * size)[:size]
+
+
+def _task(data: bytes) -> pb.TaskSpec:
+    # A fresh TaskSpec per job: _prepare writes payload.size into it.
+    return pb.TaskSpec(name=TASK_NAME, payload=pb.Payload(data=data, content_type="application/json"))
+
+
+class Profiles:
+    """cProfile for the event-loop thread and, separately, the store's writer thread
+    (cProfile only sees the thread that enabled it)."""
+
+    def __init__(self) -> None:
+        self.loop = cProfile.Profile()
+        self.writer = cProfile.Profile()
+
+    def attach(self, store: Store) -> None:
+        # The writer thread looks `_run_batch` up on the instance for every batch.
+        run_batch = store._run_batch
+        prof = self.writer
+
+        def profiled(batch):  # type: ignore[no-untyped-def]
+            prof.enable()
+            try:
+                run_batch(batch)
+            finally:
+                prof.disable()
+
+        store._run_batch = profiled  # type: ignore[method-assign]
+
+    def dump(self, out: io.TextIOBase, top: int, directory: str | None) -> None:
+        for name, prof in (("event-loop thread", self.loop), ("store writer thread", self.writer)):
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+                prof.dump_stats(os.path.join(directory, name.split()[0] + ".prof"))
+            for sort in ("tottime", "cumulative"):
+                print(f"\n===== {name}: top {top} by {sort} =====", file=out)
+                s = io.StringIO()
+                try:
+                    pstats.Stats(prof, stream=s).strip_dirs().sort_stats(sort).print_stats(top)
+                except TypeError:  # nothing recorded in this thread
+                    s.write("(nothing recorded)\n")
+                out.write(s.getvalue())
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.data = _payload(args.payload)
+        self.report = Report(_machine(), {k: v for k, v in vars(args).items()})
+        self.profiles = Profiles() if args.profile else None
+
+    # -- plumbing -------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def fresh_core(self, tag: str):  # type: ignore[no-untyped-def]
+        d = tempfile.mkdtemp(prefix=f"loam-bench-{tag}-", dir=self.args.dir)
+        path = os.path.abspath(os.path.join(d, "loam.db"))
+        store = open_store("sqlite://" + path, durable_power_loss=self.args.durable)
+        if self.profiles:
+            self.profiles.attach(store)
+        try:
+            yield QueueCore(store), store
+        finally:
+            await store.close()
+            shutil.rmtree(d, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def profiled(self):  # type: ignore[no-untyped-def]
+        if self.profiles:
+            self.profiles.loop.enable()
+        try:
+            yield
+        finally:
+            if self.profiles:
+                self.profiles.loop.disable()
+
+    def add(self, row: Row) -> None:
+        self.report.rows.append(row)
+        self.log(f"  {row.scenario}: {_fmt(row.value)} {row.unit}  {row.target}  {row.note}")
+
+    def log(self, msg: str) -> None:
+        if not self.args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    async def fill(self, core: QueueCore, n: int, batch: int = 1000) -> float:
+        """Enqueue n jobs with enqueue_bulk; returns the seconds spent inside the calls."""
+        spent = 0.0
+        left = n
+        while left > 0:
+            k = min(batch, left)
+            jobs = [(_task(self.data), None) for _ in range(k)]
+            t0 = time.perf_counter()
+            await core.enqueue_bulk(NS, QUEUE, jobs)
+            spent += time.perf_counter() - t0
+            left -= k
+        return spent
+
+    async def counts(self, store: Store) -> object:
+        return await store.snapshot(_queue_counts, NS, QUEUE)
+
+    # -- scenarios --------------------------------------------------------------------------
+    async def bulk(self) -> None:
+        n = self.args.jobs
+        self.log(f"bulk: {n:,} jobs in enqueue_bulk batches of 1,000")
+        async with self.fresh_core("bulk") as (core, _store):
+            await self.fill(core, 1000)  # warm up: the queue exists, statements are cached
+            with self.profiled():
+                spent = await self.fill(core, n)
+        rate = n / spent
+        self.add(Row("bulk enqueue (batches of 1,000)", rate, "jobs/s", ">= 60,000 jobs/s", rate >= 60_000))
+
+    async def single(self) -> None:
+        n, callers = self.args.jobs_single, self.args.callers
+        per = max(n // callers, 1)
+        self.log(f"single: {per * callers:,} enqueues from {callers} concurrent callers")
+        async with self.fresh_core("single") as (core, _store):
+            await self.fill(core, 1000)
+            tasks = [[_task(self.data) for _ in range(per)] for _ in range(callers)]
+
+            async def caller(mine: list[pb.TaskSpec]) -> None:
+                for t in mine:
+                    await core.enqueue(NS, QUEUE, t)
+
+            with self.profiled():
+                t0 = time.perf_counter()
+                await asyncio.gather(*(caller(m) for m in tasks))
+                spent = time.perf_counter() - t0
+        rate = per * callers / spent
+        self.add(
+            Row(f"single enqueue ({callers} concurrent callers)", rate, "jobs/s", ">= 10,000 jobs/s",
+                rate >= 10_000)
+        )
+
+    async def lease(self) -> None:
+        n, workers, batch = self.args.jobs, self.args.workers, self.args.lease_batch
+        self.log(f"lease: {n:,} jobs, {workers} workers, lease {batch} + complete_many")
+        async with self.fresh_core("lease") as (core, store):
+            await self.fill(core, n)
+            done = 0
+
+            async def worker(name: str) -> None:
+                nonlocal done
+                while True:
+                    jobs = await core.lease(NS, [QUEUE], name, batch)
+                    if not jobs:
+                        return
+                    res = await core.complete_many(
+                        NS, [(QUEUE, j.id, j.epoch, Outcome.ok()) for j in jobs]
+                    )
+                    done += len(res)
+
+            with self.profiled():
+                t0 = time.perf_counter()
+                await asyncio.gather(*(worker(f"w{i}") for i in range(workers)))
+                spent = time.perf_counter() - t0
+            c = await self.counts(store)
+        assert done == n and c.completed == n, (done, c)  # the bench's own sanity, not a target
+        rate = n / spent
+        self.add(
+            Row(f"lease {batch} + complete_many ({workers} workers)", rate, "jobs/s", ">= 40,000 jobs/s",
+                rate >= 40_000)
+        )
+
+    async def backlog(self) -> None:
+        big = self.args.big
+        levels = self.args.levels or sorted({lv for lv in (1_000, 100_000 if big >= 1_000_000 else big // 10, big)})
+        levels = sorted({lv for lv in levels if lv <= big}) or [big]
+        self.log(f"backlog: levels {', '.join(f'{lv:,}' for lv in levels)}")
+        async with self.fresh_core("backlog") as (core, store):
+            have, fill_spent = 0, 0.0
+            for level in levels:
+                self.log(f"  filling to {level:,} waiting jobs ...")
+                fill_spent += await self.fill(core, level - have)
+                have = level
+                c = await self.counts(store)
+                assert c.waiting == level, (c, level)
+                with self.profiled():
+                    lv = await self.measure_level(core, store, level)
+                self.report.levels.append(lv)
+                self.log(
+                    f"  {level:>10,}: enqueue {lv.enqueue_us:7.0f} us  lease(1) {lv.lease1_us:7.0f} us  "
+                    f"complete {lv.complete1_us:7.0f} us  bulk {lv.bulk_us_per_job:5.1f} us/job  "
+                    f"lease32+complete {lv.lease32_us_per_job:5.1f} us/job  counts {lv.counts_ms:.2f} ms"
+                )
+        top = self.report.levels[-1]
+        self.add(Row(f"Counts on {top.waiting:,} jobs (median)", top.counts_ms, "ms", "<= 50 ms",
+                     top.counts_ms <= 50))
+        self.add(Row(f"backlog build (bulk, up to {big:,})", big / fill_spent, "jobs/s", "", None,
+                     "the same bulk path on a growing file"))
+        first = self.report.levels[0]
+        for label, attr in (
+            ("enqueue", "enqueue_us"),
+            ("lease(1)", "lease1_us"),
+            ("complete", "complete1_us"),
+            ("lease32+complete, per job", "lease32_us_per_job"),
+        ):
+            a, b = getattr(first, attr), getattr(top, attr)
+            self.add(Row(f"{label} at {top.waiting:,} vs {first.waiting:,} waiting", b / a, "x", "~1 (flat)",
+                         None, f"{a:.1f} -> {b:.1f} us"))
+
+    async def measure_level(self, core: QueueCore, store: Store, level: int) -> Level:
+        """Per-op costs with `level` jobs waiting; leaves `level` jobs waiting."""
+        ops = self.args.level_ops
+        t_enq = t_lease = t_complete = 0.0
+        for _ in range(ops):
+            t = _task(self.data)
+            t0 = time.perf_counter()
+            await core.enqueue(NS, QUEUE, t)
+            t_enq += time.perf_counter() - t0
+        for _ in range(ops):
+            t0 = time.perf_counter()
+            (job,) = await core.lease(NS, [QUEUE], "w", 1)
+            t1 = time.perf_counter()
+            await core.complete(NS, QUEUE, job.id, job.epoch, Outcome.ok())
+            t2 = time.perf_counter()
+            t_lease += t1 - t0
+            t_complete += t2 - t1
+        # batched paths: 1,000 in by bulk, ~1,000 out by lease 32 + complete_many
+        t_bulk = await self.fill(core, 1000)
+        taken, t_l32 = 0, 0.0
+        while taken < 1000:
+            t0 = time.perf_counter()
+            jobs = await core.lease(NS, [QUEUE], "w", min(32, 1000 - taken))
+            await core.complete_many(NS, [(QUEUE, j.id, j.epoch, Outcome.ok()) for j in jobs])
+            t_l32 += time.perf_counter() - t0
+            taken += len(jobs)
+        samples = []
+        for _ in range(self.args.counts_samples):
+            t0 = time.perf_counter()
+            c = await self.counts(store)
+            samples.append(time.perf_counter() - t0)
+        assert c.waiting == level, (c, level)
+        us = 1e6
+        return Level(
+            waiting=level,
+            enqueue_us=t_enq / ops * us,
+            lease1_us=t_lease / ops * us,
+            complete1_us=t_complete / ops * us,
+            bulk_us_per_job=t_bulk / 1000 * us,
+            lease32_us_per_job=t_l32 / taken * us,
+            counts_ms=statistics.median(samples) * 1e3,
+        )
+
+    # -- raw SQLite anchor --------------------------------------------------------------------
+    async def raw(self) -> None:
+        """Plain sqlite3, same table, pragmas and key layout, no job logic: what the file
+        itself allows from Python on this machine."""
+        d = tempfile.mkdtemp(prefix="loam-bench-raw-", dir=self.args.dir)
+        try:
+            self._raw(os.path.join(d, "raw.db"))
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def _raw(self, path: str) -> None:
+        n = self.args.jobs
+        conn = sqlite3.connect(path, isolation_level=None, cached_statements=256)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={'FULL' if self.args.durable else 'NORMAL'}")
+        conn.execute("CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
+        put = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
+        k = keys.QueueKeys(NS, QUEUE)
+        # values the size of the real records, so pages fill as they do for the core
+        job_v = _sample_job(self.data).SerializeToString()
+        ev_v = b"e" * 60
+        meta_k, meta_v = k.shard_meta(0), b"m" * 24
+        seq = 0
+
+        def job_rows(count: int) -> list[tuple[bytes, bytes]]:
+            nonlocal seq
+            rows = []
+            for _ in range(count):
+                seq += 1
+                jid = ids.new_ulid()
+                rows.append((k.job(jid), job_v))
+                rows.append((k.ready(0, 0, seq, False), jid.encode()))
+                rows.append((k.outbox(0, 2 * seq), ev_v))
+                rows.append((k.outbox(0, 2 * seq + 1), ev_v))
+            return rows
+
+        self.log(f"raw: {n:,} rows of 4 keys per job, plain sqlite3")
+        # bulk inserts: one transaction per 1,000 jobs
+        t0 = time.perf_counter()
+        for _ in range(n // 1000):
+            rows = job_rows(1000)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(put, rows)
+            conn.execute(put, (meta_k, meta_v))
+            conn.execute("COMMIT")
+        bulk = (n // 1000) * 1000 / (time.perf_counter() - t0)
+        self.add(Row("raw: bulk insert, 1,000 jobs per txn", bulk, "jobs/s", "", None, "4 keys/job + meta"))
+
+        # one transaction per job: the commit cost group commit amortises
+        single_n = min(self.args.jobs_single, 5000)
+        t0 = time.perf_counter()
+        for _ in range(single_n):
+            rows = job_rows(1)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(put, rows)
+            conn.execute(put, (meta_k, meta_v))
+            conn.execute("COMMIT")
+        one = single_n / (time.perf_counter() - t0)
+        self.add(Row("raw: one job per txn", one, "jobs/s", "", None, "one commit per job"))
+
+        # lease + complete in one transaction per 32 jobs
+        scan = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k LIMIT ?"
+        get = "SELECT v FROM kv WHERE k = ?"
+        dele = "DELETE FROM kv WHERE k = ?"
+        r0 = k.ready_shard(0)
+        r1 = keys.prefix_end(r0)
+        now = time.time_ns()
+        oseq = 10**12
+        done = 0
+        t0 = time.perf_counter()
+        while True:
+            conn.execute("BEGIN IMMEDIATE")
+            entries = conn.execute(scan, (r0, r1, self.args.lease_batch)).fetchall()
+            if not entries:
+                conn.execute("COMMIT")
+                break
+            for rk, jid_b in entries:
+                jid = jid_b.decode()
+                jk = k.job(jid)
+                v = conn.execute(get, (jk,)).fetchone()[0]
+                ak = k.active(0, now + 30_000_000_000, jid)
+                conn.execute(dele, (rk,))  # lease
+                conn.execute(put, (jk, v))
+                conn.execute(put, (ak, b""))
+                conn.execute(put, (k.outbox(0, oseq), ev_v))
+                conn.execute(dele, (ak,))  # complete
+                conn.execute(put, (jk, v))
+                conn.execute(put, (k.state_entry(6, 0, now, jid), b""))
+                conn.execute(put, (k.outbox(0, oseq + 1), ev_v))
+                oseq += 2
+            conn.execute(put, (meta_k, meta_v))
+            conn.execute("COMMIT")
+            done += len(entries)
+        lc = done / (time.perf_counter() - t0)
+        self.add(Row(f"raw: lease {self.args.lease_batch} + complete, one txn", lc, "jobs/s", "", None,
+                     "9 statements/job"))
+        conn.close()
+
+    # -- driver -----------------------------------------------------------------------------
+    async def run(self, only: list[str]) -> Report:
+        for name in SCENARIOS:
+            if name in only:
+                await getattr(self, name)()
+        return self.report
+
+
+def _sample_job(data: bytes) -> pb.Job:
+    job = pb.Job(id=ids.new_ulid(), queue=QUEUE, task=_task(data), opts=pb.EnqueueOpts(), created_ns=time.time_ns())
+    job.task.payload.size = len(data)
+    job.state, job.attempts_max, job.seq, job.state_ns = pb.JOB_STATE_WAITING, 1, 1, time.time_ns()
+    return job
+
+
+# -- output -------------------------------------------------------------------------------
+def _fmt(v: float) -> str:
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def render(report: Report) -> str:
+    m = report.machine
+    a = report.args
+    out = [
+        f"loam core bench: {m['cpus']} CPUs, Python {m['python']}, SQLite {m['sqlite']}, "
+        f"protobuf {m['protobuf']}, synchronous={'FULL (--durable)' if a['durable'] else 'NORMAL'}",
+        "",
+    ]
+    w = max([len(r.scenario) for r in report.rows] + [8])
+    out.append(f"{'scenario':<{w}}  {'measured':>14}  {'target':<18}  note")
+    out.append("-" * (w + 50))
+    for r in report.rows:
+        mark = "" if r.met is None else ("  ok" if r.met else "  MISSED")
+        out.append(f"{r.scenario:<{w}}  {_fmt(r.value):>10} {r.unit:<6}  {r.target + mark:<18}  {r.note}")
+    if report.levels:
+        out += [
+            "",
+            "per-op cost by backlog (one caller; us per op, or per job for batched paths)",
+            f"{'waiting':>10}  {'enqueue':>8}  {'lease(1)':>8}  {'complete':>8}  {'bulk/job':>8}  "
+            f"{'l32+c/job':>9}  {'Counts ms':>9}",
+        ]
+        for lv in report.levels:
+            out.append(
+                f"{lv.waiting:>10,}  {lv.enqueue_us:>8.0f}  {lv.lease1_us:>8.0f}  {lv.complete1_us:>8.0f}  "
+                f"{lv.bulk_us_per_job:>8.1f}  {lv.lease32_us_per_job:>9.1f}  {lv.counts_ms:>9.2f}"
+            )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--quick", action="store_true", help="small sizes (backlog of 100,000), about a minute")
+    p.add_argument("--big", type=int, default=None, help="jobs in the Counts backlog (default 1,000,000; --quick 100,000)")
+    p.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                   help="backlog levels for the per-op table, comma-separated (default 1000,100000,BIG)")
+    p.add_argument("--jobs", type=int, default=None, help="jobs for bulk, lease and raw (default 200,000; --quick 50,000)")
+    p.add_argument("--jobs-single", type=int, default=None, help="enqueues in the single scenario (default 30,000)")
+    p.add_argument("--callers", type=int, default=100, help="concurrent single-enqueue callers (default 100)")
+    p.add_argument("--workers", type=int, default=4, help="concurrent lease workers (default 4)")
+    p.add_argument("--lease-batch", type=int, default=32, help="max jobs per lease (default 32)")
+    p.add_argument("--level-ops", type=int, default=1000, help="single ops timed per backlog level (default 1,000)")
+    p.add_argument("--counts-samples", type=int, default=50, help="Counts calls timed per level (default 50)")
+    p.add_argument("--payload", type=int, default=100, help="payload bytes per job (default 100)")
+    p.add_argument("--durable", action="store_true", help="power-loss durability (synchronous=FULL)")
+    p.add_argument("--only", type=lambda s: s.split(","), default=list(SCENARIOS),
+                   help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    p.add_argument("--profile", action="store_true", help="cProfile the timed parts; top functions to stderr")
+    p.add_argument("--profile-top", type=int, default=30, help="functions listed per profile (default 30)")
+    p.add_argument("--profile-dir", default=None, help="also write loop.prof / store.prof here")
+    p.add_argument("--dir", default=None, help="where the temp SQLite files go (default: the system temp dir)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    args = p.parse_args(argv)
+    bad = [s for s in args.only if s not in SCENARIOS]
+    if bad:
+        p.error(f"unknown scenario {bad}; choose from {', '.join(SCENARIOS)}")
+    if args.big is None:
+        args.big = 100_000 if args.quick else 1_000_000
+    if args.jobs is None:
+        args.jobs = 50_000 if args.quick else 200_000
+    if args.jobs_single is None:
+        args.jobs_single = 10_000 if args.quick else 30_000
+    if args.levels is None and args.quick:
+        args.levels = [1_000, 10_000, args.big]
+
+    bench = Bench(args)
+    report = asyncio.run(bench.run(args.only))
+    if bench.profiles:
+        bench.profiles.dump(sys.stderr, args.profile_top, args.profile_dir)
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+    else:
+        print(render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""The JobsError set of spec §5.3. Each maps one to one onto a Connect code; the
+message is written for the user who has to act on it."""
+
+from __future__ import annotations
+
+
+class JobsError(Exception):
+    code = "internal"
+    retryable = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(JobsError):
+    code = "invalid_argument"
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+
+
+class NotFound(JobsError):
+    code = "not_found"
+
+
+class AlreadyExists(JobsError):
+    code = "already_exists"
+
+    def __init__(self, message: str, existing: str) -> None:
+        super().__init__(message)
+        self.existing = existing
+
+
+class IdempotencyConflict(JobsError):
+    code = "failed_precondition"
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} was used for a different request; "
+            "use a new key for a new request"
+        )
+        self.key = key
+
+
+class Fenced(JobsError):
+    code = "failed_precondition"
+
+    def __init__(self, job_id: str, epoch: int, current_epoch: int) -> None:
+        super().__init__(
+            f"job {job_id}: lease epoch {epoch} is stale (current {current_epoch}); "
+            "the job was reclaimed and leased again, drop this result"
+        )
+        self.current_epoch = current_epoch
+
+
+class InvalidState(JobsError):
+    code = "failed_precondition"
+
+    def __init__(self, job_id: str, from_state: str, to: str) -> None:
+        super().__init__(f"job {job_id} is {from_state}; cannot {to}")
+        self.from_state = from_state
+        self.to = to
+
+
+class QueuePaused(JobsError):
+    code = "unavailable"
+    retryable = True
+
+
+class RateLimited(JobsError):
+    code = "resource_exhausted"
+    retryable = True
+
+    def __init__(self, message: str, retry_after_ns: int) -> None:
+        super().__init__(message)
+        self.retry_after_ns = retry_after_ns
+
+
+class PayloadTooLarge(JobsError):
+    code = "resource_exhausted"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"payload of {size} bytes is over the limit of {limit} bytes")
+        self.limit = limit
+
+
+class Unavailable(JobsError):
+    code = "unavailable"
+    retryable = True
+
+
+class DeadlineExceeded(JobsError):
+    code = "deadline_exceeded"
+
+
+class Unauthenticated(JobsError):
+    code = "unauthenticated"
+
+
+class PermissionDenied(JobsError):
+    code = "permission_denied"
+
+
+class Internal(JobsError):
+    code = "internal"

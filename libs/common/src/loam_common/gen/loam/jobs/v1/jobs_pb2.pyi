@@ -1,0 +1,759 @@
+from loam_common.gen.loam.jobs.v1 import engines_pb2 as _engines_pb2
+from loam_common.gen.loam.jobs.v1 import events_pb2 as _events_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as _types_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class LeaseToken(_message.Message):
+    __slots__ = ("queue", "job", "epoch")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    job: str
+    epoch: int
+    def __init__(self, queue: _Optional[str] = ..., job: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class EnqueueRequest(_message.Message):
+    __slots__ = ("queue", "task", "opts")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    OPTS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    task: _types_pb2.TaskSpec
+    opts: _types_pb2.EnqueueOpts
+    def __init__(self, queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ...) -> None: ...
+
+class Enqueued(_message.Message):
+    __slots__ = ("job", "created", "state")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    created: bool
+    state: _types_pb2.JobState
+    def __init__(self, job: _Optional[str] = ..., created: _Optional[bool] = ..., state: _Optional[_Union[_types_pb2.JobState, str]] = ...) -> None: ...
+
+class EnqueueResponse(_message.Message):
+    __slots__ = ("enqueued",)
+    ENQUEUED_FIELD_NUMBER: _ClassVar[int]
+    enqueued: Enqueued
+    def __init__(self, enqueued: _Optional[_Union[Enqueued, _Mapping]] = ...) -> None: ...
+
+class BulkItem(_message.Message):
+    __slots__ = ("task", "opts")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    OPTS_FIELD_NUMBER: _ClassVar[int]
+    task: _types_pb2.TaskSpec
+    opts: _types_pb2.EnqueueOpts
+    def __init__(self, task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ...) -> None: ...
+
+class EnqueueBulkRequest(_message.Message):
+    __slots__ = ("queue", "jobs")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    jobs: _containers.RepeatedCompositeFieldContainer[BulkItem]
+    def __init__(self, queue: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[BulkItem, _Mapping]]] = ...) -> None: ...
+
+class ItemError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class EnqueueBulkResult(_message.Message):
+    __slots__ = ("enqueued", "error")
+    ENQUEUED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    enqueued: Enqueued
+    error: ItemError
+    def __init__(self, enqueued: _Optional[_Union[Enqueued, _Mapping]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ...) -> None: ...
+
+class EnqueueBulkResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[EnqueueBulkResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[EnqueueBulkResult, _Mapping]]] = ...) -> None: ...
+
+class LeaseRequest(_message.Message):
+    __slots__ = ("queues", "worker", "max", "wait_ns", "names")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    WAIT_NS_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedScalarFieldContainer[str]
+    worker: str
+    max: int
+    wait_ns: int
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, queues: _Optional[_Iterable[str]] = ..., worker: _Optional[str] = ..., max: _Optional[int] = ..., wait_ns: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ChildrenSummary(_message.Message):
+    __slots__ = ("pending", "completed", "failed")
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    pending: int
+    completed: int
+    failed: int
+    def __init__(self, pending: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ...) -> None: ...
+
+class Lease(_message.Message):
+    __slots__ = ("token", "task", "attempt", "stalled", "deadline_ns", "parent", "children", "opts", "created_ns")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STALLED_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_NS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    OPTS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_NS_FIELD_NUMBER: _ClassVar[int]
+    token: LeaseToken
+    task: _types_pb2.TaskSpec
+    attempt: int
+    stalled: int
+    deadline_ns: int
+    parent: _types_pb2.ParentRef
+    children: ChildrenSummary
+    opts: _types_pb2.EnqueueOpts
+    created_ns: int
+    def __init__(self, token: _Optional[_Union[LeaseToken, _Mapping]] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., deadline_ns: _Optional[int] = ..., parent: _Optional[_Union[_types_pb2.ParentRef, _Mapping]] = ..., children: _Optional[_Union[ChildrenSummary, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., created_ns: _Optional[int] = ...) -> None: ...
+
+class LeaseResponse(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
+
+class ExtendRequest(_message.Message):
+    __slots__ = ("token", "by_ns")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    BY_NS_FIELD_NUMBER: _ClassVar[int]
+    token: LeaseToken
+    by_ns: int
+    def __init__(self, token: _Optional[_Union[LeaseToken, _Mapping]] = ..., by_ns: _Optional[int] = ...) -> None: ...
+
+class ExtendResponse(_message.Message):
+    __slots__ = ("deadline_ns",)
+    DEADLINE_NS_FIELD_NUMBER: _ClassVar[int]
+    deadline_ns: int
+    def __init__(self, deadline_ns: _Optional[int] = ...) -> None: ...
+
+class Outcome(_message.Message):
+    __slots__ = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_limited")
+    class Ok(_message.Message):
+        __slots__ = ("result",)
+        RESULT_FIELD_NUMBER: _ClassVar[int]
+        result: _types_pb2.Payload
+        def __init__(self, result: _Optional[_Union[_types_pb2.Payload, _Mapping]] = ...) -> None: ...
+    class Retry(_message.Message):
+        __slots__ = ("error", "after_ns")
+        ERROR_FIELD_NUMBER: _ClassVar[int]
+        AFTER_NS_FIELD_NUMBER: _ClassVar[int]
+        error: _types_pb2.JobError
+        after_ns: int
+        def __init__(self, error: _Optional[_Union[_types_pb2.JobError, _Mapping]] = ..., after_ns: _Optional[int] = ...) -> None: ...
+    class Fail(_message.Message):
+        __slots__ = ("error", "dead_letter")
+        ERROR_FIELD_NUMBER: _ClassVar[int]
+        DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+        error: _types_pb2.JobError
+        dead_letter: bool
+        def __init__(self, error: _Optional[_Union[_types_pb2.JobError, _Mapping]] = ..., dead_letter: _Optional[bool] = ...) -> None: ...
+    class Release(_message.Message):
+        __slots__ = ("after_ns",)
+        AFTER_NS_FIELD_NUMBER: _ClassVar[int]
+        after_ns: int
+        def __init__(self, after_ns: _Optional[int] = ...) -> None: ...
+    class Delay(_message.Message):
+        __slots__ = ("until_ns",)
+        UNTIL_NS_FIELD_NUMBER: _ClassVar[int]
+        until_ns: int
+        def __init__(self, until_ns: _Optional[int] = ...) -> None: ...
+    class WaitChildren(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class RateLimited(_message.Message):
+        __slots__ = ("for_ns",)
+        FOR_NS_FIELD_NUMBER: _ClassVar[int]
+        for_ns: int
+        def __init__(self, for_ns: _Optional[int] = ...) -> None: ...
+    OK_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    FAIL_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    DELAY_FIELD_NUMBER: _ClassVar[int]
+    WAIT_CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    ok: Outcome.Ok
+    retry: Outcome.Retry
+    fail: Outcome.Fail
+    release: Outcome.Release
+    delay: Outcome.Delay
+    wait_children: Outcome.WaitChildren
+    rate_limited: Outcome.RateLimited
+    def __init__(self, ok: _Optional[_Union[Outcome.Ok, _Mapping]] = ..., retry: _Optional[_Union[Outcome.Retry, _Mapping]] = ..., fail: _Optional[_Union[Outcome.Fail, _Mapping]] = ..., release: _Optional[_Union[Outcome.Release, _Mapping]] = ..., delay: _Optional[_Union[Outcome.Delay, _Mapping]] = ..., wait_children: _Optional[_Union[Outcome.WaitChildren, _Mapping]] = ..., rate_limited: _Optional[_Union[Outcome.RateLimited, _Mapping]] = ...) -> None: ...
+
+class CompleteRequest(_message.Message):
+    __slots__ = ("token", "outcome")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    token: LeaseToken
+    outcome: Outcome
+    def __init__(self, token: _Optional[_Union[LeaseToken, _Mapping]] = ..., outcome: _Optional[_Union[Outcome, _Mapping]] = ...) -> None: ...
+
+class Completed(_message.Message):
+    __slots__ = ("state", "moved")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    state: _types_pb2.JobState
+    moved: bool
+    def __init__(self, state: _Optional[_Union[_types_pb2.JobState, str]] = ..., moved: _Optional[bool] = ...) -> None: ...
+
+class CompleteResponse(_message.Message):
+    __slots__ = ("completed",)
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    completed: Completed
+    def __init__(self, completed: _Optional[_Union[Completed, _Mapping]] = ...) -> None: ...
+
+class CompleteBatchRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[CompleteRequest]
+    def __init__(self, items: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ...) -> None: ...
+
+class CompleteBatchResult(_message.Message):
+    __slots__ = ("completed", "error")
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    completed: Completed
+    error: ItemError
+    def __init__(self, completed: _Optional[_Union[Completed, _Mapping]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ...) -> None: ...
+
+class CompleteBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CompleteBatchResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CompleteBatchResult, _Mapping]]] = ...) -> None: ...
+
+class ReportRequest(_message.Message):
+    __slots__ = ("token", "progress", "log_line", "data")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    LOG_LINE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    token: LeaseToken
+    progress: bytes
+    log_line: str
+    data: _types_pb2.Payload
+    def __init__(self, token: _Optional[_Union[LeaseToken, _Mapping]] = ..., progress: _Optional[bytes] = ..., log_line: _Optional[str] = ..., data: _Optional[_Union[_types_pb2.Payload, _Mapping]] = ...) -> None: ...
+
+class ReportResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ScheduleSpec(_message.Message):
+    __slots__ = ("id", "cron", "tz", "every_ns", "limit", "start_ns", "end_ns", "offset_ns", "immediately", "queue", "task", "opts")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TZ_FIELD_NUMBER: _ClassVar[int]
+    EVERY_NS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_NS_FIELD_NUMBER: _ClassVar[int]
+    IMMEDIATELY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    OPTS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    cron: str
+    tz: str
+    every_ns: int
+    limit: int
+    start_ns: int
+    end_ns: int
+    offset_ns: int
+    immediately: bool
+    queue: str
+    task: _types_pb2.TaskSpec
+    opts: _types_pb2.EnqueueOpts
+    def __init__(self, id: _Optional[str] = ..., cron: _Optional[str] = ..., tz: _Optional[str] = ..., every_ns: _Optional[int] = ..., limit: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., offset_ns: _Optional[int] = ..., immediately: _Optional[bool] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ...) -> None: ...
+
+class ScheduleRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: ScheduleSpec
+    def __init__(self, spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ...) -> None: ...
+
+class ScheduleResponse(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class UnscheduleRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class UnscheduleResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FlowNode(_message.Message):
+    __slots__ = ("id", "queue", "task", "opts", "depends_on")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    OPTS_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    queue: str
+    task: _types_pb2.TaskSpec
+    opts: _types_pb2.EnqueueOpts
+    depends_on: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class FlowSpec(_message.Message):
+    __slots__ = ("id", "nodes")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    nodes: _containers.RepeatedCompositeFieldContainer[FlowNode]
+    def __init__(self, id: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[FlowNode, _Mapping]]] = ...) -> None: ...
+
+class FlowRequest(_message.Message):
+    __slots__ = ("graph",)
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    graph: FlowSpec
+    def __init__(self, graph: _Optional[_Union[FlowSpec, _Mapping]] = ...) -> None: ...
+
+class FlowResponse(_message.Message):
+    __slots__ = ("flow", "jobs")
+    class JobsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    FLOW_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    flow: str
+    jobs: _containers.ScalarMap[str, str]
+    def __init__(self, flow: _Optional[str] = ..., jobs: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class SubmitEngineJobRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _engines_pb2.EngineJob
+    def __init__(self, job: _Optional[_Union[_engines_pb2.EngineJob, _Mapping]] = ...) -> None: ...
+
+class SubmitEngineJobResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: str
+    def __init__(self, run: _Optional[str] = ...) -> None: ...
+
+class ControlEngineJobRequest(_message.Message):
+    __slots__ = ("run", "action")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    run: str
+    action: _engines_pb2.EngineAction
+    def __init__(self, run: _Optional[str] = ..., action: _Optional[_Union[_engines_pb2.EngineAction, _Mapping]] = ...) -> None: ...
+
+class ControlEngineJobResponse(_message.Message):
+    __slots__ = ("action",)
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    def __init__(self, action: _Optional[str] = ...) -> None: ...
+
+class Selector(_message.Message):
+    __slots__ = ("job", "queue", "flow", "schedule")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    FLOW_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    job: LeaseToken
+    queue: str
+    flow: str
+    schedule: str
+    def __init__(self, job: _Optional[_Union[LeaseToken, _Mapping]] = ..., queue: _Optional[str] = ..., flow: _Optional[str] = ..., schedule: _Optional[str] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("selector", "cursor")
+    SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    selector: Selector
+    cursor: bytes
+    def __init__(self, selector: _Optional[_Union[Selector, _Mapping]] = ..., cursor: _Optional[bytes] = ...) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ("snapshot", "event", "cursor")
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    snapshot: _types_pb2.Job
+    event: _events_pb2.JobEvent
+    cursor: bytes
+    def __init__(self, snapshot: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., event: _Optional[_Union[_events_pb2.JobEvent, _Mapping]] = ..., cursor: _Optional[bytes] = ...) -> None: ...
+
+class QueueOp(_message.Message):
+    __slots__ = ("create", "update", "pause", "resume", "drain", "clean", "obliterate", "counts", "retry_all", "promote_all", "set_rate_limit", "set_concurrency", "workers", "metrics", "redrive_dead_letters")
+    class Create(_message.Message):
+        __slots__ = ("config",)
+        CONFIG_FIELD_NUMBER: _ClassVar[int]
+        config: _types_pb2.QueueConfig
+        def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ...) -> None: ...
+    class Update(_message.Message):
+        __slots__ = ("config",)
+        CONFIG_FIELD_NUMBER: _ClassVar[int]
+        config: _types_pb2.QueueConfig
+        def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ...) -> None: ...
+    class Pause(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class Resume(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class Drain(_message.Message):
+        __slots__ = ("delayed",)
+        DELAYED_FIELD_NUMBER: _ClassVar[int]
+        delayed: bool
+        def __init__(self, delayed: _Optional[bool] = ...) -> None: ...
+    class Clean(_message.Message):
+        __slots__ = ("state", "grace_ns", "limit")
+        STATE_FIELD_NUMBER: _ClassVar[int]
+        GRACE_NS_FIELD_NUMBER: _ClassVar[int]
+        LIMIT_FIELD_NUMBER: _ClassVar[int]
+        state: _types_pb2.JobState
+        grace_ns: int
+        limit: int
+        def __init__(self, state: _Optional[_Union[_types_pb2.JobState, str]] = ..., grace_ns: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+    class Obliterate(_message.Message):
+        __slots__ = ("force",)
+        FORCE_FIELD_NUMBER: _ClassVar[int]
+        force: bool
+        def __init__(self, force: _Optional[bool] = ...) -> None: ...
+    class Counts(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class RetryAll(_message.Message):
+        __slots__ = ("state",)
+        STATE_FIELD_NUMBER: _ClassVar[int]
+        state: _types_pb2.JobState
+        def __init__(self, state: _Optional[_Union[_types_pb2.JobState, str]] = ...) -> None: ...
+    class PromoteAll(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class SetRateLimit(_message.Message):
+        __slots__ = ("rate_limit",)
+        RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+        rate_limit: _types_pb2.RateLimit
+        def __init__(self, rate_limit: _Optional[_Union[_types_pb2.RateLimit, _Mapping]] = ...) -> None: ...
+    class SetConcurrency(_message.Message):
+        __slots__ = ("concurrency",)
+        CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+        concurrency: int
+        def __init__(self, concurrency: _Optional[int] = ...) -> None: ...
+    class Workers(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class Metrics(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class RedriveDeadLetters(_message.Message):
+        __slots__ = ("limit",)
+        LIMIT_FIELD_NUMBER: _ClassVar[int]
+        limit: int
+        def __init__(self, limit: _Optional[int] = ...) -> None: ...
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_FIELD_NUMBER: _ClassVar[int]
+    OBLITERATE_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_ALL_FIELD_NUMBER: _ClassVar[int]
+    PROMOTE_ALL_FIELD_NUMBER: _ClassVar[int]
+    SET_RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SET_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    REDRIVE_DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    create: QueueOp.Create
+    update: QueueOp.Update
+    pause: QueueOp.Pause
+    resume: QueueOp.Resume
+    drain: QueueOp.Drain
+    clean: QueueOp.Clean
+    obliterate: QueueOp.Obliterate
+    counts: QueueOp.Counts
+    retry_all: QueueOp.RetryAll
+    promote_all: QueueOp.PromoteAll
+    set_rate_limit: QueueOp.SetRateLimit
+    set_concurrency: QueueOp.SetConcurrency
+    workers: QueueOp.Workers
+    metrics: QueueOp.Metrics
+    redrive_dead_letters: QueueOp.RedriveDeadLetters
+    def __init__(self, create: _Optional[_Union[QueueOp.Create, _Mapping]] = ..., update: _Optional[_Union[QueueOp.Update, _Mapping]] = ..., pause: _Optional[_Union[QueueOp.Pause, _Mapping]] = ..., resume: _Optional[_Union[QueueOp.Resume, _Mapping]] = ..., drain: _Optional[_Union[QueueOp.Drain, _Mapping]] = ..., clean: _Optional[_Union[QueueOp.Clean, _Mapping]] = ..., obliterate: _Optional[_Union[QueueOp.Obliterate, _Mapping]] = ..., counts: _Optional[_Union[QueueOp.Counts, _Mapping]] = ..., retry_all: _Optional[_Union[QueueOp.RetryAll, _Mapping]] = ..., promote_all: _Optional[_Union[QueueOp.PromoteAll, _Mapping]] = ..., set_rate_limit: _Optional[_Union[QueueOp.SetRateLimit, _Mapping]] = ..., set_concurrency: _Optional[_Union[QueueOp.SetConcurrency, _Mapping]] = ..., workers: _Optional[_Union[QueueOp.Workers, _Mapping]] = ..., metrics: _Optional[_Union[QueueOp.Metrics, _Mapping]] = ..., redrive_dead_letters: _Optional[_Union[QueueOp.RedriveDeadLetters, _Mapping]] = ...) -> None: ...
+
+class QueueCounts(_message.Message):
+    __slots__ = ("waiting", "prioritized", "delayed", "active", "waiting_children", "completed", "failed", "dead_lettered", "canceled", "paused")
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    PRIORITIZED_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    CANCELED_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    waiting: int
+    prioritized: int
+    delayed: int
+    active: int
+    waiting_children: int
+    completed: int
+    failed: int
+    dead_lettered: int
+    canceled: int
+    paused: bool
+    def __init__(self, waiting: _Optional[int] = ..., prioritized: _Optional[int] = ..., delayed: _Optional[int] = ..., active: _Optional[int] = ..., waiting_children: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., canceled: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+
+class QueueAdminRequest(_message.Message):
+    __slots__ = ("queue", "op")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    op: QueueOp
+    def __init__(self, queue: _Optional[str] = ..., op: _Optional[_Union[QueueOp, _Mapping]] = ...) -> None: ...
+
+class QueueAdminResponse(_message.Message):
+    __slots__ = ("config", "counts", "affected", "workers")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    AFFECTED_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    config: _types_pb2.QueueConfig
+    counts: QueueCounts
+    affected: int
+    workers: _containers.RepeatedCompositeFieldContainer[_types_pb2.Worker]
+    def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., counts: _Optional[_Union[QueueCounts, _Mapping]] = ..., affected: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[_types_pb2.Worker, _Mapping]]] = ...) -> None: ...
+
+class JobOp(_message.Message):
+    __slots__ = ("get", "remove", "retry", "promote", "change_priority", "change_delay", "update_data", "logs", "cancel", "remove_dedup_key")
+    class Get(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class Remove(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class Retry(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class Promote(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class ChangePriority(_message.Message):
+        __slots__ = ("priority", "lifo")
+        PRIORITY_FIELD_NUMBER: _ClassVar[int]
+        LIFO_FIELD_NUMBER: _ClassVar[int]
+        priority: int
+        lifo: bool
+        def __init__(self, priority: _Optional[int] = ..., lifo: _Optional[bool] = ...) -> None: ...
+    class ChangeDelay(_message.Message):
+        __slots__ = ("delay_ns",)
+        DELAY_NS_FIELD_NUMBER: _ClassVar[int]
+        delay_ns: int
+        def __init__(self, delay_ns: _Optional[int] = ...) -> None: ...
+    class UpdateData(_message.Message):
+        __slots__ = ("data",)
+        DATA_FIELD_NUMBER: _ClassVar[int]
+        data: _types_pb2.Payload
+        def __init__(self, data: _Optional[_Union[_types_pb2.Payload, _Mapping]] = ...) -> None: ...
+    class Logs(_message.Message):
+        __slots__ = ("start", "end")
+        START_FIELD_NUMBER: _ClassVar[int]
+        END_FIELD_NUMBER: _ClassVar[int]
+        start: int
+        end: int
+        def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+    class Cancel(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class RemoveDedupKey(_message.Message):
+        __slots__ = ("dedup_id",)
+        DEDUP_ID_FIELD_NUMBER: _ClassVar[int]
+        dedup_id: str
+        def __init__(self, dedup_id: _Optional[str] = ...) -> None: ...
+    GET_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    PROMOTE_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_DELAY_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_DATA_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_DEDUP_KEY_FIELD_NUMBER: _ClassVar[int]
+    get: JobOp.Get
+    remove: JobOp.Remove
+    retry: JobOp.Retry
+    promote: JobOp.Promote
+    change_priority: JobOp.ChangePriority
+    change_delay: JobOp.ChangeDelay
+    update_data: JobOp.UpdateData
+    logs: JobOp.Logs
+    cancel: JobOp.Cancel
+    remove_dedup_key: JobOp.RemoveDedupKey
+    def __init__(self, get: _Optional[_Union[JobOp.Get, _Mapping]] = ..., remove: _Optional[_Union[JobOp.Remove, _Mapping]] = ..., retry: _Optional[_Union[JobOp.Retry, _Mapping]] = ..., promote: _Optional[_Union[JobOp.Promote, _Mapping]] = ..., change_priority: _Optional[_Union[JobOp.ChangePriority, _Mapping]] = ..., change_delay: _Optional[_Union[JobOp.ChangeDelay, _Mapping]] = ..., update_data: _Optional[_Union[JobOp.UpdateData, _Mapping]] = ..., logs: _Optional[_Union[JobOp.Logs, _Mapping]] = ..., cancel: _Optional[_Union[JobOp.Cancel, _Mapping]] = ..., remove_dedup_key: _Optional[_Union[JobOp.RemoveDedupKey, _Mapping]] = ...) -> None: ...
+
+class JobAdminRequest(_message.Message):
+    __slots__ = ("queue", "job", "op")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    job: str
+    op: JobOp
+    def __init__(self, queue: _Optional[str] = ..., job: _Optional[str] = ..., op: _Optional[_Union[JobOp, _Mapping]] = ...) -> None: ...
+
+class JobAdminResponse(_message.Message):
+    __slots__ = ("job", "logs", "log_count", "removed")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    LOG_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    logs: _containers.RepeatedCompositeFieldContainer[_types_pb2.LogLine]
+    log_count: int
+    removed: bool
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., logs: _Optional[_Iterable[_Union[_types_pb2.LogLine, _Mapping]]] = ..., log_count: _Optional[int] = ..., removed: _Optional[bool] = ...) -> None: ...
+
+class QueryRequest(_message.Message):
+    __slots__ = ("queue", "states", "name", "since_ns", "until_ns", "page_size", "page_token")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SINCE_NS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_NS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    states: _containers.RepeatedScalarFieldContainer[_types_pb2.JobState]
+    name: str
+    since_ns: int
+    until_ns: int
+    page_size: int
+    page_token: str
+    def __init__(self, queue: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_types_pb2.JobState, str]]] = ..., name: _Optional[str] = ..., since_ns: _Optional[int] = ..., until_ns: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class QueryResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Job]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[_types_pb2.Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ResultGetRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class ResultGetResponse(_message.Message):
+    __slots__ = ("value", "found")
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    value: _types_pb2.Payload
+    found: bool
+    def __init__(self, value: _Optional[_Union[_types_pb2.Payload, _Mapping]] = ..., found: _Optional[bool] = ...) -> None: ...
+
+class ResultMGetRequest(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class MaybePayload(_message.Message):
+    __slots__ = ("value", "found")
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    value: _types_pb2.Payload
+    found: bool
+    def __init__(self, value: _Optional[_Union[_types_pb2.Payload, _Mapping]] = ..., found: _Optional[bool] = ...) -> None: ...
+
+class ResultMGetResponse(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedCompositeFieldContainer[MaybePayload]
+    def __init__(self, values: _Optional[_Iterable[_Union[MaybePayload, _Mapping]]] = ...) -> None: ...
+
+class ResultSetRequest(_message.Message):
+    __slots__ = ("key", "value", "ttl_ns")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    TTL_NS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: _types_pb2.Payload
+    ttl_ns: int
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_types_pb2.Payload, _Mapping]] = ..., ttl_ns: _Optional[int] = ...) -> None: ...
+
+class ResultSetResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ResultDeleteRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class ResultDeleteResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ResultIncrRequest(_message.Message):
+    __slots__ = ("key", "member", "ttl_ns")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    TTL_NS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    member: str
+    ttl_ns: int
+    def __init__(self, key: _Optional[str] = ..., member: _Optional[str] = ..., ttl_ns: _Optional[int] = ...) -> None: ...
+
+class ResultIncrResponse(_message.Message):
+    __slots__ = ("size",)
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    size: int
+    def __init__(self, size: _Optional[int] = ...) -> None: ...
+
+class ResultExpireRequest(_message.Message):
+    __slots__ = ("key", "ttl_ns")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TTL_NS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    ttl_ns: int
+    def __init__(self, key: _Optional[str] = ..., ttl_ns: _Optional[int] = ...) -> None: ...
+
+class ResultExpireResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,404 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_WAITING: _ClassVar[JobState]
+    JOB_STATE_PRIORITIZED: _ClassVar[JobState]
+    JOB_STATE_DELAYED: _ClassVar[JobState]
+    JOB_STATE_ACTIVE: _ClassVar[JobState]
+    JOB_STATE_WAITING_CHILDREN: _ClassVar[JobState]
+    JOB_STATE_COMPLETED: _ClassVar[JobState]
+    JOB_STATE_FAILED: _ClassVar[JobState]
+    JOB_STATE_DEAD_LETTERED: _ClassVar[JobState]
+    JOB_STATE_CANCELED: _ClassVar[JobState]
+
+class DedupMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEDUP_MODE_UNSPECIFIED: _ClassVar[DedupMode]
+    DEDUP_MODE_SIMPLE: _ClassVar[DedupMode]
+    DEDUP_MODE_THROTTLE: _ClassVar[DedupMode]
+    DEDUP_MODE_DEBOUNCE: _ClassVar[DedupMode]
+
+class BackoffKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKOFF_KIND_UNSPECIFIED: _ClassVar[BackoffKind]
+    BACKOFF_KIND_FIXED: _ClassVar[BackoffKind]
+    BACKOFF_KIND_EXPONENTIAL: _ClassVar[BackoffKind]
+    BACKOFF_KIND_CUSTOM: _ClassVar[BackoffKind]
+
+class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODE_UNSPECIFIED: _ClassVar[Mode]
+    MODE_QUEUE: _ClassVar[Mode]
+    MODE_DURABLE: _ClassVar[Mode]
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_WAITING: JobState
+JOB_STATE_PRIORITIZED: JobState
+JOB_STATE_DELAYED: JobState
+JOB_STATE_ACTIVE: JobState
+JOB_STATE_WAITING_CHILDREN: JobState
+JOB_STATE_COMPLETED: JobState
+JOB_STATE_FAILED: JobState
+JOB_STATE_DEAD_LETTERED: JobState
+JOB_STATE_CANCELED: JobState
+DEDUP_MODE_UNSPECIFIED: DedupMode
+DEDUP_MODE_SIMPLE: DedupMode
+DEDUP_MODE_THROTTLE: DedupMode
+DEDUP_MODE_DEBOUNCE: DedupMode
+BACKOFF_KIND_UNSPECIFIED: BackoffKind
+BACKOFF_KIND_FIXED: BackoffKind
+BACKOFF_KIND_EXPONENTIAL: BackoffKind
+BACKOFF_KIND_CUSTOM: BackoffKind
+MODE_UNSPECIFIED: Mode
+MODE_QUEUE: Mode
+MODE_DURABLE: Mode
+
+class Payload(_message.Message):
+    __slots__ = ("data", "content_type", "blob_ref", "size")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    BLOB_REF_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    content_type: str
+    blob_ref: str
+    size: int
+    def __init__(self, data: _Optional[bytes] = ..., content_type: _Optional[str] = ..., blob_ref: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class TaskSpec(_message.Message):
+    __slots__ = ("name", "payload", "headers")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    payload: Payload
+    headers: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., payload: _Optional[_Union[Payload, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Idempotency(_message.Message):
+    __slots__ = ("key", "ttl_ns")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TTL_NS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    ttl_ns: int
+    def __init__(self, key: _Optional[str] = ..., ttl_ns: _Optional[int] = ...) -> None: ...
+
+class Dedup(_message.Message):
+    __slots__ = ("id", "mode", "ttl_ns", "replace", "extend", "keep_last_if_active")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    TTL_NS_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    EXTEND_FIELD_NUMBER: _ClassVar[int]
+    KEEP_LAST_IF_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    mode: DedupMode
+    ttl_ns: int
+    replace: bool
+    extend: bool
+    keep_last_if_active: bool
+    def __init__(self, id: _Optional[str] = ..., mode: _Optional[_Union[DedupMode, str]] = ..., ttl_ns: _Optional[int] = ..., replace: _Optional[bool] = ..., extend: _Optional[bool] = ..., keep_last_if_active: _Optional[bool] = ...) -> None: ...
+
+class Delay(_message.Message):
+    __slots__ = ("delay_ns", "at_ns")
+    DELAY_NS_FIELD_NUMBER: _ClassVar[int]
+    AT_NS_FIELD_NUMBER: _ClassVar[int]
+    delay_ns: int
+    at_ns: int
+    def __init__(self, delay_ns: _Optional[int] = ..., at_ns: _Optional[int] = ...) -> None: ...
+
+class Backoff(_message.Message):
+    __slots__ = ("kind", "base_ns", "max_ns", "jitter", "custom")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    BASE_NS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NS_FIELD_NUMBER: _ClassVar[int]
+    JITTER_FIELD_NUMBER: _ClassVar[int]
+    CUSTOM_FIELD_NUMBER: _ClassVar[int]
+    kind: BackoffKind
+    base_ns: int
+    max_ns: int
+    jitter: float
+    custom: str
+    def __init__(self, kind: _Optional[_Union[BackoffKind, str]] = ..., base_ns: _Optional[int] = ..., max_ns: _Optional[int] = ..., jitter: _Optional[float] = ..., custom: _Optional[str] = ...) -> None: ...
+
+class Retention(_message.Message):
+    __slots__ = ("completed_count", "completed_age_ns", "failed_count", "failed_age_ns", "result_ttl_ns")
+    COMPLETED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_AGE_NS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FAILED_AGE_NS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_TTL_NS_FIELD_NUMBER: _ClassVar[int]
+    completed_count: int
+    completed_age_ns: int
+    failed_count: int
+    failed_age_ns: int
+    result_ttl_ns: int
+    def __init__(self, completed_count: _Optional[int] = ..., completed_age_ns: _Optional[int] = ..., failed_count: _Optional[int] = ..., failed_age_ns: _Optional[int] = ..., result_ttl_ns: _Optional[int] = ...) -> None: ...
+
+class ParentRef(_message.Message):
+    __slots__ = ("queue", "job_id", "fail_parent_on_failure", "continue_parent_on_failure", "ignore_dependency_on_failure", "remove_dependency_on_failure")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FAIL_PARENT_ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    CONTINUE_PARENT_ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_DEPENDENCY_ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_DEPENDENCY_ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    job_id: str
+    fail_parent_on_failure: bool
+    continue_parent_on_failure: bool
+    ignore_dependency_on_failure: bool
+    remove_dependency_on_failure: bool
+    def __init__(self, queue: _Optional[str] = ..., job_id: _Optional[str] = ..., fail_parent_on_failure: _Optional[bool] = ..., continue_parent_on_failure: _Optional[bool] = ..., ignore_dependency_on_failure: _Optional[bool] = ..., remove_dependency_on_failure: _Optional[bool] = ...) -> None: ...
+
+class EnqueueOpts(_message.Message):
+    __slots__ = ("job_key", "idempotency", "dedup", "not_before", "priority", "lifo", "attempts", "backoff", "visibility_ns", "timeout_ns", "expires_ns", "parent", "retention", "mode", "durable_function", "subject")
+    JOB_KEY_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_FIELD_NUMBER: _ClassVar[int]
+    NOT_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    LIFO_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    VISIBILITY_NS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_NS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    job_key: str
+    idempotency: Idempotency
+    dedup: Dedup
+    not_before: Delay
+    priority: int
+    lifo: bool
+    attempts: int
+    backoff: Backoff
+    visibility_ns: int
+    timeout_ns: int
+    expires_ns: int
+    parent: ParentRef
+    retention: Retention
+    mode: Mode
+    durable_function: str
+    subject: str
+    def __init__(self, job_key: _Optional[str] = ..., idempotency: _Optional[_Union[Idempotency, _Mapping]] = ..., dedup: _Optional[_Union[Dedup, _Mapping]] = ..., not_before: _Optional[_Union[Delay, _Mapping]] = ..., priority: _Optional[int] = ..., lifo: _Optional[bool] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., visibility_ns: _Optional[int] = ..., timeout_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ..., parent: _Optional[_Union[ParentRef, _Mapping]] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., durable_function: _Optional[str] = ..., subject: _Optional[str] = ...) -> None: ...
+
+class JobError(_message.Message):
+    __slots__ = ("code", "message", "stacktrace", "at_ns", "attempt")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STACKTRACE_FIELD_NUMBER: _ClassVar[int]
+    AT_NS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    stacktrace: str
+    at_ns: int
+    attempt: int
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., stacktrace: _Optional[str] = ..., at_ns: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("id", "queue", "task", "opts", "state", "shard", "seq", "epoch", "worker", "deadline_ns", "attempt", "stalled", "created_ns", "processed_ns", "finished_ns", "due_ns", "result", "errors", "progress", "log_count", "subject_blocked", "lease_started_ns", "attempts_max", "origin_queue", "state_ns", "pending_children", "keep_last_pending", "request_hash")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    OPTS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_NS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STALLED_FIELD_NUMBER: _ClassVar[int]
+    CREATED_NS_FIELD_NUMBER: _ClassVar[int]
+    PROCESSED_NS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_NS_FIELD_NUMBER: _ClassVar[int]
+    DUE_NS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    LOG_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_BLOCKED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_STARTED_NS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_MAX_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    STATE_NS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    KEEP_LAST_PENDING_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    queue: str
+    task: TaskSpec
+    opts: EnqueueOpts
+    state: JobState
+    shard: int
+    seq: int
+    epoch: int
+    worker: str
+    deadline_ns: int
+    attempt: int
+    stalled: int
+    created_ns: int
+    processed_ns: int
+    finished_ns: int
+    due_ns: int
+    result: Payload
+    errors: _containers.RepeatedCompositeFieldContainer[JobError]
+    progress: bytes
+    log_count: int
+    subject_blocked: bool
+    lease_started_ns: int
+    attempts_max: int
+    origin_queue: str
+    state_ns: int
+    pending_children: int
+    keep_last_pending: bool
+    request_hash: bytes
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., shard: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., worker: _Optional[str] = ..., deadline_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., created_ns: _Optional[int] = ..., processed_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., due_ns: _Optional[int] = ..., result: _Optional[_Union[Payload, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[JobError, _Mapping]]] = ..., progress: _Optional[bytes] = ..., log_count: _Optional[int] = ..., subject_blocked: _Optional[bool] = ..., lease_started_ns: _Optional[int] = ..., attempts_max: _Optional[int] = ..., origin_queue: _Optional[str] = ..., state_ns: _Optional[int] = ..., pending_children: _Optional[int] = ..., keep_last_pending: _Optional[bool] = ..., request_hash: _Optional[bytes] = ...) -> None: ...
+
+class RateLimit(_message.Message):
+    __slots__ = ("max", "duration_ns", "sharded")
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    DURATION_NS_FIELD_NUMBER: _ClassVar[int]
+    SHARDED_FIELD_NUMBER: _ClassVar[int]
+    max: int
+    duration_ns: int
+    sharded: bool
+    def __init__(self, max: _Optional[int] = ..., duration_ns: _Optional[int] = ..., sharded: _Optional[bool] = ...) -> None: ...
+
+class QueueConfig(_message.Message):
+    __slots__ = ("name", "visibility_ns", "attempts", "backoff", "max_stalled", "rate_limit", "concurrency", "retention", "dead_letter_queue", "dead_letter_on_exhausted", "shards", "paused", "created_ns", "log_cap", "payload_limit")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VISIBILITY_NS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    MAX_STALLED_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_ON_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    CREATED_NS_FIELD_NUMBER: _ClassVar[int]
+    LOG_CAP_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    visibility_ns: int
+    attempts: int
+    backoff: Backoff
+    max_stalled: int
+    rate_limit: RateLimit
+    concurrency: int
+    retention: Retention
+    dead_letter_queue: str
+    dead_letter_on_exhausted: bool
+    shards: int
+    paused: bool
+    created_ns: int
+    log_cap: int
+    payload_limit: int
+    def __init__(self, name: _Optional[str] = ..., visibility_ns: _Optional[int] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., max_stalled: _Optional[int] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., concurrency: _Optional[int] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., dead_letter_queue: _Optional[str] = ..., dead_letter_on_exhausted: _Optional[bool] = ..., shards: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ns: _Optional[int] = ..., log_cap: _Optional[int] = ..., payload_limit: _Optional[int] = ...) -> None: ...
+
+class ShardMeta(_message.Message):
+    __slots__ = ("next_seq", "outbox_seq", "counts")
+    class CountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    OUTBOX_SEQ_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    next_seq: int
+    outbox_seq: int
+    counts: _containers.ScalarMap[int, int]
+    def __init__(self, next_seq: _Optional[int] = ..., outbox_seq: _Optional[int] = ..., counts: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class QueueRuntime(_message.Message):
+    __slots__ = ("window_start_ns", "used", "blocked_until_ns", "active")
+    WINDOW_START_NS_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_UNTIL_NS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    window_start_ns: int
+    used: int
+    blocked_until_ns: int
+    active: int
+    def __init__(self, window_start_ns: _Optional[int] = ..., used: _Optional[int] = ..., blocked_until_ns: _Optional[int] = ..., active: _Optional[int] = ...) -> None: ...
+
+class IdempotencyRecord(_message.Message):
+    __slots__ = ("request_hash", "job_id", "state", "expires_ns")
+    REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    request_hash: bytes
+    job_id: str
+    state: JobState
+    expires_ns: int
+    def __init__(self, request_hash: _Optional[bytes] = ..., job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., expires_ns: _Optional[int] = ...) -> None: ...
+
+class DedupRecord(_message.Message):
+    __slots__ = ("job_id", "expires_ns", "pending_job_id", "pending_task", "pending_opts")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PENDING_TASK_FIELD_NUMBER: _ClassVar[int]
+    PENDING_OPTS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    expires_ns: int
+    pending_job_id: str
+    pending_task: TaskSpec
+    pending_opts: EnqueueOpts
+    def __init__(self, job_id: _Optional[str] = ..., expires_ns: _Optional[int] = ..., pending_job_id: _Optional[str] = ..., pending_task: _Optional[_Union[TaskSpec, _Mapping]] = ..., pending_opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ...) -> None: ...
+
+class ResultRecord(_message.Message):
+    __slots__ = ("value", "expires_ns", "members")
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    value: Payload
+    expires_ns: int
+    members: int
+    def __init__(self, value: _Optional[_Union[Payload, _Mapping]] = ..., expires_ns: _Optional[int] = ..., members: _Optional[int] = ...) -> None: ...
+
+class LogLine(_message.Message):
+    __slots__ = ("at_ns", "line")
+    AT_NS_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    at_ns: int
+    line: str
+    def __init__(self, at_ns: _Optional[int] = ..., line: _Optional[str] = ...) -> None: ...
+
+class Worker(_message.Message):
+    __slots__ = ("id", "last_seen_ns", "queues")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_NS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    last_seen_ns: int
+    queues: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., last_seen_ns: _Optional[int] = ..., queues: _Optional[_Iterable[str]] = ...) -> None: ...

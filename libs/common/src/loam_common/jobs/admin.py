@@ -1,0 +1,642 @@
+"""Queue and job admin (spec §5.4): `QueueOp` and `JobOp`, one function per op over one
+transaction, named `queue_<verb>` / `job_<verb>`. Every job move goes through QueueTx,
+so indexes, per-shard counts, subject FIFOs and outbox rows stay in step; every
+mutating op writes its outbox event(s) with BullMQ's event names.
+
+Ops that can touch many jobs (drain, clean, retry-all, promote-all, obliterate) do at
+most `limit` per call so one transaction stays bounded; the caller calls again while
+a call did a full batch (obliterate says so with `done`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loam_common import keys, validate
+from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState, PayloadTooLarge
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import dedup, dlq, states as S
+from loam_common.jobs.queue import DEFAULT_PAYLOAD_LIMIT, DEFAULT_VISIBILITY_NS, QueueTx
+from loam_common.store.base import Txn
+
+BATCH = 1000
+MAX_BATCH = 10_000
+OBLITERATE_BATCH = 5000
+# Settings Update may not touch: identity, and the flag Pause/Resume own.
+_UPDATE_PROTECTED = {"name": "is the queue's name", "created_ns": "is set by Create",
+                     "paused": "is set by Pause and Resume"}
+
+
+# -- queue config -------------------------------------------------------------------------
+def _normalized(cfg: pb.QueueConfig, queue: str) -> pb.QueueConfig:
+    """A copy with the zero values that mean "default" filled in."""
+    if cfg.name and cfg.name != queue:
+        raise InvalidArgument("config.name", f"{cfg.name!r} differs from the queue {queue!r}")
+    out = pb.QueueConfig()
+    out.CopyFrom(cfg)
+    out.name = queue
+    out.shards = out.shards or 1
+    out.visibility_ns = out.visibility_ns or DEFAULT_VISIBILITY_NS
+    out.attempts = out.attempts or 1
+    return out
+
+
+def validate_config(cfg: pb.QueueConfig, queue: str, field: str = "config") -> None:
+    """Refuse a config that cannot work, naming the field. `cfg` has defaults filled in."""
+    validate.in_range(f"{field}.shards", cfg.shards, 1, validate.MAX_SHARDS)
+    if cfg.visibility_ns <= 0:
+        raise InvalidArgument(f"{field}.visibility_ns", f"must be above 0 (got {cfg.visibility_ns})")
+    if cfg.HasField("max_stalled") and cfg.max_stalled < -1:
+        raise InvalidArgument(f"{field}.max_stalled", "must be -1 (unlimited) or more")
+    rl = cfg.rate_limit
+    if rl.duration_ns < 0 or (rl.max > 0) != (rl.duration_ns > 0):
+        raise InvalidArgument(f"{field}.rate_limit", "set max and duration_ns both above 0, or both to 0")
+    if cfg.dead_letter_queue:
+        validate.name(f"{field}.dead_letter_queue", cfg.dead_letter_queue)
+        if cfg.dead_letter_queue == queue:
+            raise InvalidArgument(f"{field}.dead_letter_queue", "must be another queue")
+    elif cfg.dead_letter_on_exhausted:
+        raise InvalidArgument(f"{field}.dead_letter_on_exhausted", "needs a dead_letter_queue")
+    r = cfg.retention
+    for name in ("completed_count", "completed_age_ns", "failed_count", "failed_age_ns"):
+        if r.HasField(name):
+            validate.non_negative(f"{field}.retention.{name}", getattr(r, name))
+    validate.non_negative(f"{field}.retention.result_ttl_ns", r.result_ttl_ns)
+    validate.non_negative(f"{field}.backoff.base_ns", cfg.backoff.base_ns)
+    validate.non_negative(f"{field}.backoff.max_ns", cfg.backoff.max_ns)
+    validate.in_range(f"{field}.backoff.jitter", cfg.backoff.jitter, 0.0, 1.0)
+
+
+def _settings(cfg: pb.QueueConfig) -> bytes:
+    """The config minus what is not a setting, for comparing two configs."""
+    c = pb.QueueConfig()
+    c.CopyFrom(cfg)
+    c.ClearField("created_ns")
+    c.ClearField("paused")
+    return c.SerializeToString(deterministic=True)
+
+
+def _check_shard_change(qt: QueueTx, shards: int) -> None:
+    # A job's shard is fixed at enqueue; changing the count would strand held jobs.
+    held = sum(qt.counts().values())
+    if shards != max(qt.cfg.shards, 1) and held:
+        raise InvalidArgument(
+            "config.shards", f"cannot change while the queue holds {held} jobs; drain or obliterate it first"
+        )
+
+
+def queue_create(tx: Txn, ns: str, queue: str, cfg: pb.QueueConfig) -> tuple[pb.QueueConfig, bool]:
+    """Create a queue. Creating it again with the same settings returns it with
+    `created=False` (a retried Create succeeds); other settings are AlreadyExists."""
+    validate.name("queue", queue)
+    new = _normalized(cfg, queue)
+    validate_config(new, queue)
+    with QueueTx(tx, ns, queue) as qt:
+        if qt.exists:
+            if _settings(qt.cfg) != _settings(new):
+                msg = f"queue {queue!r} exists with other settings; use Update to change them"
+                raise AlreadyExists(msg, queue)
+            return qt.cfg, False
+        new.created_ns = qt.now
+        qt.cfg = new
+        qt.ensure_exists()
+        qt.emit("created")
+        return new, True
+
+
+def queue_update(
+    tx: Txn, ns: str, queue: str, cfg: pb.QueueConfig, fields: list[str] | None = None
+) -> pb.QueueConfig:
+    """Replace the queue's settings with `cfg`, or only the top-level `fields` named
+    (a field mask). Zero values mean the defaults, as in Create."""
+    validate.name("queue", queue)
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        merged = pb.QueueConfig()
+        if fields is None:
+            merged.CopyFrom(cfg)
+        else:
+            merged.CopyFrom(qt.cfg)
+            for f in fields:
+                _copy_field(cfg, merged, f)
+        new = _normalized(merged, queue)
+        new.created_ns, new.paused = qt.cfg.created_ns, qt.cfg.paused
+        validate_config(new, queue)
+        _check_shard_change(qt, new.shards)
+        if _settings(new) != _settings(qt.cfg):
+            qt.cfg = new
+            qt.save_config()
+            qt.emit("config-updated", detail=",".join(fields) if fields else "")
+        return qt.cfg
+
+
+def _copy_field(src: pb.QueueConfig, dst: pb.QueueConfig, name: str) -> None:
+    fd = pb.QueueConfig.DESCRIPTOR.fields_by_name.get(name)
+    if fd is None:
+        raise InvalidArgument("fields", f"{name!r} is not a QueueConfig field")
+    if name in _UPDATE_PROTECTED:
+        raise InvalidArgument("fields", f"{name!r} {_UPDATE_PROTECTED[name]}")
+    dst.ClearField(name)
+    if fd.message_type is not None:
+        getattr(dst, name).CopyFrom(getattr(src, name))
+    elif not fd.has_presence or src.HasField(name):
+        setattr(dst, name, getattr(src, name))
+
+
+def _set_paused(tx: Txn, ns: str, queue: str, paused: bool) -> None:
+    validate.name("queue", queue)
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        if qt.cfg.paused != paused:
+            qt.cfg.paused = paused
+            qt.save_config()
+            qt.emit("paused" if paused else "resumed")
+
+
+def queue_pause(tx: Txn, ns: str, queue: str) -> None:
+    """Stop leasing; jobs stay where they are (lease skips paused queues)."""
+    _set_paused(tx, ns, queue, True)
+
+
+def queue_resume(tx: Txn, ns: str, queue: str) -> None:
+    _set_paused(tx, ns, queue, False)
+
+
+def queue_set_rate_limit(
+    tx: Txn, ns: str, queue: str, max_jobs: int, duration_ns: int, sharded: bool = False
+) -> pb.QueueConfig:
+    """BullMQ's limiter: at most `max_jobs` leases per `duration_ns`; both 0 = none."""
+    rl = pb.RateLimit(max=validate.non_negative("rate_limit.max", max_jobs), sharded=sharded)
+    rl.duration_ns = validate.non_negative("rate_limit.duration_ns", duration_ns)
+    return queue_update(tx, ns, queue, pb.QueueConfig(rate_limit=rl), ["rate_limit"])
+
+
+def queue_set_concurrency(tx: Txn, ns: str, queue: str, concurrency: int) -> pb.QueueConfig:
+    """BullMQ's setGlobalConcurrency: active jobs across all workers; 0 = no cap."""
+    c = validate.non_negative("concurrency", concurrency)
+    return queue_update(tx, ns, queue, pb.QueueConfig(concurrency=c), ["concurrency"])
+
+
+# -- reading a queue ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    waiting: int
+    prioritized: int
+    delayed: int
+    active: int
+    waiting_children: int
+    completed: int
+    failed: int
+    dead_lettered: int
+    canceled: int
+    paused: bool
+
+    def by_state_name(self) -> dict[str, int]:
+        """BullMQ-style names (`waiting-children`, ...) to counts."""
+        return {S.name(st): getattr(self, S.name(st).replace("-", "_")) for st in S.NAMES}
+
+
+def _counts(qt: QueueTx) -> QueueCounts:
+    c = qt.counts()  # O(shards): kept by every move in ShardMeta
+    return QueueCounts(
+        **{S.name(st).replace("-", "_"): c.get(st, 0) for st in S.NAMES}, paused=qt.cfg.paused
+    )
+
+
+def queue_counts(tx: Txn, ns: str, queue: str) -> QueueCounts:
+    validate.name("queue", queue)
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        return _counts(qt)
+
+
+def queue_workers(tx: Txn, ns: str, queue: str, seen_within_ns: int = 0) -> list[pb.Worker]:
+    """Workers that leased from the queue (the `w/` records lease writes), most recently
+    seen first; with `seen_within_ns`, only those seen that recently."""
+    validate.name("queue", queue)
+    validate.non_negative("seen_within_ns", seen_within_ns)
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        prefix = qt.k.workers()
+        out = [pb.Worker.FromString(v) for _, v in tx.scan(prefix, keys.prefix_end(prefix))]
+        if seen_within_ns:
+            out = [w for w in out if w.last_seen_ns >= qt.now - seen_within_ns]
+        return sorted(out, key=lambda w: w.last_seen_ns, reverse=True)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMetrics:
+    counts: QueueCounts
+    completed: int  # jobs held in completed now (retention trims it)
+    failed: int
+    oldest_waiting_age_ns: int  # age in its state of the next job to serve; 0 if none
+    workers: int
+
+
+def queue_metrics(tx: Txn, ns: str, queue: str) -> QueueMetrics:
+    """What is cheap to know: counts and one ready-index head per shard."""
+    validate.name("queue", queue)
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        counts = _counts(qt)
+        oldest = 0
+        for shard in range(max(qt.cfg.shards, 1)):
+            prefix = qt.k.ready_shard(shard)
+            head = tx.scan(prefix, keys.prefix_end(prefix), limit=1)
+            job = qt.get_job(head[0][1].decode()) if head else None
+            if job is not None:
+                oldest = max(oldest, qt.now - job.state_ns)
+        prefix = qt.k.workers()
+        workers = len(tx.scan(prefix, keys.prefix_end(prefix)))
+        return QueueMetrics(counts, counts.completed, counts.failed, oldest, workers)
+
+
+# -- bulk ops -------------------------------------------------------------------------------
+def _limit(limit: int, default: int = BATCH) -> int:
+    validate.non_negative("limit", limit)
+    return min(limit or default, MAX_BATCH)
+
+
+def _job_at(qt: QueueTx, prefix: bytes, key: bytes, value: bytes) -> pb.Job | None:
+    """The job an index entry points at: ready and subject entries hold the id as their
+    value, the time-ordered indexes at the end of the key. None for a stale entry (one
+    removed earlier in this transaction, or one whose job is gone, which is repaired)."""
+    if qt.tx.get(key) is None:
+        return None
+    job = qt.get_job(value.decode() if value else keys.index_job_id(key, len(prefix)))
+    if job is None:
+        qt.tx.delete(key)  # an index entry without its job: repair, as retention does
+    return job
+
+
+def _each_entry(qt: QueueTx, prefix: bytes, limit: int, consume: bool = True):
+    """Yield (key, job) from an index in key order until `limit` jobs were yielded or
+    the index is exhausted. With `consume` the caller takes every yielded job out of
+    this index, so each page is scanned from the start again until one comes back
+    empty: that also finds entries the removals let in anywhere in the index (a
+    subject's next job)."""
+    start, end, seen = prefix, keys.prefix_end(prefix), 0
+    while seen < limit:
+        page = min(limit - seen, 500)
+        rows = qt.tx.scan(start, end, limit=page)
+        for key, value in rows:
+            job = _job_at(qt, prefix, key, value)
+            if job is not None:
+                seen += 1
+                yield key, job
+        if not consume:
+            if len(rows) < page:
+                return
+            start = rows[-1][0] + b"\x00"
+        elif not rows:  # the caller took everything out, including what it let in
+            return
+
+
+def queue_drain(tx: Txn, ns: str, queue: str, delayed: bool = False, limit: int = BATCH) -> int:
+    """Remove waiting and prioritized jobs (and delayed ones if `delayed`), as BullMQ's
+    drain: not active, waiting-children or finished jobs. Returns how many went."""
+    validate.name("queue", queue)
+    limit = _limit(limit)
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        shards = range(max(qt.cfg.shards, 1))
+        prefixes = [qt.k.ready_shard(s) for s in shards] + [qt.k.subject_backlogs()]
+        if delayed:
+            prefixes += [qt.k.delayed_shard(s) for s in shards]
+        removed = 0
+        # Removing a subject's in-flight job admits its next one to the ready index,
+        # so a prefix is scanned again until it is empty.
+        for prefix in prefixes:
+            for _key, job in _each_entry(qt, prefix, limit - removed):
+                qt.remove(job, event=None)
+                removed += 1
+        qt.emit("drained", detail="delayed" if delayed else "", data=str(removed).encode())
+        return removed
+
+
+def _clean_sources(qt: QueueTx, state: int) -> list[tuple[bytes, bool]]:
+    """(prefix, indexed_by_state_time) to scan for `state`."""
+    shards = range(max(qt.cfg.shards, 1))
+    if state in S.STATE_INDEXED:
+        return [(qt.k.state_shard(state, s), True) for s in shards]
+    if state == S.DELAYED:
+        return [(qt.k.delayed_shard(s), False) for s in shards]
+    band = keys.PRIORITY_BAND if state == S.PRIORITIZED else keys.FIFO_BAND
+    return [(qt.k.ready_band(s, band), False) for s in shards] + [(qt.k.subject_backlogs(), False)]
+
+
+def queue_clean(tx: Txn, ns: str, queue: str, state: int, grace_ns: int, limit: int = BATCH) -> list[str]:
+    """BullMQ's clean: remove up to `limit` jobs in `state` older than `grace_ns`, by the
+    time they entered it (finished, waiting-children) or were created (waiting,
+    prioritized, delayed). Active jobs are held by workers and cannot be cleaned."""
+    validate.name("queue", queue)
+    validate.non_negative("grace_ns", grace_ns)
+    if state not in S.NAMES:
+        raise InvalidArgument("state", f"unknown state {state}")
+    if state == S.ACTIVE:
+        raise InvalidArgument("state", "active jobs are held by workers; cancel or let them finish")
+    limit = _limit(limit)
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        cutoff = qt.now - grace_ns
+        removed: list[str] = []
+        for prefix, by_time in _clean_sources(qt, state):
+            if by_time:  # the index is in state-time order: stop at the cutoff
+                rows = tx.scan(prefix, prefix + keys.U64.pack(max(cutoff + 1, 0)), limit=limit - len(removed))
+                jobs = (j for j in (_job_at(qt, prefix, k, v) for k, v in rows) if j is not None)
+            else:  # no time order: look at up to MAX_BATCH entries
+                entries = _each_entry(qt, prefix, MAX_BATCH, consume=False)
+                jobs = (j for _, j in entries if j.created_ns <= cutoff)
+            for job in jobs:
+                if len(removed) >= limit:
+                    break
+                if job.state == state:
+                    qt.remove(job, event=None)
+                    removed.append(job.id)
+        qt.emit("cleaned", detail=S.name(state), data=str(len(removed)).encode())
+        return removed
+
+
+def _reset_for_retry(job: pb.Job) -> None:
+    """BullMQ's job.retry: the attempts start over; the error history stays."""
+    job.attempt = 0
+    job.stalled = 0
+    job.processed_ns = 0
+    job.finished_ns = 0
+    job.due_ns = 0
+    job.ClearField("result")
+
+
+def _retry(qt: QueueTx, job: pb.Job) -> None:
+    _reset_for_retry(job)
+    if job.opts.subject:
+        # QueueTx.move does not re-claim a subject when a finished job comes back.
+        qt._subject_claim(job)
+    qt.move(job, S.ready_state(job.opts.priority), "waiting")
+
+
+def queue_retry_all(tx: Txn, ns: str, queue: str, state: int = S.FAILED, limit: int = BATCH) -> int:
+    """BullMQ's retryJobs: move up to `limit` failed (or completed) jobs back to waiting,
+    oldest first."""
+    validate.name("queue", queue)
+    if state not in (S.FAILED, S.COMPLETED):
+        raise InvalidArgument("state", "retry-all takes failed or completed")
+    limit = _limit(limit)
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        moved = 0
+        for shard in range(max(qt.cfg.shards, 1)):
+            for _key, job in _each_entry(qt, qt.k.state_shard(state, shard), limit - moved):
+                _retry(qt, job)
+                moved += 1
+        return moved
+
+
+def _promote(qt: QueueTx, job: pb.Job) -> None:
+    qt.move(job, S.ready_state(job.opts.priority), "promoted")
+    job.due_ns = 0  # after the move: the delayed index key was built from it
+    qt.put_job(job)
+    qt.emit("waiting", job, prev_state=S.DELAYED)
+
+
+def queue_promote_all(tx: Txn, ns: str, queue: str, limit: int = BATCH) -> int:
+    """BullMQ's promoteJobs: make up to `limit` delayed jobs ready now, soonest first."""
+    validate.name("queue", queue)
+    limit = _limit(limit)
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        moved = 0
+        for shard in range(max(qt.cfg.shards, 1)):
+            for _key, job in _each_entry(qt, qt.k.delayed_shard(shard), limit - moved):
+                _promote(qt, job)
+                moved += 1
+        return moved
+
+
+def queue_redrive_dead_letters(tx: Txn, ns: str, queue: str, limit: int = BATCH) -> int:
+    """Called on a dead-letter queue: move up to `limit` dead letters back to the queues
+    they came from, as new waiting jobs."""
+    validate.name("queue", queue)
+    limit = _limit(limit)
+    with QueueTx(tx, ns, queue, create=False) as dq:
+        return dlq.redrive(dq, limit)
+
+
+@dataclass(frozen=True, slots=True)
+class Obliterated:
+    removed_keys: int
+    done: bool  # False: call again (the queue stays paused meanwhile)
+
+
+def _queue_refused(queue: str, why: str, action: str) -> InvalidState:
+    err = InvalidState(queue, why, action)
+    err.message = f"queue {queue!r} {why}; cannot {action}"
+    err.args = (err.message,)
+    return err
+
+
+def _drop_blobs(qt: QueueTx, job: pb.Job) -> None:
+    """Hand a job's payload and result blobs to the sweeper, as QueueTx.remove does."""
+    for ref in (job.task.payload.blob_ref, job.result.blob_ref):
+        if ref:
+            qt.tx.put(keys.blob_gc(qt.ns, ref), b"")
+
+
+def queue_obliterate(
+    tx: Txn, ns: str, queue: str, force: bool = False, limit: int = OBLITERATE_BATCH
+) -> Obliterated:
+    """Delete the queue and everything in it, `limit` keys per call. Refused while jobs
+    are active unless `force` (their workers' completes then get NotFound).
+
+    Kept: the shard metas (their sequences stay monotonic if the queue is created
+    again), the outbox rows not yet relayed with the final `obliterated` event, and the
+    registry entry, so the relay still finds and drains that outbox."""
+    validate.name("queue", queue)
+    validate.non_negative("limit", limit)
+    limit = limit or OBLITERATE_BATCH
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        active = qt.active_count()
+        if active and not force:
+            raise _queue_refused(queue, f"has {active} active jobs", "obliterate without force")
+        if not qt.cfg.paused:
+            qt.cfg.paused = True  # no leases while later calls finish the job
+            qt.save_config()
+        # Every job is going: the counts are zero from the first call on.
+        for shard in range(max(qt.cfg.shards, 1)):
+            meta = qt.meta(shard)
+            meta.counts.clear()
+            tx.put(qt.k.shard_meta(shard), meta.SerializeToString())
+        k, cfg_key, jobs_prefix, deleted = qt.k, qt.k.config(), qt.k.jobs(), 0
+        metas, outbox = k.shard_metas(), k.outboxes()
+        ranges = [
+            (k.all(), metas),
+            (keys.prefix_end(metas), outbox),
+            (keys.prefix_end(outbox), keys.prefix_end(k.all())),
+        ]
+        for start, end in ranges:
+            while True:
+                rows = tx.scan(start, end, limit=500)
+                for key, value in rows:
+                    if key == cfg_key:
+                        continue  # deleted last, so a partial obliterate stays paused
+                    if deleted == limit:
+                        return Obliterated(deleted, False)
+                    if key.startswith(jobs_prefix):
+                        _drop_blobs(qt, pb.Job.FromString(value))
+                    tx.delete(key)
+                    deleted += 1
+                if len(rows) < 500:
+                    break
+                start = rows[-1][0] + b"\x00"
+        tx.delete(cfg_key)
+        qt.emit("obliterated")
+        return Obliterated(deleted, True)
+
+
+# -- job ops ----------------------------------------------------------------------------------
+def _job_tx(tx: Txn, ns: str, queue: str) -> QueueTx:
+    validate.name("queue", queue)
+    return QueueTx(tx, ns, queue, create=False)
+
+
+def _reindex(qt: QueueTx, job: pb.Job, via: int, change, to: int, event: str | None, **fields) -> None:
+    """Change a field that is part of the job's index key (priority, due time).
+    QueueTx builds the key from the job's fields, so the job steps out to `via` and
+    back with the new value; the transient entry is written and deleted in this one
+    transaction, so nobody sees it."""
+    qt.move(job, via, None)
+    change(job)
+    qt.move(job, to, event, **fields)
+
+
+def job_get(tx: Txn, ns: str, queue: str, job_id: str) -> pb.Job:
+    with _job_tx(tx, ns, queue) as qt:
+        return qt.require_job(job_id)
+
+
+def job_remove(tx: Txn, ns: str, queue: str, job_id: str, force: bool = False) -> None:
+    """Delete a job and its logs. An active job is refused, as BullMQ refuses a locked
+    one, unless `force` (its worker's complete then gets NotFound)."""
+    with _job_tx(tx, ns, queue) as qt:
+        job = qt.require_job(job_id)
+        if job.state == S.ACTIVE and not force:
+            raise InvalidState(job_id, "active", "remove a job a worker holds; let it finish, or force")
+        qt.remove(job, event="removed")
+
+
+def job_retry(tx: Txn, ns: str, queue: str, job_id: str) -> pb.Job:
+    """BullMQ's job.retry: a finished job goes back to waiting with its attempts reset."""
+    with _job_tx(tx, ns, queue) as qt:
+        job = qt.require_job(job_id)
+        if job.state not in S.FINISHED:
+            raise InvalidState(job_id, S.name(job.state), "retry a job that has not finished")
+        _retry(qt, job)
+        return job
+
+
+def job_promote(tx: Txn, ns: str, queue: str, job_id: str) -> pb.Job:
+    """A delayed job becomes ready now."""
+    with _job_tx(tx, ns, queue) as qt:
+        job = qt.require_job(job_id)
+        if job.state != S.DELAYED:
+            raise InvalidState(job_id, S.name(job.state), "promote a job that is not delayed")
+        _promote(qt, job)
+        return job
+
+
+def job_change_priority(
+    tx: Txn, ns: str, queue: str, job_id: str, priority: int, lifo: bool = False
+) -> pb.Job:
+    """BullMQ's changePriority: a ready job is re-queued in its new band (behind the
+    jobs already at that priority); in any other state the new priority applies when
+    the job is next ready."""
+    validate.in_range("priority", priority, 0, validate.PRIORITY_LIMIT)
+    if priority and lifo:
+        raise InvalidArgument("lifo", "LIFO applies to the FIFO band only; drop priority or lifo")
+    with _job_tx(tx, ns, queue) as qt:
+        job = qt.require_job(job_id)
+
+        def change(j: pb.Job) -> None:
+            j.opts.priority, j.opts.lifo = priority, lifo
+
+        if job.state in S.READY:
+            # A job waiting behind its subject also goes to the back of that backlog.
+            _reindex(qt, job, S.DELAYED, change, S.ready_state(priority), "priority-changed")
+        else:
+            change(job)
+            qt.put_job(job)
+            qt.emit("priority-changed", job)
+        return job
+
+
+def job_change_delay(tx: Txn, ns: str, queue: str, job_id: str, delay_ns: int) -> pb.Job:
+    """BullMQ's changeDelay: a delayed job becomes due `delay_ns` from now."""
+    validate.non_negative("delay_ns", delay_ns)
+    with _job_tx(tx, ns, queue) as qt:
+        job = qt.require_job(job_id)
+        if job.state != S.DELAYED:
+            raise InvalidState(job_id, S.name(job.state), "change the delay of a job that is not delayed")
+        due = qt.now + delay_ns
+
+        def change(j: pb.Job) -> None:
+            j.due_ns = due
+
+        _reindex(qt, job, S.ready_state(job.opts.priority), change, S.DELAYED, "delayed")
+        return job
+
+
+def job_update_data(tx: Txn, ns: str, queue: str, job_id: str, payload: pb.Payload) -> pb.Job:
+    """BullMQ's updateData: replace the job's payload, in any state."""
+    with _job_tx(tx, ns, queue) as qt:
+        limit = qt.cfg.payload_limit or DEFAULT_PAYLOAD_LIMIT
+        size = len(payload.data) or payload.size
+        if size > limit:
+            raise PayloadTooLarge(size, limit)
+        job = qt.require_job(job_id)
+        if job.task.payload.blob_ref and job.task.payload.blob_ref != payload.blob_ref:
+            qt.tx.put(keys.blob_gc(qt.ns, job.task.payload.blob_ref), b"")  # the old payload's blob
+        job.task.payload.CopyFrom(payload)
+        qt.put_job(job)
+        qt.emit("updated", job)  # no data: a payload can be MiBs
+        return job
+
+
+@dataclass(frozen=True, slots=True)
+class JobLogs:
+    lines: list[pb.LogLine]
+    count: int  # lines held for the job (the oldest beyond the cap are gone)
+
+
+def job_logs(
+    tx: Txn, ns: str, queue: str, job_id: str, start: int = 0, end: int = -1, asc: bool = True
+) -> JobLogs:
+    """BullMQ's getJobLogs: lines `start..end` inclusive (negative counts from the
+    end), oldest first unless `asc` is False. Held lines are capped, so this reads
+    at most the cap."""
+    with _job_tx(tx, ns, queue) as qt:
+        qt.require_job(job_id)
+        prefix = qt.k.logs(job_id)
+        rows = tx.scan(prefix, keys.prefix_end(prefix), reverse=not asc)
+        n = len(rows)
+        lo = start + n if start < 0 else start
+        hi = end + n if end < 0 else end
+        picked = rows[max(lo, 0) : max(hi + 1, 0)]
+        return JobLogs([pb.LogLine.FromString(v) for _, v in picked], n)
+
+
+def job_cancel(tx: Txn, ns: str, queue: str, job_id: str, reason: str = "") -> pb.Job:
+    """Cancel a job that has not started (waiting, prioritized, delayed,
+    waiting-children). A running job is its worker's to finish or fail."""
+    validate.text("reason", reason, 1024)
+    with _job_tx(tx, ns, queue) as qt:
+        job = qt.require_job(job_id)
+        if job.state == S.ACTIVE:
+            raise InvalidState(job_id, "active", "cancel it; let its worker finish it or fail it")
+        if job.state not in (S.WAITING, S.PRIORITIZED, S.DELAYED, S.WAITING_CHILDREN):
+            raise InvalidState(job_id, S.name(job.state), "cancel a finished job")
+        err = pb.JobError(code="canceled", message=reason or "canceled", at_ns=qt.now, attempt=job.attempt)
+        job.errors.append(err)
+        qt.move(job, S.CANCELED, "canceled", error=err)
+        return job
+
+
+def job_remove_dedup_key(tx: Txn, ns: str, queue: str, dedup_id: str) -> bool:
+    """BullMQ's removeDeduplicationKey: the next enqueue with this id is not a
+    duplicate. Returns whether the key existed."""
+    validate.text("dedup_id", dedup_id, 1024, allow_empty=False)
+    with _job_tx(tx, ns, queue) as qt:
+        existed = dedup.remove_key(qt, dedup_id)
+        if existed:
+            qt.emit("deduplication-key-removed", detail=dedup_id)
+        return existed

@@ -1,0 +1,264 @@
+"""The fenced transitions out of `active` (spec §6.3): extend, complete with every
+Outcome, report. Each reads the job and refuses the write unless the token's epoch is
+the job's current one. Expiry alone does not break the fence: a late complete before
+the stalled sweep reclaims the job still succeeds."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+
+from loam_common.errors import Fenced, InvalidArgument, InvalidState, JobsError
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import dlq, retention, states as S
+from loam_common.jobs.queue import DEFAULT_LOG_CAP, QueueTx
+from loam_common.store.base import Txn
+
+OUTCOMES = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_limited")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a worker finished its lease. Build one with the constructors below."""
+
+    kind: str
+    result: pb.Payload | None = None
+    error: pb.JobError | None = None
+    after_ns: int | None = None  # retry / release: None = the job's backoff / at once
+    dead_letter: bool = False
+    until_ns: int = 0  # delay
+    for_ns: int = 0  # rate_limited
+
+    @staticmethod
+    def ok(result: pb.Payload | None = None) -> Outcome:
+        return Outcome("ok", result=result)
+
+    @staticmethod
+    def retry(error: pb.JobError, after_ns: int | None = None) -> Outcome:
+        return Outcome("retry", error=error, after_ns=after_ns)
+
+    @staticmethod
+    def fail(error: pb.JobError, dead_letter: bool = False) -> Outcome:
+        return Outcome("fail", error=error, dead_letter=dead_letter)
+
+    @staticmethod
+    def release(after_ns: int | None = None) -> Outcome:
+        return Outcome("release", after_ns=after_ns)
+
+    @staticmethod
+    def delay(until_ns: int) -> Outcome:
+        return Outcome("delay", until_ns=until_ns)
+
+    @staticmethod
+    def wait_children() -> Outcome:
+        return Outcome("wait_children")
+
+    @staticmethod
+    def rate_limited(for_ns: int) -> Outcome:
+        return Outcome("rate_limited", for_ns=for_ns)
+
+    def check(self) -> None:
+        if self.kind not in OUTCOMES:
+            raise InvalidArgument("outcome", f"unknown outcome {self.kind!r}; one of {', '.join(OUTCOMES)}")
+        if self.after_ns is not None and self.after_ns < 0:
+            raise InvalidArgument("outcome.after_ns", "must not be negative")
+        if self.kind == "rate_limited" and self.for_ns <= 0:
+            raise InvalidArgument("outcome.for_ns", "rate_limited needs a positive duration")
+        if self.kind in ("retry", "fail") and self.error is None:
+            raise InvalidArgument("outcome.error", f"{self.kind} needs an error")
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    state: int
+    moved: bool = True  # wait_children: False when the job had no pending children
+
+
+def backoff_delay(backoff: pb.Backoff, attempt: int, rng: random.Random | None = None) -> int:
+    """The delay before retry number `attempt` (1-based), BullMQ's formulas."""
+    if backoff.kind == pb.BACKOFF_KIND_FIXED:
+        delay = backoff.base_ns
+    elif backoff.kind == pb.BACKOFF_KIND_EXPONENTIAL:
+        delay = backoff.base_ns * (2 ** max(attempt - 1, 0))
+        if backoff.max_ns:
+            delay = min(delay, backoff.max_ns)
+    else:
+        return 0
+    if backoff.jitter:
+        delay = int(delay * (1 - backoff.jitter * (rng or random).random()))
+    return delay
+
+
+def load_fenced(qt: QueueTx, job_id: str, epoch: int) -> pb.Job:
+    job = qt.require_job(job_id)
+    if job.epoch != epoch:
+        raise Fenced(job_id, epoch, job.epoch)
+    if job.state != S.ACTIVE:
+        raise InvalidState(job_id, S.name(job.state), "complete a job that is not active")
+    return job
+
+
+def job_extend_if_leased(tx: Txn, ns: str, queue: str, job_id: str, epoch: int, by_ns: int) -> int:
+    """Move the deadline to now + by, never past the job's timeout. Returns it."""
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        job = load_fenced(qt, job_id, epoch)
+        deadline = qt.now + by_ns
+        if job.opts.timeout_ns:
+            cap = job.lease_started_ns + job.opts.timeout_ns
+            if qt.now >= cap:
+                raise InvalidState(job_id, "past its timeout", "extend")
+            deadline = min(deadline, cap)
+        qt.set_deadline(job, deadline)
+        qt.put_job(job)
+        return deadline
+
+
+def job_complete_if_leased(
+    tx: Txn, ns: str, queue: str, job_id: str, epoch: int, outcome: Outcome
+) -> Completed:
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        return _complete(qt, load_fenced(qt, job_id, epoch), outcome)
+
+
+def job_complete_many(
+    tx: Txn, ns: str, items: list[tuple[str, str, int, Outcome]]
+) -> list[Completed | JobsError]:
+    """Batched Complete: each (queue, job, epoch, outcome) in its own savepoint, so one
+    fenced token does not undo its neighbours. One transaction for the whole batch."""
+    out: list[Completed | JobsError] = []
+    qts: dict[str, QueueTx] = {}
+    for queue, job_id, epoch, outcome in items:
+        sp = tx.savepoint()
+        try:
+            qt = qts.get(queue)
+            if qt is None:
+                qt = qts[queue] = QueueTx(tx, ns, queue, create=False)
+            out.append(_complete(qt, load_fenced(qt, job_id, epoch), outcome))
+            qt.flush()
+        except JobsError as e:
+            tx.rollback_to(sp)
+            qts.pop(queue, None)  # its cached metas may hold rolled-back counts
+            out.append(e)
+    return out
+
+
+def _complete(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
+    kind = outcome.kind
+    if kind == "ok":
+        if outcome.result is not None:
+            job.result.CopyFrom(outcome.result)
+        qt.move(job, S.COMPLETED, "completed", data=job.result.data)
+        retention.on_finished(qt, job)
+        return Completed(job.state)
+    if kind == "retry":
+        return _retry_or_fail(qt, job, outcome.error, outcome.after_ns)
+    if kind == "fail":
+        _record_error(qt, job, outcome.error)
+        return Completed(_fail(qt, job, outcome.error, outcome.dead_letter))
+    if kind == "release":
+        _requeue(qt, job, qt.now + outcome.after_ns if outcome.after_ns else 0)
+        return Completed(job.state)
+    if kind == "delay":
+        _requeue(qt, job, outcome.until_ns)
+        return Completed(job.state)
+    if kind == "wait_children":
+        if not job.pending_children:
+            return Completed(job.state, moved=False)
+        qt.move(job, S.WAITING_CHILDREN, "waiting-children")
+        return Completed(job.state)
+    if kind == "rate_limited":
+        rl = qt.cfg.rate_limit
+        rt_key = qt.k.runtime(job.shard if rl.sharded else None)
+        raw = qt.tx.get(rt_key)
+        rt = pb.QueueRuntime.FromString(raw) if raw else pb.QueueRuntime()
+        rt.blocked_until_ns = max(rt.blocked_until_ns, qt.now + outcome.for_ns)
+        qt.tx.put(rt_key, rt.SerializeToString())
+        _requeue(qt, job, 0)
+        return Completed(job.state)
+    raise InvalidArgument("outcome", f"unknown outcome {kind!r}")
+
+
+def _requeue(qt: QueueTx, job: pb.Job, due_ns: int) -> None:
+    """Back to waiting (or delayed until `due_ns`) without spending an attempt."""
+    if due_ns > qt.now:
+        job.due_ns = due_ns
+        qt.move(job, S.DELAYED, "delayed")
+    else:
+        job.due_ns = 0
+        qt.move(job, S.ready_state(job.opts.priority), "waiting")
+
+
+def _record_error(qt: QueueTx, job: pb.Job, error: pb.JobError | None) -> None:
+    if error is None:
+        return
+    e = job.errors.add()
+    e.CopyFrom(error)
+    e.at_ns = e.at_ns or qt.now
+    e.attempt = job.attempt + 1
+    if len(job.errors) > 50:  # keep the recent history, bounded
+        del job.errors[0]
+
+
+def _retry_or_fail(qt: QueueTx, job: pb.Job, error: pb.JobError, after_ns: int | None) -> Completed:
+    """Spend an attempt: retry with backoff if any are left, else fail."""
+    _record_error(qt, job, error)
+    job.attempt += 1
+    if job.attempt >= job.attempts_max:
+        return Completed(_fail(qt, job, error, False, exhausted=True))
+    if after_ns is None:
+        backoff = job.opts.backoff if job.opts.HasField("backoff") else qt.cfg.backoff
+        after_ns = backoff_delay(backoff, job.attempt)
+    _requeue(qt, job, qt.now + after_ns if after_ns else 0)
+    return Completed(job.state)
+
+
+def _fail(qt: QueueTx, job: pb.Job, error: pb.JobError, dead_letter: bool, exhausted: bool = False) -> int:
+    err = pb.JobError()
+    err.CopyFrom(error)
+    qt.move(job, S.FAILED, "failed", error=err)
+    if exhausted:
+        qt.emit("retries-exhausted", job, error=err)
+    cfg = qt.cfg
+    if cfg.dead_letter_queue and (dead_letter or (exhausted and cfg.dead_letter_on_exhausted)):
+        dlq.dead_letter(qt, job)
+    else:
+        retention.on_finished(qt, job)
+    return job.state
+
+
+def job_report_if_leased(
+    tx: Txn,
+    ns: str,
+    queue: str,
+    job_id: str,
+    epoch: int,
+    *,
+    progress: bytes | None = None,
+    log_line: str | None = None,
+    data: pb.Payload | None = None,
+) -> None:
+    """Progress (JSON), a log line (capped per job, oldest dropped), a data update."""
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        job = load_fenced(qt, job_id, epoch)
+        if progress is not None:
+            try:
+                json.loads(progress)
+            except ValueError as e:
+                raise InvalidArgument("report.progress", f"is not JSON: {e}") from None
+            job.progress = progress
+            qt.emit("progress", job, data=progress)
+        if log_line is not None:
+            append_log(qt, job, log_line)
+        if data is not None:
+            job.task.payload.CopyFrom(data)
+        qt.put_job(job)
+
+
+def append_log(qt: QueueTx, job: pb.Job, line: str) -> None:
+    cap = qt.cfg.log_cap or DEFAULT_LOG_CAP
+    n = job.log_count
+    qt.tx.put(qt.k.log(job.id, n), pb.LogLine(at_ns=qt.now, line=line).SerializeToString())
+    job.log_count = n + 1
+    if n + 1 > cap:
+        qt.tx.delete(qt.k.log(job.id, n + 1 - cap - 1))

@@ -1,0 +1,95 @@
+"""BullMQ's deduplication modes (spec §6.2): simple (while the job is not finished),
+throttle (for a ttl), debounce (replace the delayed job's data, optionally extend the
+ttl) and keep-last-if-active (a duplicate that arrives while the job runs is enqueued
+once it finishes)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import states as S
+
+if TYPE_CHECKING:
+    from loam_common.jobs.enqueue import Enqueued, NewJob
+    from loam_common.jobs.queue import QueueTx
+
+
+def _load(qt: QueueTx, dedup_id: str) -> pb.DedupRecord | None:
+    raw = qt.tx.get(qt.k.dedup(dedup_id))
+    if raw is None:
+        return None
+    rec = pb.DedupRecord.FromString(raw)
+    if rec.expires_ns and rec.expires_ns <= qt.now:
+        return None
+    return rec
+
+
+def check(qt: QueueTx, nj: NewJob) -> Enqueued | None:
+    """The existing job this enqueue duplicates, or None to enqueue it."""
+    from loam_common.jobs.enqueue import Enqueued
+
+    d = nj.opts.dedup
+    rec = _load(qt, d.id)
+    if rec is None:
+        return None
+    job = qt.get_job(rec.job_id)
+    if job is None or (job.state in S.FINISHED and not rec.expires_ns):
+        return None
+    changed = False
+    if d.mode == pb.DEDUP_MODE_DEBOUNCE and d.extend and d.ttl_ns:
+        rec.expires_ns = qt.now + d.ttl_ns
+        changed = True
+    if d.mode == pb.DEDUP_MODE_DEBOUNCE and d.replace and job.state == S.DELAYED:
+        # Debounce: the pending job takes the newest data and the newest delay.
+        from loam_common.jobs.enqueue import _due_ns
+
+        job.task.CopyFrom(nj.task)
+        due = _due_ns(nj.opts, qt.now)
+        qt.tx.delete(qt.k.delayed(job.shard, job.due_ns, job.id))
+        job.due_ns = due
+        qt.tx.put(qt.k.delayed(job.shard, due, job.id), b"")
+        qt.put_job(job)
+    elif d.keep_last_if_active and job.state == S.ACTIVE:
+        rec.pending_job_id = nj.job_id
+        rec.pending_task.CopyFrom(nj.task)
+        rec.pending_opts.CopyFrom(nj.opts)
+        changed = True
+    if changed:
+        qt.tx.put(qt.k.dedup(d.id), rec.SerializeToString())
+    qt.emit("deduplicated", job, detail=d.id)
+    return Enqueued(job.id, False, job.state)
+
+
+def record(qt: QueueTx, nj: NewJob) -> None:
+    d = nj.opts.dedup
+    rec = pb.DedupRecord(job_id=nj.job_id, expires_ns=qt.now + d.ttl_ns if d.ttl_ns else 0)
+    qt.tx.put(qt.k.dedup(d.id), rec.SerializeToString())
+
+
+def remove_key(qt: QueueTx, dedup_id: str) -> bool:
+    key = qt.k.dedup(dedup_id)
+    existed = qt.tx.get(key) is not None
+    qt.tx.delete(key)
+    return existed
+
+
+def on_finished(qt: QueueTx, job: pb.Job) -> None:
+    """The job left the live states: release a simple dedup id, or enqueue the last
+    duplicate kept while it ran."""
+    d = job.opts.dedup
+    key = qt.k.dedup(d.id)
+    raw = qt.tx.get(key)
+    if raw is None:
+        return
+    rec = pb.DedupRecord.FromString(raw)
+    if rec.job_id != job.id:
+        return
+    if rec.pending_job_id:
+        from loam_common.jobs.enqueue import NewJob, _enqueue_one
+
+        pending = NewJob(rec.pending_job_id, rec.pending_task, rec.pending_opts)
+        qt.tx.delete(key)
+        _enqueue_one(qt, pending)
+    elif not rec.expires_ns:
+        qt.tx.delete(key)

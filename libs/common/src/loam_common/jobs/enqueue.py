@@ -1,0 +1,192 @@
+"""Enqueue (spec §5.1, §6.2): one transaction per call or per bulk batch, with the
+three uniqueness mechanisms checked in the order a retried producer needs them:
+idempotency key, then job key, then dedup id."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from dataclasses import dataclass
+
+from loam_common import validate
+from loam_common.errors import AlreadyExists, IdempotencyConflict, InvalidArgument, JobsError
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import dedup, states as S
+from loam_common.jobs.queue import QueueTx
+from loam_common.store.base import Txn
+
+DEFAULT_IDEMPOTENCY_TTL_NS = 24 * 3600 * 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job as the producer asked for it, validated, with its server-assigned id."""
+
+    job_id: str
+    task: pb.TaskSpec
+    opts: pb.EnqueueOpts
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    job_id: str
+    created: bool
+    state: int
+
+
+def request_hash(task: pb.TaskSpec, opts: pb.EnqueueOpts) -> bytes:
+    """The canonical request: what `job_key` and idempotency keys compare."""
+    o = pb.EnqueueOpts()
+    o.CopyFrom(opts)
+    o.ClearField("idempotency")
+    h = hashlib.sha256(task.SerializeToString(deterministic=True))
+    h.update(o.SerializeToString(deterministic=True))
+    return h.digest()
+
+
+def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
+    """Refuse contradictory or out-of-range options before any transaction."""
+    if opts.priority > validate.PRIORITY_LIMIT:
+        raise InvalidArgument(f"{field}.priority", f"must be at most {validate.PRIORITY_LIMIT}")
+    if opts.priority and opts.lifo:
+        raise InvalidArgument(f"{field}.lifo", "LIFO applies to the FIFO band only; drop priority or lifo")
+    if opts.HasField("not_before"):
+        nb = opts.not_before
+        if nb.WhichOneof("kind") == "delay_ns":
+            validate.non_negative(f"{field}.not_before.delay_ns", nb.delay_ns)
+        elif nb.WhichOneof("kind") == "at_ns":
+            validate.non_negative(f"{field}.not_before.at_ns", nb.at_ns)
+    for name in ("visibility_ns", "timeout_ns", "expires_ns"):
+        validate.non_negative(f"{field}.{name}", getattr(opts, name))
+    if opts.timeout_ns and opts.visibility_ns > opts.timeout_ns:
+        raise InvalidArgument(f"{field}.visibility_ns", "is longer than timeout_ns")
+    if opts.HasField("backoff"):
+        b = opts.backoff
+        validate.non_negative(f"{field}.backoff.base_ns", b.base_ns)
+        validate.non_negative(f"{field}.backoff.max_ns", b.max_ns)
+        validate.in_range(f"{field}.backoff.jitter", b.jitter, 0.0, 1.0)
+    if opts.job_key:
+        validate.text(f"{field}.job_key", opts.job_key, 1024)
+    if opts.HasField("idempotency"):
+        validate.text(f"{field}.idempotency.key", opts.idempotency.key, 1024, allow_empty=False)
+        validate.non_negative(f"{field}.idempotency.ttl_ns", opts.idempotency.ttl_ns)
+    if opts.HasField("dedup"):
+        d = opts.dedup
+        validate.text(f"{field}.dedup.id", d.id, 1024, allow_empty=False)
+        validate.non_negative(f"{field}.dedup.ttl_ns", d.ttl_ns)
+        if d.mode in (pb.DEDUP_MODE_THROTTLE, pb.DEDUP_MODE_DEBOUNCE) and d.ttl_ns <= 0:
+            raise InvalidArgument(f"{field}.dedup.ttl_ns", "throttle and debounce need a ttl")
+        if d.replace and d.mode != pb.DEDUP_MODE_DEBOUNCE:
+            raise InvalidArgument(f"{field}.dedup.replace", "only applies to debounce")
+        if d.replace and not opts.HasField("not_before"):
+            raise InvalidArgument(f"{field}.dedup.replace", "debounce with replace needs a delay")
+    if opts.subject:
+        validate.text(f"{field}.subject", opts.subject, 1024)
+    if opts.mode == pb.MODE_DURABLE and not opts.durable_function:
+        raise InvalidArgument(f"{field}.durable_function", "durable mode names the function to run")
+
+
+def _due_ns(opts: pb.EnqueueOpts, now: int) -> int:
+    if not opts.HasField("not_before"):
+        return 0
+    nb = opts.not_before
+    return now + nb.delay_ns if nb.WhichOneof("kind") == "delay_ns" else nb.at_ns
+
+
+def _shard(qt: QueueTx, job: NewJob) -> int:
+    shards = max(qt.cfg.shards, 1)
+    if shards == 1:
+        return 0
+    # A subject's jobs share a shard so the subject's FIFO is one ordered range.
+    basis = job.opts.subject or job.job_id
+    return zlib.crc32(basis.encode()) % shards
+
+
+def job_enqueue(tx: Txn, ns: str, queue: str, new_jobs: list[NewJob]) -> list[Enqueued | JobsError]:
+    """Enqueue jobs into one queue in one transaction. A refused job (key clash) gets
+    its error in its slot and leaves no trace; the others go in."""
+    out: list[Enqueued | JobsError] = []
+    with QueueTx(tx, ns, queue) as qt:
+        for nj in new_jobs:
+            sp = tx.savepoint() if len(new_jobs) > 1 else None
+            try:
+                out.append(_enqueue_one(qt, nj))
+            except JobsError as e:
+                if sp is not None:
+                    tx.rollback_to(sp)
+                    out.append(e)
+                else:
+                    raise
+    return out
+
+
+def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
+    tx, k, now, opts = qt.tx, qt.k, qt.now, nj.opts
+    rhash = None
+
+    if opts.HasField("idempotency"):
+        rhash = request_hash(nj.task, opts)
+        ikey = k.idempotency(opts.idempotency.key)
+        raw = tx.get(ikey)
+        if raw is not None:
+            rec = pb.IdempotencyRecord.FromString(raw)
+            if rec.expires_ns > now:
+                if rec.request_hash != rhash:
+                    raise IdempotencyConflict(opts.idempotency.key)
+                return Enqueued(rec.job_id, False, rec.state)
+
+    if opts.job_key:
+        existing_id = tx.get(k.job_key(opts.job_key))
+        if existing_id is not None:
+            existing = qt.get_job(existing_id.decode())
+            if existing is not None:
+                rhash = rhash or request_hash(nj.task, opts)
+                if existing.request_hash != rhash:
+                    raise AlreadyExists(
+                        f"job key {opts.job_key!r} is taken by job {existing.id} with different "
+                        "parameters; use another key or remove that job first",
+                        existing.id,
+                    )
+                return _remember(qt, nj, Enqueued(existing.id, False, existing.state))
+
+    if opts.HasField("dedup"):
+        hit = dedup.check(qt, nj)
+        if hit is not None:
+            return _remember(qt, nj, hit)
+
+    job = pb.Job(id=nj.job_id, queue=qt.name, task=nj.task, opts=opts, created_ns=now)
+    job.attempts_max = opts.attempts or qt.cfg.attempts or 1
+    job.shard = _shard(qt, nj)
+    job.request_hash = rhash or (request_hash(nj.task, opts) if opts.job_key else b"")
+    due = _due_ns(opts, now)
+    if due > now:
+        job.state = S.DELAYED
+        job.due_ns = due
+    else:
+        job.state = S.ready_state(opts.priority)
+    qt.insert(job)
+    qt.emit("added", job)
+    qt.emit(S.name(job.state) if not job.subject_blocked else "waiting", job)
+    if opts.job_key:
+        tx.put(k.job_key(opts.job_key), job.id.encode())
+    if opts.HasField("dedup"):
+        dedup.record(qt, nj)
+    return _remember(qt, nj, Enqueued(job.id, True, job.state))
+
+
+def _remember(qt: QueueTx, nj: NewJob, result: Enqueued) -> Enqueued:
+    """Store the idempotency record: the first call's answer, for its TTL."""
+    opts = nj.opts
+    if opts.HasField("idempotency"):
+        ttl = opts.idempotency.ttl_ns or DEFAULT_IDEMPOTENCY_TTL_NS
+        expires = qt.now + ttl
+        rec = pb.IdempotencyRecord(
+            request_hash=request_hash(nj.task, opts),
+            job_id=result.job_id,
+            state=result.state,
+            expires_ns=expires,
+        )
+        qt.ensure_exists()
+        qt.tx.put(qt.k.idempotency(opts.idempotency.key), rec.SerializeToString())
+        qt.tx.put(qt.k.idempotency_expiry(expires, opts.idempotency.key), b"")
+    return result

@@ -1,0 +1,167 @@
+"""Lease (spec §5.2, §6.3, §6.9): take up to `max_jobs` ready jobs from the queues in
+the worker's order of preference, in one transaction. On the way it promotes due
+delayed jobs, discards expired ones, debits the rate bucket and respects global
+concurrency; each leased job gets epoch + 1 and a deadline by the store clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loam_common import keys
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import states as S
+from loam_common.jobs.queue import DEFAULT_VISIBILITY_NS, QueueTx
+from loam_common.store.base import Txn
+
+PROMOTE_BATCH = 1000
+NAME_SCAN_LIMIT = 2000
+
+
+@dataclass(slots=True)
+class LeaseResult:
+    jobs: list[pb.Job] = field(default_factory=list)
+    # When nothing was leased: the earliest moment something may become leasable
+    # (a delayed job's due time, a rate window's end), 0 if unknown. Long-polls wait
+    # no longer than this.
+    wake_at_ns: int = 0
+
+
+def _note_wake(res: LeaseResult, at_ns: int) -> None:
+    if at_ns and (not res.wake_at_ns or at_ns < res.wake_at_ns):
+        res.wake_at_ns = at_ns
+
+
+def promote_due(qt: QueueTx, shard: int, limit: int = PROMOTE_BATCH) -> int:
+    """Move delayed jobs whose time has come to the ready index."""
+    prefix = qt.k.delayed_shard(shard)
+    due = qt.tx.scan(prefix, prefix + keys.U64.pack(qt.now + 1), limit=limit)
+    plen = len(prefix)
+    for key, _ in due:
+        job = qt.require_job(keys.index_job_id(key, plen))
+        qt.move(job, S.ready_state(job.opts.priority), "waiting")
+    return len(due)
+
+
+def next_due_ns(qt: QueueTx, shard: int) -> int:
+    prefix = qt.k.delayed_shard(shard)
+    head = qt.tx.scan(prefix, keys.prefix_end(prefix), limit=1)
+    return keys.index_time(head[0][0], len(prefix)) if head else 0
+
+
+def lease_deadline(qt: QueueTx, job: pb.Job) -> int:
+    visibility = job.opts.visibility_ns or qt.cfg.visibility_ns or DEFAULT_VISIBILITY_NS
+    deadline = qt.now + visibility
+    if job.opts.timeout_ns:
+        deadline = min(deadline, job.lease_started_ns + job.opts.timeout_ns)
+    return deadline
+
+
+def _rate_allowance(qt: QueueTx, shard: int, res: LeaseResult) -> tuple[int, pb.QueueRuntime | None, bytes]:
+    """How many jobs the rate bucket allows now (a large number when unlimited)."""
+    rl = qt.cfg.rate_limit
+    rt_key = qt.k.runtime(shard if rl.sharded else None)
+    raw = qt.tx.get(rt_key)
+    rt = pb.QueueRuntime.FromString(raw) if raw else None
+    if rt is not None and rt.blocked_until_ns > qt.now:
+        _note_wake(res, rt.blocked_until_ns)
+        return 0, rt, rt_key
+    if not rl.max or not rl.duration_ns:
+        return 1 << 30, rt, rt_key
+    if rt is None:
+        rt = pb.QueueRuntime()
+    if qt.now >= rt.window_start_ns + rl.duration_ns:
+        rt.window_start_ns = qt.now
+        rt.used = 0
+    cap = rl.max // max(qt.cfg.shards, 1) if rl.sharded else rl.max
+    left = max(cap, 1) - rt.used
+    if left <= 0:
+        _note_wake(res, rt.window_start_ns + rl.duration_ns)
+    return max(left, 0), rt, rt_key
+
+
+def job_lease(
+    tx: Txn,
+    ns: str,
+    queues: list[str],
+    worker: str,
+    max_jobs: int,
+    names: frozenset[str] | None = None,
+    shard_offset: int = 0,
+) -> LeaseResult:
+    res = LeaseResult()
+    for queue in queues:
+        if len(res.jobs) >= max_jobs:
+            break
+        if tx.get(keys.QueueKeys(ns, queue).config()) is None:
+            continue  # nothing was ever enqueued here; leasing does not create queues
+        with QueueTx(tx, ns, queue) as qt:
+            if qt.cfg.paused:
+                continue
+            before = len(res.jobs)
+            shards = max(qt.cfg.shards, 1)
+            for i in range(shards):
+                if len(res.jobs) >= max_jobs:
+                    break
+                _lease_shard(qt, (shard_offset + i) % shards, worker, max_jobs, names, res)
+            if len(res.jobs) > before and worker:
+                w = pb.Worker(id=worker, last_seen_ns=qt.now, queues=queues)
+                tx.put(qt.k.worker(worker), w.SerializeToString())
+    return res
+
+
+def _lease_shard(
+    qt: QueueTx, shard: int, worker: str, max_jobs: int, names: frozenset[str] | None, res: LeaseResult
+) -> None:
+    tx = qt.tx
+    promote_due(qt, shard)
+    want = max_jobs - len(res.jobs)
+    allowance, rt, rt_key = _rate_allowance(qt, shard, res)
+    want = min(want, allowance)
+    if qt.cfg.concurrency:
+        want = min(want, qt.cfg.concurrency - qt.active_count())
+    if want <= 0:
+        return
+    prefix = qt.k.ready_shard(shard)
+    end = keys.prefix_end(prefix)
+    taken = scanned = 0
+    # Page through the head: expired jobs (discarded on the way) and, with a `names`
+    # filter, other tasks' jobs must not hide ready jobs behind them.
+    while taken < want and scanned < NAME_SCAN_LIMIT:
+        page = want - taken if names is None else NAME_SCAN_LIMIT - scanned
+        entries = tx.scan(prefix, end, limit=page)
+        if not entries:
+            break
+        scanned += len(entries)
+        prefix = entries[-1][0] + b"\x00"
+        taken += _take(qt, entries, want - taken, worker, names, res)
+    if rt is not None and taken and qt.cfg.rate_limit.max:
+        rt.used += taken
+        tx.put(rt_key, rt.SerializeToString())
+    if not res.jobs:
+        _note_wake(res, next_due_ns(qt, shard))
+
+
+def _take(
+    qt: QueueTx, entries: list[tuple[bytes, bytes]], want: int, worker: str, names: frozenset[str] | None, res: LeaseResult
+) -> int:
+    taken = 0
+    for _key, job_id in entries:
+        if taken >= want:
+            break
+        job = qt.require_job(job_id.decode())
+        if names is not None and job.task.name not in names:
+            continue
+        if job.opts.expires_ns and qt.now > job.opts.expires_ns:
+            job.errors.append(pb.JobError(code="expired", message="expired before it started", at_ns=qt.now))
+            qt.move(job, S.CANCELED, "expired")
+            continue
+        job.epoch += 1
+        job.worker = worker
+        job.lease_started_ns = qt.now
+        if not job.processed_ns:
+            job.processed_ns = qt.now
+        job.deadline_ns = lease_deadline(qt, job)
+        qt.move(job, S.ACTIVE, "active", worker=worker)
+        res.jobs.append(job)
+        taken += 1
+    return taken

@@ -1,0 +1,298 @@
+"""`QueueTx`: one queue inside one transaction. The only code that moves a job between
+states: it keeps the job record, its index entry, the per-shard counts, the subject
+FIFO and the outbox row of the move in step, so every transition above it is a few
+lines of guards.
+
+Use it as a context manager; the shard metas it touched are written once on exit:
+
+    with QueueTx(tx, ns, queue) as qt:
+        job = qt.require_job(job_id)
+        qt.move(job, COMPLETED, "completed")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from loam_common import keys
+from loam_common.errors import InvalidState, NotFound
+from loam_common.gen.loam.jobs.v1 import events_pb2, types_pb2 as pb
+from loam_common.jobs import states as S
+from loam_common.store.base import Txn
+
+DEFAULT_VISIBILITY_NS = 30_000_000_000
+DEFAULT_LOG_CAP = 1000
+DEFAULT_PAYLOAD_LIMIT = 64 * 1024 * 1024
+
+
+def default_config(queue: str, now_ns: int) -> pb.QueueConfig:
+    return pb.QueueConfig(
+        name=queue, visibility_ns=DEFAULT_VISIBILITY_NS, attempts=1, shards=1, created_ns=now_ns
+    )
+
+
+def max_stalled(cfg: pb.QueueConfig) -> int:
+    """BullMQ's maxStalledCount: 1 unless set; -1 means unlimited (Celery acks_late)."""
+    return cfg.max_stalled if cfg.HasField("max_stalled") else 1
+
+
+class QueueTx:
+    __slots__ = ("tx", "ns", "name", "k", "cfg", "now", "_metas", "_dirty", "on_finished", "_exists")
+
+    def __init__(self, tx: Txn, ns: str, queue: str, *, create: bool = True) -> None:
+        self.tx = tx
+        self.ns = ns
+        self.name = queue
+        self.k = keys.QueueKeys(ns, queue)
+        self.now = tx.now_ns()
+        raw = tx.get(self.k.config())
+        if raw is None:
+            if not create:
+                raise NotFound(f"queue {queue!r} does not exist in namespace {ns!r}")
+            self.cfg = default_config(queue, self.now)
+            self._exists = False
+        else:
+            self.cfg = pb.QueueConfig.FromString(raw)
+            self._exists = True
+        self._metas: dict[int, pb.ShardMeta] = {}
+        self._dirty: set[int] = set()
+        # Hooks run when a job reaches a finished state (flows use this).
+        self.on_finished: list[Callable[[QueueTx, pb.Job], None]] = []
+
+    # -- lifecycle -------------------------------------------------------------------
+    def __enter__(self) -> QueueTx:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.flush()
+
+    def ensure_exists(self) -> None:
+        """Queues are created on first use: the first write to a queue stores its config."""
+        if not self._exists:
+            self.save_config()
+            self.tx.put(keys.queue_registry(self.ns, self.name), b"")
+            self.tx.put(keys.namespace_registry(self.ns), b"")
+            self._exists = True
+
+    @property
+    def exists(self) -> bool:
+        return self._exists
+
+    def save_config(self) -> None:
+        self.tx.put(self.k.config(), self.cfg.SerializeToString())
+
+    def flush(self) -> None:
+        for shard in self._dirty:
+            self.tx.put(self.k.shard_meta(shard), self._metas[shard].SerializeToString())
+        self._dirty.clear()
+
+    # -- shard metas -----------------------------------------------------------------
+    def meta(self, shard: int) -> pb.ShardMeta:
+        m = self._metas.get(shard)
+        if m is None:
+            raw = self.tx.get(self.k.shard_meta(shard))
+            m = pb.ShardMeta.FromString(raw) if raw else pb.ShardMeta()
+            self._metas[shard] = m
+        return m
+
+    def next_seq(self, shard: int) -> int:
+        m = self.meta(shard)
+        m.next_seq += 1
+        self._dirty.add(shard)
+        return m.next_seq
+
+    def _count(self, shard: int, state: int, delta: int) -> None:
+        m = self.meta(shard)
+        m.counts[state] = m.counts[state] + delta
+        self._dirty.add(shard)
+
+    def counts(self) -> dict[int, int]:
+        total: dict[int, int] = {}
+        for shard in range(max(self.cfg.shards, 1)):
+            for state, n in self.meta(shard).counts.items():
+                total[state] = total.get(state, 0) + n
+        return total
+
+    def active_count(self) -> int:
+        return sum(self.meta(s).counts[S.ACTIVE] for s in range(max(self.cfg.shards, 1)))
+
+    # -- outbox ----------------------------------------------------------------------
+    def emit(self, event: str, job: pb.Job | None = None, shard: int = 0, **fields) -> None:
+        """Write the outbox row of a change, in the transaction that makes the change."""
+        if job is not None:
+            shard = job.shard
+        m = self.meta(shard)
+        m.outbox_seq += 1
+        self._dirty.add(shard)
+        ev = events_pb2.JobEvent(
+            event=event, queue=self.name, shard=shard, seq=m.outbox_seq, time_ns=self.now, **fields
+        )
+        if job is not None:
+            ev.job_id = job.id
+            ev.state = job.state
+            ev.name = job.task.name
+            ev.attempt = job.attempt
+            ev.epoch = job.epoch
+            tp = job.task.headers.get("traceparent")
+            if tp:
+                ev.headers["traceparent"] = tp
+        self.tx.put(self.k.outbox(shard, m.outbox_seq), ev.SerializeToString())
+
+    # -- jobs ------------------------------------------------------------------------
+    def get_job(self, job_id: str) -> pb.Job | None:
+        raw = self.tx.get(self.k.job(job_id))
+        return pb.Job.FromString(raw) if raw is not None else None
+
+    def require_job(self, job_id: str) -> pb.Job:
+        job = self.get_job(job_id)
+        if job is None:
+            raise NotFound(f"job {job_id!r} not found in queue {self.name!r}")
+        return job
+
+    def put_job(self, job: pb.Job) -> None:
+        self.tx.put(self.k.job(job.id), job.SerializeToString())
+
+    def _index_key(self, job: pb.Job) -> bytes | None:
+        st = job.state
+        if st == S.WAITING or st == S.PRIORITIZED:
+            if job.subject_blocked:
+                return self.k.subject_backlog_entry(job.opts.subject, job.seq)
+            return self.k.ready(job.shard, job.opts.priority, job.seq, job.opts.lifo)
+        if st == S.ACTIVE:
+            return self.k.active(job.shard, job.deadline_ns, job.id)
+        if st == S.DELAYED:
+            return self.k.delayed(job.shard, job.due_ns, job.id)
+        if st in S.STATE_INDEXED:
+            return self.k.state_entry(st, job.shard, job.state_ns, job.id)
+        return None
+
+    def _index_add(self, job: pb.Job) -> None:
+        key = self._index_key(job)
+        if key is not None:
+            st = job.state
+            value = job.id.encode() if (st == S.WAITING or st == S.PRIORITIZED) else b""
+            self.tx.put(key, value)
+
+    def _index_remove(self, job: pb.Job) -> None:
+        key = self._index_key(job)
+        if key is not None:
+            self.tx.delete(key)
+
+    def insert(self, job: pb.Job, event: str | None = None) -> None:
+        """Store a new job in its state (WAITING/PRIORITIZED/DELAYED/...)."""
+        self.ensure_exists()
+        job.state_ns = self.now
+        if job.opts.subject and job.state != S.WAITING_CHILDREN:
+            self._subject_claim(job)
+        if job.state in S.READY:
+            job.seq = self.next_seq(job.shard)
+        self._index_add(job)
+        self._count(job.shard, job.state, 1)
+        self.put_job(job)
+        if event:
+            self.emit(event, job)
+
+    def move(self, job: pb.Job, to: int, event: str | None, **event_fields) -> None:
+        """Move a stored job to `to`: index, counts, record and outbox in one go."""
+        frm = job.state
+        if to not in S.ALLOWED.get(frm, ()):
+            raise InvalidState(job.id, S.name(frm), f"move to {S.name(to)}")
+        self._index_remove(job)
+        self._count(job.shard, frm, -1)
+        job.state = to
+        job.state_ns = self.now
+        if to in S.READY:
+            job.seq = self.next_seq(job.shard)
+        if to != S.ACTIVE:
+            job.worker = ""
+            job.deadline_ns = 0
+        if to in S.FINISHED:
+            job.finished_ns = self.now
+        self._index_add(job)
+        self._count(job.shard, to, 1)
+        self.put_job(job)
+        if event:
+            self.emit(event, job, prev_state=frm, **event_fields)
+        if to in S.FINISHED and frm not in S.FINISHED:
+            self._finished(job)
+
+    def set_deadline(self, job: pb.Job, deadline_ns: int) -> None:
+        """Move an active job's entry in the active index (extend)."""
+        self.tx.delete(self.k.active(job.shard, job.deadline_ns, job.id))
+        job.deadline_ns = deadline_ns
+        self.tx.put(self.k.active(job.shard, deadline_ns, job.id), b"")
+
+    def remove(self, job: pb.Job, event: str | None = "removed") -> None:
+        """Delete a job and everything that points at it."""
+        self._index_remove(job)
+        self._count(job.shard, job.state, -1)
+        self.tx.delete(self.k.job(job.id))
+        for key, _ in self.tx.scan(self.k.logs(job.id), keys.prefix_end(self.k.logs(job.id))):
+            self.tx.delete(key)
+        for ref in (job.task.payload.blob_ref, job.result.blob_ref):
+            if ref:
+                self.tx.put(keys.blob_gc(self.ns, ref), b"")
+        if job.opts.job_key:
+            kk = self.k.job_key(job.opts.job_key)
+            if self.tx.get(kk) == job.id.encode():
+                self.tx.delete(kk)
+        if event:
+            self.emit(event, job)
+        if job.state not in S.FINISHED:
+            self._finished(job)
+
+    # -- finishing ---------------------------------------------------------------------
+    def _finished(self, job: pb.Job) -> None:
+        """A job left the live states: free its subject and its simple dedup id, and let
+        the hooks (flows, dedup keep-last) react."""
+        if job.opts.subject and not job.subject_blocked:
+            self._subject_release(job)
+        if job.opts.dedup.id:
+            from loam_common.jobs import dedup  # dedup enqueues, which imports this module
+
+            dedup.on_finished(self, job)
+        for hook in self.on_finished:
+            hook(self, job)
+
+    # -- subjects (spec 003: per-subject serial execution) -------------------------------
+    def _subject_claim(self, job: pb.Job) -> None:
+        cur_key = self.k.subject_current(job.opts.subject)
+        current = self.tx.get(cur_key)
+        if current is None or current == job.id.encode():
+            self.tx.put(cur_key, job.id.encode())
+            job.subject_blocked = False
+        else:
+            # Wait behind the subject's in-flight job; keep the intended state.
+            job.subject_blocked = True
+            if job.state == S.DELAYED:
+                job.state = S.ready_state(job.opts.priority)
+
+    def _subject_release(self, job: pb.Job) -> None:
+        subject = job.opts.subject
+        cur_key = self.k.subject_current(subject)
+        if self.tx.get(cur_key) != job.id.encode():
+            return
+        prefix = self.k.subject_backlog(subject)
+        head = self.tx.scan(prefix, keys.prefix_end(prefix), limit=1)
+        if not head:
+            self.tx.delete(cur_key)
+            return
+        entry_key, next_id = head[0]
+        nxt = self.require_job(next_id.decode())
+        self.tx.delete(entry_key)
+        self.tx.put(cur_key, next_id)
+        self._count(nxt.shard, nxt.state, -1)
+        nxt.subject_blocked = False
+        nxt.state_ns = self.now
+        if nxt.due_ns > self.now:
+            nxt.state = S.DELAYED
+            event = "delayed"
+        else:
+            nxt.state = S.ready_state(nxt.opts.priority)
+            nxt.seq = self.next_seq(nxt.shard)
+            event = "waiting"
+        self._index_add(nxt)
+        self._count(nxt.shard, nxt.state, 1)
+        self.put_job(nxt)
+        self.emit(event, nxt)

@@ -1,0 +1,78 @@
+"""Retention (spec §6.10): BullMQ's removeOnComplete / removeOnFail by count and by
+age. Applied when a job finishes, as BullMQ does, and by the sweeper for ages that
+pass while nothing finishes. A job's own retention overrides its queue's."""
+
+from __future__ import annotations
+
+from loam_common import keys
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import states as S
+from loam_common.jobs.queue import QueueTx
+
+TRIM_BATCH = 1000
+
+
+def _policy(qt: QueueTx, job: pb.Job | None, state: int) -> tuple[int | None, int | None]:
+    """(count, age_ns) to keep for `state`; None = keep."""
+    sources = [qt.cfg.retention]
+    if job is not None and job.opts.HasField("retention"):
+        sources.insert(0, job.opts.retention)
+    count_f, age_f = (
+        ("completed_count", "completed_age_ns") if state == S.COMPLETED else ("failed_count", "failed_age_ns")
+    )
+    count = age = None
+    for r in sources:
+        if count is None and r.HasField(count_f):
+            count = getattr(r, count_f)
+        if age is None and r.HasField(age_f):
+            age = getattr(r, age_f)
+    return count, age
+
+
+def on_finished(qt: QueueTx, job: pb.Job) -> None:
+    if job.state not in (S.COMPLETED, S.FAILED):
+        return
+    count, age = _policy(qt, job, job.state)
+    if count == 0:
+        qt.remove(job, event=None)
+        return
+    trim(qt, job.state, job.shard, count, age)
+
+
+def trim(qt: QueueTx, state: int, shard: int, count: int | None, age_ns: int | None) -> int:
+    """Remove the oldest finished jobs of one shard beyond `count` or older than `age`."""
+    prefix = qt.k.state_shard(state, shard)
+    end = keys.prefix_end(prefix)
+    removed = 0
+    if age_ns is not None:
+        cutoff = qt.now - age_ns
+        for key, _ in qt.tx.scan(prefix, prefix + keys.U64.pack(max(cutoff, 0)), limit=TRIM_BATCH):
+            removed += _remove_entry(qt, key, len(prefix))
+    if count is not None:
+        held = qt.meta(shard).counts[state]
+        excess = held - count
+        if excess > 0:
+            for key, _ in qt.tx.scan(prefix, end, limit=min(excess, TRIM_BATCH)):
+                removed += _remove_entry(qt, key, len(prefix))
+    return removed
+
+
+def _remove_entry(qt: QueueTx, key: bytes, plen: int) -> int:
+    job = qt.get_job(keys.index_job_id(key, plen))
+    if job is None:
+        qt.tx.delete(key)  # an index entry without its job: repair
+        return 0
+    qt.remove(job, event=None)
+    return 1
+
+
+def sweep_queue(qt: QueueTx) -> int:
+    """The sweeper's pass: apply the queue's age limits to every shard."""
+    removed = 0
+    for state in (S.COMPLETED, S.FAILED):
+        count, age = _policy(qt, None, state)
+        if count is None and age is None:
+            continue
+        for shard in range(max(qt.cfg.shards, 1)):
+            removed += trim(qt, state, shard, count, age)
+    return removed

@@ -1,0 +1,82 @@
+"""The sweeps (spec §6.3, §6.10), one function per sweep over one queue shard inside
+one transaction, each returning how much it did so a loop can go again at once when
+a batch was full. The sweeper service owns the loop and the shard ownership."""
+
+from __future__ import annotations
+
+from loam_common import keys
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import complete, lease, retention, states as S
+from loam_common.jobs.queue import QueueTx, max_stalled
+from loam_common.store.base import Txn
+
+BATCH = 500
+STALLED_MESSAGE = "job stalled more than allowable limit"
+
+
+def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) -> int:
+    """Reclaim active jobs whose lease deadline passed. The reclaim bumps the epoch,
+    which is what fences the worker that lost the job."""
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        prefix = qt.k.active_shard(shard)
+        expired = tx.scan(prefix, prefix + keys.U64.pack(qt.now), limit=limit)
+        plen = len(prefix)
+        for key, _ in expired:
+            job = qt.get_job(keys.index_job_id(key, plen))
+            if job is None:
+                tx.delete(key)
+                continue
+            job.epoch += 1
+            if job.opts.timeout_ns and qt.now >= job.lease_started_ns + job.opts.timeout_ns:
+                err = pb.JobError(code="timeout", message=f"job timed out after {job.opts.timeout_ns / 1e9:g} s")
+                complete._retry_or_fail(qt, job, err, None)
+                continue
+            job.stalled += 1
+            limit_stalled = max_stalled(qt.cfg)
+            if limit_stalled >= 0 and job.stalled > limit_stalled:
+                err = pb.JobError(code="stalled", message=STALLED_MESSAGE)
+                complete._record_error(qt, job, err)
+                complete._fail(qt, job, err, False)
+                continue
+            qt.move(job, S.ready_state(job.opts.priority), "stalled")
+            qt.emit("waiting", job)
+        return len(expired)
+
+
+def sweep_delayed(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) -> int:
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        return lease.promote_due(qt, shard, limit)
+
+
+def sweep_retention(tx: Txn, ns: str, queue: str) -> int:
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        return retention.sweep_queue(qt)
+
+
+def sweep_idempotency(tx: Txn, ns: str, queue: str, limit: int = BATCH) -> int:
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        prefix = qt.k.idempotency_expiry_all()
+        rows = tx.scan(prefix, prefix + keys.U64.pack(qt.now), limit=limit)
+        for key, _ in rows:
+            ikey = qt.k.idempotency_from_expiry(key)
+            raw = tx.get(ikey)
+            # A later call may have renewed the record; delete only the expired one.
+            if raw is not None and pb.IdempotencyRecord.FromString(raw).expires_ns <= qt.now:
+                tx.delete(ikey)
+            tx.delete(key)
+        return len(rows)
+
+
+def list_namespaces(tx: Txn) -> list[str]:
+    prefix = keys.namespace_registry()
+    return [k[len(prefix):].decode() for k, _ in tx.scan(prefix, keys.prefix_end(prefix))]
+
+
+def list_queues(tx: Txn, ns: str) -> list[str]:
+    prefix = keys.queue_registry(ns)
+    return [keys.queue_from_registry_key(ns, k) for k, _ in tx.scan(prefix, keys.prefix_end(prefix))]
+
+
+def queue_shards(tx: Txn, ns: str, queue: str) -> int:
+    raw = tx.get(keys.QueueKeys(ns, queue).config())
+    return max(pb.QueueConfig.FromString(raw).shards, 1) if raw else 0

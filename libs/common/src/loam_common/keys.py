@@ -1,0 +1,254 @@
+"""The key layout: the only module that builds store keys.
+
+Tenant scope first; numbers big-endian so byte order is time / priority order.
+`Q` below is `t/<ns>/q/<queue>/`. Names never contain `/` (validate.py), so a name
+ends at the next `/`; free-form strings in the middle of a key (subjects, result
+keys) are length-prefixed; free-form strings at the end need no prefix.
+
+| key                                         | value                | notes                          |
+|---------------------------------------------|----------------------|--------------------------------|
+| `n/<ns>`                                    | empty                | the namespace registry         |
+| `t/<ns>/qs/<queue>`                         | empty                | the namespace's queue registry |
+| `Q cfg`                                     | QueueConfig          | created on first use           |
+| `Q rt`, `Q rt/<shard u8>`                   | QueueRuntime         | rate bucket (sharded or not)   |
+| `Q m/<shard u8>`                            | ShardMeta            | seqs, counts per state         |
+| `Q j/<job id>`                              | Job                  | ULID: byte order = age         |
+| `Q log/<job id>/<n u32>`                    | LogLine              | capped per job                 |
+| `Q r/<shard><band u8><prio u32><seq u64>`   | job id               | ready index (waiting, prio.)   |
+| `Q d/<shard><due_ns u64><job id>`           | empty                | delayed index                  |
+| `Q a/<shard><deadline_ns u64><job id>`      | empty                | active index, by lease deadline|
+| `Q s/<state u8><shard><state_ns u64><id>`   | empty                | finished & waiting-children    |
+| `Q o/<shard><seq u64>`                      | JobEvent             | outbox                         |
+| `Q k/<job key>`                             | job id               | job_key uniqueness             |
+| `Q i/<sha256(idempotency key)>`             | IdempotencyRecord    |                                |
+| `Q ie/<expires_ns u64><sha256>`             | empty                | idempotency expiry index       |
+| `Q u/<dedup id>`                            | DedupRecord          |                                |
+| `Q sj/<len u16><subject>`                   | job id               | the subject's in-flight job    |
+| `Q sq/<len u16><subject><seq u64>`          | job id               | the subject's backlog, FIFO    |
+| `Q w/<worker id>`                           | Worker               | last seen, for Workers         |
+| `t/<ns>/gc/<blob ref>`                      | empty                | blobs to delete (sweeper)      |
+| `t/<ns>/res/<key>`                          | ResultRecord         | result store                   |
+| `t/<ns>/resm/<len u16><key><member>`        | empty                | incr-with-member members       |
+| `t/<ns>/rexp/<expires_ns u64><key>`         | empty                | result expiry index            |
+
+Encoding version 1. Band 0 is the FIFO band (served first), band 1 the prioritized.
+LIFO jobs use `2^64 - 1 - seq` so the newest sorts first in its band.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+U64 = struct.Struct(">Q")
+U32 = struct.Struct(">I")
+U16 = struct.Struct(">H")
+MAX_U64 = 2**64 - 1
+FIFO_BAND = 0
+PRIORITY_BAND = 1
+ULID_LEN = 26
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with `prefix`."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return b"\xff" * (len(prefix) + 1)
+    return stripped[:-1] + bytes((stripped[-1] + 1,))
+
+
+def _lp(s: str) -> bytes:
+    b = s.encode()
+    return U16.pack(len(b)) + b
+
+
+def ns_prefix(ns: str) -> bytes:
+    return b"t/" + ns.encode() + b"/"
+
+
+def namespace_registry(ns: str = "") -> bytes:
+    """`n/<ns>`: every namespace that has a queue, so sweeps can find them."""
+    return b"n/" + ns.encode()
+
+
+def queue_registry(ns: str, queue: str = "") -> bytes:
+    return ns_prefix(ns) + b"qs/" + queue.encode()
+
+
+def queue_from_registry_key(ns: str, key: bytes) -> str:
+    return key[len(queue_registry(ns)) :].decode()
+
+
+class QueueKeys:
+    """Keys of one queue. Built once per transition and reused."""
+
+    __slots__ = ("q", "ns", "queue")
+
+    def __init__(self, ns: str, queue: str) -> None:
+        self.ns = ns
+        self.queue = queue
+        self.q = ns_prefix(ns) + b"q/" + queue.encode() + b"/"
+
+    def all(self) -> bytes:
+        return self.q
+
+    def config(self) -> bytes:
+        return self.q + b"cfg"
+
+    def runtime(self, shard: int | None = None) -> bytes:
+        """The rate bucket: one per queue, or one per shard when the limit is sharded."""
+        return self.q + b"rt" if shard is None else self.q + b"rt/" + bytes((shard,))
+
+    def shard_meta(self, shard: int) -> bytes:
+        return self.q + b"m/" + bytes((shard,))
+
+    def shard_metas(self) -> bytes:
+        return self.q + b"m/"
+
+    def job(self, job_id: str) -> bytes:
+        return self.q + b"j/" + job_id.encode()
+
+    def jobs(self) -> bytes:
+        return self.q + b"j/"
+
+    def job_id_from_job_key(self, key: bytes) -> str:
+        return key[len(self.q) + 2 :].decode()
+
+    def log(self, job_id: str, n: int) -> bytes:
+        return self.q + b"log/" + job_id.encode() + b"/" + U32.pack(n)
+
+    def logs(self, job_id: str) -> bytes:
+        return self.q + b"log/" + job_id.encode() + b"/"
+
+    # ready index -----------------------------------------------------------------
+    def ready_shard(self, shard: int) -> bytes:
+        return self.q + b"r/" + bytes((shard,))
+
+    def ready_band(self, shard: int, band: int) -> bytes:
+        """One band of a shard's ready index: FIFO_BAND (waiting) or PRIORITY_BAND."""
+        return self.q + b"r/" + bytes((shard, band))
+
+    def ready(self, shard: int, priority: int, seq: int, lifo: bool) -> bytes:
+        band = PRIORITY_BAND if priority else FIFO_BAND
+        order = MAX_U64 - seq if lifo else seq
+        return self.q + b"r/" + bytes((shard, band)) + U32.pack(priority) + U64.pack(order)
+
+    # delayed index ---------------------------------------------------------------
+    def delayed_shard(self, shard: int) -> bytes:
+        return self.q + b"d/" + bytes((shard,))
+
+    def delayed(self, shard: int, due_ns: int, job_id: str) -> bytes:
+        return self.delayed_shard(shard) + U64.pack(max(due_ns, 0)) + job_id.encode()
+
+    # active index ----------------------------------------------------------------
+    def active_shard(self, shard: int) -> bytes:
+        return self.q + b"a/" + bytes((shard,))
+
+    def active(self, shard: int, deadline_ns: int, job_id: str) -> bytes:
+        return self.active_shard(shard) + U64.pack(max(deadline_ns, 0)) + job_id.encode()
+
+    # state index (completed, failed, dead-lettered, canceled, waiting-children) ------
+    def state_shard(self, state: int, shard: int) -> bytes:
+        return self.q + b"s/" + bytes((state, shard))
+
+    def state_entry(self, state: int, shard: int, state_ns: int, job_id: str) -> bytes:
+        return self.state_shard(state, shard) + U64.pack(max(state_ns, 0)) + job_id.encode()
+
+    # outbox ----------------------------------------------------------------------
+    def outbox_shard(self, shard: int) -> bytes:
+        return self.q + b"o/" + bytes((shard,))
+
+    def outboxes(self) -> bytes:
+        return self.q + b"o/"
+
+    def outbox(self, shard: int, seq: int) -> bytes:
+        return self.outbox_shard(shard) + U64.pack(seq)
+
+    # uniqueness ------------------------------------------------------------------
+    def job_key(self, job_key: str) -> bytes:
+        return self.q + b"k/" + job_key.encode()
+
+    def idempotency(self, key: str) -> bytes:
+        return self.q + b"i/" + hashlib.sha256(key.encode()).digest()
+
+    def idempotency_expiry_all(self) -> bytes:
+        return self.q + b"ie/"
+
+    def idempotency_expiry(self, expires_ns: int, key: str) -> bytes:
+        return self.q + b"ie/" + U64.pack(expires_ns) + hashlib.sha256(key.encode()).digest()
+
+    def idempotency_from_expiry(self, expiry_key: bytes) -> bytes:
+        return self.q + b"i/" + expiry_key[len(self.q) + 3 + 8 :]
+
+    def dedup(self, dedup_id: str) -> bytes:
+        return self.q + b"u/" + dedup_id.encode()
+
+    def dedups(self) -> bytes:
+        return self.q + b"u/"
+
+    # subjects --------------------------------------------------------------------
+    def subject_current(self, subject: str) -> bytes:
+        return self.q + b"sj/" + _lp(subject)
+
+    def subject_backlog(self, subject: str) -> bytes:
+        return self.q + b"sq/" + _lp(subject)
+
+    def subject_backlog_entry(self, subject: str, seq: int) -> bytes:
+        return self.subject_backlog(subject) + U64.pack(seq)
+
+    def subject_backlogs(self) -> bytes:
+        return self.q + b"sq/"
+
+    def worker(self, worker_id: str) -> bytes:
+        return self.q + b"w/" + worker_id.encode()
+
+    def workers(self) -> bytes:
+        return self.q + b"w/"
+
+
+def index_job_id(index_key: bytes, prefix_len: int) -> str:
+    """The job id at the end of a delayed/active/state index key: after a u64."""
+    return index_key[prefix_len + 8 :].decode()
+
+
+def index_time(index_key: bytes, prefix_len: int) -> int:
+    return U64.unpack_from(index_key, prefix_len)[0]
+
+
+def blob_gc_all(ns: str) -> bytes:
+    return ns_prefix(ns) + b"gc/"
+
+
+def blob_gc(ns: str, ref: str) -> bytes:
+    """A blob whose last reference was dropped; the sweeper deletes it, then this key."""
+    return blob_gc_all(ns) + ref.encode()
+
+
+# result store -----------------------------------------------------------------------
+def result(ns: str, key: str) -> bytes:
+    return ns_prefix(ns) + b"res/" + key.encode()
+
+
+def result_member(ns: str, key: str, member: str) -> bytes:
+    return ns_prefix(ns) + b"resm/" + _lp(key) + member.encode()
+
+
+def result_members(ns: str, key: str) -> bytes:
+    return ns_prefix(ns) + b"resm/" + _lp(key)
+
+
+def result_expiry_all(ns: str) -> bytes:
+    return ns_prefix(ns) + b"rexp/"
+
+
+def result_expiry(ns: str, expires_ns: int, key: str) -> bytes:
+    return result_expiry_all(ns) + U64.pack(expires_ns) + key.encode()
+
+
+def result_key_from_expiry(ns: str, expiry_key: bytes) -> tuple[int, str]:
+    p = len(result_expiry_all(ns))
+    return U64.unpack_from(expiry_key, p)[0], expiry_key[p + 8 :].decode()
+
+
+def namespaces_prefix() -> bytes:
+    return b"t/"

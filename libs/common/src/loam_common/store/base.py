@@ -1,0 +1,164 @@
+"""The store seam: an ordered, transactional key-value interface shaped like TiKV's
+transactional client. Everything above this module (the job state machine, sweeps,
+results) talks to the store only through `Txn`, and only inside `Store.transact` or
+`Store.snapshot`.
+
+A transition is a plain synchronous function `fn(tx, *args) -> result`. The store
+runs it inside a transaction, retries it on a write conflict or a region error, and
+commits. Synchronous on purpose: on SQLite and the in-memory store a transaction is
+microseconds of local work, and the group-commit writer runs many of them in one
+commit; on TiKV the thin backend runs the same function on the blocking client in a
+worker thread. So the state machine is written once for every backend.
+
+Backends implement `Backend` (open a `Txn`) and declare their capabilities;
+`loam_common.store.runner.Store` is the one async runner over any backend.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+
+class StoreError(Exception):
+    """Base of the errors a backend raises."""
+
+
+class WriteConflict(StoreError):
+    """Another transaction wrote a key this one read or wrote: retry the whole function."""
+
+
+class RegionError(StoreError):
+    """A transient backend fault (TiKV region moved, leader changed): retry."""
+
+
+class CommitUnknown(StoreError):
+    """The commit was sent but its outcome is unknown (a timeout after the request left).
+
+    The runner resolves it by reading the transaction's commit token back; callers
+    never see this error.
+    """
+
+
+class StoreUnavailable(StoreError):
+    """Retries exhausted, or the backend is unreachable."""
+
+
+class Clock:
+    """The store's clock. Lease deadlines and due times are judged by it, never by a
+    worker's clock. The default is the process wall clock in ns since the epoch (UTC)."""
+
+    def now_ns(self) -> int:
+        return time.time_ns()
+
+
+class ManualClock(Clock):
+    """A clock tests move by hand."""
+
+    def __init__(self, start_ns: int = 1_700_000_000_000_000_000) -> None:
+        self._now = start_ns
+
+    def now_ns(self) -> int:
+        return self._now
+
+    def advance(self, ns: int) -> None:
+        self._now += ns
+
+    def set(self, ns: int) -> None:
+        self._now = ns
+
+
+class Txn(abc.ABC):
+    """One transaction: snapshot reads that see this transaction's own writes, buffered
+    or direct writes, savepoints, commit. Not thread-safe; used by one function at a time.
+
+    `scan` returns keys in `[start, end)` in byte order (or reverse order), at most
+    `limit` of them. `lock_for_update` takes pessimistic locks where the backend has
+    them (TiKV) and otherwise records the keys as read so a concurrent write to them is
+    a conflict (optimistic backends); SQLite already serialises writers.
+    """
+
+    #: the store's clock, shared with the backend
+    clock: Clock
+
+    def now_ns(self) -> int:
+        return self.clock.now_ns()
+
+    @abc.abstractmethod
+    def get(self, key: bytes) -> bytes | None: ...
+
+    @abc.abstractmethod
+    def batch_get(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
+        """The keys that exist, with their values; missing keys are absent from the dict."""
+
+    @abc.abstractmethod
+    def scan(
+        self, start: bytes, end: bytes, limit: int | None = None, reverse: bool = False
+    ) -> list[tuple[bytes, bytes]]: ...
+
+    @abc.abstractmethod
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def delete(self, key: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def lock_for_update(self, keys: Iterable[bytes]) -> None: ...
+
+    @abc.abstractmethod
+    def savepoint(self) -> object:
+        """Mark a point to roll back to; returns an opaque token."""
+
+    @abc.abstractmethod
+    def rollback_to(self, savepoint: object) -> None:
+        """Undo every write made since the savepoint (reads stay recorded)."""
+
+    def release(self, savepoint: object) -> None:
+        """Forget a savepoint (and any taken after it); its writes stay in the transaction.
+        Optional: the group-commit runner releases each transition's savepoint so SQLite's
+        savepoint stack stays one deep instead of growing with the batch."""
+
+    @abc.abstractmethod
+    def commit(self) -> None:
+        """Raises WriteConflict, RegionError or CommitUnknown."""
+
+    @abc.abstractmethod
+    def rollback(self) -> None: ...
+
+    # -- hooks run by the runner after a successful commit ------------------------
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once this transaction has committed (wake-ups, metrics).
+        Callbacks registered inside a savepoint that is rolled back are dropped."""
+        self._after_commit_list().append(callback)
+
+    def _after_commit_list(self) -> list[Callable[[], None]]:
+        try:
+            return self._after  # type: ignore[attr-defined,no-any-return]
+        except AttributeError:
+            self._after: list[Callable[[], None]] = []
+            return self._after
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    #: many transitions may share one transaction, each in its own savepoint
+    group_commit: bool
+    #: a commit may end with CommitUnknown, so the runner writes commit tokens
+    unknown_commit_outcomes: bool
+    #: several OS processes may open the same store
+    multi_process: bool
+    #: pessimistic locks exist (lock_for_update blocks other writers)
+    pessimistic: bool
+
+
+class Backend(abc.ABC):
+    capabilities: Capabilities
+    clock: Clock
+
+    @abc.abstractmethod
+    def begin(self, *, pessimistic: bool = False, read_only: bool = False) -> Txn: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...

@@ -1,0 +1,461 @@
+"""`Store`: the one async runner over any backend, and `open_store(url)`.
+
+What it owns: running transitions (`transact`) and reads (`snapshot`), retries, group
+commit, commit tokens, and after-commit callbacks. Backends only open transactions.
+
+Group commit (backends with `capabilities.group_commit`, i.e. SQLite and memory): one
+writer thread per Store takes every pending `transact` call (up to `max_batch`), runs them
+in one backend transaction, each in its own savepoint, and commits once. A transition that
+raises is rolled back to its savepoint and its exception goes to its caller only. If the
+commit fails with a retryable error, the whole batch runs again. Results go back to each
+caller's event loop with `call_soon_threadsafe`, one call per loop per batch.
+
+Without group commit (TiKV), each call runs in its own transaction on a worker thread.
+
+Commit tokens (backends with `capabilities.unknown_commit_outcomes`): each write
+transaction also puts `\\x00ct/<16 random bytes>` = commit time (ns, big-endian). When a
+commit ends in CommitUnknown, a fresh read of the token tells whether it committed:
+present, the results stand; absent, the transaction runs again. So every logical
+transaction applies exactly once and callers never see CommitUnknown.
+`sweep_commit_tokens` deletes old tokens. Keys starting with `\\x00` belong to the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from loam_common.store.base import (
+    Backend,
+    Clock,
+    CommitUnknown,
+    RegionError,
+    StoreUnavailable,
+    Txn,
+    WriteConflict,
+)
+
+log = logging.getLogger(__name__)
+
+RESERVED_PREFIX = b"\x00"
+COMMIT_TOKEN_PREFIX = b"\x00ct/"
+_COMMIT_TOKEN_END = b"\x00ct0"  # b"/" + 1
+DEFAULT_TOKEN_AGE_NS = 3_600_000_000_000
+_SWEEP_PAGE = 500
+
+
+class _NotCommitted(Exception):
+    """A CommitUnknown whose token was absent: run the transaction again."""
+
+
+_RETRYABLE = (WriteConflict, RegionError, _NotCommitted)
+
+
+def _backoff_s(attempt: int) -> float:
+    # Full jitter: contenders spread out instead of colliding again in lockstep.
+    return random.random() * min(0.05, 0.001 * (2 ** min(attempt, 10)))
+
+
+class _Call:
+    """One pending `transact` call in the group-commit queue."""
+
+    __slots__ = ("fn", "args", "pessimistic", "loop", "future", "result", "error", "callbacks")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple,
+        pessimistic: bool,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.pessimistic = pessimistic
+        self.loop = loop
+        self.future = future
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.callbacks: list[Callable[[], None]] = []
+
+
+_STOP = object()
+
+
+def _run_callbacks(callbacks: list[Callable[[], None]]) -> None:
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:
+            # The transaction has committed; a failing wake-up must not turn that into an error.
+            log.exception("after-commit callback %r failed", callback)
+
+
+def _resolve(calls: list[_Call]) -> None:
+    """On the callers' loop: run each call's after-commit callbacks, then answer it."""
+    for call in calls:
+        if call.error is None:
+            _run_callbacks(call.callbacks)  # even if the caller gave up: the commit happened
+            if not call.future.done():
+                call.future.set_result(call.result)
+        elif not call.future.done():
+            call.future.set_exception(call.error)
+
+
+def _deliverable(error: Exception) -> Exception:
+    # asyncio futures refuse StopIteration (it would end the awaiting coroutine silently),
+    # which would strand the caller; convert it as PEP 479 does for generators.
+    if isinstance(error, StopIteration):
+        converted = RuntimeError("transition raised StopIteration")
+        converted.__cause__ = error
+        return converted
+    return error
+
+
+def _unavailable(error: BaseException) -> StoreUnavailable:
+    """A fresh StoreUnavailable per caller, so no two callers share one traceback."""
+    if isinstance(error, StoreUnavailable):
+        fresh = StoreUnavailable(*error.args)
+    else:
+        fresh = StoreUnavailable(f"store failed: {error!r}")
+    fresh.__cause__ = error
+    return fresh
+
+
+class Store:
+    """Runs transitions and reads against a backend. See the module docstring."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        max_retries: int = 20,
+        max_batch: int = 256,
+        close_backend: bool = True,
+    ) -> None:
+        self.backend = backend
+        self.clock: Clock = backend.clock
+        self.capabilities = backend.capabilities
+        self.max_retries = max_retries
+        self.max_batch = max_batch
+        self._close_backend = close_backend
+        self._tokens = backend.capabilities.unknown_commit_outcomes
+        # A store only this process can open lives in memory: its reads never wait on I/O
+        # or on another process, so they run on the caller's thread without a hop.
+        self._inline_reads = not backend.capabilities.multi_process
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pool: ThreadPoolExecutor | None = None
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        if backend.capabilities.group_commit:
+            self._writer = threading.Thread(
+                target=self._writer_main, name="loam-store-writer", daemon=True
+            )
+            self._writer.start()
+
+    # -- public API ---------------------------------------------------------------------
+    async def transact(self, fn: Callable[..., Any], *args: Any, pessimistic: bool = False) -> Any:
+        """Run `fn(tx, *args)` in a write transaction and return its result. Retries on
+        write conflicts and region errors; StoreUnavailable once retries run out. If `fn`
+        raises, its writes are rolled back and the exception is raised here.
+
+        `fn` runs on the store's writer thread (or a worker thread), possibly more than
+        once: it must be quick, must not touch the event loop, and must have no effects
+        outside `tx` except through `tx.after_commit`."""
+        if self._writer is None:
+            return await self._transact_alone(fn, args, pessimistic)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable("store is closed")
+            self._queue.put(_Call(fn, args, pessimistic, loop, future))
+        return await future
+
+    async def snapshot(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run `fn(tx, *args)` in a read-only transaction (one consistent snapshot)."""
+        attempt = 0
+        while True:
+            try:
+                if self._closed:
+                    raise StoreUnavailable("store is closed")
+                if self._inline_reads:
+                    return self._read_once(fn, args)
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(self._executor(), self._read_once, fn, args)
+            except RegionError as e:
+                attempt += 1
+                if attempt > self.max_retries:
+                    raise StoreUnavailable(f"read failed {attempt} times: {e}") from e
+                await asyncio.sleep(_backoff_s(attempt))
+
+    async def sweep_commit_tokens(self, older_than_ns: int = DEFAULT_TOKEN_AGE_NS) -> int:
+        """Delete commit tokens older than `older_than_ns` by the store clock; returns how
+        many. A no-op on backends that never write tokens."""
+        if not self._tokens:
+            return 0
+        cutoff = self.clock.now_ns() - older_than_ns
+        cursor, deleted = COMMIT_TOKEN_PREFIX, 0
+        while True:
+            # Scan in a snapshot and delete blindly: a scanning write transaction would
+            # conflict with every concurrent commit, since each inserts a token in the range.
+            rows = await self.snapshot(_scan_tokens, cursor)
+            old = [k for k, v in rows if int.from_bytes(v, "big") < cutoff]
+            if old:
+                await self.transact(_delete_keys, old)
+                deleted += len(old)
+            if len(rows) < _SWEEP_PAGE:
+                return deleted
+            cursor = rows[-1][0] + b"\x00"
+
+    async def close(self) -> None:
+        """Finish the calls already queued, then stop. Later calls raise StoreUnavailable."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._writer is not None:
+                self._queue.put(_STOP)
+        if self._writer is not None:
+            await asyncio.to_thread(self._writer.join)
+        if self._pool is not None:
+            await asyncio.to_thread(self._pool.shutdown)
+        if self._close_backend:
+            self.backend.close()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- shared pieces --------------------------------------------------------------------
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._closed:
+            raise StoreUnavailable("store is closed")
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    workers = 4 if self._writer is not None else 32
+                    self._pool = ThreadPoolExecutor(workers, thread_name_prefix="loam-store")
+        return self._pool
+
+    def _read_once(self, fn: Callable[..., Any], args: tuple) -> Any:
+        tx = self.backend.begin(read_only=True)
+        try:
+            return fn(tx, *args)
+        finally:
+            tx.rollback()
+
+    def _put_token(self, tx: Txn) -> bytes:
+        key = COMMIT_TOKEN_PREFIX + os.urandom(16)
+        tx.put(key, self.clock.now_ns().to_bytes(8, "big"))
+        return key
+
+    def _commit(self, tx: Txn, token: bytes | None) -> None:
+        """Commit; turn CommitUnknown into success or _NotCommitted by reading the token."""
+        try:
+            tx.commit()
+        except CommitUnknown:
+            if token is None:
+                raise  # a backend without tokens must not report unknown outcomes
+            if not self._token_committed(token):
+                raise _NotCommitted() from None
+
+    def _token_committed(self, token: bytes) -> bool:
+        for attempt in range(self.max_retries + 1):
+            try:
+                return self._read_once(_get, (token,)) is not None
+            except RegionError:
+                time.sleep(_backoff_s(attempt))
+        raise StoreUnavailable("commit outcome unknown: its commit token could not be read back")
+
+    # -- one transaction per call (no group commit: TiKV) ---------------------------------
+    async def _transact_alone(self, fn: Callable[..., Any], args: tuple, pessimistic: bool) -> Any:
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            try:
+                result, callbacks = await loop.run_in_executor(
+                    self._executor(), self._attempt_alone, fn, args, pessimistic
+                )
+                break
+            except _RETRYABLE as e:
+                attempt += 1
+                if attempt > self.max_retries:
+                    raise StoreUnavailable(f"gave up after {attempt} attempts: {e!r}") from e
+                await asyncio.sleep(_backoff_s(attempt))
+        _run_callbacks(callbacks)
+        return result
+
+    def _attempt_alone(self, fn: Callable[..., Any], args: tuple, pessimistic: bool) -> tuple:
+        tx = self.backend.begin(pessimistic=pessimistic)
+        done = False
+        try:
+            try:
+                result = fn(tx, *args)
+            except StopIteration as e:
+                raise _deliverable(e) from e
+            self._commit(tx, self._put_token(tx) if self._tokens else None)
+            done = True
+            return result, tx._after_commit_list()
+        finally:
+            if not done:
+                tx.rollback()
+
+    # -- group commit -----------------------------------------------------------------------
+    def _writer_main(self) -> None:
+        q, max_batch = self._queue, self.max_batch
+        stopping = False
+        while not stopping:
+            first = q.get()  # blocks: no busy-wait
+            if first is _STOP:
+                break
+            batch = [first]
+            while len(batch) < max_batch:
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stopping = True
+                    break
+                batch.append(item)
+            self._run_batch(batch)
+
+    def _run_batch(self, batch: list[_Call]) -> None:
+        calls = [c for c in batch if not c.future.done()]  # skip callers that gave up
+        if not calls:
+            return
+        try:
+            self._commit_group(calls)
+        except BaseException as e:
+            # Whatever broke the batch goes to every caller in it; the writer thread lives
+            # on, since a dead writer would leave every later caller waiting forever.
+            if not isinstance(e, StoreUnavailable):
+                log.exception("group commit failed")
+            for call in calls:
+                call.error, call.callbacks = _unavailable(e), []
+        self._deliver(calls)
+
+    def _deliver(self, calls: list[_Call]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Call]] = {}
+        for call in calls:
+            by_loop.setdefault(call.loop, []).append(call)
+        for loop, group in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_resolve, group)
+            except RuntimeError:
+                pass  # that loop is closed: nobody is waiting any more
+
+    def _commit_group(self, calls: list[_Call]) -> None:
+        attempt = 0
+        while True:
+            try:
+                self._group_attempt(calls)
+                return
+            except _RETRYABLE as e:
+                attempt += 1
+                if attempt > self.max_retries:
+                    raise StoreUnavailable(f"gave up after {attempt} attempts: {e!r}") from e
+                time.sleep(_backoff_s(attempt))
+
+    def _group_attempt(self, calls: list[_Call]) -> None:
+        tx = self.backend.begin(pessimistic=any(c.pessimistic for c in calls))
+        done = False
+        try:
+            after = tx._after_commit_list()
+            for call in calls:
+                self._run_in_savepoint(tx, call, after)
+            self._commit(tx, self._put_token(tx) if self._tokens else None)
+            done = True
+        finally:
+            if not done:
+                tx.rollback()
+
+    def _run_in_savepoint(self, tx: Txn, call: _Call, after: list) -> None:
+        reads_failed = 0
+        while True:
+            savepoint = tx.savepoint()
+            mark = len(after)
+            try:
+                call.result = call.fn(tx, *call.args)
+            except WriteConflict:
+                raise  # the batch's transaction is doomed: run the batch again
+            except RegionError as e:
+                # A read failed; the transaction itself is intact. Run this call again.
+                tx.rollback_to(savepoint)
+                tx.release(savepoint)
+                reads_failed += 1
+                if reads_failed > self.max_retries:
+                    call.result, call.error, call.callbacks = None, _unavailable(e), []
+                    return
+                continue
+            except Exception as e:
+                tx.rollback_to(savepoint)  # also drops callbacks registered since `mark`
+                tx.release(savepoint)
+                call.result, call.error, call.callbacks = None, _deliverable(e), []
+                return
+            tx.release(savepoint)
+            call.error, call.callbacks = None, after[mark:]
+            return
+
+
+def _get(tx: Txn, key: bytes) -> bytes | None:
+    return tx.get(key)
+
+
+def _scan_tokens(tx: Txn, start: bytes) -> list[tuple[bytes, bytes]]:
+    return tx.scan(start, _COMMIT_TOKEN_END, limit=_SWEEP_PAGE)
+
+
+def _delete_keys(tx: Txn, keys: list[bytes]) -> None:
+    for key in keys:
+        tx.delete(key)
+
+
+_URL_FORMS = (
+    "sqlite:///abs/path.db, sqlite:relative/path.db, memory://, "
+    "tikv://pd-host:2379[,pd-host2:2379...]"
+)
+
+
+def open_store(url: str, *, durable_power_loss: bool = False, clock: Clock | None = None) -> Store:
+    """Open a Store from a URL. `durable_power_loss` applies to SQLite only."""
+    backend: Backend
+    if url.startswith("sqlite:"):
+        from loam_common.store.sqlite import SqliteBackend
+
+        rest = url[len("sqlite:") :]
+        if rest.startswith("///"):
+            path = rest[2:]  # keep the leading "/" of the absolute path
+        elif rest.startswith("/"):
+            raise ValueError(f"bad store URL {url!r}: use one of {_URL_FORMS}")
+        else:
+            path = rest
+        if not path or path == "/":
+            raise ValueError(f"bad store URL {url!r}: no database path; use one of {_URL_FORMS}")
+        backend = SqliteBackend(path, durable_power_loss=durable_power_loss, clock=clock)
+    elif url == "memory://":
+        from loam_common.store.memory import MemoryBackend
+
+        backend = MemoryBackend(clock=clock)
+    elif url.startswith("tikv://"):
+        from loam_common.store.tikv import TikvBackend
+
+        endpoints = url[len("tikv://") :].split(",")
+        if not all(e.strip() for e in endpoints):
+            raise ValueError(f"bad store URL {url!r}: empty PD address; use one of {_URL_FORMS}")
+        backend = TikvBackend([e.strip() for e in endpoints], clock=clock)
+    else:
+        raise ValueError(f"unsupported store URL {url!r}: use one of {_URL_FORMS}")
+    return Store(backend)

@@ -1,0 +1,284 @@
+"""The SQLite backend: the whole store in one file, table `kv(k BLOB PRIMARY KEY, v BLOB)`.
+
+What it owns: the connection pool, the transaction mapping onto SQLite, and the pragmas.
+
+- WAL journal, so readers never block the writer and a read-only transaction is a real
+  snapshot. `synchronous=NORMAL` survives a process crash (SIGKILL) losing nothing that
+  was acknowledged; `durable_power_loss=True` selects FULL, which also survives power loss
+  at the cost of an fsync per commit.
+- Write transactions start with `BEGIN IMMEDIATE`: SQLite serialises writers (across OS
+  processes too, through the file lock), so a write transaction never sees a write
+  conflict; the runner's group commit keeps that one writer busy. `busy_timeout` is long
+  because several processes may share the file and wait for each other's commits.
+- BLOB keys compare with memcmp, which is the byte order the seam promises.
+- Savepoints are SQL savepoints named by depth (`sp0`, `sp1`...) so their statements stay
+  in the statement cache, and they are taken lazily: a transition that writes nothing costs
+  no SQL at all for its savepoint.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable
+from os import PathLike
+
+from loam_common.store.base import Backend, Capabilities, Clock, StoreUnavailable, Txn
+
+_BUSY_TIMEOUT_S = 30.0
+# SQLite's default limit on bound parameters was 999 before 3.32; stay under it.
+_IN_CHUNK = 500
+
+_GET = "SELECT v FROM kv WHERE k = ?"
+_PUT = "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)"
+_DEL = "DELETE FROM kv WHERE k = ?"
+_SCAN = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k LIMIT ?"
+_SCAN_REV = "SELECT k, v FROM kv WHERE k >= ? AND k < ? ORDER BY k DESC LIMIT ?"
+_SAVEPOINT = [f"SAVEPOINT sp{d}" for d in range(64)]
+_ROLLBACK_TO = [f"ROLLBACK TO sp{d}" for d in range(64)]
+_RELEASE = [f"RELEASE sp{d}" for d in range(64)]
+
+
+def _sql(table: list[str], verb: str, depth: int) -> str:
+    return table[depth] if depth < len(table) else f"{verb} sp{depth}"
+
+
+class _Savepoint:
+    __slots__ = ("txn", "depth", "after_len", "live")
+
+    def __init__(self, txn: SqliteTxn, depth: int, after_len: int) -> None:
+        self.txn = txn
+        self.depth = depth
+        self.after_len = after_len
+        #: the SQL SAVEPOINT has been issued (done on the first write after it)
+        self.live = False
+
+
+class SqliteTxn(Txn):
+    """One SQLite transaction on a pooled connection."""
+
+    def __init__(self, backend: SqliteBackend, conn: sqlite3.Connection, read_only: bool) -> None:
+        self.clock = backend.clock
+        self._backend = backend
+        self._conn = conn
+        self._read_only = read_only
+        # key -> value or None (absent). A transition group reads the same hot keys (queue
+        # config, shard meta) over and over; this makes each cost one SELECT per txn.
+        self._cache: dict[bytes, bytes | None] = {}
+        self._stack: list[_Savepoint] = []
+        self._pending = 0  # savepoints at the top of the stack not yet issued to SQLite
+        self._after: list = []
+        self._open = True
+
+    # -- reads ----------------------------------------------------------------------
+    def get(self, key: bytes) -> bytes | None:
+        cache = self._cache
+        if key in cache:
+            return cache[key]
+        row = self._conn.execute(_GET, (key,)).fetchone()
+        value = None if row is None else row[0]
+        cache[key] = value
+        return value
+
+    def batch_get(self, keys: Iterable[bytes]) -> dict[bytes, bytes]:
+        cache = self._cache
+        keys = list(keys)
+        missing = [k for k in dict.fromkeys(keys) if k not in cache]
+        for i in range(0, len(missing), _IN_CHUNK):
+            chunk = missing[i : i + _IN_CHUNK]
+            sql = f"SELECT k, v FROM kv WHERE k IN ({','.join('?' * len(chunk))})"
+            found = dict(self._conn.execute(sql, chunk).fetchall())
+            for k in chunk:
+                cache[k] = found.get(k)
+        return {k: v for k in keys if (v := cache[k]) is not None}
+
+    def scan(
+        self, start: bytes, end: bytes, limit: int | None = None, reverse: bool = False
+    ) -> list[tuple[bytes, bytes]]:
+        if start >= end or (limit is not None and limit <= 0):
+            return []
+        sql = _SCAN_REV if reverse else _SCAN
+        return self._conn.execute(sql, (start, end, -1 if limit is None else limit)).fetchall()
+
+    def lock_for_update(self, keys: Iterable[bytes]) -> None:
+        # BEGIN IMMEDIATE already holds the database's one write lock.
+        pass
+
+    # -- writes ---------------------------------------------------------------------
+    def _writable(self, key: bytes) -> None:
+        if self._read_only:
+            raise RuntimeError("write in a read-only transaction")
+        if type(key) is not bytes:
+            raise TypeError(f"keys are bytes, got {type(key).__name__}")
+        if self._pending:
+            self._issue_pending_savepoints()
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._writable(key)
+        if type(value) is not bytes:
+            raise TypeError(f"values are bytes, got {type(value).__name__}")
+        self._conn.execute(_PUT, (key, value))
+        self._cache[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self._writable(key)
+        self._conn.execute(_DEL, (key,))
+        self._cache[key] = None
+
+    # -- savepoints -----------------------------------------------------------------
+    def savepoint(self) -> object:
+        if self._read_only:
+            raise RuntimeError("savepoint in a read-only transaction")
+        sp = _Savepoint(self, len(self._stack), len(self._after))
+        self._stack.append(sp)
+        self._pending += 1
+        return sp
+
+    def _issue_pending_savepoints(self) -> None:
+        execute = self._conn.execute
+        for sp in self._stack[len(self._stack) - self._pending :]:
+            execute(_sql(_SAVEPOINT, "SAVEPOINT", sp.depth))
+            sp.live = True
+        self._pending = 0
+
+    def _check(self, sp: object) -> _Savepoint:
+        if not isinstance(sp, _Savepoint) or sp.txn is not self:
+            raise ValueError("not a savepoint of this transaction")
+        if sp.depth >= len(self._stack) or self._stack[sp.depth] is not sp:
+            raise ValueError("savepoint already released or rolled past")
+        return sp
+
+    def rollback_to(self, savepoint: object) -> None:
+        sp = self._check(savepoint)
+        del self._stack[sp.depth + 1 :]  # SQLite cancels the later savepoints the same way
+        del self._after[sp.after_len :]
+        if sp.live:
+            self._conn.execute(_sql(_ROLLBACK_TO, "ROLLBACK TO", sp.depth))
+            self._cache.clear()
+        # else nothing was written since it was taken, so there is nothing to undo.
+        self._pending = sum(1 for s in self._stack if not s.live)
+
+    def release(self, savepoint: object) -> None:
+        sp = self._check(savepoint)
+        del self._stack[sp.depth :]
+        if sp.live:
+            self._conn.execute(_sql(_RELEASE, "RELEASE", sp.depth))
+        self._pending = sum(1 for s in self._stack if not s.live)
+
+    # -- end ------------------------------------------------------------------------
+    def commit(self) -> None:
+        if not self._open:
+            raise RuntimeError("transaction already finished")
+        self._open = False
+        conn = self._conn
+        try:
+            conn.execute("ROLLBACK" if self._read_only else "COMMIT")
+        except sqlite3.Error as e:
+            # SQLite is local: a failed COMMIT is a known failure, not an unknown outcome.
+            _quiet_rollback(conn)
+            raise StoreUnavailable(f"sqlite commit failed: {e}") from e
+        finally:
+            self._backend._give(conn, self._read_only)
+
+    def rollback(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        _quiet_rollback(self._conn)
+        self._backend._give(self._conn, self._read_only)
+
+
+def _quiet_rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
+class SqliteBackend(Backend):
+    """One SQLite file. Thread-safe: each transaction takes a pooled connection, and a
+    connection is used by one thread at a time (so several Stores may share a backend)."""
+
+    def __init__(
+        self,
+        path: str | PathLike[str],
+        *,
+        durable_power_loss: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.clock = clock or Clock()
+        self.capabilities = Capabilities(
+            group_commit=True, unknown_commit_outcomes=False, multi_process=True, pessimistic=False
+        )
+        self._synchronous = "FULL" if durable_power_loss else "NORMAL"
+        self._lock = threading.Lock()
+        self._idle: dict[bool, list[sqlite3.Connection]] = {False: [], True: []}
+        self._closed = False
+        # Open a writer now: a bad path or a non-WAL file fails here, not on first use.
+        conn = self._connect()
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID"
+        )
+        self._idle[False].append(conn)
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=_BUSY_TIMEOUT_S,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,  # pooled: used by one thread at a time
+                cached_statements=256,
+            )
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                conn.close()
+                raise StoreUnavailable(f"sqlite {self.path}: could not enable WAL (got {mode})")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            conn.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT_S * 1000)}")
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"sqlite {self.path}: cannot open: {e}") from e
+        return conn
+
+    def _take(self, read_only: bool) -> sqlite3.Connection:
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable(f"sqlite {self.path}: backend is closed")
+            idle = self._idle[read_only]
+            if idle:
+                return idle.pop()
+        return self._connect()
+
+    def _give(self, conn: sqlite3.Connection, read_only: bool) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle[read_only].append(conn)
+                return
+        conn.close()
+
+    def begin(self, *, pessimistic: bool = False, read_only: bool = False) -> Txn:
+        conn = self._take(read_only)
+        try:
+            if read_only:
+                conn.execute("BEGIN")
+                # A deferred BEGIN takes its WAL snapshot at the first read; read now so the
+                # snapshot is the state at begin(), as on the other backends.
+                conn.execute(_GET, (b"",)).fetchone()
+            else:
+                conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            _quiet_rollback(conn)
+            self._give(conn, read_only)
+            # Only a writer that held the lock past busy_timeout gets us here.
+            raise StoreUnavailable(f"sqlite {self.path}: cannot begin: {e}") from e
+        return SqliteTxn(self, conn, read_only)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns = self._idle[False] + self._idle[True]
+            self._idle = {False: [], True: []}
+        for conn in conns:
+            conn.close()

@@ -1,0 +1,42 @@
+"""Input checks shared by every entry point. A refusal names the field and changes
+nothing: every check here runs before a transaction starts."""
+
+from __future__ import annotations
+
+import re
+
+from loam_common.errors import InvalidArgument
+
+# The spec's `[a-z0-9._:-]{1,128}`, widened to upper case and `@` because real Celery
+# and BullMQ queue names use them. `/` stays out: it separates key components.
+NAME_RE = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+PRIORITY_LIMIT = 2**21 - 1
+MAX_SHARDS = 64
+MAX_WAIT_NS = 30_000_000_000
+
+
+def name(field: str, value: str) -> str:
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        raise InvalidArgument(
+            field, f"{value!r} is not a valid name: use 1-128 of A-Z a-z 0-9 . _ : @ -"
+        )
+    return value
+
+
+def text(field: str, value: str, limit: int = 1024, allow_empty: bool = True) -> str:
+    if not allow_empty and not value:
+        raise InvalidArgument(field, "must not be empty")
+    if len(value.encode()) > limit:
+        raise InvalidArgument(field, f"is longer than {limit} bytes")
+    return value
+
+
+def non_negative(field: str, value: int) -> int:
+    if value < 0:
+        raise InvalidArgument(field, f"must not be negative (got {value})")
+    return value
+
+
+def in_range(field: str, value: int | float, low: int | float, high: int | float) -> None:
+    if not low <= value <= high:
+        raise InvalidArgument(field, f"must be between {low} and {high} (got {value})")

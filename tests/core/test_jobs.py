@@ -1,0 +1,997 @@
+"""What a producer and a worker rely on, through QueueCore, on every backend: order,
+delays, the three uniqueness mechanisms, retries, dead letters, the lease and its
+fence, the stalled sweep, reports, payload blobs, long-polls, input checks, the
+outbox, per-subject serial jobs and sharding. Time moves only by the manual clock."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from loam_common import keys
+from loam_common.errors import (
+    AlreadyExists,
+    Fenced,
+    IdempotencyConflict,
+    InvalidArgument,
+    InvalidState,
+    PayloadTooLarge,
+)
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import dlq, states as S
+from loam_common.jobs.complete import Outcome
+from loam_common.jobs.enqueue import Enqueued
+from loam_common.jobs.queue import QueueTx
+from loam_common.jobs.sweeps import STALLED_MESSAGE
+from loam_common.store import RESERVED_PREFIX
+from loam_queue_core import QueueCore
+
+NS = "acme"
+SEC = 1_000_000_000
+
+
+def task(name: str = "t", data: bytes = b"x") -> pb.TaskSpec:
+    return pb.TaskSpec(name=name, payload=pb.Payload(data=data))
+
+
+def err(message: str = "boom") -> pb.JobError:
+    return pb.JobError(code="error", message=message)
+
+
+async def enqueue(core: QueueCore, queue: str = "q", name: str = "t", data: bytes = b"x", **opts) -> Enqueued:
+    return await core.enqueue(NS, queue, task(name, data), pb.EnqueueOpts(**opts))
+
+
+async def lease(core: QueueCore, queue: str = "q", max_jobs: int = 10, worker: str = "w1", **kw) -> list[pb.Job]:
+    return await core.lease(NS, [queue], worker, max_jobs, **kw)
+
+
+async def lease_one(core: QueueCore, queue: str = "q", **kw) -> pb.Job:
+    jobs = await lease(core, queue, 1, **kw)
+    assert len(jobs) == 1, f"expected one job, got {[j.id for j in jobs]}"
+    return jobs[0]
+
+
+async def ok(core: QueueCore, job: pb.Job, queue: str = "q", result: bytes | None = None):
+    return await core.complete(
+        NS, queue, job.id, job.epoch, Outcome.ok(pb.Payload(data=result) if result is not None else None)
+    )
+
+
+async def stored(store) -> list[tuple[bytes, bytes]]:
+    """Every key the jobs code wrote (the runner's own `\\x00` keys left out)."""
+    rows = await store.snapshot(lambda tx: tx.scan(b"", b"\xff\xff"))
+    return [(k, v) for k, v in rows if not k.startswith(RESERVED_PREFIX)]
+
+
+async def drain(core: QueueCore, queue: str = "q") -> list[pb.Job]:
+    """Lease everything ready, one at a time, completing each."""
+    out = []
+    while jobs := await lease(core, queue, 1):
+        out.extend(jobs)
+        await ok(core, jobs[0], queue)
+    return out
+
+
+# -- order ----------------------------------------------------------------------------------------
+async def test_fifo_band_first_then_lower_priority_number_ties_fifo(core, check_invariants):
+    ids = {}
+    for label, prio in [("p5a", 5), ("f1", 0), ("p1a", 1), ("p5b", 5), ("f2", 0), ("p1b", 1), ("f3", 0)]:
+        ids[(await enqueue(core, data=label.encode(), priority=prio)).job_id] = label
+    first = await lease(core, max_jobs=2)
+    rest = await lease(core, max_jobs=10)
+    assert [ids[j.id] for j in first + rest] == ["f1", "f2", "f3", "p1a", "p1b", "p5a", "p5b"]
+    assert [j.task.payload.data.decode() for j in first + rest] == [ids[j.id] for j in first + rest]
+    assert (await check_invariants())[S.ACTIVE] == 7
+
+
+async def test_lifo_serves_newest_first(core, check_invariants):
+    ids = [(await enqueue(core, data=str(i).encode(), lifo=True)).job_id for i in range(4)]
+    got = [j.id for j in await lease(core, max_jobs=2)] + [j.id for j in await lease(core)]
+    assert got == list(reversed(ids))
+    await check_invariants()
+
+
+async def test_prioritized_jobs_are_reported_prioritized(core, jobs_of, check_invariants):
+    a = await enqueue(core, priority=3)
+    b = await enqueue(core)
+    assert (a.state, b.state) == (S.PRIORITIZED, S.WAITING)
+    counts = await check_invariants()
+    assert counts[S.PRIORITIZED] == 1 and counts[S.WAITING] == 1
+
+
+# -- delays -----------------------------------------------------------------------------------------
+async def test_delayed_job_is_not_leased_before_due_and_promoted_on_lease(core, clock, job_of, check_invariants):
+    e = await enqueue(core, not_before=pb.Delay(delay_ns=10 * SEC))
+    assert e.state == S.DELAYED
+    assert (await check_invariants())[S.DELAYED] == 1
+    assert await lease(core) == []
+    clock.advance(10 * SEC - 1)
+    assert await lease(core) == []
+    clock.advance(1)
+    job = await lease_one(core)
+    assert job.id == e.job_id
+    assert (await job_of(e.job_id)).state == S.ACTIVE
+    assert (await check_invariants())[S.ACTIVE] == 1
+
+
+async def test_delay_at_absolute_time(core, clock, check_invariants):
+    at = clock.now_ns() + 60 * SEC
+    e = await enqueue(core, not_before=pb.Delay(at_ns=at))
+    clock.advance(59 * SEC)
+    assert await lease(core) == []
+    clock.advance(SEC)
+    assert (await lease_one(core)).id == e.job_id
+    await check_invariants()
+
+
+async def test_due_delayed_jobs_keep_their_due_order(core, clock, check_invariants):
+    late = await enqueue(core, not_before=pb.Delay(delay_ns=5 * SEC))
+    early = await enqueue(core, not_before=pb.Delay(delay_ns=2 * SEC))
+    clock.advance(10 * SEC)
+    assert [j.id for j in await lease(core)] == [early.job_id, late.job_id]
+    await check_invariants()
+
+
+# -- job_key -------------------------------------------------------------------------------------------
+async def test_job_key_same_params_returns_existing(core, jobs_of, check_invariants):
+    first = await enqueue(core, job_key="order-1")
+    again = await enqueue(core, job_key="order-1")
+    assert first.created and not again.created
+    assert again.job_id == first.job_id
+    assert len(await jobs_of()) == 1
+    await check_invariants()
+
+
+async def test_job_key_different_params_is_already_exists_and_changes_nothing(core, store, jobs_of, check_invariants):
+    first = await enqueue(core, job_key="order-1", data=b"a")
+    before = await store.snapshot(lambda tx: tx.scan(b"t/", b"t0"))
+    with pytest.raises(AlreadyExists) as ei:
+        await enqueue(core, job_key="order-1", data=b"b")
+    assert ei.value.existing == first.job_id
+    with pytest.raises(AlreadyExists):
+        await enqueue(core, job_key="order-1", data=b"a", priority=4)
+    assert await store.snapshot(lambda tx: tx.scan(b"t/", b"t0")) == before
+    assert (await jobs_of())[first.job_id].task.payload.data == b"a"
+    await check_invariants()
+
+
+async def test_job_key_is_free_again_once_the_job_is_removed(core, configure, check_invariants):
+    await configure("q", retention={"completed_count": 0})
+    first = await enqueue(core, job_key="k")
+    await ok(core, await lease_one(core))
+    second = await enqueue(core, job_key="k", data=b"other")
+    assert second.created and second.job_id != first.job_id
+    await check_invariants()
+
+
+# -- idempotency key ---------------------------------------------------------------------------------
+async def test_idempotent_retry_returns_the_first_answer(core, jobs_of, check_invariants):
+    first = await enqueue(core, idempotency=pb.Idempotency(key="req-1"))
+    again = await enqueue(core, idempotency=pb.Idempotency(key="req-1"))
+    assert first.created
+    assert (again.job_id, again.state) == (first.job_id, first.state)
+    assert len(await jobs_of()) == 1
+    await check_invariants()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="spec §6.2: a retried enqueue returns the first call's Enqueued; IdempotencyRecord "
+    "keeps no `created`, so the retry answers created=False",
+)
+async def test_idempotent_retry_returns_the_first_answer_created_too(core):
+    first = await enqueue(core, idempotency=pb.Idempotency(key="req-1"))
+    again = await enqueue(core, idempotency=pb.Idempotency(key="req-1"))
+    assert again == first
+
+
+async def test_idempotency_key_for_a_different_request_conflicts_and_changes_nothing(core, store, check_invariants):
+    await enqueue(core, data=b"a", idempotency=pb.Idempotency(key="req-1"))
+    before = await store.snapshot(lambda tx: tx.scan(b"t/", b"t0"))
+    with pytest.raises(IdempotencyConflict):
+        await enqueue(core, data=b"b", idempotency=pb.Idempotency(key="req-1"))
+    assert await store.snapshot(lambda tx: tx.scan(b"t/", b"t0")) == before
+    await check_invariants()
+
+
+async def test_idempotency_record_expires_after_its_ttl_and_the_sweep_drops_it(
+    core, store, clock, sweep, check_invariants
+):
+    k = keys.QueueKeys(NS, "q")
+    first = await enqueue(core, data=b"a", idempotency=pb.Idempotency(key="req-1", ttl_ns=60 * SEC))
+    clock.advance(59 * SEC)
+    with pytest.raises(IdempotencyConflict):
+        await enqueue(core, data=b"b", idempotency=pb.Idempotency(key="req-1", ttl_ns=60 * SEC))
+    clock.advance(2 * SEC)
+    await sweep()
+
+    def records(tx):
+        return tx.scan(k.q + b"i/", keys.prefix_end(k.q + b"i/")) + tx.scan(
+            k.idempotency_expiry_all(), keys.prefix_end(k.idempotency_expiry_all())
+        )
+
+    assert await store.snapshot(records) == []
+    second = await enqueue(core, data=b"b", idempotency=pb.Idempotency(key="req-1"))
+    assert second.created and second.job_id != first.job_id
+    await check_invariants()
+
+
+# -- dedup -------------------------------------------------------------------------------------------
+def dd(mode=pb.DEDUP_MODE_SIMPLE, **kw) -> pb.Dedup:
+    return pb.Dedup(id="d1", mode=mode, **kw)
+
+
+async def test_dedup_simple_while_the_job_is_not_finished(core, events_of, jobs_of, check_invariants):
+    first = await enqueue(core, dedup=dd())
+    dup = await enqueue(core, data=b"other", dedup=dd())
+    assert not dup.created and dup.job_id == first.job_id
+    assert "deduplicated" in [e.event for e in await events_of(job_id=first.job_id)]
+    job = await lease_one(core)
+    dup = await enqueue(core, dedup=dd())  # active is not finished
+    assert dup.job_id == first.job_id
+    await ok(core, job)
+    after = await enqueue(core, dedup=dd())
+    assert after.created and after.job_id != first.job_id
+    assert len(await jobs_of()) == 2
+    await check_invariants()
+
+
+async def test_dedup_throttle_holds_for_its_ttl_even_after_the_job_finished(core, clock, check_invariants):
+    first = await enqueue(core, dedup=dd(pb.DEDUP_MODE_THROTTLE, ttl_ns=10 * SEC))
+    await ok(core, await lease_one(core))
+    clock.advance(9 * SEC)
+    assert (await enqueue(core, dedup=dd(pb.DEDUP_MODE_THROTTLE, ttl_ns=10 * SEC))).job_id == first.job_id
+    clock.advance(SEC)
+    later = await enqueue(core, dedup=dd(pb.DEDUP_MODE_THROTTLE, ttl_ns=10 * SEC))
+    assert later.created and later.job_id != first.job_id
+    await check_invariants()
+
+
+async def test_dedup_debounce_replace_takes_the_newest_data_and_delay(core, clock, job_of, check_invariants):
+    d = dd(pb.DEDUP_MODE_DEBOUNCE, ttl_ns=5 * SEC, replace=True)
+    first = await enqueue(core, data=b"v1", dedup=d, not_before=pb.Delay(delay_ns=5 * SEC))
+    clock.advance(2 * SEC)
+    second = await enqueue(core, data=b"v2", dedup=d, not_before=pb.Delay(delay_ns=5 * SEC))
+    assert not second.created and second.job_id == first.job_id
+    assert (await job_of(first.job_id)).due_ns == clock.now_ns() + 5 * SEC
+    clock.advance(3 * SEC)  # the first call's due time
+    assert await lease(core) == []
+    clock.advance(2 * SEC)
+    job = await lease_one(core)
+    assert (job.id, job.task.payload.data) == (first.job_id, b"v2")
+    await check_invariants()
+
+
+@pytest.mark.parametrize("extend", [False, True])
+async def test_dedup_debounce_extend_moves_the_ttl(core, clock, extend, check_invariants):
+    d = dd(pb.DEDUP_MODE_DEBOUNCE, ttl_ns=5 * SEC, extend=extend)
+    first = await enqueue(core, dedup=d)
+    clock.advance(4 * SEC)
+    assert (await enqueue(core, dedup=d)).job_id == first.job_id
+    clock.advance(3 * SEC)  # 7 s after the first, 3 s after the duplicate
+    again = await enqueue(core, dedup=d)
+    assert again.created is (not extend)
+    await check_invariants()
+
+
+async def test_dedup_keep_last_if_active_runs_the_last_duplicate_once_after(core, jobs_of, check_invariants):
+    d = dd(keep_last_if_active=True)
+    first = await enqueue(core, data=b"v1", dedup=d)
+    job = await lease_one(core)
+    for data in (b"v2", b"v3"):
+        dup = await enqueue(core, data=data, dedup=d)
+        assert not dup.created and dup.job_id == first.job_id
+    assert len(await jobs_of()) == 1
+    await ok(core, job)
+    rerun = await lease(core)
+    assert [j.task.payload.data for j in rerun] == [b"v3"]
+    assert rerun[0].id != first.job_id
+    await ok(core, rerun[0])
+    assert await lease(core) == []
+    assert (await check_invariants())[S.COMPLETED] == 2
+
+
+# -- attempts and backoff ---------------------------------------------------------------------------
+async def test_fixed_backoff_retries_then_exhausts_into_failed(core, clock, job_of, events_of, check_invariants):
+    e = await enqueue(core, attempts=3, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC))
+    for attempt in (1, 2):
+        job = await lease_one(core)
+        assert job.attempt == attempt - 1
+        done = await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err(f"try {attempt}")))
+        assert done.state == S.DELAYED
+        stored = await job_of(e.job_id)
+        assert stored.due_ns == clock.now_ns() + 10 * SEC
+        assert stored.attempt == attempt
+        clock.advance(10 * SEC - 1)
+        assert await lease(core) == []
+        clock.advance(1)
+    job = await lease_one(core)
+    done = await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err("last")))
+    assert done.state == S.FAILED
+    stored = await job_of(e.job_id)
+    assert stored.state == S.FAILED and stored.attempt == 3
+    assert [x.message for x in stored.errors] == ["try 1", "try 2", "last"]
+    names = [x.event for x in await events_of(job_id=e.job_id)]
+    assert names[-2:] == ["failed", "retries-exhausted"]
+    assert await lease(core) == []
+    assert (await check_invariants())[S.FAILED] == 1
+
+
+async def test_exponential_backoff_doubles_up_to_its_cap(core, clock, job_of, check_invariants):
+    b = pb.Backoff(kind=pb.BACKOFF_KIND_EXPONENTIAL, base_ns=SEC, max_ns=3 * SEC)
+    e = await enqueue(core, attempts=5, backoff=b)
+    for expected in (1, 2, 3, 3):
+        job = await lease_one(core)
+        await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+        assert (await job_of(e.job_id)).due_ns == clock.now_ns() + expected * SEC
+        clock.advance(expected * SEC)
+    await check_invariants()
+
+
+async def test_queue_default_backoff_and_attempts_apply(core, configure, clock, job_of, check_invariants):
+    await configure("q", attempts=2, backoff={"kind": pb.BACKOFF_KIND_FIXED, "base_ns": 7 * SEC})
+    e = await enqueue(core)
+    job = await lease_one(core)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    assert (await job_of(e.job_id)).due_ns == clock.now_ns() + 7 * SEC
+    clock.advance(7 * SEC)
+    job = await lease_one(core)
+    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))).state == S.FAILED
+    await check_invariants()
+
+
+async def test_retry_after_overrides_backoff(core, clock, job_of, check_invariants):
+    e = await enqueue(core, attempts=2, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=100 * SEC))
+    job = await lease_one(core)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err(), after_ns=3 * SEC))
+    assert (await job_of(e.job_id)).due_ns == clock.now_ns() + 3 * SEC
+    await check_invariants()
+
+
+# -- dead letters -------------------------------------------------------------------------------------
+def redrive(tx, ns, queue, limit):
+    with QueueTx(tx, ns, queue, create=False) as dq:
+        return dlq.redrive(dq, limit)
+
+
+async def test_fail_with_dead_letter_moves_to_the_dlq_and_redrive_brings_it_back(
+    core, store, configure, jobs_of, check_invariants
+):
+    await configure("q", dead_letter_queue="q-dlq")
+    e = await enqueue(core, data=b"payload", attempts=3)
+    job = await lease_one(core)
+    done = await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err("bad input"), dead_letter=True))
+    assert done.state == S.DEAD_LETTERED
+    assert (await jobs_of())[e.job_id].state == S.DEAD_LETTERED
+    (letter,) = (await jobs_of("q-dlq")).values()
+    assert letter.state == S.WAITING and letter.origin_queue == "q"
+    assert letter.task.headers[dlq.ORIGIN_JOB] == e.job_id
+    assert "bad input" in letter.task.headers[dlq.ERRORS]
+    assert await lease(core) == []
+
+    assert await store.transact(redrive, NS, "q-dlq", 10) == 1
+    assert await jobs_of("q-dlq") == {}
+    again = await lease_one(core)
+    assert again.id != e.job_id and again.task.payload.data == b"payload"
+    assert dlq.ORIGIN_QUEUE not in again.task.headers
+    assert again.attempts_max == 3
+    await check_invariants("q", "q-dlq")
+
+
+async def test_exhausted_attempts_dead_letter_when_the_queue_says_so(core, configure, jobs_of, check_invariants):
+    await configure("q", dead_letter_queue="dlq", dead_letter_on_exhausted=True)
+    e = await enqueue(core, attempts=1)
+    job = await lease_one(core)
+    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))).state == S.DEAD_LETTERED
+    assert [j.task.headers[dlq.ORIGIN_JOB] for j in (await jobs_of("dlq")).values()] == [e.job_id]
+    await check_invariants("q", "dlq")
+
+
+async def test_fail_without_a_dlq_stays_failed(core, jobs_of, check_invariants):
+    e = await enqueue(core, attempts=5)
+    job = await lease_one(core)
+    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err(), dead_letter=True))).state == S.FAILED
+    assert (await jobs_of())[e.job_id].attempt == 0  # Fail is final; it does not retry
+    assert (await check_invariants())[S.FAILED] == 1
+
+
+# -- release, delay, rate limited ----------------------------------------------------------------------
+async def test_release_does_not_spend_an_attempt(core, clock, job_of, check_invariants):
+    e = await enqueue(core, attempts=1)
+    for _ in range(3):
+        job = await lease_one(core)
+        assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.release())).state == S.WAITING
+    job = await lease_one(core)
+    assert job.attempt == 0
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.release(after_ns=5 * SEC))
+    assert (await job_of(e.job_id)).state == S.DELAYED
+    assert await lease(core) == []
+    clock.advance(5 * SEC)
+    job = await lease_one(core)
+    # The one attempt is still there: this retry exhausts it.
+    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))).state == S.FAILED
+    await check_invariants()
+
+
+async def test_delay_until_reschedules_without_spending_an_attempt(core, clock, job_of, check_invariants):
+    e = await enqueue(core, attempts=1)
+    job = await lease_one(core)
+    until = clock.now_ns() + 30 * SEC
+    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.delay(until))).state == S.DELAYED
+    stored = await job_of(e.job_id)
+    assert (stored.due_ns, stored.attempt) == (until, 0)
+    clock.advance(30 * SEC - 1)
+    assert await lease(core) == []
+    clock.advance(1)
+    assert (await lease_one(core)).id == e.job_id
+    await check_invariants()
+
+
+async def test_rate_limited_outcome_blocks_the_queue_until_the_time_passes(core, clock, check_invariants):
+    a = await enqueue(core)
+    b = await enqueue(core)
+    job = await lease_one(core)
+    assert job.id == a.job_id
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.rate_limited(20 * SEC))
+    assert await lease(core) == []  # neither the released job nor the other one
+    clock.advance(20 * SEC - 1)
+    assert await lease(core) == []
+    clock.advance(1)
+    assert {j.id for j in await lease(core)} == {a.job_id, b.job_id}
+    await check_invariants()
+
+
+async def test_rate_limit_returns_at_most_max_per_window(core, configure, clock, check_invariants):
+    await configure("q", rate_limit={"max": 2, "duration_ns": 10 * SEC})
+    for _ in range(5):
+        await enqueue(core)
+    assert len(await lease(core, max_jobs=5)) == 2
+    assert await lease(core, max_jobs=5) == []
+    clock.advance(10 * SEC)
+    assert len(await lease(core, max_jobs=1)) == 1
+    assert len(await lease(core, max_jobs=5)) == 1
+    clock.advance(10 * SEC)
+    assert len(await lease(core, max_jobs=5)) == 1
+    assert (await check_invariants())[S.ACTIVE] == 5
+
+
+async def test_global_concurrency_caps_active_jobs(core, configure, check_invariants):
+    await configure("q", concurrency=2)
+    for _ in range(4):
+        await enqueue(core)
+    first = await lease(core, max_jobs=4)
+    assert len(first) == 2
+    assert await lease(core, max_jobs=4, worker="w2") == []
+    await ok(core, first[0])
+    assert len(await lease(core, max_jobs=4, worker="w2")) == 1
+    assert await lease(core, max_jobs=4) == []
+    assert (await check_invariants())[S.ACTIVE] == 2
+
+
+async def test_paused_queue_leases_nothing_and_keeps_its_jobs(core, configure, check_invariants):
+    e = await enqueue(core)
+    await configure("q", paused=True)
+    assert await lease(core) == []
+    assert (await check_invariants())[S.WAITING] == 1
+    await configure("q", paused=False)
+    assert (await lease_one(core)).id == e.job_id
+
+
+async def test_names_filter_leases_only_those_tasks(core, check_invariants):
+    await enqueue(core, name="a")
+    b = await enqueue(core, name="b")
+    await enqueue(core, name="a")
+    got = await lease(core, names=["b", "c"])
+    assert [j.id for j in got] == [b.job_id]
+    assert [j.task.name for j in await lease(core)] == ["a", "a"]
+    await check_invariants()
+
+
+async def test_expired_job_is_discarded_with_an_expired_event(core, clock, job_of, events_of, check_invariants):
+    e = await enqueue(core, expires_ns=clock.now_ns() + 5 * SEC)
+    keep = await enqueue(core)
+    clock.advance(6 * SEC)
+    assert [j.id for j in await lease(core)] == [keep.job_id]
+    stored = await job_of(e.job_id)
+    assert stored.state == S.CANCELED and stored.errors[-1].code == "expired"
+    assert [x.event for x in await events_of(job_id=e.job_id)][-1] == "expired"
+    assert await lease(core) == []
+    await check_invariants()
+
+
+# -- leases and fencing ----------------------------------------------------------------------------------
+async def test_late_complete_before_the_sweep_succeeds(core, configure, clock, check_invariants):
+    await configure("q", visibility_ns=10 * SEC)
+    await enqueue(core)
+    job = await lease_one(core)
+    clock.advance(60 * SEC)  # long past the deadline, but nobody reclaimed it
+    assert (await ok(core, job)).state == S.COMPLETED
+    await check_invariants()
+
+
+async def test_stale_epoch_after_the_stalled_sweep_is_fenced(core, configure, clock, sweep, job_of, check_invariants):
+    await configure("q", visibility_ns=10 * SEC)
+    e = await enqueue(core)
+    old = await lease_one(core)
+    clock.advance(11 * SEC)
+    await sweep()
+    with pytest.raises(Fenced) as fi:
+        await ok(core, old)
+    assert fi.value.current_epoch == old.epoch + 1
+    new = await lease_one(core, worker="w2")
+    assert new.epoch > old.epoch
+    with pytest.raises(Fenced) as fi:
+        await core.complete(NS, "q", old.id, old.epoch, Outcome.fail(err()))
+    assert fi.value.current_epoch == new.epoch
+    with pytest.raises(Fenced):
+        await core.extend(NS, "q", old.id, old.epoch, 5 * SEC)
+    with pytest.raises(Fenced):
+        await core.report(NS, "q", old.id, old.epoch, progress=b"1")
+    assert (await ok(core, new, result=b"r")).state == S.COMPLETED
+    stored = await job_of(e.job_id)
+    assert stored.state == S.COMPLETED and stored.result.data == b"r"
+    await check_invariants()
+
+
+async def test_complete_twice_is_refused(core, check_invariants):
+    await enqueue(core)
+    job = await lease_one(core)
+    await ok(core, job)
+    with pytest.raises(InvalidState):
+        await ok(core, job)
+    assert (await check_invariants())[S.COMPLETED] == 1
+
+
+async def test_extend_is_capped_by_the_timeout_and_refused_past_it(core, clock, job_of, check_invariants):
+    await enqueue(core, visibility_ns=10 * SEC, timeout_ns=20 * SEC)
+    job = await lease_one(core)
+    start = clock.now_ns()
+    assert job.deadline_ns == start + 10 * SEC
+    clock.advance(5 * SEC)
+    assert await core.extend(NS, "q", job.id, job.epoch, 10 * SEC) == start + 15 * SEC
+    assert await core.extend(NS, "q", job.id, job.epoch, 60 * SEC) == start + 20 * SEC
+    assert (await job_of(job.id)).deadline_ns == start + 20 * SEC
+    clock.advance(15 * SEC)
+    with pytest.raises(InvalidState):
+        await core.extend(NS, "q", job.id, job.epoch, SEC)
+    await check_invariants()
+
+
+async def test_extend_keeps_the_job_from_the_stalled_sweep(core, configure, clock, sweep, check_invariants):
+    await configure("q", visibility_ns=10 * SEC)
+    await enqueue(core)
+    job = await lease_one(core)
+    clock.advance(8 * SEC)
+    await core.extend(NS, "q", job.id, job.epoch, 10 * SEC)
+    clock.advance(8 * SEC)  # past the first deadline, before the extended one
+    await sweep()
+    assert (await ok(core, job)).state == S.COMPLETED
+    await check_invariants()
+
+
+# -- the stalled sweep ------------------------------------------------------------------------------------
+async def test_stalled_job_goes_back_to_waiting_then_fails_past_max_stalled(
+    core, configure, clock, sweep, job_of, events_of, check_invariants
+):
+    await configure("q", visibility_ns=10 * SEC)
+    e = await enqueue(core, attempts=5)
+    await lease_one(core)
+    clock.advance(10 * SEC + 1)  # just past the deadline
+    await sweep()
+    stored = await job_of(e.job_id)
+    assert (stored.state, stored.stalled) == (S.WAITING, 1)
+    assert [x.event for x in await events_of(job_id=e.job_id)][-2:] == ["stalled", "waiting"]
+    await lease_one(core, worker="w2")
+    clock.advance(10 * SEC + 1)
+    await sweep()
+    stored = await job_of(e.job_id)
+    assert stored.state == S.FAILED
+    assert stored.errors[-1].message == STALLED_MESSAGE
+    assert await lease(core) == []
+    await check_invariants()
+
+
+async def test_max_stalled_minus_one_is_unlimited(core, configure, clock, sweep, job_of, check_invariants):
+    await configure("q", visibility_ns=10 * SEC, max_stalled=-1)
+    e = await enqueue(core)
+    for n in range(1, 6):
+        await lease_one(core)
+        clock.advance(10 * SEC + 1)
+        await sweep()
+        stored = await job_of(e.job_id)
+        assert (stored.state, stored.stalled) == (S.WAITING, n)
+    await check_invariants()
+
+
+async def test_hard_timeout_is_a_retryable_timeout_failure(core, clock, sweep, job_of, check_invariants):
+    e = await enqueue(core, attempts=2, visibility_ns=20 * SEC, timeout_ns=30 * SEC)
+    job = await lease_one(core)
+    clock.advance(15 * SEC)
+    assert await core.extend(NS, "q", job.id, job.epoch, 60 * SEC) == clock.now_ns() + 15 * SEC
+    clock.advance(15 * SEC + 1)
+    await sweep()
+    stored = await job_of(e.job_id)
+    assert stored.state in S.READY and stored.attempt == 1 and stored.stalled == 0
+    assert stored.errors[-1].code == "timeout"
+    with pytest.raises(Fenced):
+        await ok(core, job)
+    await lease_one(core)
+    clock.advance(30 * SEC + 1)
+    await sweep()
+    stored = await job_of(e.job_id)
+    assert stored.state == S.FAILED and [x.code for x in stored.errors] == ["timeout", "timeout"]
+    await check_invariants()
+
+
+# -- report -----------------------------------------------------------------------------------------------
+def read_log(tx, job_id):
+    k = keys.QueueKeys(NS, "q")
+    return [pb.LogLine.FromString(v).line for _k, v in tx.scan(k.logs(job_id), keys.prefix_end(k.logs(job_id)))]
+
+
+async def test_report_progress_log_and_data(core, store, configure, job_of, events_of, check_invariants):
+    await configure("q", log_cap=3)
+    e = await enqueue(core, data=b"v1")
+    job = await lease_one(core)
+    await core.report(NS, "q", job.id, job.epoch, progress=b'{"pct": 40}')
+    assert (await job_of(e.job_id)).progress == b'{"pct": 40}'
+    assert [x.data for x in await events_of(job_id=e.job_id) if x.event == "progress"] == [b'{"pct": 40}']
+    with pytest.raises(InvalidArgument):
+        await core.report(NS, "q", job.id, job.epoch, progress=b"not json")
+    for i in range(5):
+        await core.report(NS, "q", job.id, job.epoch, log_line=f"line {i}")
+    assert await store.snapshot(read_log, e.job_id) == ["line 2", "line 3", "line 4"]
+    assert (await job_of(e.job_id)).log_count == 5
+    await core.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=b"v2"))
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.release())
+    assert (await lease_one(core)).task.payload.data == b"v2"
+    await check_invariants()
+
+
+# -- payloads ----------------------------------------------------------------------------------------------
+async def test_large_payload_goes_to_the_blob_store_and_comes_back_inline(core, job_of, blobs, check_invariants):
+    data = os.urandom(16 * 1024 + 1)
+    e = await enqueue(core, data=data)
+    stored = await job_of(e.job_id)
+    assert stored.task.payload.data == b"" and stored.task.payload.blob_ref
+    assert stored.task.payload.size == len(data)
+    assert await blobs.get(stored.task.payload.blob_ref) == data
+    job = await lease_one(core)
+    assert job.task.payload.data == data
+    await check_invariants()
+
+
+async def test_payload_at_the_inline_limit_stays_inline(core, job_of):
+    e = await enqueue(core, data=b"y" * 16 * 1024)
+    assert (await job_of(e.job_id)).task.payload.data == b"y" * 16 * 1024
+
+
+async def test_payload_over_the_limit_is_refused_with_nothing_stored(store, blobs, tmp_path):
+    core = QueueCore(store, blobs, payload_limit=64 * 1024)
+    with pytest.raises(PayloadTooLarge) as pi:
+        await enqueue(core, data=b"z" * (64 * 1024 + 1))
+    assert pi.value.limit == 64 * 1024
+    assert await stored(store) == []
+    assert not (tmp_path / "blobs").exists() or not any((tmp_path / "blobs").rglob("*"))
+
+
+async def test_blob_of_a_refused_enqueue_is_deleted(core, tmp_path, check_invariants):
+    await enqueue(core, data=b"small", job_key="k")
+    with pytest.raises(AlreadyExists):
+        await enqueue(core, data=os.urandom(20 * 1024), job_key="k")
+    assert not [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+    await check_invariants()
+
+
+# -- long-poll ------------------------------------------------------------------------------------------------
+async def test_long_poll_wakes_when_a_job_is_enqueued(core, check_invariants):
+    loop = asyncio.get_running_loop()
+    returned = asyncio.Event()
+    started = loop.time()
+    poll = asyncio.create_task(lease(core, max_jobs=1, wait_ns=20 * SEC))
+    poll.add_done_callback(lambda _t: returned.set())
+    async with asyncio.timeout(5):
+        while core.waiters.parked(NS, "q") == 0:  # the poll found nothing and parked
+            await asyncio.sleep(0.001)
+    assert not returned.is_set()
+    e = await enqueue(core)
+    await asyncio.wait_for(returned.wait(), 10)
+    assert loop.time() - started < 10  # well before the 20 s wait
+    assert [j.id for j in poll.result()] == [e.job_id]
+    assert core.waiters.parked(NS, "q") == 0
+    await check_invariants()
+
+
+async def test_long_poll_wakes_when_a_job_is_released(core, check_invariants):
+    await enqueue(core)
+    job = await lease_one(core)
+    poll = asyncio.create_task(lease(core, max_jobs=1, wait_ns=20 * SEC, worker="w2"))
+    async with asyncio.timeout(5):
+        while core.waiters.parked(NS, "q") == 0:
+            await asyncio.sleep(0.001)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.release())
+    got = await asyncio.wait_for(poll, 10)
+    assert [j.id for j in got] == [job.id]
+    await check_invariants()
+
+
+async def test_long_poll_with_nothing_returns_empty(core):
+    assert await lease(core, wait_ns=SEC // 5) == []
+    assert core.waiters.parked(NS, "q") == 0
+
+
+# -- bad input ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("queue", "opts", "field"),
+    [
+        ("a/b", {}, "queue"),
+        ("", {}, "queue"),
+        ("x" * 129, {}, "queue"),
+        ("q q", {}, "queue"),
+        ("q", {"not_before": pb.Delay(delay_ns=-1)}, "task.opts.not_before.delay_ns"),
+        ("q", {"not_before": pb.Delay(at_ns=-5)}, "task.opts.not_before.at_ns"),
+        ("q", {"priority": 2**21}, "task.opts.priority"),
+        ("q", {"priority": 3, "lifo": True}, "task.opts.lifo"),
+        ("q", {"visibility_ns": -1}, "task.opts.visibility_ns"),
+        ("q", {"dedup": pb.Dedup(id="d", mode=pb.DEDUP_MODE_THROTTLE)}, "task.opts.dedup.ttl_ns"),
+        ("q", {"idempotency": pb.Idempotency(key="")}, "task.opts.idempotency.key"),
+    ],
+)
+async def test_bad_enqueue_input_names_the_field_and_stores_nothing(core, store, queue, opts, field):
+    with pytest.raises(InvalidArgument) as ei:
+        await core.enqueue(NS, queue, task(), pb.EnqueueOpts(**opts))
+    assert ei.value.field == field
+    assert await stored(store) == []
+
+
+async def test_highest_priority_is_accepted(core, check_invariants):
+    assert (await enqueue(core, priority=2**21 - 1)).created
+    await check_invariants()
+
+
+async def test_bad_namespace_and_task_name_are_refused(core, store):
+    with pytest.raises(InvalidArgument) as ei:
+        await core.enqueue("a/b", "q", task())
+    assert ei.value.field == "namespace"
+    with pytest.raises(InvalidArgument) as ei:
+        await core.enqueue(NS, "q", task(name=""))
+    assert ei.value.field == "task.name"
+    assert await stored(store) == []
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"queues": ["ok", "a/b"]}, "queues[1]"),
+        ({"queues": []}, "queues"),
+        ({"max_jobs": 0}, "max"),
+        ({"wait_ns": -1}, "wait_ns"),
+    ],
+)
+async def test_bad_lease_input_names_the_field(core, store, kw, field):
+    args = {"queues": ["q"], "max_jobs": 1, "wait_ns": 0} | kw
+    with pytest.raises(InvalidArgument) as ei:
+        await core.lease(NS, args["queues"], "w", args["max_jobs"], wait_ns=args["wait_ns"])
+    assert ei.value.field == field
+    assert await stored(store) == []
+
+
+async def test_lease_on_an_unknown_queue_creates_nothing(core, store):
+    assert await lease(core, "never-used") == []
+    assert await stored(store) == []
+
+
+async def test_bulk_enqueue_refuses_bad_input_whole_and_isolates_key_clashes(core, jobs_of, check_invariants):
+    with pytest.raises(InvalidArgument) as ei:
+        await core.enqueue_bulk(NS, "q", [(task(), None), (task(), pb.EnqueueOpts(priority=2**22))])
+    assert ei.value.field == "jobs[1].opts.priority"
+    assert await jobs_of() == {}
+    await enqueue(core, job_key="taken", data=b"a")
+    res = await core.enqueue_bulk(
+        NS, "q", [(task(data=b"1"), None), (task(data=b"b"), pb.EnqueueOpts(job_key="taken")), (task(data=b"3"), None)]
+    )
+    assert isinstance(res[1], AlreadyExists)
+    assert res[0].created and res[2].created
+    assert len(await jobs_of()) == 3
+    await check_invariants()
+
+
+# -- the outbox ---------------------------------------------------------------------------------------------
+async def test_outbox_records_a_jobs_life_in_order(core, events_of, check_invariants):
+    e = await enqueue(core)
+    job = await lease_one(core)
+    await ok(core, job, result=b"42")
+    evs = await events_of(job_id=e.job_id)
+    assert [x.event for x in evs] == ["added", "waiting", "active", "completed"]
+    assert [x.seq for x in evs] == sorted(x.seq for x in evs)
+    assert evs[2].worker == "w1" and evs[2].epoch == job.epoch
+    assert evs[3].state == S.COMPLETED and evs[3].prev_state == S.ACTIVE and evs[3].data == b"42"
+    await check_invariants()
+
+
+async def test_outbox_records_delay_retry_and_failure(core, clock, events_of, check_invariants):
+    e = await enqueue(core, attempts=2, not_before=pb.Delay(delay_ns=SEC))
+    clock.advance(SEC)
+    job = await lease_one(core)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    job = await lease_one(core)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    assert [x.event for x in await events_of(job_id=e.job_id)] == [
+        "added",
+        "delayed",
+        "waiting",
+        "active",
+        "waiting",  # retry with no backoff: straight back
+        "active",
+        "failed",
+        "retries-exhausted",
+    ]
+    await check_invariants()
+
+
+async def test_every_state_change_writes_an_outbox_row(core, configure, clock, sweep, store, events_of, jobs_of):
+    """Across a mixed workload, each job's outbox rows replay to its stored state."""
+    await configure("q", visibility_ns=10 * SEC, max_stalled=-1)
+    await enqueue(core, priority=2)
+    await enqueue(core, not_before=pb.Delay(delay_ns=5 * SEC))
+    await enqueue(core, attempts=3)
+    jobs = await lease(core, max_jobs=2)
+    await ok(core, jobs[0])
+    await core.complete(NS, "q", jobs[1].id, jobs[1].epoch, Outcome.retry(err(), after_ns=SEC))
+    clock.advance(6 * SEC)
+    jobs = await lease(core, max_jobs=1)
+    clock.advance(20 * SEC)
+    await sweep()
+    final_states = {j.id: j.state for j in (await jobs_of()).values()}
+    last = {}
+    for ev in await events_of():
+        if ev.event not in ("added", "progress", "deduplicated", "retries-exhausted"):
+            last[ev.job_id] = ev.state
+    assert last == final_states
+
+
+# -- per-subject serial jobs -------------------------------------------------------------------------------------
+async def test_second_job_of_a_subject_waits_for_the_first(core, check_invariants):
+    a1 = await enqueue(core, subject="acct-1", data=b"a1")
+    a2 = await enqueue(core, subject="acct-1", data=b"a2")
+    b1 = await enqueue(core, subject="acct-2", data=b"b1")
+    got = await lease(core)
+    assert {j.id for j in got} == {a1.job_id, b1.job_id}
+    counts = await check_invariants()
+    assert counts[S.WAITING] == 1 and counts[S.ACTIVE] == 2
+    assert await lease(core) == []
+    await ok(core, next(j for j in got if j.id == b1.job_id))
+    assert await lease(core) == []  # finishing another subject frees nothing here
+    await ok(core, next(j for j in got if j.id == a1.job_id))
+    assert [j.id for j in await lease(core)] == [a2.job_id]
+    await check_invariants()
+
+
+async def test_subject_jobs_run_in_fifo_order(core, check_invariants):
+    ids = [(await enqueue(core, subject="s", priority=p)).job_id for p in (5, 1, 3, 0)]
+    order = [j.id for j in await drain(core)]
+    assert order == ids
+    assert (await check_invariants())[S.COMPLETED] == 4
+
+
+async def test_a_retried_job_holds_its_subject(core, clock, check_invariants):
+    first = await enqueue(core, subject="s", attempts=2, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC))
+    second = await enqueue(core, subject="s")
+    other = await enqueue(core, subject="t")
+    job = await lease_one(core)
+    assert job.id == first.job_id
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    assert [j.id for j in await lease(core)] == [other.job_id]
+    clock.advance(10 * SEC)
+    job = await lease_one(core)
+    assert job.id == first.job_id
+    await ok(core, job)
+    assert [j.id for j in await lease(core)] == [second.job_id]
+    await check_invariants()
+
+
+async def test_a_failed_job_frees_its_subject(core, check_invariants):
+    await enqueue(core, subject="s")
+    second = await enqueue(core, subject="s")
+    job = await lease_one(core)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err()))
+    assert [j.id for j in await lease(core)] == [second.job_id]
+    await check_invariants()
+
+
+async def test_a_delayed_job_behind_its_subject_keeps_its_due_time(core, clock, check_invariants):
+    first = await enqueue(core, subject="s")
+    second = await enqueue(core, subject="s", not_before=pb.Delay(delay_ns=60 * SEC))
+    await ok(core, await lease_one(core))
+    assert await lease(core) == []
+    clock.advance(60 * SEC)
+    assert (await lease_one(core)).id == second.job_id
+    assert first.job_id != second.job_id
+    await check_invariants()
+
+
+# -- shards ------------------------------------------------------------------------------------------------------
+async def test_sharded_queue_delivers_every_job_exactly_once(core, configure, check_invariants, events_of):
+    await configure("q", shards=4)
+    ids = {(await enqueue(core, data=str(i).encode())).job_id for i in range(40)}
+    ids |= {r.job_id for r in await core.enqueue_bulk(NS, "q", [(task(), None) for _ in range(20)])}
+    seen: list[str] = []
+    while jobs := await lease(core, max_jobs=3):
+        seen.extend(j.id for j in jobs)
+        for j in jobs:
+            await ok(core, j)
+    assert len(seen) == len(set(seen)) == 60
+    assert set(seen) == ids
+    counts = await check_invariants()
+    assert counts == {S.COMPLETED: 60}
+    assert len({e.shard for e in await events_of()}) > 1
+
+
+# -- more of the lease ----------------------------------------------------------------------------------------
+async def test_expired_jobs_at_the_head_do_not_hide_ready_ones(core, clock, check_invariants):
+    for _ in range(3):
+        await enqueue(core, expires_ns=clock.now_ns() + SEC)
+    live = [(await enqueue(core)).job_id for _ in range(2)]
+    clock.advance(2 * SEC)
+    assert [j.id for j in await lease(core, max_jobs=2)] == live
+    counts = await check_invariants()
+    assert counts[S.CANCELED] == 3 and counts[S.ACTIVE] == 2
+
+
+async def test_complete_many_answers_each_item_and_one_fenced_token_spoils_nothing(
+    core, configure, clock, sweep, check_invariants
+):
+    await configure("q", visibility_ns=10 * SEC)
+    await enqueue(core)
+    stale = await lease_one(core)
+    clock.advance(10 * SEC + 1)
+    await sweep()
+    for _ in range(2):
+        await enqueue(core)
+    jobs = await lease(core, max_jobs=3, worker="w2")
+    assert len(jobs) == 3
+    res = await core.complete_many(
+        NS,
+        [
+            ("q", jobs[0].id, jobs[0].epoch, Outcome.ok()),
+            ("q", stale.id, stale.epoch, Outcome.ok()),
+            ("q", jobs[1].id, jobs[1].epoch, Outcome.fail(err())),
+            ("q", jobs[2].id, jobs[2].epoch, Outcome.release()),
+        ],
+    )
+    assert isinstance(res[1], Fenced)
+    assert [r.state for r in (res[0], res[2], res[3])] == [S.COMPLETED, S.FAILED, S.WAITING]
+    counts = await check_invariants()
+    assert counts == {S.COMPLETED: 1, S.FAILED: 1, S.WAITING: 1}
+
+
+async def _parked_poll(core, **kw) -> asyncio.Task:
+    poll = asyncio.create_task(lease(core, max_jobs=1, wait_ns=20 * SEC, worker="w2", **kw))
+    async with asyncio.timeout(5):
+        while core.waiters.parked(NS, "q") == 0:
+            await asyncio.sleep(0.001)
+    return poll
+
+
+async def test_long_poll_wakes_when_a_subject_frees_its_next_job(core, check_invariants):
+    await enqueue(core, subject="s")
+    second = await enqueue(core, subject="s")
+    first = await lease_one(core)
+    poll = await _parked_poll(core)
+    await ok(core, first)
+    assert [j.id for j in await asyncio.wait_for(poll, 5)] == [second.job_id]
+    await check_invariants()
+
+
+async def test_long_poll_wakes_when_a_concurrency_slot_frees(core, configure, check_invariants):
+    await configure("q", concurrency=1)
+    await enqueue(core)
+    second = await enqueue(core)
+    first = await lease_one(core)
+    poll = await _parked_poll(core)
+    await ok(core, first)
+    assert [j.id for j in await asyncio.wait_for(poll, 5)] == [second.job_id]
+    await check_invariants()

@@ -1,0 +1,342 @@
+"""Random interleavings of enqueue, lease, extend, complete, worker crashes, clock moves
+and sweeps, through QueueCore on the memory backend with its fault plan on (write
+conflicts, region errors, commits whose acknowledgement is lost): the runner must hide
+every fault, and these must hold after every step:
+
+- no acknowledged enqueue is lost (nothing here removes jobs);
+- no job has two outcomes: it reaches `completed` at most once, with at most one
+  `completed` outbox row, and a finished job is never leased again;
+- a lease hands each (job, epoch) out once, and the store holds what it handed out;
+- a complete or extend with a stale epoch is refused with Fenced naming the current one;
+- per shard, a lease takes the head of the ready order (FIFO band first, lower priority
+  number first, FIFO ties, LIFO newest first) among the jobs ready at that moment, and
+  returns fewer than asked only when nothing else was ready;
+- at most one active job per subject, and it is the subject's oldest live job;
+- the per-shard counts equal the job records, and every index matches its records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from loam_common import keys
+from loam_common.errors import Fenced, InvalidState
+from loam_common.gen.loam.jobs.v1 import events_pb2, types_pb2 as pb
+from loam_common.jobs import states as S
+from loam_common.jobs.complete import Outcome
+from loam_common.jobs.queue import QueueTx
+from loam_common.store import FaultPlan, ManualClock, MemoryBackend, Store
+from loam_common.sweeper import Sweeper
+from loam_queue_core import QueueCore
+
+NS, Q = "acme", "q"
+SEC = 1_000_000_000
+VISIBILITY = 10 * SEC
+INJECTED: Counter = Counter()  # faults injected over the whole run, checked at the end
+
+
+@dataclass
+class Snapshot:
+    now: int
+    jobs: dict[str, pb.Job]
+    next_seq: list[int]
+    events: list[events_pb2.JobEvent]
+
+
+def read_all(tx, shards: int) -> Snapshot:
+    k = keys.QueueKeys(NS, Q)
+    jobs = {}
+    for _k, v in tx.scan(k.jobs(), keys.prefix_end(k.jobs())):
+        j = pb.Job.FromString(v)
+        jobs[j.id] = j
+    next_seq, events = [], []
+    for shard in range(shards):
+        raw = tx.get(k.shard_meta(shard))
+        next_seq.append(pb.ShardMeta.FromString(raw).next_seq if raw else 0)
+        p = k.outbox_shard(shard)
+        events.extend(events_pb2.JobEvent.FromString(v) for _k, v in tx.scan(p, keys.prefix_end(p)))
+    return Snapshot(tx.now_ns(), jobs, next_seq, events)
+
+
+def configure(tx, shards: int, max_stalled: int) -> None:
+    with QueueTx(tx, NS, Q) as qt:
+        qt.cfg.visibility_ns = VISIBILITY
+        qt.cfg.shards = shards
+        qt.cfg.max_stalled = max_stalled
+        qt.ensure_exists()
+        qt.save_config()
+
+
+def ready_key(job: pb.Job, seq: int) -> tuple:
+    """The order a lease serves a shard in: band, priority, FIFO by seq (LIFO reversed)."""
+    band = 1 if job.opts.priority else 0
+    return (band, job.opts.priority, keys.MAX_U64 - seq if job.opts.lifo else seq)
+
+
+def lease_candidates(snap: Snapshot, shard: int) -> list[str]:
+    """The jobs of a shard a lease may take, best first: the ready ones, then the due
+    delayed ones, which the lease promotes (in due order) with the next sequences."""
+    ready = [j for j in snap.jobs.values() if j.shard == shard and j.state in S.READY and not j.subject_blocked]
+    due = sorted(
+        (j for j in snap.jobs.values() if j.shard == shard and j.state == S.DELAYED and j.due_ns <= snap.now),
+        key=lambda j: (j.due_ns, j.id),
+    )
+    keyed = [(ready_key(j, j.seq), j.id) for j in ready]
+    keyed += [(ready_key(j, snap.next_seq[shard] + i + 1), j.id) for i, j in enumerate(due)]
+    return [job_id for _key, job_id in sorted(keyed)]
+
+
+class QueueMachine(RuleBasedStateMachine):
+    problems = None  # set by the test: conftest's invariant_problems
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.clock = ManualClock()
+        self.store: Store | None = None
+        self.enq_order: dict[str, int] = {}  # job id -> enqueue order
+        self.held: list[tuple[str, int]] = []  # tokens of live workers
+        self.lost: list[tuple[str, int]] = []  # tokens of workers that vanished
+        self.handed: set[tuple[str, int]] = set()
+        self.done: set[tuple[str, int]] = set()  # tokens whose complete was answered
+        self.completed: set[str] = set()
+        self.finished: set[str] = set()
+        self.prev: Snapshot | None = None
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    def snap(self) -> Snapshot:
+        return self.run(self.store.snapshot(read_all, self.shards))
+
+    @initialize(seed=st.integers(0, 2**32 - 1), shards=st.sampled_from([1, 2]), max_stalled=st.sampled_from([1, -1]))
+    def setup(self, seed: int, shards: int, max_stalled: int) -> None:
+        self.plan = FaultPlan(
+            seed=seed,
+            conflict=0.10,
+            region_read=0.03,
+            region_commit=0.05,
+            unknown_committed=0.08,
+            unknown_not_committed=0.08,
+        )
+        self.shards = shards
+        self.store = Store(MemoryBackend(clock=self.clock, faults=self.plan))
+        self.core = QueueCore(self.store)
+        self.sweeper = Sweeper(self.store)
+        self.run(self.store.transact(configure, shards, max_stalled))
+
+    def teardown(self) -> None:
+        if self.store is not None:
+            INJECTED.update(self.plan.injected)
+            self.run(self.store.close())
+        self.loop.close()
+
+    # -- rules ------------------------------------------------------------------------------
+    @rule(
+        priority=st.sampled_from([0, 0, 0, 1, 2, 7]),
+        lifo=st.booleans(),
+        delay=st.sampled_from([0, 0, 0, 3 * SEC, 15 * SEC]),
+        subject=st.sampled_from(["", "", "a", "b"]),
+        attempts=st.integers(1, 3),
+        backoff=st.sampled_from([0, 5 * SEC]),
+    )
+    def enqueue(self, priority, lifo, delay, subject, attempts, backoff) -> None:
+        opts = pb.EnqueueOpts(
+            priority=priority,
+            lifo=lifo and not priority,
+            subject=subject,
+            attempts=attempts,
+            backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=backoff),
+        )
+        if delay:
+            opts.not_before.delay_ns = delay
+        res = self.run(self.core.enqueue(NS, Q, pb.TaskSpec(name="t"), opts))
+        assert res.created and res.job_id not in self.enq_order
+        self.enq_order[res.job_id] = len(self.enq_order)
+
+    @rule(max_jobs=st.integers(1, 4))
+    def lease(self, max_jobs: int) -> None:
+        before = self.snap()
+        got = self.run(self.core.lease(NS, [Q], "w", max_jobs))
+        after = self.snap()
+        assert len(got) <= max_jobs
+        assert len({j.id for j in got}) == len(got)
+        for j in got:
+            token = (j.id, j.epoch)
+            assert token not in self.handed, f"{token} handed out twice"
+            assert j.id not in self.finished, f"finished job {j.id} leased again"
+            stored = after.jobs[j.id]
+            assert (stored.state, stored.epoch) == (S.ACTIVE, j.epoch), "the store lost or re-ran the lease"
+            self.handed.add(token)
+            self.held.append(token)
+        # Per shard: what it took is the head of its ready order, in order.
+        for shard in range(self.shards):
+            took = [j.id for j in got if j.shard == shard]
+            cands = lease_candidates(before, shard)
+            assert took == cands[: len(took)], f"shard {shard}: leased {took}, ready order {cands}"
+            if len(got) < max_jobs:
+                assert took == cands, f"shard {shard}: left {set(cands) - set(took)} ready"
+        # Subjects: one at a time, the oldest live one first.
+        for j in got:
+            if not j.opts.subject:
+                continue
+            live = [
+                x.id
+                for x in before.jobs.values()
+                if x.opts.subject == j.opts.subject and x.state not in S.FINISHED
+            ]
+            assert j.id == min(live, key=self.enq_order.__getitem__), f"subject {j.opts.subject}: FIFO broken"
+            assert not any(
+                x.state == S.ACTIVE and x.opts.subject == j.opts.subject for x in before.jobs.values()
+            ), f"subject {j.opts.subject} leased while active"
+
+    def _pick(self, data, tokens: list) -> tuple[str, int]:
+        return tokens.pop(data.draw(st.integers(0, len(tokens) - 1)))
+
+    def _expect(self, token: tuple[str, int], fn):
+        """Run a fenced call and check its answer against the job as it was just before."""
+        job_id, epoch = token
+        job = self.snap().jobs[job_id]
+        if job.epoch != epoch:
+            try:
+                self.run(fn())
+            except Fenced as e:
+                assert e.current_epoch == job.epoch
+                return None
+            raise AssertionError(f"stale epoch {epoch} (current {job.epoch}) was accepted")
+        if job.state != S.ACTIVE:
+            try:
+                self.run(fn())
+            except InvalidState:
+                return None
+            raise AssertionError(f"{job_id} is {S.name(job.state)} and took a second outcome")
+        return (self.run(fn()),)
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data(), by=st.integers(1, 20))
+    def extend(self, data, by: int) -> None:
+        token = self._pick(data, self.held)
+        out = self._expect(token, lambda: self.core.extend(NS, Q, *token, by * SEC))
+        if out is not None:
+            assert out[0] == self.clock.now_ns() + by * SEC
+            self.held.append(token)
+
+    @precondition(lambda self: self.held or self.lost)
+    @rule(data=st.data(), kind=st.sampled_from(["ok", "ok", "retry", "fail", "release"]), zombie=st.booleans())
+    def complete(self, data, kind: str, zombie: bool) -> None:
+        tokens = self.lost if (zombie and self.lost) or not self.held else self.held
+        token = self._pick(data, tokens)
+        err = pb.JobError(code="error", message="boom")
+        outcome = {
+            "ok": Outcome.ok(),
+            "retry": Outcome.retry(err),
+            "fail": Outcome.fail(err),
+            "release": Outcome.release(),
+        }[kind]
+        out = self._expect(token, lambda: self.core.complete(NS, Q, *token, outcome))
+        self.done.add(token)
+        if out is None:
+            return
+        state = out[0].state
+        if kind == "ok":
+            assert state == S.COMPLETED
+            assert token[0] not in self.completed, f"{token[0]} completed twice"
+            self.completed.add(token[0])
+        if state in S.FINISHED:
+            self.finished.add(token[0])
+
+    @precondition(lambda self: self.done)
+    @rule(data=st.data())
+    def replay_complete(self, data) -> None:
+        """A token that already had its answer, or was reclaimed, is refused."""
+        token = sorted(self.done)[data.draw(st.integers(0, len(self.done) - 1))]
+        out = self._expect(token, lambda: self.core.complete(NS, Q, *token, Outcome.ok()))
+        assert out is None, f"{token} completed after its lease was answered"
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def crash(self, data) -> None:
+        self.lost.append(self._pick(data, self.held))
+
+    @rule(seconds=st.sampled_from([1, 3, 5, 11]))
+    def advance(self, seconds: int) -> None:
+        self.clock.advance(seconds * SEC)
+
+    @rule()
+    def sweep(self) -> None:
+        self.run(self.sweeper.run_once())
+        snap = self.snap()
+        for job_id in self.enq_order:
+            j = snap.jobs[job_id]
+            if j.state == S.ACTIVE:
+                assert j.deadline_ns >= snap.now, f"{job_id} is active past its deadline after a sweep"
+            if j.state in S.FINISHED:
+                self.finished.add(job_id)
+
+    # -- invariants ---------------------------------------------------------------------------
+    @invariant()
+    def consistent(self) -> None:
+        if self.store is None:
+            return
+        problems, _counts = self.run(self.store.snapshot(type(self).problems, NS, Q))
+        assert not problems, "; ".join(problems)
+        snap = self.snap()
+        missing = set(self.enq_order) - set(snap.jobs)
+        assert not missing, f"acknowledged enqueues lost: {missing}"
+        assert set(snap.jobs) == set(self.enq_order), "a job nobody enqueued appeared"
+        completed_rows = Counter(e.job_id for e in snap.events if e.event == "completed")
+        assert all(n == 1 for n in completed_rows.values()), f"two completed rows: {completed_rows}"
+        assert set(completed_rows) == self.completed
+        assert {j.id for j in snap.jobs.values() if j.state == S.COMPLETED} == self.completed
+        active_subjects = Counter(j.opts.subject for j in snap.jobs.values() if j.state == S.ACTIVE and j.opts.subject)
+        assert all(n == 1 for n in active_subjects.values()), f"two active jobs of a subject: {active_subjects}"
+        # Sequences only grow: a job that (re)entered the ready order is behind every
+        # job that was already there.
+        if self.prev is not None:
+            for j in snap.jobs.values():
+                old = self.prev.jobs.get(j.id)
+                if j.state in S.READY and (old is None or old.seq != j.seq):
+                    assert j.seq > self.prev.next_seq[j.shard], f"{j.id} re-entered the ready order ahead"
+        self.prev = snap
+
+
+def test_random_interleavings_keep_the_queue_consistent(queue_problems):
+    QueueMachine.problems = staticmethod(queue_problems)
+    INJECTED.clear()
+    run_state_machine_as_test(
+        QueueMachine,
+        settings=settings(
+            max_examples=30,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
+    # The faults really happened, so the invariants above held through them.
+    assert INJECTED, "the fault plan injected nothing"
+    assert len(INJECTED) >= 3, f"too few kinds of fault: {dict(INJECTED)}"
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_lease_candidates_model(shards):
+    """The test's own ready-order model, on a hand-made shard: FIFO band, then priority."""
+    def job(i, prio=0, lifo=False, seq=0, state=S.WAITING, due=0):
+        return pb.Job(id=f"j{i}", state=state, seq=seq, due_ns=due, opts=pb.EnqueueOpts(priority=prio, lifo=lifo))
+
+    jobs = [job(1, prio=2, seq=1), job(2, seq=2), job(3, lifo=True, seq=3), job(4, lifo=True, seq=4),
+            job(5, seq=5), job(6, prio=1, seq=6), job(7, state=S.DELAYED, due=5)]
+    snap = Snapshot(now=10, jobs={j.id: j for j in jobs}, next_seq=[7] * shards, events=[])
+    assert lease_candidates(snap, 0) == ["j2", "j5", "j7", "j4", "j3", "j6", "j1"]
