@@ -177,11 +177,6 @@ async def test_idempotent_retry_returns_the_first_answer(core, jobs_of, check_in
     await check_invariants()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="spec §6.2: a retried enqueue returns the first call's Enqueued; IdempotencyRecord "
-    "keeps no `created`, so the retry answers created=False",
-)
 async def test_idempotent_retry_returns_the_first_answer_created_too(core):
     first = await enqueue(core, idempotency=pb.Idempotency(key="req-1"))
     again = await enqueue(core, idempotency=pb.Idempotency(key="req-1"))

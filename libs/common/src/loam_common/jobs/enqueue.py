@@ -133,7 +133,7 @@ def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
             if rec.expires_ns > now:
                 if rec.request_hash != rhash:
                     raise IdempotencyConflict(opts.idempotency.key)
-                return Enqueued(rec.job_id, False, rec.state)
+                return Enqueued(rec.job_id, rec.created, rec.state)
 
     if opts.job_key:
         existing_id = tx.get(k.job_key(opts.job_key))
@@ -185,6 +185,7 @@ def _remember(qt: QueueTx, nj: NewJob, result: Enqueued) -> Enqueued:
             job_id=result.job_id,
             state=result.state,
             expires_ns=expires,
+            created=result.created,
         )
         qt.ensure_exists()
         qt.tx.put(qt.k.idempotency(opts.idempotency.key), rec.SerializeToString())

@@ -350,16 +350,18 @@ class QueueRuntime(_message.Message):
     def __init__(self, window_start_ns: _Optional[int] = ..., used: _Optional[int] = ..., blocked_until_ns: _Optional[int] = ..., active: _Optional[int] = ...) -> None: ...
 
 class IdempotencyRecord(_message.Message):
-    __slots__ = ("request_hash", "job_id", "state", "expires_ns")
+    __slots__ = ("request_hash", "job_id", "state", "expires_ns", "created")
     REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
     request_hash: bytes
     job_id: str
     state: JobState
     expires_ns: int
-    def __init__(self, request_hash: _Optional[bytes] = ..., job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., expires_ns: _Optional[int] = ...) -> None: ...
+    created: bool
+    def __init__(self, request_hash: _Optional[bytes] = ..., job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., expires_ns: _Optional[int] = ..., created: _Optional[bool] = ...) -> None: ...
 
 class DedupRecord(_message.Message):
     __slots__ = ("job_id", "expires_ns", "pending_job_id", "pending_task", "pending_opts")
