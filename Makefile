@@ -9,17 +9,22 @@ PROTO_OUT := libs/common/src/loam_common/gen
 
 .PHONY: venv dev test proto proto-check bench clean
 
-$(BIN)/.installed: libs/common/pyproject.toml services/queue-core/pyproject.toml requirements-dev.txt
+PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway adapters/python
+
+$(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements-dev.txt -e libs/common[tikv] -e services/queue-core
+	$(BIN)/pip install -q -r requirements-dev.txt -e 'libs/common[tikv]' $(addprefix -e ,$(filter-out libs/common,$(PACKAGES)))
 	touch $@
 
 venv: $(BIN)/.installed
 
 proto: venv
 	rm -rf $(PROTO_OUT) && mkdir -p $(PROTO_OUT)
-	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) $$(find proto -name '*.proto' | sort)
+	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) \
+		--plugin=protoc-gen-connectrpc=$(BIN)/protoc-gen-connectrpc \
+		--connectrpc_out=$(PROTO_OUT) --connectrpc_opt=protobuf=google,io=async \
+		$$(find proto -name '*.proto' | sort)
 	find $(PROTO_OUT) -name '*.py*' -exec sed -i 's/^from loam\.jobs\.v1 import/from loam_common.gen.loam.jobs.v1 import/' {} +
 	for d in $$(find $(PROTO_OUT) -type d); do touch $$d/__init__.py; done
 

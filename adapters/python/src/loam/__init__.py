@@ -1,0 +1,1 @@
+"""Loam Jobs: the Python SDK."""

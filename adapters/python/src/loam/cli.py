@@ -1,0 +1,5 @@
+"""The `loam` command."""
+
+
+def main() -> None:
+    raise SystemExit("loam: not wired yet")

@@ -1,0 +1,1 @@
+"""Loam Jobs gateway service."""

@@ -1,0 +1,1 @@
+"""Loam Jobs sweeper service."""
