@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROTO_OUT := libs/common/src/loam_common/gen
 
-.PHONY: venv dev test proto proto-check bench clean
+.PHONY: venv dev test proto proto-check compose-check bench clean
 
 PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway adapters/python
 
@@ -31,6 +31,16 @@ proto: venv
 # CI: generated code must match proto/.
 proto-check: proto
 	git diff --exit-code -- $(PROTO_OUT) || (echo "generated code is stale: run make proto and commit" && exit 1)
+
+# docker-compose.yml on paper (no Docker engine runs here): Debian's docker-compose parses
+# and checks it. The internal token only has to be set for interpolation.
+compose-check:
+	command -v docker-compose >/dev/null || (apt-get update -qq && apt-get install -y -qq docker-compose)
+	LOAM_INTERNAL_TOKEN=compose-check docker-compose -f docker-compose.yml config -q
+
+# `loam dev`: every service in one process on ./.loam (Ctrl-C stops it).
+dev: venv
+	$(BIN)/loam dev
 
 test: venv
 	$(BIN)/python -m pytest -q

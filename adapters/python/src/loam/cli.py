@@ -1,5 +1,517 @@
-"""The `loam` command."""
+"""The `loam` command.
+
+    loam dev | gateway | queue-core | sweeper | relay [service flags]   run a service
+    loam jobs add|get|ls|retry|rm ...                                    jobs
+    loam queues ls|counts|pause|resume|drain ...                         queues
+    loam tokens create|ls|revoke ...                                     API tokens (on the store)
+
+Client commands take `--url`, `--token`, `--namespace` (or $LOAM_URL, $LOAM_TOKEN,
+$LOAM_NAMESPACE) and `--json` (machine output on stdout), before or after the command.
+People get tables and, on bulk work, a progress bar on stderr. A failure is one line
+on stderr (`loam: not_found: ...`) and a non-zero exit: 1 for an error the server
+gave, 2 for bad usage, 3 when the server cannot be reached, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import importlib
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+# service command -> the module whose main(argv) runs it
+SERVICES = {
+    "dev": ("loam_gateway.dev", "every service in one process on the embedded store"),
+    "gateway": ("loam_gateway.__main__", "the gateway: Connect JobsService, REST facade, auth"),
+    "queue-core": ("loam_queue_core.server", "a queue-core process"),
+    "sweeper": ("loam_sweeper.__main__", "a sweeper process: stalled, delayed, retention sweeps"),
+    "relay": ("loam_relay.__main__", "a relay process: outbox to event log"),
+}
+DEFAULT_STORE = "./.loam/loam.db"
+BULK_CHUNK = 1000
+EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
-def main() -> None:
-    raise SystemExit("loam: not wired yet")
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- output ---------------------------------------------------------------------------------
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def _emit_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def _table(title: str | None, columns: list[str], rows: Iterable[Iterable[Any]]) -> None:
+    from rich.table import Table
+
+    t = Table(title=title, show_edge=False, header_style="bold")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for row in rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    _console().print(t)
+
+
+def _when(ns: int) -> str:
+    if not ns:
+        return ""
+    return dt.datetime.fromtimestamp(ns / 1e9).isoformat(sep=" ", timespec="seconds")
+
+
+def _short(value: Any, width: int = 48) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# -- the parser -----------------------------------------------------------------------------
+def _common(connection: bool = True) -> argparse.ArgumentParser:
+    """Connection and output flags, accepted before or after the command."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("connection and output" if connection else "output")
+    if connection:
+        g.add_argument("--url", default=argparse.SUPPRESS, help="server URL ($LOAM_URL, default http://127.0.0.1:7720)")
+        g.add_argument("--token", default=argparse.SUPPRESS, help="bearer token ($LOAM_TOKEN)")
+        g.add_argument(
+            "--namespace", "-n", default=argparse.SUPPRESS, help="namespace on a dev server ($LOAM_NAMESPACE)"
+        )
+    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout, for scripts")
+    return p
+
+
+def _store_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=os.environ.get("LOAM_STORE") or DEFAULT_STORE,
+                   help=f"store URL or SQLite path ($LOAM_STORE, default {DEFAULT_STORE}, the dev data dir)")  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    p = argparse.ArgumentParser(prog="loam", description="Loam Jobs: run the services, manage jobs, queues and tokens.",
+                                parents=[common])  # fmt: skip
+    sub = p.add_subparsers(dest="group", metavar="COMMAND")
+    for name, (_mod, help_) in SERVICES.items():
+        sub.add_parser(name, help=help_, add_help=False)  # its own main(argv) parses the rest
+
+    # jobs
+    jobs = sub.add_parser("jobs", help="add, inspect, retry and remove jobs").add_subparsers(
+        dest="cmd", metavar="ACTION"
+    )
+    jobs.required = True
+    a = jobs.add_parser("add", parents=[common], help="enqueue a job, --count copies, or --file of JSON lines",
+                        description="PAYLOAD is JSON if it parses as JSON, else a string. A --file line is "
+                        '{"name": ..., "payload": ..., <options>} or, without those keys, the payload itself.')  # fmt: skip
+    a.add_argument("queue")
+    a.add_argument("name", nargs="?", help="task name (default for --file lines)")
+    a.add_argument("payload", nargs="?", help="JSON (or a plain string)")
+    a.add_argument("--count", type=int, default=1, help="enqueue this many copies (in bulk calls)")
+    a.add_argument("--file", help="JSON lines to enqueue ('-' for stdin)")
+    a.add_argument("--delay", type=float, help="seconds before the job may run")
+    a.add_argument("--priority", type=int, help="1 (first) .. 2097151; default the FIFO band")
+    a.add_argument("--lifo", action="store_true", help="last in, first out (FIFO band only)")
+    a.add_argument("--attempts", type=int, help="attempts before the job fails")
+    a.add_argument("--backoff", type=float, help="fixed seconds between attempts")
+    a.add_argument("--visibility", type=float, help="lease length in seconds")
+    a.add_argument("--job-key", help="unique in the queue (BullMQ jobId, Celery task id)")
+    a.add_argument("--subject", help="at most one running job per subject")
+    a.add_argument("--header", action="append", default=[], metavar="K=V", help="a task header (repeatable)")
+    g = jobs.add_parser("get", parents=[common], help="one job, by id or job key")
+    g.add_argument("queue")
+    g.add_argument("job")
+    ls = jobs.add_parser("ls", parents=[common], help="a queue's jobs, newest first")
+    ls.add_argument("queue")
+    ls.add_argument("--state", "-s", action="append", default=[], help="waiting, delayed, active, completed, failed, ... (repeatable or comma-separated)")  # fmt: skip
+    ls.add_argument("--name", help="only this task name")
+    ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50; 0 = all)")
+    for verb, help_ in (("retry", "run a finished job again"), ("rm", "remove a job")):
+        v = jobs.add_parser(verb, parents=[common], help=help_)
+        v.add_argument("queue")
+        v.add_argument("job")
+
+    # queues
+    queues = sub.add_parser("queues", help="list queues, counts, pause, resume, drain").add_subparsers(
+        dest="cmd", metavar="ACTION"
+    )
+    queues.required = True
+    queues.add_parser("ls", parents=[common], help="every queue of the namespace with its counts")
+    for verb, help_ in (("counts", "jobs per state"), ("pause", "stop leasing"), ("resume", "lease again")):
+        q = queues.add_parser(verb, parents=[common], help=help_)
+        q.add_argument("queue")
+    d = queues.add_parser("drain", parents=[common], help="remove the waiting jobs")
+    d.add_argument("queue")
+    d.add_argument("--delayed", action="store_true", help="the delayed ones too")
+
+    # tokens
+    output = _common(connection=False)
+    tokens = sub.add_parser("tokens", help="API tokens, directly on the store").add_subparsers(
+        dest="cmd", metavar="ACTION"
+    )
+    tokens.required = True
+    c = tokens.add_parser("create", parents=[output], help="make a token (shown once)")
+    c.add_argument("--namespace", "-n", dest="token_namespace", required=True, help="the namespace it acts in")
+    c.add_argument("--actions", required=True, help="comma-separated: jobs:enqueue, jobs:consume, jobs:admin, jobs:schedule, jobs:engine")  # fmt: skip
+    c.add_argument("--name", default="", help="a label for listings")
+    c.add_argument("--expires", type=float, help="seconds until it expires (default never)")
+    _store_flag(c)
+    t = tokens.add_parser("ls", parents=[output], help="the tokens (no secrets)")
+    t.add_argument("--namespace", "-n", dest="token_namespace", help="only this namespace's tokens")
+    _store_flag(t)
+    r = tokens.add_parser("revoke", parents=[output], help="revoke a token by id")
+    r.add_argument("id")
+    _store_flag(r)
+    return p
+
+
+# -- client commands ------------------------------------------------------------------------
+def _client(args: argparse.Namespace) -> Any:
+    from loam.client import Client
+
+    return Client(
+        getattr(args, "url", None), token=getattr(args, "token", None), namespace=getattr(args, "namespace", None)
+    )
+
+
+def _parse_payload(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _add_options(args: argparse.Namespace) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    for key in ("delay", "priority", "attempts", "backoff", "visibility", "job_key", "subject"):
+        value = getattr(args, key)
+        if value is not None:
+            opts[key] = value
+    if args.lifo:
+        opts["lifo"] = True
+    headers = {}
+    for h in args.header:
+        k, sep, v = h.partition("=")
+        if not sep:
+            raise CliError(f"--header {h!r}: use KEY=VALUE", EXIT_USAGE)
+        headers[k] = v
+    if headers:
+        opts["headers"] = headers
+    return opts
+
+
+def _file_jobs(args: argparse.Namespace, base: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    stream = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    with stream:
+        for n, line in enumerate(stream, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError as e:
+                raise CliError(f"{args.file}:{n}: not JSON ({e})", EXIT_USAGE) from None
+            if isinstance(value, dict) and ("payload" in value or "name" in value):
+                job = {**base, **value}
+            else:
+                job = {**base, "payload": value}
+            if not job.get("name"):
+                raise CliError(f'{args.file}:{n}: no task name (give NAME or a "name" key)', EXIT_USAGE)
+            yield job
+
+
+def _count_lines(path: str) -> int | None:
+    if path == "-":
+        return None
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+async def _bulk(
+    client: Any, args: argparse.Namespace, jobs: Iterable[dict[str, Any]], total: int | None
+) -> dict[str, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from loam.errors import JobsError
+
+    out: list[dict[str, Any]] = []
+    quiet = getattr(args, "json", False) or not sys.stderr.isatty()
+    columns = [TextColumn("enqueue"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
+    with Progress(*columns, console=_console(stderr=True), disable=quiet) as progress:
+        bar = progress.add_task("enqueue", total=total)
+        chunk: list[dict[str, Any]] = []
+
+        async def send() -> None:
+            for r in await client.enqueue_bulk(args.queue, chunk):
+                if isinstance(r, JobsError):
+                    out.append({"error": {"code": r.code, "message": str(r)}})
+                else:
+                    out.append(r.to_dict())
+            progress.advance(bar, len(chunk))
+            chunk.clear()
+
+        for job in jobs:
+            chunk.append(job)
+            if len(chunk) >= BULK_CHUNK:
+                await send()
+        if chunk:
+            await send()
+    created = sum(1 for r in out if r.get("created"))
+    errors = [r for r in out if "error" in r]
+    return {"count": len(out), "created": created, "errors": len(errors), "jobs": out}
+
+
+async def cmd_jobs(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        as_json = getattr(args, "json", False)
+        if args.cmd == "add":
+            opts = _add_options(args)
+            if args.file:
+                base = {"name": args.name, **opts} if args.name else dict(opts)
+                if args.payload is not None:
+                    raise CliError("give PAYLOAD or --file, not both", EXIT_USAGE)
+                res = await _bulk(client, args, _file_jobs(args, base), _count_lines(args.file))
+            elif not args.name:
+                raise CliError("jobs add: give a task NAME (or --file)", EXIT_USAGE)
+            elif args.count > 1:
+                payload = _parse_payload(args.payload)
+                jobs = ({"name": args.name, "payload": payload, **opts} for _ in range(args.count))
+                res = await _bulk(client, args, jobs, args.count)
+            else:
+                e = await client.enqueue(args.queue, args.name, _parse_payload(args.payload), **opts)
+                if as_json:
+                    _emit_json(e.to_dict())
+                else:
+                    print(f"{e.id}  {e.state}" + ("" if e.created else "  (existing job)"))
+                return 0
+            if as_json:
+                _emit_json(res)
+            else:
+                print(f"enqueued {res['created']} of {res['count']} job(s) in {args.queue}"
+                      + (f"; {res['errors']} refused" if res["errors"] else ""))  # fmt: skip
+                for r in [r for r in res["jobs"] if "error" in r][:5]:
+                    print(f"  refused: {r['error']['code']}: {r['error']['message']}", file=sys.stderr)
+            return 1 if res["errors"] else 0
+        if args.cmd == "get":
+            job = await client.get_job(args.queue, args.job)
+            if as_json:
+                _emit_json(job.to_dict())
+            else:
+                _print_job(job)
+            return 0
+        if args.cmd == "ls":
+            states = [s for v in args.state for s in v.split(",") if s]
+            jobs = []
+            async for job in client.iter_jobs(
+                args.queue, states=states or None, name=args.name, limit=args.limit or None
+            ):
+                jobs.append(job)
+            if as_json:
+                _emit_json([j.to_dict() for j in jobs])
+            else:
+                _table(f"{args.queue}: {len(jobs)} job(s)", ["id", "name", "state", "attempt", "created", "payload"],
+                       [(j.id, j.name, j.state, j.attempt, _when(j.raw.created_ns), _short(j.to_dict()["payload"])) for j in jobs])  # fmt: skip
+            return 0
+        if args.cmd == "retry":
+            job = await client.retry_job(args.queue, args.job)
+            _emit_json(job.to_dict()) if as_json else print(f"{job.id}  {job.state}")
+            return 0
+        if args.cmd == "rm":
+            removed = await client.remove_job(args.queue, args.job)
+            _emit_json({"id": args.job, "removed": removed}) if as_json else print(
+                f"{args.job}  {'removed' if removed else 'not removed'}"
+            )
+            return 0
+    raise CliError(f"unknown jobs command {args.cmd!r}", EXIT_USAGE)
+
+
+def _print_job(job: Any) -> None:
+    d = job.to_dict()
+    rows = [
+        ("id", job.id), ("queue", job.queue), ("name", job.name), ("state", job.state),
+        ("attempt", f"{job.attempt} of {job.raw.attempts_max or '?'}"),
+        ("created", _when(job.raw.created_ns)), ("finished", _when(job.raw.finished_ns)),
+        ("payload", _short(d.get("payload"), 200)),
+    ]  # fmt: skip
+    if "result" in d:
+        rows.append(("result", _short(d["result"], 200)))
+    if job.raw.progress:
+        rows.append(("progress", _short(d.get("progress"), 200)))
+    for e in job.raw.errors[-3:]:
+        rows.append((f"error (attempt {e.attempt})", e.message))
+    _table(None, ["field", "value"], rows)
+
+
+COUNT_COLUMNS = ["waiting", "prioritized", "delayed", "active", "completed", "failed", "dead_lettered"]
+
+
+async def cmd_queues(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        as_json = getattr(args, "json", False)
+        if args.cmd == "ls":
+            queues = await client.list_queues()
+            if as_json:
+                _emit_json(queues)
+            else:
+                rows = []
+                for q in queues:
+                    c = q.get("counts", {})
+                    rows.append([q["name"], *(c.get(k, "") for k in COUNT_COLUMNS), "yes" if c.get("paused") else ""])
+                _table(f"{len(queues)} queue(s)", ["queue", *COUNT_COLUMNS, "paused"], rows)
+            return 0
+        if args.cmd == "counts":
+            counts = await client.queue_counts(args.queue)
+            if as_json:
+                _emit_json(counts)
+            else:
+                _table(args.queue, ["state", "jobs"], [(k, v) for k, v in counts.items()])
+            return 0
+        if args.cmd in ("pause", "resume"):
+            await (client.pause if args.cmd == "pause" else client.resume)(args.queue)
+            paused = args.cmd == "pause"
+            _emit_json({"queue": args.queue, "paused": paused}) if as_json else print(
+                f"{args.queue}  {'paused' if paused else 'resumed'}"
+            )
+            return 0
+        if args.cmd == "drain":
+            n = await client.drain(args.queue, delayed=args.delayed)
+            _emit_json({"queue": args.queue, "removed": n}) if as_json else print(f"{args.queue}  removed {n} job(s)")
+            return 0
+    raise CliError(f"unknown queues command {args.cmd!r}", EXIT_USAGE)
+
+
+# -- tokens: directly on the store ----------------------------------------------------------
+def _store_url(value: str) -> str:
+    if "://" in value or value.startswith("sqlite:"):
+        return value
+    return f"sqlite://{Path(value).resolve()}"  # sqlite:///abs/path.db
+
+
+def _token_dict(rec: Any) -> dict[str, Any]:
+    return {
+        "id": rec.id, "namespace": rec.namespace, "actions": list(rec.actions), "name": rec.name,
+        "created_ns": rec.created_ns, "expires_ns": rec.expires_ns, "revoked": rec.revoked,
+    }  # fmt: skip
+
+
+async def cmd_tokens(args: argparse.Namespace) -> int:
+    try:
+        from loam_common import auth
+        from loam_common.store.runner import open_store
+    except ImportError as e:
+        raise CliError(f"tokens need loam_common.auth, which this environment lacks ({e})") from None
+    url = _store_url(args.store)
+    if url.startswith("sqlite:///") and args.cmd != "create" and not Path(url[len("sqlite://") :]).exists():
+        raise CliError(f"no store at {url[len('sqlite://') :]}: run `loam dev` there first, or pass --store")
+    if url.startswith("sqlite:///"):
+        Path(url[len("sqlite://") :]).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        store = open_store(url)
+    except ValueError as e:
+        raise CliError(str(e), EXIT_USAGE) from None
+    as_json = getattr(args, "json", False)
+    async with store:
+        if args.cmd == "create":
+            expires_ns = None
+            if args.expires is not None:
+                import time
+
+                expires_ns = time.time_ns() + int(args.expires * 1e9)
+            token, rec = await store.transact(
+                auth.token_create, args.token_namespace, args.actions, args.name, expires_ns
+            )
+            if as_json:
+                _emit_json({"token": token, **_token_dict(rec)})
+            else:
+                print(token)
+                print(f"id {rec.id}, namespace {rec.namespace}, actions {','.join(rec.actions)}"
+                      " (the token is shown only now: keep it)", file=sys.stderr)  # fmt: skip
+            return 0
+        if args.cmd == "ls":
+            recs = await store.snapshot(auth.token_list, args.token_namespace)
+            if as_json:
+                _emit_json([_token_dict(r) for r in recs])
+            else:
+                _table(f"{len(recs)} token(s)", ["id", "namespace", "actions", "name", "created", "expires", "revoked"],
+                       [(r.id, r.namespace, ",".join(r.actions), r.name, _when(r.created_ns), _when(r.expires_ns) or "never",
+                         "yes" if r.revoked else "") for r in recs])  # fmt: skip
+            return 0
+        if args.cmd == "revoke":
+            rec = await store.transact(auth.token_revoke, args.id)
+            _emit_json(_token_dict(rec)) if as_json else print(f"{rec.id}  revoked")
+            return 0
+    raise CliError(f"unknown tokens command {args.cmd!r}", EXIT_USAGE)
+
+
+# -- entry point ----------------------------------------------------------------------------
+def run_service(name: str, argv: list[str]) -> int:
+    module, _help = SERVICES[name]
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise CliError(f"the {name} service is not available in this environment ({e})") from None
+    code = mod.main(argv)
+    return int(code or 0)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"loam: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in SERVICES:
+            return run_service(argv[0], argv[1:])
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        # argparse fills optional positionals before the first flag only: take
+        # `jobs add Q NAME --count 5 PAYLOAD` as meant.
+        if args.group == "jobs" and args.cmd == "add":
+            for field in ("name", "payload"):
+                if getattr(args, field) is None and extra and not extra[0].startswith("--"):
+                    setattr(args, field, extra.pop(0))
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        if not args.group:
+            parser.print_help()
+            return EXIT_USAGE
+        handler = {"jobs": cmd_jobs, "queues": cmd_queues, "tokens": cmd_tokens}[args.group]
+        return asyncio.run(handler(args))
+    except KeyboardInterrupt:
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    except CliError as e:
+        return _fail(str(e), e.code)
+    except Exception as e:  # one line, no traceback; LOAM_DEBUG=1 shows it
+        if os.environ.get("LOAM_DEBUG"):
+            raise
+        return _fail(*_describe(e, argv))
+
+
+def _describe(e: Exception, argv: list[str]) -> tuple[str, int]:
+    from loam.errors import JobsError, Unavailable
+
+    if isinstance(e, Unavailable):
+        return f"unavailable: {e} (is the server running? see --url)", EXIT_UNREACHABLE
+    if isinstance(e, JobsError):
+        return f"{e.code}: {e}", EXIT_ERROR
+    if isinstance(e, (ValueError, TypeError)):  # a bad value on the command line
+        return str(e), EXIT_USAGE
+    if isinstance(e, OSError):
+        return f"{e.strerror or e}: {e.filename}" if e.filename else str(e), EXIT_ERROR
+    return f"unexpected {type(e).__name__}: {e} (LOAM_DEBUG=1 shows the traceback)", EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

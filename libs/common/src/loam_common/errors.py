@@ -52,6 +52,8 @@ class Fenced(JobsError):
             f"job {job_id}: lease epoch {epoch} is stale (current {current_epoch}); "
             "the job was reclaimed and leased again, drop this result"
         )
+        self.job_id = job_id
+        self.epoch = epoch
         self.current_epoch = current_epoch
 
 
@@ -60,6 +62,7 @@ class InvalidState(JobsError):
 
     def __init__(self, job_id: str, from_state: str, to: str) -> None:
         super().__init__(f"job {job_id} is {from_state}; cannot {to}")
+        self.job_id = job_id
         self.from_state = from_state
         self.to = to
 
@@ -83,6 +86,7 @@ class PayloadTooLarge(JobsError):
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"payload of {size} bytes is over the limit of {limit} bytes")
+        self.size = size
         self.limit = limit
 
 

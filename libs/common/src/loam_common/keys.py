@@ -19,6 +19,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `Q a/<shard><deadline_ns u64><job id>`      | empty                | active index, by lease deadline|
 | `Q s/<state u8><shard><state_ns u64><id>`   | empty                | finished & waiting-children    |
 | `Q o/<shard><seq u64>`                      | JobEvent             | outbox                         |
+| `Q ev/<shard u8><seq u64>`                  | JobEvent             | event log (relay; seq = outbox)|
 | `Q k/<job key>`                             | job id               | job_key uniqueness             |
 | `Q i/<sha256(idempotency key)>`             | IdempotencyRecord    |                                |
 | `Q ie/<expires_ns u64><sha256>`             | empty                | idempotency expiry index       |
@@ -26,10 +27,20 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `Q sj/<len u16><subject>`                   | job id               | the subject's in-flight job    |
 | `Q sq/<len u16><subject><seq u64>`          | job id               | the subject's backlog, FIFO    |
 | `Q w/<worker id>`                           | Worker               | last seen, for Workers         |
+| `Q dep/<parent id>/<child queue>/<child id>`| Dependency           | a parent's children (flows.py) |
 | `t/<ns>/gc/<blob ref>`                      | empty                | blobs to delete (sweeper)      |
 | `t/<ns>/res/<key>`                          | ResultRecord         | result store                   |
 | `t/<ns>/resm/<len u16><key><member>`        | empty                | incr-with-member members       |
 | `t/<ns>/rexp/<expires_ns u64><key>`         | empty                | result expiry index            |
+| `t/<ns>/sched/<schedule id>`                | ScheduleRecord       | schedules.py                   |
+| `t/<ns>/sdue/<next_ns u64><schedule id>`    | empty                | schedules by next tick (sweep) |
+| `t/<ns>/flow/<flow id>`                     | FlowRecord           | flow ids: submit once          |
+| `sys/tokens/<token id>`                     | TokenRecord          | API tokens (auth.py), hashed   |
+| `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
+| `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays         |
+
+System keys (`sys/…`) sit outside every tenant prefix: they belong to the deployment,
+not a tenant (a token record is what tells us the tenant, so it cannot live inside one).
 
 Encoding version 1. Band 0 is the FIFO band (served first), band 1 the prioritized.
 LIFO jobs use `2^64 - 1 - seq` so the newest sorts first in its band.
@@ -164,6 +175,16 @@ class QueueKeys:
     def outbox(self, shard: int, seq: int) -> bytes:
         return self.outbox_shard(shard) + U64.pack(seq)
 
+    # event log (the relay's copy of the outbox; the sequence is the outbox sequence) ------
+    def event_logs(self) -> bytes:
+        return self.q + b"ev/"
+
+    def event_log_shard(self, shard: int) -> bytes:
+        return self.q + b"ev/" + bytes((shard,))
+
+    def event_log(self, shard: int, seq: int) -> bytes:
+        return self.event_log_shard(shard) + U64.pack(seq)
+
     # uniqueness ------------------------------------------------------------------
     def job_key(self, job_key: str) -> bytes:
         return self.q + b"k/" + job_key.encode()
@@ -198,6 +219,14 @@ class QueueKeys:
 
     def subject_backlogs(self) -> bytes:
         return self.q + b"sq/"
+
+    # flow dependencies (flows.py) -----------------------------------------------------
+    def dependencies(self, parent_id: str) -> bytes:
+        return self.q + b"dep/" + parent_id.encode() + b"/"
+
+    def dependency(self, parent_id: str, child_queue: str, child_id: str) -> bytes:
+        """One child of a parent job in this queue; the child may live in another queue."""
+        return self.dependencies(parent_id) + child_queue.encode() + b"/" + child_id.encode()
 
     def worker(self, worker_id: str) -> bytes:
         return self.q + b"w/" + worker_id.encode()
@@ -252,3 +281,69 @@ def result_key_from_expiry(ns: str, expiry_key: bytes) -> tuple[int, str]:
 
 def namespaces_prefix() -> bytes:
     return b"t/"
+
+
+# schedules and flows (schedules.py, flows.py) ---------------------------------------
+def schedules_all(ns: str) -> bytes:
+    return ns_prefix(ns) + b"sched/"
+
+
+def schedule(ns: str, schedule_id: str) -> bytes:
+    return schedules_all(ns) + schedule_id.encode()
+
+
+def schedule_id_from_key(ns: str, key: bytes) -> str:
+    return key[len(schedules_all(ns)) :].decode()
+
+
+def schedule_due_all(ns: str) -> bytes:
+    return ns_prefix(ns) + b"sdue/"
+
+
+def schedule_due(ns: str, next_ns: int, schedule_id: str) -> bytes:
+    """The due index: a sweep scans it up to now to find the schedules to fire."""
+    return schedule_due_all(ns) + U64.pack(max(next_ns, 0)) + schedule_id.encode()
+
+
+def schedule_id_from_due(ns: str, key: bytes) -> str:
+    return key[len(schedule_due_all(ns)) + 8 :].decode()
+
+
+def flow(ns: str, flow_id: str) -> bytes:
+    return ns_prefix(ns) + b"flow/" + flow_id.encode()
+
+
+# system keys (outside every tenant prefix) -----------------------------------------------
+def tokens_all() -> bytes:
+    return b"sys/tokens/"
+
+
+def token(token_id: str) -> bytes:
+    """`sys/tokens/<id>`: one API token's TokenRecord (its secret only as a hash)."""
+    return tokens_all() + token_id.encode()
+
+
+# shard ownership and service membership (ownership.py) ----------------------------------
+def ownership_all(kind: str) -> bytes:
+    return b"sys/own/" + kind.encode() + b"/"
+
+
+def ownership(kind: str, ns: str, queue: str, shard: int) -> bytes:
+    """`sys/own/<kind>/<ns>/<queue>/<shard u8>`: who owns a queue shard for `kind`.
+    `queue` may be empty: the namespace-wide sweeps (results, blobs) are owned as
+    `(ns, "", 0)`."""
+    return ownership_all(kind) + ns.encode() + b"/" + queue.encode() + b"/" + bytes((shard,))
+
+
+def members_all(kind: str) -> bytes:
+    return b"sys/members/" + kind.encode() + b"/"
+
+
+def member(kind: str, member_id: str) -> bytes:
+    """`sys/members/<kind>/<id>`: one live process of a kind, renewed by its heartbeat."""
+    return members_all(kind) + member_id.encode()
+
+
+def seq_from_key(key: bytes, prefix_len: int) -> int:
+    """The u64 sequence right after a shard prefix (outbox and event log keys)."""
+    return U64.unpack_from(key, prefix_len)[0]

@@ -1,16 +1,24 @@
 """`Sweeper.run_once()`: one pass of every sweep over every queue shard this process
-owns — stalled leases, due delayed jobs, retention, expired idempotency records and
-results, dropped blobs, old commit tokens. The sweeper service calls it in a loop and
-decides ownership (`owns`); tests call it directly with a manual clock."""
+owns — due schedule ticks, stalled leases, due delayed jobs, retention, expired
+idempotency records and results, dropped blobs, old commit tokens. The sweeper service calls it in a loop and
+decides ownership (`owns`); tests call it directly with a manual clock.
+
+With `fence` (the sweeper service's fenced ownership leases, `loam_common.ownership`),
+every sweep transaction of a shard first checks that this process still holds that
+shard's lease, in the same transaction; a shard whose lease was taken over stops being
+swept at once and is reported in `SweepReport.lost`. Queue-wide sweeps (retention,
+idempotency) run under shard 0's lease, namespace-wide ones (schedules, results, blobs)
+under `(ns, "", 0)`, and the commit-token sweep under `("", "", 0)`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loam_common import keys
+from loam_common import keys, schedules
 from loam_common.blobs import BlobStore
 from loam_common.jobs import sweeps
+from loam_common.ownership import Fence, OwnershipLost, run_fenced
 from loam_common.store.runner import Store
 
 COMMIT_TOKEN_AGE_NS = 3600 * 1_000_000_000
@@ -28,8 +36,11 @@ class SweepReport:
     idempotency: int = 0
     results: int = 0
     blobs: int = 0
+    ticks: int = 0  # schedule ticks fired (each enqueued one job)
     # queues where jobs became ready, for waking long-polls
     woke: set[tuple[str, str]] = field(default_factory=set)
+    # shards whose fenced write was refused: another sweeper owns them now
+    lost: set[tuple[str, str, int]] = field(default_factory=set)
 
 
 class Sweeper:
@@ -40,21 +51,33 @@ class Sweeper:
         *,
         owns: Callable[[str, str, int], bool] = _owns_everything,
         on_ready: Callable[[str, str], None] | None = None,
+        fence: Callable[[str, str, int], Fence | None] | None = None,
     ) -> None:
         self.store = store
         self.blobs = blobs
         self.owns = owns
         self.on_ready = on_ready
+        self.fence = fence
 
     async def run_once(self) -> SweepReport:
         rep = SweepReport()
         namespaces = await self.store.snapshot(sweeps.list_namespaces)
         for ns in namespaces:
+            if self.owns(ns, "", 0):  # first, so the queues below see the jobs ticks enqueued
+                try:
+                    await self._fire_schedules(ns, rep)
+                except OwnershipLost:
+                    rep.lost.add((ns, "", 0))
             for queue in await self.store.snapshot(sweeps.list_queues, ns):
                 await self._sweep_queue(ns, queue, rep)
-            rep.results += await self._drain(self._sweep_results, ns)
-            rep.blobs += await self._collect_blobs(ns)
-        await self.store.sweep_commit_tokens(self.store.clock.now_ns() - COMMIT_TOKEN_AGE_NS)
+            if self.owns(ns, "", 0):
+                try:
+                    rep.results += await self._drain(self._sweep_results, ns, fence=self._fence(ns, "", 0))
+                    rep.blobs += await self._collect_blobs(ns)
+                except OwnershipLost:
+                    rep.lost.add((ns, "", 0))
+        if self.owns("", "", 0):
+            await self.store.sweep_commit_tokens(COMMIT_TOKEN_AGE_NS)
         if self.on_ready is not None:
             for ns, queue in rep.woke:
                 self.on_ready(ns, queue)
@@ -67,21 +90,52 @@ class Sweeper:
             if not self.owns(ns, queue, shard):
                 continue
             owned_any = True
-            stalled = await self._drain(sweeps.sweep_stalled, ns, queue, shard)
-            promoted = await self._drain(sweeps.sweep_delayed, ns, queue, shard)
-            rep.stalled += stalled
-            rep.promoted += promoted
-            if stalled or promoted:
-                rep.woke.add((ns, queue))
-        if owned_any and self.owns(ns, queue, 0):  # queue-wide sweeps run with shard 0
-            rep.retained += await self.store.transact(sweeps.sweep_retention, ns, queue)
-            rep.idempotency += await self._drain(sweeps.sweep_idempotency, ns, queue)
+            fence = self._fence(ns, queue, shard)
+            try:
+                stalled = await self._drain(sweeps.sweep_stalled, ns, queue, shard, fence=fence)
+                rep.stalled += stalled
+                if stalled:
+                    rep.woke.add((ns, queue))
+                promoted = await self._drain(sweeps.sweep_delayed, ns, queue, shard, fence=fence)
+                rep.promoted += promoted
+                if promoted:
+                    rep.woke.add((ns, queue))
+            except OwnershipLost:
+                rep.lost.add((ns, queue, shard))
+        if owned_any and self.owns(ns, queue, 0) and (ns, queue, 0) not in rep.lost:
+            # queue-wide sweeps run with shard 0
+            fence = self._fence(ns, queue, 0)
+            try:
+                rep.retained += await self._once(sweeps.sweep_retention, ns, queue, fence=fence)
+                rep.idempotency += await self._drain(sweeps.sweep_idempotency, ns, queue, fence=fence)
+            except OwnershipLost:
+                rep.lost.add((ns, queue, 0))
 
-    async def _drain(self, fn, *args) -> int:
+    async def _fire_schedules(self, ns: str, rep: SweepReport) -> None:
+        """Fire the due ticks of the namespace's schedules; each tick's job is enqueued in
+        the transaction that advances its schedule (schedules.py), so two sweepers or a
+        restarted one never fire a tick twice."""
+        fence = self._fence(ns, "", 0)
+        while True:
+            fired = await self._once(schedules.sweep_schedules, ns, fence=fence)
+            rep.ticks += fired.ticks
+            rep.woke.update((ns, queue) for queue in fired.ready_queues)
+            if fired.schedules < schedules.SWEEP_BATCH:
+                return
+
+    def _fence(self, ns: str, queue: str, shard: int) -> Fence | None:
+        return self.fence(ns, queue, shard) if self.fence is not None else None
+
+    async def _once(self, fn, *args, fence: Fence | None = None):
+        if fence is None:
+            return await self.store.transact(fn, *args)
+        return await self.store.transact(run_fenced, fence, fn, *args)
+
+    async def _drain(self, fn, *args, fence: Fence | None = None) -> int:
         """Run a batch sweep until a batch comes back short."""
         total = 0
         while True:
-            n = await self.store.transact(fn, *args)
+            n = await self._once(fn, *args, fence=fence)
             total += n
             if n < sweeps.BATCH:
                 return total
@@ -108,5 +162,5 @@ class Sweeper:
         for k in gone:
             await self.blobs.delete(k[len(prefix) :].decode())
         if gone:
-            await self.store.transact(forget, gone)
+            await self._once(forget, gone, fence=self._fence(ns, "", 0))
         return len(gone)

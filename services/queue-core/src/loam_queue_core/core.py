@@ -10,10 +10,10 @@ import asyncio
 import functools
 import random
 
-from loam_common import ids, validate
+from loam_common import flows, ids, schedules, validate
 from loam_common.blobs import INLINE_LIMIT, BlobStore, blob_ref
 from loam_common.errors import InvalidArgument, JobsError, PayloadTooLarge
-from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
 from loam_common.jobs import states as S
 from loam_common.jobs.complete import (
     Completed,
@@ -41,6 +41,7 @@ class QueueCore:
         self.blobs = blobs
         self.payload_limit = payload_limit
         self.waiters = Waiters()
+        flows.add_ready_listener(self.waiters)  # a flow job made ready by a write to another queue
 
     # -- producing -------------------------------------------------------------------
     async def enqueue(
@@ -212,3 +213,74 @@ class QueueCore:
     def wake_all(self, ns: str, queue: str) -> None:
         """After a write that may make many jobs ready (resume, promote, sweeps)."""
         self.waiters.wake(ns, queue, -1)
+
+    # -- schedules (spec §8.1) ---------------------------------------------------------
+    async def schedule(self, ns: str, spec: jobs_pb2.ScheduleSpec) -> schedules.Upserted:
+        """Create or replace schedule `spec.id`; the same rule again changes nothing."""
+        validate.name("namespace", ns)
+        schedules.check_schedule(spec)
+        up = await self.store.transact(schedules.schedule_upsert, ns, spec)
+        for queue in up.fired.ready_queues:  # `immediately` fired a tick
+            self.waiters.wake(ns, queue, 1)
+        return up
+
+    async def unschedule(self, ns: str, schedule_id: str) -> bool:
+        validate.name("namespace", ns)
+        validate.text("id", schedule_id, 1024, allow_empty=False)
+        return await self.store.transact(schedules.schedule_remove, ns, schedule_id)
+
+    async def schedule_get(self, ns: str, schedule_id: str) -> pb.ScheduleRecord:
+        validate.name("namespace", ns)
+        validate.text("id", schedule_id, 1024, allow_empty=False)
+        return await self.store.snapshot(schedules.schedule_get, ns, schedule_id)
+
+    async def schedule_list(
+        self, ns: str, after: str = "", limit: int = 100
+    ) -> tuple[list[pb.ScheduleRecord], str]:
+        """A page of schedules in id order and the token (an id) for the next page."""
+        validate.name("namespace", ns)
+        validate.text("page_token", after, 1024)
+        return await self.store.snapshot(schedules.schedule_list, ns, after, limit or 100)
+
+    # -- flows (spec §8.2) ---------------------------------------------------------------
+    async def flow(self, ns: str, spec: jobs_pb2.FlowSpec) -> flows.Submitted:
+        """Create every job of a flow in one transaction; a flow id seen before returns
+        that flow's jobs (`created` False)."""
+        validate.name("namespace", ns)
+        flows.check_flow(spec)
+        rhash = flows.request_hash(spec)  # before payloads move to the blob store
+        flow_id = spec.id or ids.new_ulid()
+        news = [
+            await self._prepare(ns, n.queue, n.task, n.opts, f"graph.nodes[{i}]") for i, n in enumerate(spec.nodes)
+        ]
+        created = False
+        try:
+            sub = await self.store.transact(flows.flow_submit, ns, flow_id, rhash, spec, news)
+            created = sub.created
+        finally:
+            if not created and self.blobs is not None:
+                for new in news:
+                    if new.task.payload.blob_ref:
+                        await self.blobs.delete(new.task.payload.blob_ref)
+        for queue in sub.ready_queues:
+            self.waiters.wake(ns, queue, -1)
+        return sub
+
+    async def flow_get(self, ns: str, flow_id: str) -> pb.FlowRecord:
+        validate.name("namespace", ns)
+        validate.text("id", flow_id, 1024, allow_empty=False)
+        return await self.store.snapshot(flows.flow_get, ns, flow_id)
+
+    async def children_values(self, ns: str, queue: str, job_id: str) -> list[pb.Dependency]:
+        """A parent's dependencies with their state, result and failure (BullMQ's
+        getChildrenValues and friends); results held in the blob store are inlined."""
+        validate.name("namespace", ns)
+        deps = await self.store.snapshot(flows.children_of, ns, queue, job_id)
+        for dep in deps:
+            ref = dep.value.blob_ref
+            if ref and self.blobs is not None:
+                try:
+                    dep.value.data = await self.blobs.get(ref)
+                except FileNotFoundError:
+                    pass  # the child was removed by retention and its result blob with it
+        return deps

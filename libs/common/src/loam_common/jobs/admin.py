@@ -207,6 +207,25 @@ def queue_counts(tx: Txn, ns: str, queue: str) -> QueueCounts:
         return _counts(qt)
 
 
+def queue_config(tx: Txn, ns: str, queue: str) -> pb.QueueConfig:
+    validate.name("queue", queue)
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        return qt.cfg
+
+
+def queue_list(tx: Txn, ns: str, after: str = "", limit: int = MAX_BATCH) -> list[str]:
+    """The namespace's queues in name order, from the `qs/` registry: up to `limit`
+    names after `after`. Obliterated queues keep their registry entry (the relay still
+    drains their outbox), so only names that still have a config count."""
+    validate.non_negative("limit", limit)
+    prefix = keys.queue_registry(ns)
+    start = keys.queue_registry(ns, after) + b"\x00" if after else prefix
+    rows = tx.scan(start, keys.prefix_end(prefix), limit=min(limit or MAX_BATCH, MAX_BATCH))
+    names = [keys.queue_from_registry_key(ns, k) for k, _ in rows]
+    found = tx.batch_get([keys.QueueKeys(ns, q).config() for q in names])
+    return [q for q in names if keys.QueueKeys(ns, q).config() in found]
+
+
 def queue_workers(tx: Txn, ns: str, queue: str, seen_within_ns: int = 0) -> list[pb.Worker]:
     """Workers that leased from the queue (the `w/` records lease writes), most recently
     seen first; with `seen_within_ns`, only those seen that recently."""

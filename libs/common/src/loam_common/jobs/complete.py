@@ -127,18 +127,19 @@ def job_complete_many(
     """Batched Complete: each (queue, job, epoch, outcome) in its own savepoint, so one
     fenced token does not undo its neighbours. One transaction for the whole batch."""
     out: list[Completed | JobsError] = []
-    qts: dict[str, QueueTx] = {}
+    # One QueueTx per queue for the whole batch, shared as peers: a completion may move
+    # a job of another queue (a flow parent), which a later item may complete too.
+    root: QueueTx | None = None
     for queue, job_id, epoch, outcome in items:
         sp = tx.savepoint()
         try:
-            qt = qts.get(queue)
-            if qt is None:
-                qt = qts[queue] = QueueTx(tx, ns, queue, create=False)
+            qt = root.peer(queue, create=False) if root is not None else QueueTx(tx, ns, queue, create=False)
+            root = root or qt
             out.append(_complete(qt, load_fenced(qt, job_id, epoch), outcome))
             qt.flush()
         except JobsError as e:
             tx.rollback_to(sp)
-            qts.pop(queue, None)  # its cached metas may hold rolled-back counts
+            root = None  # cached metas may hold rolled-back counts: read them again
             out.append(e)
     return out
 
@@ -163,6 +164,10 @@ def _complete(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
         _requeue(qt, job, outcome.until_ns)
         return Completed(job.state)
     if kind == "wait_children":
+        if job.failed_child:  # a dependency failed while this job ran (flows.py)
+            err = pb.JobError(code="child-failed", message=job.failed_child)
+            _record_error(qt, job, err)
+            return Completed(_fail(qt, job, err, False))
         if not job.pending_children:
             return Completed(job.state, moved=False)
         qt.move(job, S.WAITING_CHILDREN, "waiting-children")

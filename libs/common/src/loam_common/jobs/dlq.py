@@ -33,7 +33,7 @@ def dead_letter(qt: QueueTx, job: pb.Job) -> str:
     copy.origin_queue = qt.name
     copy.attempts_max = 1
     copy.state = S.ready_state(copy.opts.priority)
-    with QueueTx(qt.tx, qt.ns, qt.cfg.dead_letter_queue) as dq:
+    with qt.peer(qt.cfg.dead_letter_queue) as dq:  # one QueueTx per queue in a transition
         dq.insert(copy)
         dq.emit("added", copy)
         dq.emit("waiting", copy, detail=f"dead letter from {qt.name}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from loam_common import validate
@@ -25,6 +26,8 @@ class NewJob:
     job_id: str
     task: pb.TaskSpec
     opts: pb.EnqueueOpts
+    # Called on the new job record just before it is stored (flows set its state and links).
+    init: Callable[[pb.Job], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +85,25 @@ def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
             raise InvalidArgument(f"{field}.dedup.replace", "debounce with replace needs a delay")
     if opts.subject:
         validate.text(f"{field}.subject", opts.subject, 1024)
+    if opts.HasField("parent"):
+        p = opts.parent
+        validate.name(f"{field}.parent.queue", p.queue)
+        validate.text(f"{field}.parent.job_id", p.job_id, 1024, allow_empty=False)
+        flags = [f for f in _PARENT_FLAGS if getattr(p, f)]
+        if len(flags) > 1:
+            raise InvalidArgument(f"{field}.parent", f"{flags[0]} and {flags[1]} cannot be used together")
+        if opts.HasField("dedup"):  # a duplicate would not be the parent's child; keep-last could outlive it
+            raise InvalidArgument(f"{field}.dedup", "cannot be used on a job with a parent")
     if opts.mode == pb.MODE_DURABLE and not opts.durable_function:
         raise InvalidArgument(f"{field}.durable_function", "durable mode names the function to run")
+
+
+_PARENT_FLAGS = (
+    "fail_parent_on_failure",
+    "continue_parent_on_failure",
+    "ignore_dependency_on_failure",
+    "remove_dependency_on_failure",
+)
 
 
 def _due_ns(opts: pb.EnqueueOpts, now: int) -> int:
@@ -164,6 +184,12 @@ def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
         job.due_ns = due
     else:
         job.state = S.ready_state(opts.priority)
+    if opts.HasField("parent"):
+        from loam_common import flows  # flows enqueues, so it imports this module
+
+        flows.attach_child(qt, job)  # checks the parent first: refused, nothing is written
+    if nj.init is not None:
+        nj.init(job)
     qt.insert(job)
     qt.emit("added", job)
     qt.emit(S.name(job.state) if not job.subject_blocked else "waiting", job)

@@ -37,7 +37,7 @@ def max_stalled(cfg: pb.QueueConfig) -> int:
 
 
 class QueueTx:
-    __slots__ = ("tx", "ns", "name", "k", "cfg", "now", "_metas", "_dirty", "on_finished", "_exists")
+    __slots__ = ("tx", "ns", "name", "k", "cfg", "now", "_metas", "_dirty", "on_finished", "_exists", "_peers")
 
     def __init__(self, tx: Txn, ns: str, queue: str, *, create: bool = True) -> None:
         self.tx = tx
@@ -56,8 +56,10 @@ class QueueTx:
             self._exists = True
         self._metas: dict[int, pb.ShardMeta] = {}
         self._dirty: set[int] = set()
-        # Hooks run when a job reaches a finished state (flows use this).
+        # Hooks run when a job reaches a finished state.
         self.on_finished: list[Callable[[QueueTx, pb.Job], None]] = []
+        # The other queues this transition touches (flows), sharing one QueueTx per queue.
+        self._peers: dict[str, QueueTx] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> QueueTx:
@@ -83,9 +85,30 @@ class QueueTx:
         self.tx.put(self.k.config(), self.cfg.SerializeToString())
 
     def flush(self) -> None:
+        self._flush_own()
+        if self._peers:
+            for peer in self._peers.values():
+                peer._flush_own()
+
+    def _flush_own(self) -> None:
         for shard in self._dirty:
             self.tx.put(self.k.shard_meta(shard), self._metas[shard].SerializeToString())
         self._dirty.clear()
+
+    def peer(self, queue: str, *, create: bool = True) -> QueueTx:
+        """The QueueTx of another queue in this same transition. One per queue, shared by
+        every QueueTx reached this way, so a queue's cached counts exist once; flushing
+        any of them flushes all."""
+        if queue == self.name:
+            return self
+        if self._peers is None:
+            self._peers = {self.name: self}
+        p = self._peers.get(queue)
+        if p is None:
+            p = QueueTx(self.tx, self.ns, queue, create=create)
+            p._peers = self._peers
+            self._peers[queue] = p
+        return p
 
     # -- shard metas -----------------------------------------------------------------
     def meta(self, shard: int) -> pb.ShardMeta:
@@ -237,6 +260,10 @@ class QueueTx:
             kk = self.k.job_key(job.opts.job_key)
             if self.tx.get(kk) == job.id.encode():
                 self.tx.delete(kk)
+        if job.children:  # a parent's dependency records go with it
+            from loam_common import flows
+
+            flows.drop_dependencies(self, job)
         if event:
             self.emit(event, job)
         if job.state not in S.FINISHED:
@@ -244,14 +271,18 @@ class QueueTx:
 
     # -- finishing ---------------------------------------------------------------------
     def _finished(self, job: pb.Job) -> None:
-        """A job left the live states: free its subject and its simple dedup id, and let
-        the hooks (flows, dedup keep-last) react."""
+        """A job left the live states (finished or removed): free its subject and its
+        simple dedup id, tell the jobs that depend on it (flows), and run the hooks."""
         if job.opts.subject and not job.subject_blocked:
             self._subject_release(job)
         if job.opts.dedup.id:
             from loam_common.jobs import dedup  # dedup enqueues, which imports this module
 
             dedup.on_finished(self, job)
+        if job.parents:
+            from loam_common import flows  # flows moves jobs, so it imports this module
+
+            flows.on_job_finished(self, job)
         for hook in self.on_finished:
             hook(self, job)
 

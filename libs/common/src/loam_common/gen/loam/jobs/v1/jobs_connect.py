@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse
+from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetFlowRequest, GetFlowResponse, GetScheduleRequest, GetScheduleResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -78,6 +78,18 @@ class JobsService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def flow(self, request: FlowRequest, ctx: RequestContext[FlowRequest, FlowResponse], /) -> FlowResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_schedule(self, request: GetScheduleRequest, ctx: RequestContext[GetScheduleRequest, GetScheduleResponse], /) -> GetScheduleResponse:
+        """
+        Additive: read schedules (BullMQ getJobScheduler / getJobSchedulers) and flows.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_schedules(self, request: ListSchedulesRequest, ctx: RequestContext[ListSchedulesRequest, ListSchedulesResponse], /) -> ListSchedulesResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_flow(self, request: GetFlowRequest, ctx: RequestContext[GetFlowRequest, GetFlowResponse], /) -> GetFlowResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def submit_engine_job(self, request: SubmitEngineJobRequest, ctx: RequestContext[SubmitEngineJobRequest, SubmitEngineJobResponse], /) -> SubmitEngineJobResponse:
@@ -251,6 +263,39 @@ class JobsServiceASGIApplication(ConnectASGIApplication[JobsService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.flow,
+                ),
+                "/loam.jobs.v1.JobsService/GetSchedule": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetSchedule",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=GetScheduleRequest,
+                        output=GetScheduleResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_schedule,
+                ),
+                "/loam.jobs.v1.JobsService/ListSchedules": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListSchedules",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=ListSchedulesRequest,
+                        output=ListSchedulesResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_schedules,
+                ),
+                "/loam.jobs.v1.JobsService/GetFlow": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetFlow",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=GetFlowRequest,
+                        output=GetFlowResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_flow,
                 ),
                 "/loam.jobs.v1.JobsService/SubmitEngineJob": Endpoint.unary(
                     method=MethodInfo(
@@ -628,6 +673,69 @@ class JobsServiceClient(ConnectClient):
                 service_name="loam.jobs.v1.JobsService",
                 input=FlowRequest,
                 output=FlowResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def get_schedule(
+        self,
+        request: GetScheduleRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetScheduleResponse:
+        """
+        Additive: read schedules (BullMQ getJobScheduler / getJobSchedulers) and flows.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetSchedule",
+                service_name="loam.jobs.v1.JobsService",
+                input=GetScheduleRequest,
+                output=GetScheduleResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def list_schedules(
+        self,
+        request: ListSchedulesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListSchedulesResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListSchedules",
+                service_name="loam.jobs.v1.JobsService",
+                input=ListSchedulesRequest,
+                output=ListSchedulesResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def get_flow(
+        self,
+        request: GetFlowRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetFlowResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetFlow",
+                service_name="loam.jobs.v1.JobsService",
+                input=GetFlowRequest,
+                output=GetFlowResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

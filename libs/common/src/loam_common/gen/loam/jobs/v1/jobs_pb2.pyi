@@ -69,6 +69,36 @@ class ItemError(_message.Message):
     message: str
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
+class ErrorDetail(_message.Message):
+    __slots__ = ("reason", "field", "existing", "key", "job", "epoch", "current_epoch", "from_state", "to", "retry_after_ns", "limit", "size", "retryable")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    EXISTING_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FROM_STATE_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_NS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    field: str
+    existing: str
+    key: str
+    job: str
+    epoch: int
+    current_epoch: int
+    from_state: str
+    to: str
+    retry_after_ns: int
+    limit: int
+    size: int
+    retryable: bool
+    def __init__(self, reason: _Optional[str] = ..., field: _Optional[str] = ..., existing: _Optional[str] = ..., key: _Optional[str] = ..., job: _Optional[str] = ..., epoch: _Optional[int] = ..., current_epoch: _Optional[int] = ..., from_state: _Optional[str] = ..., to: _Optional[str] = ..., retry_after_ns: _Optional[int] = ..., limit: _Optional[int] = ..., size: _Optional[int] = ..., retryable: _Optional[bool] = ...) -> None: ...
+
 class EnqueueBulkResult(_message.Message):
     __slots__ = ("enqueued", "error")
     ENQUEUED_FIELD_NUMBER: _ClassVar[int]
@@ -263,7 +293,7 @@ class ReportResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ScheduleSpec(_message.Message):
-    __slots__ = ("id", "cron", "tz", "every_ns", "limit", "start_ns", "end_ns", "offset_ns", "immediately", "queue", "task", "opts")
+    __slots__ = ("id", "cron", "tz", "every_ns", "limit", "start_ns", "end_ns", "offset_ns", "immediately", "queue", "task", "opts", "misfire", "misfire_grace_ns")
     ID_FIELD_NUMBER: _ClassVar[int]
     CRON_FIELD_NUMBER: _ClassVar[int]
     TZ_FIELD_NUMBER: _ClassVar[int]
@@ -276,6 +306,8 @@ class ScheduleSpec(_message.Message):
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     OPTS_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_GRACE_NS_FIELD_NUMBER: _ClassVar[int]
     id: str
     cron: str
     tz: str
@@ -288,7 +320,9 @@ class ScheduleSpec(_message.Message):
     queue: str
     task: _types_pb2.TaskSpec
     opts: _types_pb2.EnqueueOpts
-    def __init__(self, id: _Optional[str] = ..., cron: _Optional[str] = ..., tz: _Optional[str] = ..., every_ns: _Optional[int] = ..., limit: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., offset_ns: _Optional[int] = ..., immediately: _Optional[bool] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ...) -> None: ...
+    misfire: _types_pb2.MisfirePolicy
+    misfire_grace_ns: int
+    def __init__(self, id: _Optional[str] = ..., cron: _Optional[str] = ..., tz: _Optional[str] = ..., every_ns: _Optional[int] = ..., limit: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., offset_ns: _Optional[int] = ..., immediately: _Optional[bool] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., misfire: _Optional[_Union[_types_pb2.MisfirePolicy, str]] = ..., misfire_grace_ns: _Optional[int] = ...) -> None: ...
 
 class ScheduleRequest(_message.Message):
     __slots__ = ("spec",)
@@ -297,10 +331,14 @@ class ScheduleRequest(_message.Message):
     def __init__(self, spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ...) -> None: ...
 
 class ScheduleResponse(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "schedule", "changed")
     ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    schedule: _types_pb2.ScheduleRecord
+    changed: bool
+    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[_types_pb2.ScheduleRecord, _Mapping]] = ..., changed: _Optional[bool] = ...) -> None: ...
 
 class UnscheduleRequest(_message.Message):
     __slots__ = ("id",)
@@ -309,22 +347,54 @@ class UnscheduleRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class UnscheduleResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: bool
+    def __init__(self, removed: _Optional[bool] = ...) -> None: ...
+
+class GetScheduleRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class GetScheduleResponse(_message.Message):
+    __slots__ = ("schedule",)
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    schedule: _types_pb2.ScheduleRecord
+    def __init__(self, schedule: _Optional[_Union[_types_pb2.ScheduleRecord, _Mapping]] = ...) -> None: ...
+
+class ListSchedulesRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesResponse(_message.Message):
+    __slots__ = ("schedules", "next_page_token")
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    schedules: _containers.RepeatedCompositeFieldContainer[_types_pb2.ScheduleRecord]
+    next_page_token: str
+    def __init__(self, schedules: _Optional[_Iterable[_Union[_types_pb2.ScheduleRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class FlowNode(_message.Message):
-    __slots__ = ("id", "queue", "task", "opts", "depends_on")
+    __slots__ = ("id", "queue", "task", "opts", "depends_on", "on_failure")
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     OPTS_FIELD_NUMBER: _ClassVar[int]
     DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
     id: str
     queue: str
     task: _types_pb2.TaskSpec
     opts: _types_pb2.EnqueueOpts
     depends_on: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ...) -> None: ...
+    on_failure: _types_pb2.FailurePolicy
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., on_failure: _Optional[_Union[_types_pb2.FailurePolicy, str]] = ...) -> None: ...
 
 class FlowSpec(_message.Message):
     __slots__ = ("id", "nodes")
@@ -341,7 +411,7 @@ class FlowRequest(_message.Message):
     def __init__(self, graph: _Optional[_Union[FlowSpec, _Mapping]] = ...) -> None: ...
 
 class FlowResponse(_message.Message):
-    __slots__ = ("flow", "jobs")
+    __slots__ = ("flow", "jobs", "created")
     class JobsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -351,9 +421,23 @@ class FlowResponse(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     FLOW_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
     flow: str
     jobs: _containers.ScalarMap[str, str]
-    def __init__(self, flow: _Optional[str] = ..., jobs: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    created: bool
+    def __init__(self, flow: _Optional[str] = ..., jobs: _Optional[_Mapping[str, str]] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class GetFlowRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class GetFlowResponse(_message.Message):
+    __slots__ = ("flow",)
+    FLOW_FIELD_NUMBER: _ClassVar[int]
+    flow: _types_pb2.FlowRecord
+    def __init__(self, flow: _Optional[_Union[_types_pb2.FlowRecord, _Mapping]] = ...) -> None: ...
 
 class SubmitEngineJobRequest(_message.Message):
     __slots__ = ("job",)
@@ -557,7 +641,7 @@ class QueueAdminResponse(_message.Message):
     def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., counts: _Optional[_Union[QueueCounts, _Mapping]] = ..., affected: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[_types_pb2.Worker, _Mapping]]] = ...) -> None: ...
 
 class JobOp(_message.Message):
-    __slots__ = ("get", "remove", "retry", "promote", "change_priority", "change_delay", "update_data", "logs", "cancel", "remove_dedup_key")
+    __slots__ = ("get", "remove", "retry", "promote", "change_priority", "change_delay", "update_data", "logs", "cancel", "remove_dedup_key", "children")
     class Get(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
@@ -602,6 +686,9 @@ class JobOp(_message.Message):
         DEDUP_ID_FIELD_NUMBER: _ClassVar[int]
         dedup_id: str
         def __init__(self, dedup_id: _Optional[str] = ...) -> None: ...
+    class Children(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
     GET_FIELD_NUMBER: _ClassVar[int]
     REMOVE_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
@@ -612,6 +699,7 @@ class JobOp(_message.Message):
     LOGS_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     REMOVE_DEDUP_KEY_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
     get: JobOp.Get
     remove: JobOp.Remove
     retry: JobOp.Retry
@@ -622,7 +710,8 @@ class JobOp(_message.Message):
     logs: JobOp.Logs
     cancel: JobOp.Cancel
     remove_dedup_key: JobOp.RemoveDedupKey
-    def __init__(self, get: _Optional[_Union[JobOp.Get, _Mapping]] = ..., remove: _Optional[_Union[JobOp.Remove, _Mapping]] = ..., retry: _Optional[_Union[JobOp.Retry, _Mapping]] = ..., promote: _Optional[_Union[JobOp.Promote, _Mapping]] = ..., change_priority: _Optional[_Union[JobOp.ChangePriority, _Mapping]] = ..., change_delay: _Optional[_Union[JobOp.ChangeDelay, _Mapping]] = ..., update_data: _Optional[_Union[JobOp.UpdateData, _Mapping]] = ..., logs: _Optional[_Union[JobOp.Logs, _Mapping]] = ..., cancel: _Optional[_Union[JobOp.Cancel, _Mapping]] = ..., remove_dedup_key: _Optional[_Union[JobOp.RemoveDedupKey, _Mapping]] = ...) -> None: ...
+    children: JobOp.Children
+    def __init__(self, get: _Optional[_Union[JobOp.Get, _Mapping]] = ..., remove: _Optional[_Union[JobOp.Remove, _Mapping]] = ..., retry: _Optional[_Union[JobOp.Retry, _Mapping]] = ..., promote: _Optional[_Union[JobOp.Promote, _Mapping]] = ..., change_priority: _Optional[_Union[JobOp.ChangePriority, _Mapping]] = ..., change_delay: _Optional[_Union[JobOp.ChangeDelay, _Mapping]] = ..., update_data: _Optional[_Union[JobOp.UpdateData, _Mapping]] = ..., logs: _Optional[_Union[JobOp.Logs, _Mapping]] = ..., cancel: _Optional[_Union[JobOp.Cancel, _Mapping]] = ..., remove_dedup_key: _Optional[_Union[JobOp.RemoveDedupKey, _Mapping]] = ..., children: _Optional[_Union[JobOp.Children, _Mapping]] = ...) -> None: ...
 
 class JobAdminRequest(_message.Message):
     __slots__ = ("queue", "job", "op")
@@ -635,16 +724,18 @@ class JobAdminRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., job: _Optional[str] = ..., op: _Optional[_Union[JobOp, _Mapping]] = ...) -> None: ...
 
 class JobAdminResponse(_message.Message):
-    __slots__ = ("job", "logs", "log_count", "removed")
+    __slots__ = ("job", "logs", "log_count", "removed", "children")
     JOB_FIELD_NUMBER: _ClassVar[int]
     LOGS_FIELD_NUMBER: _ClassVar[int]
     LOG_COUNT_FIELD_NUMBER: _ClassVar[int]
     REMOVED_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
     job: _types_pb2.Job
     logs: _containers.RepeatedCompositeFieldContainer[_types_pb2.LogLine]
     log_count: int
     removed: bool
-    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., logs: _Optional[_Iterable[_Union[_types_pb2.LogLine, _Mapping]]] = ..., log_count: _Optional[int] = ..., removed: _Optional[bool] = ...) -> None: ...
+    children: _containers.RepeatedCompositeFieldContainer[_types_pb2.Dependency]
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., logs: _Optional[_Iterable[_Union[_types_pb2.LogLine, _Mapping]]] = ..., log_count: _Optional[int] = ..., removed: _Optional[bool] = ..., children: _Optional[_Iterable[_Union[_types_pb2.Dependency, _Mapping]]] = ...) -> None: ...
 
 class QueryRequest(_message.Message):
     __slots__ = ("queue", "states", "name", "since_ns", "until_ns", "page_size", "page_token")

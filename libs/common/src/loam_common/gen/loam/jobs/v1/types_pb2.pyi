@@ -39,6 +39,29 @@ class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODE_UNSPECIFIED: _ClassVar[Mode]
     MODE_QUEUE: _ClassVar[Mode]
     MODE_DURABLE: _ClassVar[Mode]
+
+class MisfirePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MISFIRE_POLICY_UNSPECIFIED: _ClassVar[MisfirePolicy]
+    MISFIRE_POLICY_FIRE_LATEST: _ClassVar[MisfirePolicy]
+    MISFIRE_POLICY_SKIP: _ClassVar[MisfirePolicy]
+    MISFIRE_POLICY_FIRE_ALL: _ClassVar[MisfirePolicy]
+
+class FailurePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FAILURE_POLICY_UNSPECIFIED: _ClassVar[FailurePolicy]
+    FAILURE_POLICY_FAIL_PARENT: _ClassVar[FailurePolicy]
+    FAILURE_POLICY_CONTINUE_PARENT: _ClassVar[FailurePolicy]
+    FAILURE_POLICY_IGNORE_DEPENDENCY: _ClassVar[FailurePolicy]
+    FAILURE_POLICY_REMOVE_DEPENDENCY: _ClassVar[FailurePolicy]
+
+class DependencyState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEPENDENCY_STATE_UNSPECIFIED: _ClassVar[DependencyState]
+    DEPENDENCY_STATE_PENDING: _ClassVar[DependencyState]
+    DEPENDENCY_STATE_PROCESSED: _ClassVar[DependencyState]
+    DEPENDENCY_STATE_FAILED: _ClassVar[DependencyState]
+    DEPENDENCY_STATE_IGNORED: _ClassVar[DependencyState]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_WAITING: JobState
 JOB_STATE_PRIORITIZED: JobState
@@ -60,6 +83,20 @@ BACKOFF_KIND_CUSTOM: BackoffKind
 MODE_UNSPECIFIED: Mode
 MODE_QUEUE: Mode
 MODE_DURABLE: Mode
+MISFIRE_POLICY_UNSPECIFIED: MisfirePolicy
+MISFIRE_POLICY_FIRE_LATEST: MisfirePolicy
+MISFIRE_POLICY_SKIP: MisfirePolicy
+MISFIRE_POLICY_FIRE_ALL: MisfirePolicy
+FAILURE_POLICY_UNSPECIFIED: FailurePolicy
+FAILURE_POLICY_FAIL_PARENT: FailurePolicy
+FAILURE_POLICY_CONTINUE_PARENT: FailurePolicy
+FAILURE_POLICY_IGNORE_DEPENDENCY: FailurePolicy
+FAILURE_POLICY_REMOVE_DEPENDENCY: FailurePolicy
+DEPENDENCY_STATE_UNSPECIFIED: DependencyState
+DEPENDENCY_STATE_PENDING: DependencyState
+DEPENDENCY_STATE_PROCESSED: DependencyState
+DEPENDENCY_STATE_FAILED: DependencyState
+DEPENDENCY_STATE_IGNORED: DependencyState
 
 class Payload(_message.Message):
     __slots__ = ("data", "content_type", "blob_ref", "size")
@@ -217,7 +254,7 @@ class JobError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., stacktrace: _Optional[str] = ..., at_ns: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "queue", "task", "opts", "state", "shard", "seq", "epoch", "worker", "deadline_ns", "attempt", "stalled", "created_ns", "processed_ns", "finished_ns", "due_ns", "result", "errors", "progress", "log_count", "subject_blocked", "lease_started_ns", "attempts_max", "origin_queue", "state_ns", "pending_children", "keep_last_pending", "request_hash")
+    __slots__ = ("id", "queue", "task", "opts", "state", "shard", "seq", "epoch", "worker", "deadline_ns", "attempt", "stalled", "created_ns", "processed_ns", "finished_ns", "due_ns", "result", "errors", "progress", "log_count", "subject_blocked", "lease_started_ns", "attempts_max", "origin_queue", "state_ns", "pending_children", "keep_last_pending", "request_hash", "parents", "children", "children_completed", "children_failed", "flow", "flow_node", "failed_child")
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
@@ -246,6 +283,13 @@ class Job(_message.Message):
     PENDING_CHILDREN_FIELD_NUMBER: _ClassVar[int]
     KEEP_LAST_PENDING_FIELD_NUMBER: _ClassVar[int]
     REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FAILED_FIELD_NUMBER: _ClassVar[int]
+    FLOW_FIELD_NUMBER: _ClassVar[int]
+    FLOW_NODE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_CHILD_FIELD_NUMBER: _ClassVar[int]
     id: str
     queue: str
     task: TaskSpec
@@ -274,7 +318,14 @@ class Job(_message.Message):
     pending_children: int
     keep_last_pending: bool
     request_hash: bytes
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., shard: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., worker: _Optional[str] = ..., deadline_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., created_ns: _Optional[int] = ..., processed_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., due_ns: _Optional[int] = ..., result: _Optional[_Union[Payload, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[JobError, _Mapping]]] = ..., progress: _Optional[bytes] = ..., log_count: _Optional[int] = ..., subject_blocked: _Optional[bool] = ..., lease_started_ns: _Optional[int] = ..., attempts_max: _Optional[int] = ..., origin_queue: _Optional[str] = ..., state_ns: _Optional[int] = ..., pending_children: _Optional[int] = ..., keep_last_pending: _Optional[bool] = ..., request_hash: _Optional[bytes] = ...) -> None: ...
+    parents: _containers.RepeatedCompositeFieldContainer[ParentRef]
+    children: int
+    children_completed: int
+    children_failed: int
+    flow: str
+    flow_node: str
+    failed_child: str
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., shard: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., worker: _Optional[str] = ..., deadline_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., created_ns: _Optional[int] = ..., processed_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., due_ns: _Optional[int] = ..., result: _Optional[_Union[Payload, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[JobError, _Mapping]]] = ..., progress: _Optional[bytes] = ..., log_count: _Optional[int] = ..., subject_blocked: _Optional[bool] = ..., lease_started_ns: _Optional[int] = ..., attempts_max: _Optional[int] = ..., origin_queue: _Optional[str] = ..., state_ns: _Optional[int] = ..., pending_children: _Optional[int] = ..., keep_last_pending: _Optional[bool] = ..., request_hash: _Optional[bytes] = ..., parents: _Optional[_Iterable[_Union[ParentRef, _Mapping]]] = ..., children: _Optional[int] = ..., children_completed: _Optional[int] = ..., children_failed: _Optional[int] = ..., flow: _Optional[str] = ..., flow_node: _Optional[str] = ..., failed_child: _Optional[str] = ...) -> None: ...
 
 class RateLimit(_message.Message):
     __slots__ = ("max", "duration_ns", "sharded")
@@ -404,3 +455,135 @@ class Worker(_message.Message):
     last_seen_ns: int
     queues: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, id: _Optional[str] = ..., last_seen_ns: _Optional[int] = ..., queues: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TokenRecord(_message.Message):
+    __slots__ = ("id", "namespace", "actions", "created_ns", "expires_ns", "name", "revoked", "revoked_ns", "secret_sha256")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_NS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_NS_FIELD_NUMBER: _ClassVar[int]
+    SECRET_SHA256_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    namespace: str
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    created_ns: int
+    expires_ns: int
+    name: str
+    revoked: bool
+    revoked_ns: int
+    secret_sha256: bytes
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ..., actions: _Optional[_Iterable[str]] = ..., created_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ..., name: _Optional[str] = ..., revoked: _Optional[bool] = ..., revoked_ns: _Optional[int] = ..., secret_sha256: _Optional[bytes] = ...) -> None: ...
+
+class OwnershipLease(_message.Message):
+    __slots__ = ("owner", "epoch", "expires_ns", "acquired_ns")
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRED_NS_FIELD_NUMBER: _ClassVar[int]
+    owner: str
+    epoch: int
+    expires_ns: int
+    acquired_ns: int
+    def __init__(self, owner: _Optional[str] = ..., epoch: _Optional[int] = ..., expires_ns: _Optional[int] = ..., acquired_ns: _Optional[int] = ...) -> None: ...
+
+class ServiceMember(_message.Message):
+    __slots__ = ("id", "expires_ns", "started_ns")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_NS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    expires_ns: int
+    started_ns: int
+    def __init__(self, id: _Optional[str] = ..., expires_ns: _Optional[int] = ..., started_ns: _Optional[int] = ...) -> None: ...
+
+class ScheduleRecord(_message.Message):
+    __slots__ = ("id", "cron", "tz", "every_ns", "limit", "start_ns", "end_ns", "offset_ns", "immediately", "queue", "task", "opts", "misfire", "misfire_grace_ns", "next_ns", "last_tick_ns", "last_job_id", "count", "created_ns", "updated_ns", "rule_hash", "last_error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TZ_FIELD_NUMBER: _ClassVar[int]
+    EVERY_NS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_NS_FIELD_NUMBER: _ClassVar[int]
+    IMMEDIATELY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    OPTS_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_GRACE_NS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_TICK_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_NS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_NS_FIELD_NUMBER: _ClassVar[int]
+    RULE_HASH_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    cron: str
+    tz: str
+    every_ns: int
+    limit: int
+    start_ns: int
+    end_ns: int
+    offset_ns: int
+    immediately: bool
+    queue: str
+    task: TaskSpec
+    opts: EnqueueOpts
+    misfire: MisfirePolicy
+    misfire_grace_ns: int
+    next_ns: int
+    last_tick_ns: int
+    last_job_id: str
+    count: int
+    created_ns: int
+    updated_ns: int
+    rule_hash: bytes
+    last_error: str
+    def __init__(self, id: _Optional[str] = ..., cron: _Optional[str] = ..., tz: _Optional[str] = ..., every_ns: _Optional[int] = ..., limit: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., offset_ns: _Optional[int] = ..., immediately: _Optional[bool] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., misfire: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ns: _Optional[int] = ..., next_ns: _Optional[int] = ..., last_tick_ns: _Optional[int] = ..., last_job_id: _Optional[str] = ..., count: _Optional[int] = ..., created_ns: _Optional[int] = ..., updated_ns: _Optional[int] = ..., rule_hash: _Optional[bytes] = ..., last_error: _Optional[str] = ...) -> None: ...
+
+class Dependency(_message.Message):
+    __slots__ = ("queue", "job_id", "node", "state", "value", "error", "finished_ns")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_NS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    job_id: str
+    node: str
+    state: DependencyState
+    value: Payload
+    error: JobError
+    finished_ns: int
+    def __init__(self, queue: _Optional[str] = ..., job_id: _Optional[str] = ..., node: _Optional[str] = ..., state: _Optional[_Union[DependencyState, str]] = ..., value: _Optional[_Union[Payload, _Mapping]] = ..., error: _Optional[_Union[JobError, _Mapping]] = ..., finished_ns: _Optional[int] = ...) -> None: ...
+
+class FlowJobRef(_message.Message):
+    __slots__ = ("node", "queue", "job_id")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    queue: str
+    job_id: str
+    def __init__(self, node: _Optional[str] = ..., queue: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
+
+class FlowRecord(_message.Message):
+    __slots__ = ("id", "request_hash", "created_ns", "jobs")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
+    CREATED_NS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    request_hash: bytes
+    created_ns: int
+    jobs: _containers.RepeatedCompositeFieldContainer[FlowJobRef]
+    def __init__(self, id: _Optional[str] = ..., request_hash: _Optional[bytes] = ..., created_ns: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[FlowJobRef, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,593 @@
+"""The Loam Jobs client: `Client` (asyncio) over the generated Connect client, and
+`SyncClient`, which runs one `Client` on an event loop in a background thread.
+
+Every call sends the caller's credential (a bearer token) or, on a dev server without
+auth, the namespace header; the namespace is never a request field. Errors come back
+as the typed classes of `loam.errors` (spec §5.3). Every `enqueue` carries an
+idempotency key by default, made once per call and reused across that call's retries
+on Unavailable, so a retried enqueue never makes a second job (§5.3)."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import datetime as dt
+import functools
+import inspect
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from connectrpc.code import Code
+from pyqwest import Client as HTTPClient
+from pyqwest import HTTPTransport
+from connectrpc.errors import ConnectError
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceClient
+
+from loam import options, payloads
+from loam.errors import JobsError, Unavailable, from_connect, from_item
+from loam.views import Completed, Enqueued, JobInfo, LeasedJob, Page, state_value
+
+T = TypeVar("T")
+
+DEFAULT_URL = "http://127.0.0.1:7720"
+DEV_NAMESPACE = "default"
+NAMESPACE_HEADER = "x-loam-namespace"
+#: retries of a call that failed with Unavailable (enqueue, enqueue_bulk), with backoff
+RETRIES = 3
+
+Token = jpb.LeaseToken | LeasedJob
+
+
+def _settle_http_threads() -> None:
+    """pyqwest's tokio threads may still be dropping Python objects when the interpreter
+    finalizes; a thread that then takes the GIL is killed mid-unwind and the process
+    aborts (SIGABRT, about 1 exit in 6 here). A moment with the GIL released at exit lets
+    them finish first."""
+    time.sleep(0.02)
+
+
+atexit.register(_settle_http_threads)
+
+
+def uuid7() -> str:
+    """A UUIDv7 (RFC 9562): 48-bit Unix ms, version, 74 random bits. Time-ordered, so
+    the server's idempotency records for one producer stay close in the key space."""
+    value = (time.time_ns() // 1_000_000 & (1 << 48) - 1) << 80 | int.from_bytes(os.urandom(10), "big")
+    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
+    value = value & ~(0x3 << 62) | 0x2 << 62  # RFC 4122 variant
+    return str(uuid.UUID(int=value))
+
+
+def worker_id() -> str:
+    """host/pid/random, as spec §4 names workers."""
+    return f"{socket.gethostname()}/{os.getpid()}/{os.urandom(3).hex()}"
+
+
+def _token(t: Token) -> jpb.LeaseToken:
+    return t.token if isinstance(t, LeasedJob) else t
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else max(int(seconds * 1000), 1)
+
+
+class Client:
+    """An asyncio client of one Loam Jobs server.
+
+    `url` defaults to $LOAM_URL, then http://127.0.0.1:7720; `token` to $LOAM_TOKEN;
+    `namespace` (dev servers without auth) to $LOAM_NAMESPACE, then "default".
+    `timeout` bounds each call in seconds (a long-poll lease gets its wait on top)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        namespace: str | None = None,
+        timeout: float | None = 30.0,
+        retries: int = RETRIES,
+        idempotent: bool = True,
+    ) -> None:
+        self.url = (url or os.environ.get("LOAM_URL") or DEFAULT_URL).rstrip("/")
+        self.token = token if token is not None else os.environ.get("LOAM_TOKEN") or None
+        ns = namespace if namespace is not None else os.environ.get("LOAM_NAMESPACE") or None
+        self.namespace = ns or (None if self.token else DEV_NAMESPACE)
+        self.timeout = timeout
+        self.retries = retries
+        self.idempotent = idempotent
+        headers: dict[str, str] = {}
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
+        if self.namespace:
+            headers[NAMESPACE_HEADER] = self.namespace
+        self._headers = headers
+        # One connection pool per client, closed with it, deep enough for a worker's
+        # concurrent leases, extends and completions (pyqwest keeps 2 idle by default).
+        self._transport = HTTPTransport(pool_max_idle_per_host=64)
+        self._http = HTTPClient(self._transport)
+        # No request compression: the payloads are small protobufs and gzip costs more
+        # CPU per job than it saves on a local network.
+        self._rpc = JobsServiceClient(self.url, send_compression=None, timeout_ms=_ms(timeout), http_client=self._http)
+        self._worker_id: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r}, namespace={self.namespace!r})"
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._rpc.close()
+        await self._transport.aclose()
+
+    @property
+    def worker(self) -> str:
+        """This client's default worker id for leases."""
+        if self._worker_id is None:
+            self._worker_id = worker_id()
+        return self._worker_id
+
+    # -- transport -------------------------------------------------------------------
+    async def _call(self, method: Callable[..., Awaitable[T]], request: Any, *, timeout: float | None = None) -> T:
+        try:
+            return await method(request, headers=self._headers, timeout_ms=_ms(timeout))
+        except ConnectError as e:
+            task = asyncio.current_task()
+            if e.code is Code.CANCELED and task is not None and task.cancelling():
+                raise asyncio.CancelledError from None  # connectrpc turns our cancel into an error
+            raise from_connect(e) from None
+
+    async def _retrying(self, method: Callable[..., Awaitable[T]], request: Any) -> T:
+        """Retry on Unavailable, with backoff: only for calls whose request carries what
+        makes a repeat harmless (an idempotency key, a job key)."""
+        delay = 0.1
+        for attempt in range(self.retries + 1):
+            try:
+                return await self._call(method, request)
+            except Unavailable:
+                if attempt == self.retries:
+                    raise
+                await asyncio.sleep(delay)
+                delay *= 3
+        raise AssertionError("unreachable")
+
+    # -- producing -------------------------------------------------------------------
+    def _item(self, name: str, payload: Any, opts: Mapping[str, Any]) -> jpb.BulkItem:
+        o, headers = options.enqueue_opts(opts)
+        key = opts.get("idempotency_key")
+        if key is None and self.idempotent and not o.HasField("idempotency"):
+            o.idempotency.key = uuid7()
+            o.idempotency.ttl_ns = payloads.ns(opts.get("idempotency_ttl"), "idempotency_ttl")
+        task = pb.TaskSpec(name=name, payload=payloads.encode(payload), headers=headers)
+        return jpb.BulkItem(task=task, opts=o)
+
+    async def enqueue(self, queue: str, name: str, payload: Any = None, **opts: Any) -> Enqueued:
+        """Add one job. `payload`: bytes, str or anything JSON can encode. `opts`:
+        job_key, idempotency_key (False: none), idempotency_ttl, dedup, delay (seconds
+        or timedelta) or at (datetime), priority, lifo, attempts, backoff, visibility,
+        timeout, expires, subject, headers, parent, remove_on_complete, remove_on_fail,
+        result_ttl, durable_function, opts (a ready-made EnqueueOpts)."""
+        item = self._item(name, payload, opts)
+        req = jpb.EnqueueRequest(queue=queue, task=item.task, opts=item.opts)
+        resp = await self._retrying(self._rpc.enqueue, req)
+        return Enqueued.from_pb(resp.enqueued)
+
+    async def enqueue_bulk(self, queue: str, jobs: Iterable[Any]) -> list[Enqueued | JobsError]:
+        """Add many jobs in one call and one transaction. Each job is a dict
+        `{"name", "payload", **opts}`, a `(name, payload)` or `(name, payload, opts)`
+        tuple, or a BulkItem. A job refused for its key gets its error in its slot."""
+        items = []
+        for job in jobs:
+            if isinstance(job, jpb.BulkItem):
+                items.append(job)
+            elif isinstance(job, Mapping):
+                rest = {k: v for k, v in job.items() if k not in ("name", "payload")}
+                items.append(self._item(job["name"], job.get("payload"), rest))
+            else:
+                name, payload, *more = job
+                items.append(self._item(name, payload, more[0] if more else {}))
+        resp = await self._retrying(self._rpc.enqueue_bulk, jpb.EnqueueBulkRequest(queue=queue, jobs=items))
+        return [
+            Enqueued.from_pb(r.enqueued)
+            if r.WhichOneof("result") == "enqueued"
+            else from_item(r.error.code, r.error.message)
+            for r in resp.results
+        ]
+
+    # -- consuming -------------------------------------------------------------------
+    async def lease(
+        self,
+        queues: str | Iterable[str],
+        *,
+        max: int = 1,  # noqa: A002 - the spec's name
+        wait: float | dt.timedelta = 0,
+        worker: str | None = None,
+        names: Iterable[str] | None = None,
+    ) -> list[LeasedJob]:
+        """Up to `max` jobs from `queues` (in order of preference), waiting up to `wait`
+        seconds (at most 30) for one to arrive."""
+        qs = [queues] if isinstance(queues, str) else list(queues)
+        wait_ns = payloads.ns(wait, "wait")
+        req = jpb.LeaseRequest(queues=qs, worker=worker or self.worker, max=max, wait_ns=wait_ns, names=names or ())
+        timeout = None if self.timeout is None else self.timeout + wait_ns / 1e9
+        resp = await self._call(self._rpc.lease, req, timeout=timeout)
+        return [LeasedJob(lease) for lease in resp.leases]
+
+    async def extend(self, token: Token, by: float | dt.timedelta) -> int:
+        """Move the lease deadline to now + `by` (never past the job's timeout);
+        returns the new deadline (ns)."""
+        req = jpb.ExtendRequest(token=_token(token), by_ns=payloads.ns(by, "by"))
+        return (await self._call(self._rpc.extend, req)).deadline_ns
+
+    async def complete(self, token: Token, outcome: jpb.Outcome | None = None) -> Completed:
+        """Record a job's outcome (default: Ok with no result). See `loam.Outcome`."""
+        req = jpb.CompleteRequest(token=_token(token), outcome=outcome or options.Outcome.ok())
+        return Completed.from_pb((await self._call(self._rpc.complete, req)).completed)
+
+    async def complete_batch(
+        self, items: Iterable[tuple[Token, jpb.Outcome] | jpb.CompleteRequest]
+    ) -> list[Completed | JobsError]:
+        """Many completions in one call and one transaction; one answer per item."""
+        reqs = [
+            i if isinstance(i, jpb.CompleteRequest) else jpb.CompleteRequest(token=_token(i[0]), outcome=i[1])
+            for i in items
+        ]
+        resp = await self._call(self._rpc.complete_batch, jpb.CompleteBatchRequest(items=reqs))
+        return [
+            Completed.from_pb(r.completed)
+            if r.WhichOneof("result") == "completed"
+            else from_item(r.error.code, r.error.message)
+            for r in resp.results
+        ]
+
+    async def report(
+        self,
+        token: Token,
+        *,
+        progress: Any = None,
+        log: str | None = None,
+        data: Any = None,
+        progress_json: bytes | None = None,
+    ) -> None:
+        """Progress (any JSON value), a log line, and/or new job data, for a job held."""
+        req = jpb.ReportRequest(token=_token(token))
+        if progress_json is not None:
+            req.progress = progress_json
+        elif progress is not None:
+            req.progress = json.dumps(progress).encode()
+        if log is not None:
+            req.log_line = log
+        if data is not None:
+            req.data.CopyFrom(payloads.encode(data))
+        await self._call(self._rpc.report, req)
+
+    # -- queue admin -----------------------------------------------------------------
+    async def queue_admin(self, queue: str, op: jpb.QueueOp) -> jpb.QueueAdminResponse:
+        return await self._call(self._rpc.queue_admin, jpb.QueueAdminRequest(queue=queue, op=op))
+
+    @staticmethod
+    def _queue_config(queue: str, config: Mapping[str, Any]) -> pb.QueueConfig:
+        c = pb.QueueConfig(name=queue)
+        for key, value in config.items():
+            if value is None:
+                continue
+            if key == "visibility":
+                c.visibility_ns = payloads.ns(value, key)
+            elif key == "backoff":
+                c.backoff.CopyFrom(options.backoff(value))
+            elif key == "rate_limit":
+                mx, per = value if isinstance(value, tuple) else (value["max"], value["duration"])
+                c.rate_limit.CopyFrom(pb.RateLimit(max=mx, duration_ns=payloads.ns(per, "rate_limit.duration")))
+            elif key in ("attempts", "max_stalled", "concurrency", "shards", "log_cap", "payload_limit"):
+                setattr(c, key, int(value))
+            elif key in ("dead_letter_queue", "dead_letter_on_exhausted", "paused"):
+                setattr(c, key, value)
+            elif key in ("remove_on_complete", "remove_on_fail"):
+                options._retention(c.retention, "completed" if key == "remove_on_complete" else "failed", value)
+            elif key == "config":
+                c.MergeFrom(value)
+            else:
+                raise TypeError(f"unknown queue setting {key!r}")
+        return c
+
+    async def list_queues(self) -> list[dict[str, Any]]:
+        """Every queue of the namespace with its counts: `[{"name", "counts"}]`. From
+        the gateway's REST facade (`GET /v1/queues`): JobsService has no listing call."""
+        try:
+            resp = await asyncio.wait_for(self._http.get(f"{self.url}/v1/queues", headers=self._headers), self.timeout)
+        except TimeoutError:
+            raise from_item("deadline_exceeded", f"GET {self.url}/v1/queues timed out") from None
+        except Exception as e:  # connection refused, reset, ...
+            raise from_item("unavailable", f"GET {self.url}/v1/queues: {e}") from None
+        try:
+            body = json.loads(resp.content or b"{}")
+        except ValueError:
+            body = {}
+        if resp.status == 404 and "code" not in body:
+            raise from_item("not_found", f"{self.url} has no /v1/queues: point the client at a gateway or `loam dev`")
+        if resp.status != 200:
+            raise from_item(body.get("code", "unavailable" if resp.status >= 500 else "internal"),
+                            body.get("message", f"GET /v1/queues answered HTTP {resp.status}"))  # fmt: skip
+        return list(body.get("queues", []))
+
+    async def create_queue(self, queue: str, **config: Any) -> pb.QueueConfig:
+        """Create a queue with settings: visibility, attempts, backoff, max_stalled,
+        rate_limit=(max, seconds), concurrency, shards, dead_letter_queue,
+        dead_letter_on_exhausted, remove_on_complete, remove_on_fail, log_cap,
+        payload_limit. Queues also spring into being on first enqueue."""
+        op = jpb.QueueOp(create=jpb.QueueOp.Create(config=self._queue_config(queue, config)))
+        return (await self.queue_admin(queue, op)).config
+
+    async def update_queue(self, queue: str, **config: Any) -> pb.QueueConfig:
+        op = jpb.QueueOp(update=jpb.QueueOp.Update(config=self._queue_config(queue, config)))
+        return (await self.queue_admin(queue, op)).config
+
+    async def queue_counts(self, queue: str) -> dict[str, Any]:
+        """Jobs per state (`waiting`, ..., `dead_lettered`), and `paused`."""
+        counts = (await self.queue_admin(queue, jpb.QueueOp(counts=jpb.QueueOp.Counts()))).counts
+        return {f.name: getattr(counts, f.name) for f in counts.DESCRIPTOR.fields}
+
+    async def pause(self, queue: str) -> None:
+        await self.queue_admin(queue, jpb.QueueOp(pause=jpb.QueueOp.Pause()))
+
+    async def resume(self, queue: str) -> None:
+        await self.queue_admin(queue, jpb.QueueOp(resume=jpb.QueueOp.Resume()))
+
+    async def drain(self, queue: str, *, delayed: bool = False) -> int:
+        """Remove the waiting jobs (and the delayed ones with `delayed`); how many."""
+        return (await self.queue_admin(queue, jpb.QueueOp(drain=jpb.QueueOp.Drain(delayed=delayed)))).affected
+
+    async def clean(
+        self, queue: str, state: str | int = "completed", *, grace: float | dt.timedelta = 0, limit: int = 0
+    ) -> int:
+        """Remove up to `limit` jobs in `state` older than `grace` seconds; how many."""
+        op = jpb.QueueOp(clean=jpb.QueueOp.Clean(state=state_value(state), grace_ns=payloads.ns(grace), limit=limit))
+        return (await self.queue_admin(queue, op)).affected
+
+    async def obliterate(self, queue: str, *, force: bool = False) -> int:
+        return (await self.queue_admin(queue, jpb.QueueOp(obliterate=jpb.QueueOp.Obliterate(force=force)))).affected
+
+    async def retry_all(self, queue: str, state: str | int = "failed") -> int:
+        op = jpb.QueueOp(retry_all=jpb.QueueOp.RetryAll(state=state_value(state)))
+        return (await self.queue_admin(queue, op)).affected
+
+    async def promote_all(self, queue: str) -> int:
+        return (await self.queue_admin(queue, jpb.QueueOp(promote_all=jpb.QueueOp.PromoteAll()))).affected
+
+    async def redrive_dead_letters(self, queue: str, *, limit: int = 0) -> int:
+        op = jpb.QueueOp(redrive_dead_letters=jpb.QueueOp.RedriveDeadLetters(limit=limit))
+        return (await self.queue_admin(queue, op)).affected
+
+    async def set_rate_limit(self, queue: str, max: int, per: float | dt.timedelta) -> None:  # noqa: A002
+        rl = pb.RateLimit(max=max, duration_ns=payloads.ns(per, "per"))
+        await self.queue_admin(queue, jpb.QueueOp(set_rate_limit=jpb.QueueOp.SetRateLimit(rate_limit=rl)))
+
+    async def set_concurrency(self, queue: str, concurrency: int) -> None:
+        await self.queue_admin(queue, jpb.QueueOp(set_concurrency=jpb.QueueOp.SetConcurrency(concurrency=concurrency)))
+
+    async def workers(self, queue: str) -> list[pb.Worker]:
+        return list((await self.queue_admin(queue, jpb.QueueOp(workers=jpb.QueueOp.Workers()))).workers)
+
+    # -- job admin -------------------------------------------------------------------
+    async def job_admin(self, queue: str, job: str, op: jpb.JobOp) -> jpb.JobAdminResponse:
+        """`job` is a job id or a job key."""
+        return await self._call(self._rpc.job_admin, jpb.JobAdminRequest(queue=queue, job=job, op=op))
+
+    async def get_job(self, queue: str, job: str) -> JobInfo:
+        """The job (by id or job key); NotFound if there is none."""
+        return JobInfo((await self.job_admin(queue, job, jpb.JobOp(get=jpb.JobOp.Get()))).job)
+
+    async def retry_job(self, queue: str, job: str) -> JobInfo:
+        return JobInfo((await self.job_admin(queue, job, jpb.JobOp(retry=jpb.JobOp.Retry()))).job)
+
+    async def remove_job(self, queue: str, job: str) -> bool:
+        return (await self.job_admin(queue, job, jpb.JobOp(remove=jpb.JobOp.Remove()))).removed
+
+    async def promote_job(self, queue: str, job: str) -> JobInfo:
+        return JobInfo((await self.job_admin(queue, job, jpb.JobOp(promote=jpb.JobOp.Promote()))).job)
+
+    async def cancel_job(self, queue: str, job: str) -> JobInfo:
+        return JobInfo((await self.job_admin(queue, job, jpb.JobOp(cancel=jpb.JobOp.Cancel()))).job)
+
+    async def change_priority(self, queue: str, job: str, priority: int, *, lifo: bool = False) -> JobInfo:
+        op = jpb.JobOp(change_priority=jpb.JobOp.ChangePriority(priority=priority, lifo=lifo))
+        return JobInfo((await self.job_admin(queue, job, op)).job)
+
+    async def change_delay(self, queue: str, job: str, delay: float | dt.timedelta) -> JobInfo:
+        op = jpb.JobOp(change_delay=jpb.JobOp.ChangeDelay(delay_ns=payloads.ns(delay, "delay")))
+        return JobInfo((await self.job_admin(queue, job, op)).job)
+
+    async def update_job_data(self, queue: str, job: str, payload: Any) -> JobInfo:
+        op = jpb.JobOp(update_data=jpb.JobOp.UpdateData(data=payloads.encode(payload)))
+        return JobInfo((await self.job_admin(queue, job, op)).job)
+
+    async def job_logs(self, queue: str, job: str, *, start: int = 0, end: int = 0) -> list[pb.LogLine]:
+        op = jpb.JobOp(logs=jpb.JobOp.Logs(start=start, end=end))
+        return list((await self.job_admin(queue, job, op)).logs)
+
+    async def remove_dedup_key(self, queue: str, dedup_id: str) -> None:
+        await self.job_admin(queue, "", jpb.JobOp(remove_dedup_key=jpb.JobOp.RemoveDedupKey(dedup_id=dedup_id)))
+
+    # -- query -----------------------------------------------------------------------
+    @staticmethod
+    def _query_request(
+        queue: str,
+        states: str | int | Iterable[str | int] | None,
+        name: str | None,
+        since: dt.datetime | float | None,
+        until: dt.datetime | float | None,
+        page_size: int,
+        page_token: str,
+    ) -> jpb.QueryRequest:
+        if isinstance(states, (str, int)):
+            states = [states]
+        return jpb.QueryRequest(
+            queue=queue,
+            states=[state_value(s) for s in states or ()],
+            name=name or "",
+            since_ns=payloads.at_ns(since) if since is not None else 0,
+            until_ns=payloads.at_ns(until) if until is not None else 0,
+            page_size=page_size,
+            page_token=page_token,
+        )
+
+    async def query(
+        self,
+        queue: str,
+        *,
+        states: str | int | Iterable[str | int] | None = None,
+        name: str | None = None,
+        since: dt.datetime | float | None = None,
+        until: dt.datetime | float | None = None,
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> Page:
+        """One page of a queue's jobs, newest first. A page may come back short with a
+        next token; stop when `next_page_token` is empty (or use `iter_jobs`)."""
+        req = self._query_request(queue, states, name, since, until, page_size, page_token)
+        resp = await self._call(self._rpc.query, req)
+        return Page([JobInfo(j) for j in resp.jobs], resp.next_page_token)
+
+    async def iter_jobs(
+        self,
+        queue: str,
+        *,
+        states: str | int | Iterable[str | int] | None = None,
+        name: str | None = None,
+        limit: int | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[JobInfo]:
+        """Every matching job, newest first, fetched a page at a time."""
+        token, seen = "", 0
+        while True:
+            page = await self.query(queue, states=states, name=name, page_size=page_size, page_token=token)
+            for job in page.jobs:
+                yield job
+                seen += 1
+                if limit is not None and seen >= limit:
+                    return
+            token = page.next_page_token
+            if not token:
+                return
+
+    # -- result store ----------------------------------------------------------------
+    async def result_get(self, key: str, *, raw: bool = False) -> Any:
+        """The value under `key` (decoded; the Payload with `raw`), or None."""
+        resp = await self._call(self._rpc.result_get, jpb.ResultGetRequest(key=key))
+        if not resp.found:
+            return None
+        return resp.value if raw else payloads.decode(resp.value)
+
+    async def result_mget(self, keys: Iterable[str], *, raw: bool = False) -> list[Any]:
+        resp = await self._call(self._rpc.result_m_get, jpb.ResultMGetRequest(keys=list(keys)))
+        return [(v.value if raw else payloads.decode(v.value)) if v.found else None for v in resp.values]
+
+    async def result_set(self, key: str, value: Any, *, ttl: float | dt.timedelta | None = None) -> None:
+        req = jpb.ResultSetRequest(key=key, value=payloads.encode(value), ttl_ns=payloads.ns(ttl, "ttl"))
+        await self._call(self._rpc.result_set, req)
+
+    async def result_delete(self, key: str) -> None:
+        await self._call(self._rpc.result_delete, jpb.ResultDeleteRequest(key=key))
+
+    async def result_incr(self, key: str, member: str, *, ttl: float | dt.timedelta | None = None) -> int:
+        """Count `member` under `key` once (atomic); returns how many distinct members."""
+        req = jpb.ResultIncrRequest(key=key, member=member, ttl_ns=payloads.ns(ttl, "ttl"))
+        return (await self._call(self._rpc.result_incr, req)).size
+
+    async def result_expire(self, key: str, ttl: float | dt.timedelta) -> None:
+        await self._call(self._rpc.result_expire, jpb.ResultExpireRequest(key=key, ttl_ns=payloads.ns(ttl, "ttl")))
+
+
+class SyncClient:
+    """The same calls as `Client`, blocking: each runs on one `Client` on an event loop
+    in a background thread (the sync surface wraps the async client; it does not copy
+    it). Use from threads freely; do not call it from inside its own loop."""
+
+    def __init__(self, url: str | None = None, **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="loam-sync-client", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+        async def make() -> Client:
+            return Client(url, **kwargs)
+
+        #: the async client underneath, for code that runs on `loop`
+        self.aclient: Client = self.run(make())
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def run(self, coro: Awaitable[T]) -> T:
+        """Run a coroutine on this client's loop and wait for its result."""
+        if self._closed:
+            raise RuntimeError("this SyncClient is closed")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("SyncClient called from its own event loop; use .aclient there")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.run(self.aclient.close())
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            self._loop.close()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SyncClient({self.aclient.url!r}, namespace={self.aclient.namespace!r})"
+
+    url = property(lambda self: self.aclient.url)
+    namespace = property(lambda self: self.aclient.namespace)
+
+
+def _blocking(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.isasyncgenfunction(fn):
+
+        @functools.wraps(fn)
+        def gen(self: SyncClient, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            agen = getattr(self.aclient, name)(*args, **kwargs)
+            try:
+                while True:
+                    try:
+                        yield self.run(agen.__anext__())
+                    except StopAsyncIteration:
+                        return
+            finally:
+                if not self._closed:
+                    self.run(agen.aclose())
+
+        return gen
+
+    @functools.wraps(fn)
+    def call(self: SyncClient, *args: Any, **kwargs: Any) -> Any:
+        return self.run(getattr(self.aclient, name)(*args, **kwargs))
+
+    return call
+
+
+for _name, _fn in inspect.getmembers(Client, lambda f: inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)):
+    if not _name.startswith("_") and _name not in ("close",):
+        setattr(SyncClient, _name, _blocking(_name, _fn))
+del _name, _fn

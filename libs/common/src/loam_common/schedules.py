@@ -1,0 +1,273 @@
+"""Schedules (spec §8.1): BullMQ's job schedulers and Celery beat entries, fired by the
+server. A schedule is a rule (cron in a time zone, or `every`; schedule_rules.py) and a
+job template (queue, task, options), kept as a ScheduleRecord under `t/<ns>/sched/<id>`
+with an entry in the due index `t/<ns>/sdue/<next tick><id>`.
+
+`sweep_schedules` fires what is due: each tick enqueues one job through the enqueue path
+in the same transaction that advances the record (next tick, last tick, count), so a
+tick is fired and recorded together or not at all. The job's idempotency key is
+`loam:schedule:<id>:<tick ns>`, so even a record that was lost and re-created cannot
+enqueue a tick twice. Two sweepers, a restarted one or a clock that jumps therefore fire
+every tick at most once; a sweeper that was down fires the ticks it missed as the
+schedule's misfire policy says (docs/decisions/0008-schedules-in-the-core.md).
+
+Upsert by id: the same rule again changes nothing; a new rule replaces the old one in
+one transaction (its count starts again; it never fires an instant already fired)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from loam_common import ids, keys, validate
+from loam_common.blobs import INLINE_LIMIT
+from loam_common.errors import InvalidArgument, JobsError, NotFound
+from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
+from loam_common.jobs import states as S
+from loam_common.jobs.enqueue import NewJob, _enqueue_one, check_opts
+from loam_common.jobs.queue import QueueTx
+from loam_common.schedule_rules import MIN_EVERY_NS, Rule, parse_cron, parse_tz, rule_of
+from loam_common.store.base import Txn
+
+SEC = 1_000_000_000
+DEFAULT_GRACE_NS = 60 * SEC  # a tick fired this late is on time, not missed
+CATCH_UP_BATCH = 1000  # ticks one schedule fires per transaction (fire-all catch-up)
+SWEEP_BATCH = 500
+LIST_LIMIT = 1000
+PAYLOAD_LIMIT = INLINE_LIMIT  # the template is stored in the record and copied per tick
+HEADER_SCHEDULE = "x-loam-schedule"  # on every job a tick enqueues: the schedule id
+HEADER_TICK = "x-loam-tick"  # and the tick time (ns), as BullMQ's repeatJobKey / millis
+_REFUSED_OPTS = {
+    "job_key": "every tick would be the same job; ticks are told apart by schedule id and time",
+    "idempotency": "each tick gets its own key from the schedule id and the tick time",
+    "parent": "a scheduled job cannot join a flow",
+    "not_before": "ticks are enqueued when due; use offset_ns to shift them",
+}
+
+
+def idempotency_key(schedule_id: str, tick_ns: int) -> str:
+    return f"loam:schedule:{schedule_id}:{tick_ns}"
+
+
+# -- validation ------------------------------------------------------------------------------
+def check_schedule(spec: jobs_pb2.ScheduleSpec, field: str = "spec") -> None:
+    """Refuse a spec that cannot work, naming the field, before any transaction."""
+    validate.text(f"{field}.id", spec.id, 1024, allow_empty=False)
+    if spec.cron and spec.every_ns:
+        raise InvalidArgument(f"{field}.every_ns", "both cron and every_ns are set; a schedule has one rule")
+    if not spec.cron and not spec.every_ns:
+        raise InvalidArgument(f"{field}.cron", "set cron or every_ns")
+    if spec.cron:
+        parse_cron(spec.cron, f"{field}.cron")
+        parse_tz(spec.tz, f"{field}.tz")
+    else:
+        if spec.every_ns < MIN_EVERY_NS:
+            raise InvalidArgument(f"{field}.every_ns", f"must be at least {MIN_EVERY_NS} ns (1 ms)")
+        if spec.tz:
+            raise InvalidArgument(f"{field}.tz", "applies to cron rules only")
+    for name in ("start_ns", "end_ns", "offset_ns", "misfire_grace_ns"):
+        validate.non_negative(f"{field}.{name}", getattr(spec, name))
+    if spec.end_ns and spec.end_ns <= spec.start_ns:
+        raise InvalidArgument(f"{field}.end_ns", "is not after start_ns")
+    if spec.immediately and spec.start_ns:
+        raise InvalidArgument(f"{field}.immediately", "cannot be used with start_ns: the first tick is the start")
+    if spec.misfire not in pb.MisfirePolicy.values():
+        raise InvalidArgument(f"{field}.misfire", f"unknown misfire policy {spec.misfire}")
+    validate.name(f"{field}.queue", spec.queue)
+    validate.text(f"{field}.task.name", spec.task.name, 256, allow_empty=False)
+    if len(spec.task.payload.data) > PAYLOAD_LIMIT:
+        raise InvalidArgument(
+            f"{field}.task.payload",
+            f"is {len(spec.task.payload.data)} bytes; a schedule's payload is stored with the schedule "
+            f"and is limited to {PAYLOAD_LIMIT} bytes (pass a reference to larger data)",
+        )
+    if spec.task.payload.blob_ref:
+        raise InvalidArgument(f"{field}.task.payload.blob_ref", "is set by the server; send the data")
+    check_opts(spec.opts, f"{field}.opts")
+    for name, why in _REFUSED_OPTS.items():
+        if spec.opts.HasField(name) if name in ("idempotency", "parent", "not_before") else getattr(spec.opts, name):
+            raise InvalidArgument(f"{field}.opts.{name}", why)
+
+
+def _normalized(spec: jobs_pb2.ScheduleSpec) -> pb.ScheduleRecord:
+    """The record's fields 1-14 from a spec (same numbers), defaults made explicit so two
+    specs meaning the same rule hash the same."""
+    rec = pb.ScheduleRecord.FromString(spec.SerializeToString())
+    if rec.cron and not rec.tz:
+        rec.tz = "UTC"
+    if rec.misfire == pb.MISFIRE_POLICY_UNSPECIFIED:
+        rec.misfire = pb.MISFIRE_POLICY_FIRE_LATEST
+    if not rec.misfire_grace_ns:
+        rec.misfire_grace_ns = DEFAULT_GRACE_NS
+    for name in ("task", "opts"):
+        if rec.HasField(name) and getattr(rec, name).ByteSize() == 0:
+            rec.ClearField(name)
+    rec.task.payload.size = len(rec.task.payload.data)
+    return rec
+
+
+def _rule_hash(rec: pb.ScheduleRecord) -> bytes:
+    return hashlib.sha256(rec.SerializeToString(deterministic=True)).digest()
+
+
+# -- firing ------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Fired:
+    """What one transaction fired: for waking the long-polls of the queues it fed."""
+
+    schedules: int = 0  # records looked at (a sweep: due-index rows)
+    ticks: int = 0
+    ready_queues: set[str] = field(default_factory=set)
+
+
+def _fire(tx: Txn, ns: str, rec: pb.ScheduleRecord, tick_ns: int, out: Fired) -> None:
+    """Enqueue the job of one tick and record it. A tick the enqueue refuses (its key was
+    used by an earlier schedule of the same id with another template) is skipped with
+    `last_error` set; the schedule goes on."""
+    task = pb.TaskSpec()
+    task.CopyFrom(rec.task)
+    task.headers[HEADER_SCHEDULE] = rec.id
+    task.headers[HEADER_TICK] = str(tick_ns)
+    opts = pb.EnqueueOpts()
+    opts.CopyFrom(rec.opts)
+    opts.idempotency.key = idempotency_key(rec.id, tick_ns)
+    sp = tx.savepoint()
+    try:
+        with QueueTx(tx, ns, rec.queue) as qt:
+            res = _enqueue_one(qt, NewJob(ids.new_ulid(), task, opts))
+    except JobsError as e:
+        tx.rollback_to(sp)
+        rec.last_error = f"tick {tick_ns}: {e.message}"
+        rec.last_tick_ns = max(rec.last_tick_ns, tick_ns)
+        return
+    rec.count += 1
+    rec.last_tick_ns = tick_ns
+    rec.last_job_id = res.job_id
+    rec.last_error = ""
+    out.ticks += 1
+    if res.created and res.state in S.READY:
+        out.ready_queues.add(rec.queue)
+
+
+def _room(rec: pb.ScheduleRecord) -> bool:
+    return not rec.limit or rec.count < rec.limit
+
+
+def _fire_due(tx: Txn, ns: str, rec: pb.ScheduleRecord, rule: Rule, now: int, out: Fired) -> None:
+    """Fire the ticks due at `now` per the misfire policy and set `next_ns`."""
+    t: int | None = rec.next_ns
+    n = 0
+    if rec.misfire != pb.MISFIRE_POLICY_FIRE_ALL:
+        lo = now - (rec.misfire_grace_ns or DEFAULT_GRACE_NS)
+        if t is not None and t < lo:  # ticks were missed (the sweeper was down, the clock jumped)
+            on_time = rule.next_after(lo - 1)
+            if rec.misfire != pb.MISFIRE_POLICY_SKIP and (on_time is None or on_time > now):
+                latest = rule.latest_at_or_before(lo - 1)
+                if latest is not None and latest > rec.last_tick_ns and _room(rec):
+                    _fire(tx, ns, rec, latest, out)
+            t = on_time
+    while t is not None and t <= now and _room(rec) and n < CATCH_UP_BATCH:
+        if t > rec.last_tick_ns:
+            _fire(tx, ns, rec, t, out)
+            n += 1
+        t = rule.next_after(t)
+    rec.next_ns = t if t is not None and _room(rec) else 0
+
+
+def _save(tx: Txn, ns: str, rec: pb.ScheduleRecord) -> None:
+    tx.put(keys.schedule(ns, rec.id), rec.SerializeToString())
+    if rec.next_ns:
+        tx.put(keys.schedule_due(ns, rec.next_ns, rec.id), b"")
+
+
+def sweep_schedules(tx: Txn, ns: str, limit: int = SWEEP_BATCH) -> Fired:
+    """Fire every schedule of `ns` whose next tick is due, up to `limit` schedules."""
+    now = tx.now_ns()
+    out = Fired()
+    prefix = keys.schedule_due_all(ns)
+    rows = tx.scan(prefix, prefix + keys.U64.pack(now + 1), limit=limit)
+    out.schedules = len(rows)
+    for key, _ in rows:
+        tx.delete(key)
+        sid = keys.schedule_id_from_due(ns, key)
+        raw = tx.get(keys.schedule(ns, sid))
+        if raw is None:
+            continue  # removed; a stale entry
+        rec = pb.ScheduleRecord.FromString(raw)
+        if rec.next_ns != keys.index_time(key, len(prefix)):
+            continue  # a stale entry; the record's own entry is elsewhere
+        _fire_due(tx, ns, rec, rule_of(rec), now, out)
+        _save(tx, ns, rec)
+    return out
+
+
+# -- the API -------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Upserted:
+    schedule: pb.ScheduleRecord
+    changed: bool  # False: the same rule was there already
+    fired: Fired  # `immediately`: the tick fired in this transaction
+
+
+def schedule_upsert(tx: Txn, ns: str, spec: jobs_pb2.ScheduleSpec) -> Upserted:
+    """Create or replace the schedule `spec.id` (spec checked by `check_schedule`)."""
+    now = tx.now_ns()
+    rec = _normalized(spec)
+    rec.rule_hash = _rule_hash(rec)
+    key = keys.schedule(ns, rec.id)
+    raw = tx.get(key)
+    old = pb.ScheduleRecord.FromString(raw) if raw is not None else None
+    if old is not None and old.rule_hash == rec.rule_hash:
+        return Upserted(old, False, Fired())
+    if rec.end_ns and rec.end_ns <= now:
+        raise InvalidArgument("spec.end_ns", "is not in the future")
+    rec.created_ns = old.created_ns if old is not None else now
+    rec.updated_ns = now
+    if old is not None:
+        # A replaced rule keeps what was fired, so it never fires one of those instants again.
+        rec.last_tick_ns, rec.last_job_id = old.last_tick_ns, old.last_job_id
+        if old.next_ns:
+            tx.delete(keys.schedule_due(ns, old.next_ns, old.id))
+    rule = rule_of(rec)
+    out = Fired()
+    if rec.immediately and now > rec.last_tick_ns:
+        _fire(tx, ns, rec, now, out)
+    nxt = rule.next_after(max(now, rec.last_tick_ns))
+    rec.next_ns = nxt if nxt is not None and _room(rec) else 0
+    if not rec.next_ns and not out.ticks:
+        what = "spec.cron" if rec.cron else "spec.every_ns"
+        raise InvalidArgument(what, "never fires: no tick between now, start_ns and end_ns")
+    _save(tx, ns, rec)
+    tx.put(keys.namespace_registry(ns), b"")  # so the sweeper visits this namespace
+    return Upserted(rec, True, out)
+
+
+def schedule_remove(tx: Txn, ns: str, schedule_id: str) -> bool:
+    """Delete a schedule; jobs its ticks enqueued stay. False if there was none."""
+    key = keys.schedule(ns, schedule_id)
+    raw = tx.get(key)
+    if raw is None:
+        return False
+    rec = pb.ScheduleRecord.FromString(raw)
+    if rec.next_ns:
+        tx.delete(keys.schedule_due(ns, rec.next_ns, schedule_id))
+    tx.delete(key)
+    return True
+
+
+def schedule_get(tx: Txn, ns: str, schedule_id: str) -> pb.ScheduleRecord:
+    raw = tx.get(keys.schedule(ns, schedule_id))
+    if raw is None:
+        raise NotFound(f"schedule {schedule_id!r} not found")
+    return pb.ScheduleRecord.FromString(raw)
+
+
+def schedule_list(tx: Txn, ns: str, after: str = "", limit: int = 100) -> tuple[list[pb.ScheduleRecord], str]:
+    """Schedules in id order after `after`; the second value is the id to continue
+    after, empty when this was the last page."""
+    validate.in_range("page_size", limit, 1, LIST_LIMIT)
+    prefix = keys.schedules_all(ns)
+    start = keys.schedule(ns, after) + b"\x00" if after else prefix
+    rows = tx.scan(start, keys.prefix_end(prefix), limit=limit + 1)
+    recs = [pb.ScheduleRecord.FromString(v) for _, v in rows[:limit]]
+    return recs, (recs[-1].id if len(rows) > limit else "")

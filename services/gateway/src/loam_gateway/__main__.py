@@ -1,0 +1,83 @@
+"""`loam gateway`: the gateway as its own process, routing to queue-core processes.
+
+    loam gateway --queue-cores http://127.0.0.1:7721,http://127.0.0.1:7722 \\
+                 --store sqlite:///abs/loam.db --host 127.0.0.1 --port 7720
+
+The store is used for auth tokens only (`--auth` / LOAM_AUTH=on); without auth the
+gateway binds loopback only. Calls to the cores carry LOAM_INTERNAL_TOKEN.
+Environment: LOAM_QUEUE_CORES, LOAM_STORE, LOAM_HOST, LOAM_PORT, LOAM_AUTH,
+LOAM_INTERNAL_TOKEN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from loam_common.store.runner import open_store
+from loam_gateway.app import create_app
+from loam_gateway.auth import StoreAuthenticator, check_bind
+from loam_gateway.dev import DEFAULT_PORT, _auth_on
+from loam_gateway.routing import Router
+from loam_queue_core.server import ServeError, run_async, serve
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    env = os.environ
+    p = argparse.ArgumentParser(prog="loam gateway", description="Run the Loam gateway.")
+    p.add_argument("--queue-cores", default=env.get("LOAM_QUEUE_CORES", ""),
+                   help="comma-separated queue-core URLs (LOAM_QUEUE_CORES)")  # fmt: skip
+    p.add_argument("--store", default=env.get("LOAM_STORE"), help="store URL, for auth tokens (LOAM_STORE)")
+    p.add_argument("--host", default=env.get("LOAM_HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(env.get("LOAM_PORT", DEFAULT_PORT)))
+    p.add_argument("--auth", action="store_true", default=_auth_on(env.get("LOAM_AUTH")),
+                   help="require bearer tokens (LOAM_AUTH=on); needs --store")  # fmt: skip
+    p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
+    args = p.parse_args(argv)
+    args.cores = [c.strip() for c in args.queue_cores.split(",") if c.strip()]
+    if not args.cores:
+        p.error("--queue-cores (or LOAM_QUEUE_CORES) is required")
+    if args.auth and not args.store:
+        p.error("--auth needs --store (the tokens live in the store)")
+    return args
+
+
+async def run(args: argparse.Namespace) -> None:
+    store = open_store(args.store) if args.auth else None
+    router = Router(cores=args.cores, internal_token=os.environ.get("LOAM_INTERNAL_TOKEN"))
+    app = create_app(router, StoreAuthenticator(store) if store is not None else None)
+    url = f"http://{args.host}:{args.port}"
+
+    def ready(server) -> None:
+        print(f"loam gateway: routing to {', '.join(args.cores)}", flush=True)
+        print(f"loam gateway: ready on {url}", flush=True)
+
+    try:
+        await serve(app, args.host, args.port, on_ready=ready, log_level=args.log_level)
+    finally:
+        if store is not None:
+            await store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        check_bind(args.host, args.auth)
+    except ValueError as e:
+        print(f"loam gateway: {e}", file=sys.stderr)
+        return 2
+    try:
+        run_async(run(args))
+    except KeyboardInterrupt:
+        pass
+    except ServeError as e:
+        print(f"loam gateway: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

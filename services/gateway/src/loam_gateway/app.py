@@ -1,0 +1,121 @@
+"""`create_app(router, authenticator)`: the gateway's ASGI app.
+
+- `/loam.jobs.v1.JobsService/*`: Connect JobsService (JSON, binary, gRPC-Web)
+- `/v1/...`: the REST facade (rest.py), documented at `/openapi.json` and `/docs`
+- `/healthz` (the process is up), `/readyz` (it can serve: the store or the cores answer)
+- `/ns/<ns>/...`: any of the above in a dev namespace (connect.NamespacePrefix)
+
+Errors outside the Connect app all take one shape, `{code, message, detail}`, with
+Connect's code names and HTTP statuses, so REST clients and the console read one format.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from connectrpc.errors import ConnectError
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from google.protobuf import json_format
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from loam_common.connect_errors import HTTP_STATUS, error_detail, to_connect
+from loam_common.errors import JobsError
+from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
+from loam_gateway.auth import Authenticator
+from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix
+from loam_gateway.rest import build_router
+from loam_gateway.routing import Router
+
+_STATUS_CODES = {404: "not_found", 405: "unimplemented", 401: "unauthenticated", 403: "permission_denied",
+                 413: "resource_exhausted", 415: "invalid_argument"}  # fmt: skip
+
+
+def error_json(err: ConnectError) -> JSONResponse:
+    code = err.code.value
+    body: dict[str, Any] = {"code": code, "message": err.message}
+    detail = error_detail(err)
+    if detail is not None:
+        body["detail"] = json_format.MessageToDict(detail, preserving_proto_field_name=True)
+    return JSONResponse(body, status_code=HTTP_STATUS.get(code, 500))
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for e in exc.errors()[:5]:
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
+        parts.append(f"{loc}: {e.get('msg', 'is invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def create_app(
+    router: Router,
+    authenticator: Authenticator | None = None,
+    *,
+    on_startup: Callable[[], Awaitable[None]] | None = None,
+    on_shutdown: Callable[[], Awaitable[None]] | None = None,
+) -> FastAPI:
+    """The gateway app. `on_startup` / `on_shutdown` run in its lifespan (dev starts its
+    sweeper there and closes the store)."""
+    access = Access(authenticator)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if on_startup is not None:
+            await on_startup()
+        try:
+            yield
+        finally:
+            await router.close()
+            if on_shutdown is not None:
+                await on_shutdown()
+
+    app = FastAPI(
+        title="Loam Jobs",
+        version="1",
+        description=(
+            "The REST facade of Loam Jobs (the console, curl). The full API is the Connect service "
+            "`loam.jobs.v1.JobsService` at `/loam.jobs.v1.JobsService/<Method>`. In dev (no auth), "
+            "prefix any path with `/ns/<namespace>` or send `x-loam-namespace` to pick a namespace; "
+            "with auth, send `authorization: Bearer <token>`: the token names the namespace."
+        ),
+        lifespan=lifespan,
+    )
+    app.state.router = router
+    app.state.access = access
+
+    @app.exception_handler(ConnectError)
+    async def _connect_error(request: Request, exc: ConnectError) -> JSONResponse:
+        return error_json(exc)
+
+    @app.exception_handler(JobsError)
+    async def _jobs_error(request: Request, exc: JobsError) -> JSONResponse:
+        return error_json(to_connect(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"code": "invalid_argument", "message": _validation_message(exc)}, status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(exc.status_code, "invalid_argument" if exc.status_code < 500 else "internal")
+        return JSONResponse({"code": code, "message": str(exc.detail)}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))  # fmt: skip
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        ok = await router.ready()
+        return JSONResponse({"status": "ready" if ok else "unavailable"}, status_code=200 if ok else 503)
+
+    app.include_router(build_router())
+    connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access))
+    app.mount(connect_app.path, connect_app)
+    app.add_middleware(NamespacePrefix, connect_app=connect_app)
+    return app

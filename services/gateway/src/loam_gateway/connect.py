@@ -1,0 +1,127 @@
+"""The gateway's Connect JobsService: for each call, resolve the caller (namespace and
+actions), check the method's action, and hand the request to the Router. Nothing else
+happens here; the REST facade uses the same `Access` and the same Router.
+
+The action each method needs is in `ACTIONS`, the one table of it. Without an
+authenticator (dev, loopback only) every action is allowed and the namespace is the
+`x-loam-namespace` header (which a `/ns/<ns>/...` URL prefix sets, see
+`NamespacePrefix`), or `default`. With one, the namespace comes from the credential
+only; a request that names another namespace is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from loam_common.auth import ADMIN, CONSUME, ENGINE, ENQUEUE, SCHEDULE, Principal
+from loam_common.errors import PermissionDenied
+from loam_gateway.auth import NAMESPACE_HEADER, Authenticator, DevAuthenticator, require
+from loam_gateway.routing import Router
+from loam_queue_core.server import ConnectAdapter
+
+# method (JobsService snake_case name, or a REST-only operation) -> the action it needs
+ACTIONS: dict[str, str] = {
+    "enqueue": ENQUEUE,
+    "enqueue_bulk": ENQUEUE,
+    "flow": ENQUEUE,
+    "get_flow": ENQUEUE,
+    "lease": CONSUME,
+    "extend": CONSUME,
+    "complete": CONSUME,
+    "complete_batch": CONSUME,
+    "report": CONSUME,
+    "watch": CONSUME,
+    "schedule": SCHEDULE,
+    "unschedule": SCHEDULE,
+    "get_schedule": SCHEDULE,
+    "list_schedules": SCHEDULE,
+    "submit_engine_job": ENGINE,
+    "control_engine_job": ENGINE,
+    "queue_admin": ADMIN,
+    "job_admin": ADMIN,
+    "query": ADMIN,
+    "queue_list": ADMIN,
+    "result_get": CONSUME,
+    "result_m_get": CONSUME,
+    "result_set": CONSUME,
+    "result_delete": CONSUME,
+    "result_incr": CONSUME,
+    "result_expire": CONSUME,
+}
+# A method added to jobs.proto and not in the table needs jobs:admin until it is
+# listed (tests/gateway/test_connect.py keeps the table complete).
+DEFAULT_ACTION = ADMIN
+
+
+class Access:
+    """Who is calling and whether they may: `await access.check(headers, method)`."""
+
+    def __init__(self, authenticator: Authenticator | None = None) -> None:
+        self.authenticator = authenticator
+        self._dev = DevAuthenticator() if authenticator is None else None
+
+    async def check(self, headers: Mapping[str, str], method: str) -> Principal:
+        if self._dev is not None:
+            return await self._dev.authenticate(headers)
+        principal = await self.authenticator.authenticate(headers)
+        named = headers.get(NAMESPACE_HEADER)
+        if named and named != principal.namespace:
+            raise PermissionDenied(
+                f"this token is for namespace {principal.namespace!r}, not {named!r}; "
+                "the namespace comes from the token: drop the header or the /ns/ prefix"
+            )
+        require(principal, ACTIONS.get(method, DEFAULT_ACTION))
+        return principal
+
+
+class GatewayJobsService(ConnectAdapter):
+    def __init__(self, router: Router, access: Access) -> None:
+        self.router = router
+        self.access = access
+
+    async def dispatch(self, method: str, request: Any, ctx: Any) -> Any:
+        principal = await self.access.check(ctx.request_headers, method)
+        return await self.router.call(principal.namespace, method, request, timeout_ms=ctx.timeout_ms)
+
+    async def dispatch_stream(self, method: str, request: Any, ctx: Any) -> AsyncIterator[Any]:
+        principal = await self.access.check(ctx.request_headers, method)
+        async for item in self.router.stream(principal.namespace, method, request):
+            yield item
+
+
+class NamespacePrefix:
+    """ASGI middleware: `/ns/<ns>/rest/of/path` is served as `/rest/of/path` with the
+    `x-loam-namespace: <ns>` header, for Connect and REST alike (dev namespaces in the
+    URL; with auth on, a prefix naming another namespace than the token's is refused).
+
+    With `connect_app`, Connect calls go straight to it: the hot path skips FastAPI's
+    routing and exception layers, which the Connect app does not use."""
+
+    def __init__(self, app: Any, connect_app: Any = None) -> None:
+        self.app = app
+        self.connect_app = connect_app
+        self.connect_prefix = connect_app.path + "/" if connect_app is not None else None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            if scope["path"].startswith("/ns/"):
+                scope = _strip_namespace(scope)
+            if self.connect_prefix is not None and scope["path"].startswith(self.connect_prefix):
+                await self.connect_app(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _strip_namespace(scope: dict) -> dict:
+    ns, sep, rest = scope["path"][4:].partition("/")
+    if not (ns and sep):
+        return scope
+    scope = dict(scope)
+    scope["path"] = "/" + rest
+    if scope.get("raw_path"):
+        scope["raw_path"] = b"/" + scope["raw_path"][4:].partition(b"/")[2]
+    header = NAMESPACE_HEADER.encode()
+    scope["headers"] = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != header]
+    scope["headers"].append((header, ns.encode()))
+    return scope

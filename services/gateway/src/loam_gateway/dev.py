@@ -1,0 +1,117 @@
+"""`loam dev`: every service in one process on the embedded SQLite store.
+
+The data directory (default `./.loam`) holds the store (`loam.db`) and the blobs
+(`blobs/`). The gateway calls a local CoreRpc (no network hop); the sweeper (every
+200 ms) and the relay (every 100 ms) run as in-process loops under the owner id
+`loam-dev`, and the sweeper wakes the core's parked leases directly for the queues where
+it reclaimed or promoted jobs. Prints the URL, then exactly one line with "ready" once
+the server accepts connections. Ctrl-C or SIGTERM stops it: in-flight calls get up to
+3 s, then the loops stop (releasing their shard leases) and the store is closed.
+
+Without auth (`LOAM_AUTH` unset) it binds loopback only; `--auth` (or `LOAM_AUTH=on`)
+checks bearer tokens against the store (create them with `loam tokens create`).
+
+    python -m loam_gateway.dev --host 127.0.0.1 --port 7720 --data ./.loam
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from loam_common.blobs import DirBlobStore
+from loam_common.store.runner import open_store
+from loam_gateway.app import create_app
+from loam_gateway.auth import StoreAuthenticator, check_bind
+from loam_gateway.routing import Router
+from loam_queue_core.core import QueueCore
+from loam_queue_core.rpc import CoreRpc
+from loam_relay.service import RelayService
+from loam_sweeper.service import SweeperService
+from loam_queue_core.server import ServeError, run_async, serve
+
+log = logging.getLogger("loam.dev")
+
+DEFAULT_PORT = 7720
+SWEEP_INTERVAL_S = 0.2
+OWNER_ID = "loam-dev"  # the same after a restart, so its shard leases come straight back
+
+
+def _auth_on(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "on", "true", "yes")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    env = os.environ
+    p = argparse.ArgumentParser(prog="loam dev", description="Run every Loam service in one process.")
+    p.add_argument("--host", default=env.get("LOAM_HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(env.get("LOAM_PORT", DEFAULT_PORT)))
+    p.add_argument("--data", default=env.get("LOAM_DATA", "./.loam"), help="data directory (default ./.loam)")
+    p.add_argument("--auth", action="store_true", default=_auth_on(env.get("LOAM_AUTH")),
+                   help="require bearer tokens (LOAM_AUTH=on); needed to bind a non-loopback host")  # fmt: skip
+    p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
+    return p.parse_args(argv)
+
+
+async def run(args: argparse.Namespace) -> None:
+    data = Path(args.data).resolve()
+    data.mkdir(parents=True, exist_ok=True)
+    store = open_store(f"sqlite:///{data / 'loam.db'}")
+    blobs = DirBlobStore(data / "blobs")
+    core = QueueCore(store, blobs)
+    router = Router(local=CoreRpc(core))
+    loops = [
+        SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S, on_ready=core.wake_all),
+        RelayService(store, OWNER_ID),
+    ]
+
+    async def start() -> None:
+        for loop in loops:
+            loop.start()
+
+    async def stop() -> None:
+        for loop in loops:
+            try:
+                await loop.stop()
+            except Exception:  # noqa: BLE001 - stopping the others and closing the store matter more
+                log.exception("stopping %s failed", loop.name)
+
+    authenticator = StoreAuthenticator(store) if args.auth else None
+    app = create_app(router, authenticator, on_startup=start, on_shutdown=stop)
+    url = f"http://{args.host}:{args.port}"
+
+    def ready(server) -> None:
+        print(f"loam dev: serving {url} (data in {data}, auth {'on' if args.auth else 'off'})", flush=True)
+        print(f"loam dev: ready on {url}", flush=True)
+
+    try:
+        await serve(app, args.host, args.port, on_ready=ready, log_level=args.log_level)
+    finally:
+        await stop()
+        await store.close()
+        print("loam dev: stopped", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        check_bind(args.host, args.auth)
+    except ValueError as e:
+        print(f"loam dev: {e}", file=sys.stderr)
+        return 2
+    try:
+        run_async(run(args))
+    except KeyboardInterrupt:
+        pass
+    except ServeError as e:
+        print(f"loam dev: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

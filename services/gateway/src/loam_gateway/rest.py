@@ -1,0 +1,546 @@
+"""The REST facade under `/v1/...` (the console, curl): each route parses its input into
+the JobsService request, checks access, calls the Router — the same path as Connect —
+and maps the answer onto the pydantic models below, which `/openapi.json` documents.
+
+Errors are `{code, message, detail}` with Connect's code names and Connect's HTTP
+statuses (loam_common.connect_errors.HTTP_STATUS); every route documents them.
+Payloads: a JSON payload is `data` (any JSON value, content type application/json);
+other bytes are `data_base64` with their `content_type`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+from typing import Annotated, Any, Literal
+
+from connectrpc.errors import ConnectError
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from loam_common.auth import Principal
+from loam_common.errors import InvalidArgument, NotFound
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
+from loam_common.jobs import states as S
+
+INT64 = 2**63 - 1
+UINT32 = 2**32 - 1
+PRIORITY_MAX = 2**21 - 1
+
+StateName = Literal[
+    "waiting", "prioritized", "delayed", "active", "waiting-children",
+    "completed", "failed", "dead-lettered", "canceled",
+]  # fmt: skip
+
+
+# -- models ------------------------------------------------------------------------------------
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="the Connect error code: invalid_argument, not_found, ...")
+    message: str
+    detail: dict[str, Any] | None = Field(
+        None, description="the typed error's fields (loam.jobs.v1.ErrorDetail): reason, field, current_epoch, ..."
+    )
+
+
+class Counts(BaseModel):
+    waiting: int
+    prioritized: int
+    delayed: int
+    active: int
+    waiting_children: int
+    completed: int
+    failed: int
+    dead_lettered: int
+    canceled: int
+    paused: bool
+
+
+class QueueSummary(BaseModel):
+    name: str
+    counts: Counts
+
+
+class QueueList(BaseModel):
+    queues: list[QueueSummary]
+
+
+class RateLimitModel(BaseModel):
+    max: int
+    duration_ns: int
+    sharded: bool
+
+
+class QueueConfigModel(BaseModel):
+    name: str
+    visibility_ns: int
+    attempts: int
+    max_stalled: int | None = Field(None, description="unset: 1 (BullMQ); -1: unlimited")
+    rate_limit: RateLimitModel
+    concurrency: int
+    dead_letter_queue: str
+    dead_letter_on_exhausted: bool
+    shards: int
+    paused: bool
+    created_ns: int
+    log_cap: int
+    payload_limit: int
+
+
+class QueueDetail(BaseModel):
+    name: str
+    config: QueueConfigModel
+    counts: Counts
+
+
+class PayloadView(BaseModel):
+    content_type: str
+    size: int
+    data: Any = Field(None, description="the payload as JSON, when it is JSON")
+    data_base64: str | None = Field(None, description="the payload bytes, when they are not JSON")
+    blob_ref: str | None = Field(None, description="set when the payload is kept in the blob store")
+
+
+class JobErrorView(BaseModel):
+    code: str
+    message: str
+    stacktrace: str
+    at_ns: int
+    attempt: int
+
+
+class JobView(BaseModel):
+    id: str
+    queue: str
+    name: str
+    state: StateName
+    priority: int
+    lifo: bool
+    job_key: str
+    subject: str
+    attempt: int = Field(description="attempts spent")
+    attempts_max: int
+    stalled: int
+    epoch: int
+    worker: str
+    created_ns: int
+    processed_ns: int
+    finished_ns: int
+    due_ns: int
+    deadline_ns: int
+    state_ns: int
+    payload: PayloadView
+    result: PayloadView | None
+    errors: list[JobErrorView]
+    progress: Any = None
+    log_count: int
+    origin_queue: str
+    headers: dict[str, str]
+
+
+class LogLineView(BaseModel):
+    at_ns: int
+    line: str
+
+
+class JobDetail(BaseModel):
+    job: JobView
+    logs: list[LogLineView]
+    log_count: int
+
+
+class JobPage(BaseModel):
+    jobs: list[JobView]
+    next_page_token: str = Field(description="pass as page_token for the next page; empty at the end")
+
+
+class JobActionResult(BaseModel):
+    job: JobView | None
+    removed: bool
+
+
+class QueueActionResult(BaseModel):
+    affected: int = Field(description="jobs moved or removed")
+    counts: Counts | None = None
+
+
+class EnqueueBody(_Model):
+    name: str = Field(min_length=1, max_length=256, description="the task name")
+    data: Any = Field(None, description="a JSON payload")
+    data_base64: str | None = Field(None, description="a binary payload, instead of data")
+    content_type: str | None = Field(None, max_length=256)
+    headers: dict[str, str] = Field(default_factory=dict)
+    priority: int = Field(0, ge=0, le=PRIORITY_MAX, description="0: the FIFO band; 1.. lower first")
+    lifo: bool = False
+    delay_ns: int = Field(0, ge=0, le=INT64)
+    job_key: str | None = Field(None, max_length=1024)
+    idempotency_key: str | None = Field(None, max_length=1024)
+    attempts: int = Field(0, ge=0, le=UINT32, description="0: the queue's default")
+    subject: str | None = Field(None, max_length=1024)
+
+
+class EnqueueResult(BaseModel):
+    job: str
+    created: bool
+    state: StateName
+
+
+class DrainBody(_Model):
+    delayed: bool = Field(False, description="also remove delayed jobs")
+
+
+class CleanBody(_Model):
+    state: StateName = "completed"
+    grace_ns: int = Field(0, ge=0, le=INT64, description="only jobs older than this")
+    limit: int = Field(0, ge=0, le=UINT32, description="at most this many; 0: all")
+
+
+class RedriveBody(_Model):
+    limit: int = Field(0, ge=0, le=UINT32, description="at most this many; 0: all")
+
+
+class ResultValue(BaseModel):
+    key: str
+    value: PayloadView
+
+
+class ResultPut(_Model):
+    data: Any = None
+    data_base64: str | None = None
+    content_type: str | None = Field(None, max_length=256)
+    ttl_ns: int = Field(0, ge=0, le=INT64, description="0: never expires")
+
+
+class IncrBody(_Model):
+    member: str = Field(min_length=1, max_length=1024)
+    ttl_ns: int = Field(0, ge=0, le=INT64, description="0: keep the key's TTL")
+
+
+class IncrResult(BaseModel):
+    size: int
+
+
+# -- mapping -----------------------------------------------------------------------------------
+def _json_or_none(raw: bytes) -> tuple[bool, Any]:
+    try:
+        return True, json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return False, None
+
+
+def payload_view(p: pb.Payload) -> PayloadView:
+    view = PayloadView(content_type=p.content_type, size=p.size or len(p.data), blob_ref=p.blob_ref or None)
+    if p.data:
+        is_json, value = (False, None)
+        if p.content_type.startswith("application/json") or not p.content_type:
+            is_json, value = _json_or_none(p.data)
+        if is_json:
+            view.data = value
+        else:
+            view.data_base64 = base64.b64encode(p.data).decode()
+    return view
+
+
+def job_view(j: pb.Job) -> JobView:
+    ok, progress = _json_or_none(j.progress) if j.progress else (False, None)
+    return JobView(
+        id=j.id,
+        queue=j.queue,
+        name=j.task.name,
+        state=S.name(j.state) if j.state in S.NAMES else "waiting",
+        priority=j.opts.priority,
+        lifo=j.opts.lifo,
+        job_key=j.opts.job_key,
+        subject=j.opts.subject,
+        attempt=j.attempt,
+        attempts_max=j.attempts_max,
+        stalled=j.stalled,
+        epoch=j.epoch,
+        worker=j.worker,
+        created_ns=j.created_ns,
+        processed_ns=j.processed_ns,
+        finished_ns=j.finished_ns,
+        due_ns=j.due_ns,
+        deadline_ns=j.deadline_ns,
+        state_ns=j.state_ns,
+        payload=payload_view(j.task.payload),
+        result=payload_view(j.result) if j.HasField("result") else None,
+        errors=[
+            JobErrorView(code=e.code, message=e.message, stacktrace=e.stacktrace, at_ns=e.at_ns, attempt=e.attempt)
+            for e in j.errors
+        ],
+        progress=progress if ok else None,
+        log_count=j.log_count,
+        origin_queue=j.origin_queue,
+        headers=dict(j.task.headers),
+    )
+
+
+def counts_view(c: J.QueueCounts) -> Counts:
+    return Counts(
+        waiting=c.waiting,
+        prioritized=c.prioritized,
+        delayed=c.delayed,
+        active=c.active,
+        waiting_children=c.waiting_children,
+        completed=c.completed,
+        failed=c.failed,
+        dead_lettered=c.dead_lettered,
+        canceled=c.canceled,
+        paused=c.paused,
+    )
+
+
+def config_view(c: pb.QueueConfig) -> QueueConfigModel:
+    return QueueConfigModel(
+        name=c.name,
+        visibility_ns=c.visibility_ns,
+        attempts=c.attempts,
+        max_stalled=c.max_stalled if c.HasField("max_stalled") else None,
+        rate_limit=RateLimitModel(max=c.rate_limit.max, duration_ns=c.rate_limit.duration_ns, sharded=c.rate_limit.sharded),
+        concurrency=c.concurrency,
+        dead_letter_queue=c.dead_letter_queue,
+        dead_letter_on_exhausted=c.dead_letter_on_exhausted,
+        shards=c.shards,
+        paused=c.paused,
+        created_ns=c.created_ns,
+        log_cap=c.log_cap,
+        payload_limit=c.payload_limit,
+    )
+
+
+def payload_in(data: Any, data_base64: str | None, content_type: str | None) -> pb.Payload:
+    if data_base64 is not None:
+        if data is not None:
+            raise InvalidArgument("data_base64", "send data or data_base64, not both")
+        try:
+            raw = base64.b64decode(data_base64, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgument("data_base64", "is not valid base64") from None
+        return pb.Payload(data=raw, content_type=content_type or "application/octet-stream")
+    if data is None:
+        return pb.Payload(content_type=content_type or "")
+    try:
+        raw = json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
+    except (ValueError, UnicodeEncodeError):
+        raise InvalidArgument("data", "is not JSON that can be encoded as UTF-8") from None
+    return pb.Payload(data=raw, content_type=content_type or "application/json")
+
+
+def _proto(build):
+    """Build a protobuf request; protobuf's own refusals (a lone surrogate in a string,
+    an out-of-range number) are the caller's bad input, not a server error."""
+    try:
+        return build()
+    except (ValueError, TypeError, UnicodeError) as e:
+        raise InvalidArgument("body", f"cannot be encoded: {e}") from None
+
+
+def _state(name: str) -> int:
+    return S.BY_NAME[name]
+
+
+# -- routes ------------------------------------------------------------------------------------
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": desc}
+    for status, desc in (
+        (400, "invalid_argument or failed_precondition (a fenced lease, a job in the wrong state)"),
+        (401, "unauthenticated: a missing or bad token"),
+        (403, "permission_denied: the token lacks the action, or names another namespace"),
+        (404, "not_found: no such queue, job or key"),
+        (409, "already_exists"),
+        (429, "resource_exhausted: a rate limit or a payload over the limit"),
+        (503, "unavailable: the store or a queue core, retry"),
+        (504, "deadline_exceeded"),
+    )
+}
+
+QueueName = Annotated[str, Path(description="the queue name: 1-128 of A-Z a-z 0-9 . _ : @ -")]
+JobRef = Annotated[str, Path(description="a job id, or the job's key")]
+ResultKey = Annotated[str, Path(description="a result key")]
+
+
+def build_router() -> APIRouter:
+    api = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+
+    def caller(method: str):
+        async def dep(request: Request) -> Principal:
+            return await request.app.state.access.check(request.headers, method)
+
+        return Depends(dep)
+
+    def router_of(request: Request):
+        return request.app.state.router
+
+    async def call(request: Request, p: Principal, method: str, req: Any) -> Any:
+        return await router_of(request).call(p.namespace, method, req)
+
+    # -- queues ------------------------------------------------------------------------------
+    @api.get("/queues", response_model=QueueList, tags=["queues"], summary="List queues with their counts")
+    async def list_queues(request: Request, p: Principal = caller("queue_list")) -> QueueList:
+        names = await router_of(request).list_queues(p.namespace)
+
+        async def one(name: str) -> QueueSummary | None:
+            try:
+                r = await call(request, p, "queue_admin", J.QueueAdminRequest(queue=name, op=J.QueueOp(counts={})))
+            except ConnectError as e:
+                if e.code.value == "not_found":  # obliterated meanwhile
+                    return None
+                raise
+            return QueueSummary(name=name, counts=counts_view(r.counts))
+
+        found = await asyncio.gather(*(one(n) for n in names))
+        return QueueList(queues=[q for q in found if q is not None])
+
+    @api.get("/queues/{queue}", response_model=QueueDetail, tags=["queues"], summary="A queue's settings and counts")
+    async def get_queue(request: Request, queue: QueueName, p: Principal = caller("queue_admin")) -> QueueDetail:
+        r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))))
+        return QueueDetail(name=queue, config=config_view(r.config), counts=counts_view(r.counts))
+
+    async def queue_op(request: Request, p: Principal, queue: str, op: J.QueueOp) -> QueueActionResult:
+        r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=op)))
+        return QueueActionResult(affected=r.affected, counts=counts_view(r.counts) if r.HasField("counts") else None)
+
+    @api.post("/queues/{queue}:pause", response_model=QueueActionResult, tags=["queues"], summary="Stop leasing")
+    async def pause(request: Request, queue: QueueName, p: Principal = caller("queue_admin")) -> QueueActionResult:
+        return await queue_op(request, p, queue, J.QueueOp(pause={}))
+
+    @api.post("/queues/{queue}:resume", response_model=QueueActionResult, tags=["queues"], summary="Lease again")
+    async def resume(request: Request, queue: QueueName, p: Principal = caller("queue_admin")) -> QueueActionResult:
+        return await queue_op(request, p, queue, J.QueueOp(resume={}))
+
+    @api.post("/queues/{queue}:drain", response_model=QueueActionResult, tags=["queues"],
+              summary="Remove waiting (and optionally delayed) jobs")  # fmt: skip
+    async def drain(
+        request: Request, queue: QueueName, body: DrainBody | None = Body(None), p: Principal = caller("queue_admin")
+    ) -> QueueActionResult:
+        body = body or DrainBody()
+        return await queue_op(request, p, queue, J.QueueOp(drain=J.QueueOp.Drain(delayed=body.delayed)))
+
+    @api.post("/queues/{queue}:clean", response_model=QueueActionResult, tags=["queues"],
+              summary="Remove jobs in a state older than a grace period")  # fmt: skip
+    async def clean(
+        request: Request, queue: QueueName, body: CleanBody | None = Body(None), p: Principal = caller("queue_admin")
+    ) -> QueueActionResult:
+        body = body or CleanBody()
+        op = J.QueueOp(clean=J.QueueOp.Clean(state=_state(body.state), grace_ns=body.grace_ns, limit=body.limit))
+        return await queue_op(request, p, queue, op)
+
+    @api.post("/queues/{queue}/dead-letters:redrive", response_model=QueueActionResult, tags=["queues"],
+              summary="Move a dead-letter queue's jobs back to the queues they came from")  # fmt: skip
+    async def redrive(
+        request: Request, queue: QueueName, body: RedriveBody | None = Body(None), p: Principal = caller("queue_admin")
+    ) -> QueueActionResult:
+        body = body or RedriveBody()
+        op = J.QueueOp(redrive_dead_letters=J.QueueOp.RedriveDeadLetters(limit=body.limit))
+        return await queue_op(request, p, queue, op)
+
+    # -- jobs --------------------------------------------------------------------------------
+    @api.post("/queues/{queue}/jobs", response_model=EnqueueResult, tags=["jobs"], summary="Enqueue a job")
+    async def enqueue(
+        request: Request, queue: QueueName, body: EnqueueBody, p: Principal = caller("enqueue")
+    ) -> EnqueueResult:
+        def build() -> J.EnqueueRequest:
+            opts = pb.EnqueueOpts(priority=body.priority, lifo=body.lifo, attempts=body.attempts)
+            if body.delay_ns:
+                opts.not_before.delay_ns = body.delay_ns
+            if body.job_key:
+                opts.job_key = body.job_key
+            if body.idempotency_key:
+                opts.idempotency.key = body.idempotency_key
+            if body.subject:
+                opts.subject = body.subject
+            task = pb.TaskSpec(name=body.name, payload=payload_in(body.data, body.data_base64, body.content_type))
+            task.headers.update(body.headers)
+            return J.EnqueueRequest(queue=queue, task=task, opts=opts)
+
+        r = await call(request, p, "enqueue", _proto(build))
+        e = r.enqueued
+        return EnqueueResult(job=e.job, created=e.created, state=S.name(e.state))
+
+    @api.get("/queues/{queue}/jobs", response_model=JobPage, tags=["jobs"], summary="Jobs by state, newest first")
+    async def list_jobs(
+        request: Request,
+        queue: QueueName,
+        state: Annotated[list[StateName] | None, Query(description="one or more states; none: all jobs")] = None,
+        name: Annotated[str | None, Query(max_length=256, description="only this task name")] = None,
+        page_size: Annotated[int, Query(ge=0, le=1000, description="0: the default (100)")] = 0,
+        page_token: Annotated[str, Query(max_length=4096)] = "",
+        p: Principal = caller("query"),
+    ) -> JobPage:
+        req = _proto(
+            lambda: J.QueryRequest(
+                queue=queue, states=[_state(s) for s in state or ()], name=name or "",
+                page_size=page_size, page_token=page_token,
+            )
+        )  # fmt: skip
+        r = await call(request, p, "query", req)
+        return JobPage(jobs=[job_view(j) for j in r.jobs], next_page_token=r.next_page_token)
+
+    async def job_op(request: Request, p: Principal, queue: str, job: str, op: J.JobOp) -> J.JobAdminResponse:
+        return await call(request, p, "job_admin", _proto(lambda: J.JobAdminRequest(queue=queue, job=job, op=op)))
+
+    @api.get("/queues/{queue}/jobs/{job}", response_model=JobDetail, tags=["jobs"],
+             summary="One job with its logs and error history")  # fmt: skip
+    async def get_job(request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")) -> JobDetail:
+        got = await job_op(request, p, queue, job, J.JobOp(get={}))
+        logs = await job_op(request, p, queue, got.job.id, J.JobOp(logs={}))
+        return JobDetail(
+            job=job_view(got.job),
+            logs=[LogLineView(at_ns=x.at_ns, line=x.line) for x in logs.logs],
+            log_count=logs.log_count,
+        )
+
+    def job_action(verb: str, op_field: str, summary: str) -> None:
+        async def action(
+            request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")
+        ) -> JobActionResult:
+            r = await job_op(request, p, queue, job, J.JobOp(**{op_field: {}}))
+            return JobActionResult(job=job_view(r.job) if r.HasField("job") else None, removed=r.removed)
+
+        action.__name__ = f"job_{verb}"
+        api.post(f"/queues/{{queue}}/jobs/{{job}}:{verb}", response_model=JobActionResult, tags=["jobs"],
+                 summary=summary)(action)  # fmt: skip
+
+    job_action("retry", "retry", "Retry a finished job (its attempts start over)")
+    job_action("remove", "remove", "Delete a job that no worker holds")
+    job_action("promote", "promote", "Make a delayed job ready now")
+    job_action("cancel", "cancel", "Cancel a job that has not started")
+
+    # -- result keys -------------------------------------------------------------------------
+    @api.get("/results/{key}", response_model=ResultValue, tags=["results"], summary="Read a result key")
+    async def result_get(request: Request, key: ResultKey, p: Principal = caller("result_get")) -> ResultValue:
+        r = await call(request, p, "result_get", _proto(lambda: J.ResultGetRequest(key=key)))
+        if not r.found:
+            raise NotFound(f"result key {key!r} does not exist (or expired)")
+        return ResultValue(key=key, value=payload_view(r.value))
+
+    @api.put("/results/{key}", status_code=204, response_class=Response, tags=["results"], summary="Write a result key")
+    async def result_set(
+        request: Request, key: ResultKey, body: ResultPut, p: Principal = caller("result_set")
+    ) -> Response:
+        value = payload_in(body.data, body.data_base64, body.content_type)
+        await call(request, p, "result_set", _proto(lambda: J.ResultSetRequest(key=key, value=value, ttl_ns=body.ttl_ns)))
+        return Response(status_code=204)
+
+    @api.delete("/results/{key}", status_code=204, response_class=Response, tags=["results"],
+                summary="Delete a result key")  # fmt: skip
+    async def result_delete(request: Request, key: ResultKey, p: Principal = caller("result_delete")) -> Response:
+        await call(request, p, "result_delete", _proto(lambda: J.ResultDeleteRequest(key=key)))
+        return Response(status_code=204)
+
+    @api.post("/results/{key}:incr", response_model=IncrResult, tags=["results"],
+              summary="Count a member into a counter key (a member counts once)")  # fmt: skip
+    async def result_incr(
+        request: Request, key: ResultKey, body: IncrBody, p: Principal = caller("result_incr")
+    ) -> IncrResult:
+        req = _proto(lambda: J.ResultIncrRequest(key=key, member=body.member, ttl_ns=body.ttl_ns))
+        r = await call(request, p, "result_incr", req)
+        return IncrResult(size=r.size)
+
+    return api

@@ -1,0 +1,218 @@
+"""`Router`: which queue core serves a call, and the call itself.
+
+A queue is owned by one queue core, chosen by rendezvous hashing over the core URLs
+(loam_common.rendezvous, which the sweeper uses too to wake the right core), so adding
+or removing a core moves only the queues it wins or held. Every core shares the store, so any core can answer
+any call correctly; ownership matters for the long-poll wake-ups, which are in-process
+events of the core that ran the write. Calls therefore go to the owner of their queue:
+
+- a request with a queue (`queue`, `token.queue`, `queues[0]`) -> that queue's owner;
+- CompleteBatch is split by owner and its answers put back in request order;
+- requests without a queue (the result store, schedules) -> the owner of their key.
+
+Limitation: a Lease naming several queues goes to the owner of the first one, so with
+several cores a job enqueued on another of its queues (owned elsewhere) does not wake
+it: it is found when the lease's wait ends (at most 30 s) or on the worker's next
+poll. Workers that need instant wake-ups on several queues lease each one separately.
+
+With `local=CoreRpc` (dev, tests) calls run in process; otherwise each core is reached
+with one cached `JobsServiceClient` (Connect binary, no request compression) carrying
+the namespace and the internal token. A forwarded ConnectError passes through
+unchanged; a core that cannot be reached is `unavailable`. `Router.call` raises
+ConnectError only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from pyqwest import Client as HTTPClient
+
+from loam_common import rendezvous
+from loam_common.connect_errors import to_connect
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceClient
+from loam_queue_core.rpc import STREAMING, UNARY, CoreRpc
+from loam_queue_core.server import NAMESPACE_HEADER, TOKEN_HEADER
+
+
+def route_key(method: str, request: Any) -> str:
+    """What a request is routed by: its queue, or for queue-less calls a key of its own."""
+    if method in ("extend", "complete", "report"):
+        return request.token.queue
+    if method == "lease":
+        return request.queues[0] if request.queues else ""
+    if method == "complete_batch":
+        return request.items[0].token.queue if request.items else ""
+    if method in ("result_get", "result_set", "result_delete", "result_incr", "result_expire"):
+        return "results/" + request.key
+    if method == "result_m_get":
+        return "results/" + (request.keys[0] if request.keys else "")
+    if method == "schedule":
+        return request.spec.queue
+    if method == "unschedule":
+        return "schedules/" + request.id
+    if method == "flow":
+        return "flows/" + request.graph.id
+    if method == "get_flow":
+        return "flows/" + getattr(request, "id", getattr(request, "flow", ""))
+    if method in ("get_schedule", "list_schedules"):
+        return "schedules/" + getattr(request, "id", "")
+    if method == "watch":
+        which = request.selector.WhichOneof("what")
+        return request.selector.job.queue if which == "job" else request.selector.queue if which == "queue" else ""
+    return getattr(request, "queue", "")
+
+
+class Router:
+    def __init__(
+        self,
+        *,
+        local: CoreRpc | None = None,
+        cores: Sequence[str] = (),
+        internal_token: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
+        if (local is None) == (not cores):
+            raise ValueError("Router: give either a local CoreRpc or queue-core URLs, not both or neither")
+        self.local = local
+        self.cores = [c.rstrip("/") for c in cores]
+        if len(set(self.cores)) != len(self.cores):
+            raise ValueError(f"Router: duplicate queue-core URLs in {self.cores}")
+        self.internal_token = internal_token or None
+        self.timeout_ms = timeout_ms
+        self._clients: dict[str, JobsServiceClient] = {}
+        self._http: HTTPClient | None = None
+
+    # -- choosing a core ---------------------------------------------------------------------
+    def owner(self, ns: str, key: str) -> str:
+        """The core that owns `key` (a queue name; other keys contain a `/`, which queue
+        names cannot, so they never collide with a queue)."""
+        return rendezvous.queue_owner(ns, key, self.cores)
+
+    def _client(self, url: str) -> JobsServiceClient:
+        client = self._clients.get(url)
+        if client is None:
+            client = JobsServiceClient(url, send_compression=None, accept_compression=(), timeout_ms=self.timeout_ms)
+            self._clients[url] = client
+        return client
+
+    def _headers(self, ns: str) -> dict[str, str]:
+        h = {NAMESPACE_HEADER: ns}
+        if self.internal_token:
+            h[TOKEN_HEADER] = self.internal_token
+        return h
+
+    # -- calling -------------------------------------------------------------------------------
+    async def call(self, ns: str, method: str, request: Any, *, timeout_ms: float | None = None) -> Any:
+        """Run JobsService `method` (snake_case) for namespace `ns`. Raises ConnectError."""
+        if method not in UNARY:
+            raise ConnectError(Code.UNIMPLEMENTED, f"{method} is not a unary JobsService method")
+        try:
+            if self.local is not None:
+                return await getattr(self.local, method)(ns, request)
+            if method == "complete_batch" and len(self.cores) > 1:
+                return await self._complete_batch(ns, request, timeout_ms)
+            return await self._forward(self.owner(ns, route_key(method, request)), ns, method, request, timeout_ms)
+        except Exception as e:  # noqa: BLE001 - JobsErrors, store failures, transport failures
+            raise _as_connect(e, self.local is None) from e
+
+    async def _forward(self, url: str, ns: str, method: str, request: Any, timeout_ms: float | None) -> Any:
+        fn = getattr(self._client(url), method)
+        t = int(timeout_ms) if timeout_ms is not None and timeout_ms > 0 else None
+        return await fn(request, headers=self._headers(ns), timeout_ms=t)
+
+    async def _complete_batch(self, ns: str, req: J.CompleteBatchRequest, timeout_ms: float | None) -> Any:
+        groups: dict[str, list[int]] = {}
+        for i, item in enumerate(req.items):
+            groups.setdefault(self.owner(ns, item.token.queue), []).append(i)
+        if len(groups) <= 1:
+            url = next(iter(groups), self.cores[0])
+            return await self._forward(url, ns, "complete_batch", req, timeout_ms)
+        order = list(groups.items())
+        answers = await asyncio.gather(
+            *(
+                self._forward(url, ns, "complete_batch", J.CompleteBatchRequest(items=[req.items[i] for i in idx]), timeout_ms)
+                for url, idx in order
+            )
+        )
+        out = J.CompleteBatchResponse()
+        slots: list[Any] = [None] * len(req.items)
+        for (_url, idx), ans in zip(order, answers, strict=True):
+            for i, r in zip(idx, ans.results, strict=True):
+                slots[i] = r
+        out.results.extend(slots)
+        return out
+
+    def stream(self, ns: str, method: str, request: Any) -> AsyncIterator[Any]:
+        """Run a server-streaming method (Watch)."""
+        if method not in STREAMING:
+            raise ConnectError(Code.UNIMPLEMENTED, f"{method} is not a streaming JobsService method")
+        return self._stream(ns, method, request)
+
+    async def _stream(self, ns: str, method: str, request: Any) -> AsyncIterator[Any]:
+        try:
+            if self.local is not None:
+                it = getattr(self.local, method)(ns, request)
+            else:
+                url = self.owner(ns, route_key(method, request))
+                it = getattr(self._client(url), method)(request, headers=self._headers(ns))
+            async for item in it:
+                yield item
+        except Exception as e:  # noqa: BLE001
+            raise _as_connect(e, self.local is None) from e
+
+    async def list_queues(self, ns: str) -> list[str]:
+        """The namespace's queue names (not a JobsService method: the REST listing).
+        Any core can answer: the queue registry is in the shared store."""
+        try:
+            if self.local is not None:
+                return await self.local.queue_list(ns)
+            return await self._list_remote(ns)
+        except Exception as e:  # noqa: BLE001
+            raise _as_connect(e, self.local is None) from e
+
+    async def _list_remote(self, ns: str) -> list[str]:
+        if self._http is None:
+            self._http = HTTPClient()
+        url = self.owner(ns, "queues/") + "/internal/v1/queues"
+        headers = {"content-type": "application/json", **self._headers(ns)}
+        resp = await self._http.post(url, headers=headers, content=json.dumps({"ns": ns}).encode())
+        body = resp.json()
+        if resp.status != 200:
+            code = body.get("code", "unavailable") if isinstance(body, dict) else "unavailable"
+            message = body.get("message", "") if isinstance(body, dict) else ""
+            try:
+                raise ConnectError(Code(code), message)
+            except ValueError:
+                raise ConnectError(Code.UNAVAILABLE, f"queue core answered {resp.status}") from None
+        return list(body["queues"])
+
+    async def ready(self) -> bool:
+        """Ready when the local store answers, or (remote) always: each call reports a
+        core that is down as unavailable."""
+        if self.local is None:
+            return True
+        try:
+            await self.local.store.snapshot(lambda tx: tx.get(b"\x00readyz"))
+        except Exception:  # noqa: BLE001
+            return False
+        return True
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+
+
+def _as_connect(e: Exception, remote: bool) -> ConnectError:
+    if isinstance(e, ConnectError):
+        return e
+    if remote:  # the HTTP client failed: connection refused, reset, a bad answer
+        return ConnectError(Code.UNAVAILABLE, f"queue core unreachable: {type(e).__name__}: {e}")
+    return to_connect(e)

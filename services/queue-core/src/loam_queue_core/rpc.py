@@ -1,0 +1,487 @@
+"""`CoreRpc`: the JobsService methods as `(ns, request) -> response`, mapping the
+protobuf messages of jobs.proto onto `QueueCore` and the admin, query and result
+functions, and their answers back. No transport here: the queue-core server and the
+gateway (in process, in dev) call it with the namespace they resolved from the
+caller's credential. Errors are JobsErrors (loam_common.connect_errors maps them),
+except the methods other issues bring, which raise Unimplemented (`UNIMPLEMENTED`).
+
+Bulk admin ops run their batch transaction again while a batch comes back full, so
+one call drains, cleans or retries a whole queue, each transaction bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from loam_common import keys, results, validate
+from loam_common.errors import InvalidArgument, JobsError
+from loam_common.gen.loam.jobs.v1 import jobs_connect, jobs_pb2 as J, types_pb2 as pb
+from loam_common.jobs import admin, states as S
+from loam_common.jobs.complete import Completed, Outcome
+from loam_common.jobs.enqueue import Enqueued
+from loam_common.jobs.query import job_query
+from loam_common.store.base import Txn
+from loam_queue_core.core import QueueCore
+
+# The methods that arrive with later issues: method -> the work that brings it.
+UNIMPLEMENTED: dict[str, str] = {
+    "submit_engine_job": "the engines work",
+    "control_engine_job": "the engines work",
+    "watch": "the events work",
+}
+# Every JobsService method by its snake_case name, read off the generated Protocol so
+# this list follows `make proto`.
+METHODS: tuple[str, ...] = tuple(
+    n for n, v in vars(jobs_connect.JobsService).items() if not n.startswith("_") and callable(v)
+)
+STREAMING: frozenset[str] = frozenset({"watch"})
+UNARY: tuple[str, ...] = tuple(m for m in METHODS if m not in STREAMING)
+
+
+def unimplemented(method: str) -> ConnectError:
+    return ConnectError(
+        Code.UNIMPLEMENTED, f"{method} is not available yet: it arrives with {UNIMPLEMENTED[method]}"
+    )
+
+
+def _job_id(text: str, field: str) -> str:
+    validate.text(field, text, 256, allow_empty=False)
+    if "/" in text:
+        raise InvalidArgument(field, "a job id or key cannot contain '/'")
+    return text
+
+
+def _token(ns: str, token: J.LeaseToken, has: bool, field: str = "token") -> tuple[str, str, int]:
+    validate.name("namespace", ns)
+    if not has:
+        raise InvalidArgument(field, "is required: the token of the lease")
+    validate.name(f"{field}.queue", token.queue)
+    return token.queue, _job_id(token.job, f"{field}.job"), token.epoch
+
+
+def outcome_from_proto(o: J.Outcome, field: str = "outcome") -> Outcome:
+    kind = o.WhichOneof("kind")
+    if kind == "ok":
+        return Outcome.ok(o.ok.result if o.ok.HasField("result") else None)
+    if kind == "retry":
+        r = o.retry
+        return Outcome.retry(r.error if r.HasField("error") else None, r.after_ns if r.HasField("after_ns") else None)
+    if kind == "fail":
+        return Outcome.fail(o.fail.error if o.fail.HasField("error") else None, o.fail.dead_letter)
+    if kind == "release":
+        return Outcome.release(o.release.after_ns if o.release.HasField("after_ns") else None)
+    if kind == "delay":
+        return Outcome.delay(o.delay.until_ns)
+    if kind == "wait_children":
+        return Outcome.wait_children()
+    if kind == "rate_limited":
+        return Outcome.rate_limited(o.rate_limited.for_ns)
+    raise InvalidArgument(field, "set one of ok, retry, fail, release, delay, wait_children, rate_limited")
+
+
+def item_error(e: JobsError) -> J.ItemError:
+    return J.ItemError(code=e.code, message=e.message)
+
+
+def lease_from_job(job: pb.Job) -> J.Lease:
+    lease = J.Lease(
+        token=J.LeaseToken(queue=job.queue, job=job.id, epoch=job.epoch),
+        task=job.task,
+        attempt=job.attempt + 1,
+        stalled=job.stalled,
+        deadline_ns=job.deadline_ns,
+        opts=job.opts,
+        created_ns=job.created_ns,
+    )
+    if job.opts.HasField("parent"):
+        lease.parent.CopyFrom(job.opts.parent)
+    elif job.parents:  # a flow node: its first dependent (a BullMQ tree has one)
+        lease.parent.CopyFrom(job.parents[0])
+    if job.children:
+        lease.children.CopyFrom(
+            J.ChildrenSummary(
+                pending=job.pending_children, completed=job.children_completed, failed=job.children_failed
+            )
+        )
+    return lease
+
+
+def counts_to_proto(c: admin.QueueCounts) -> J.QueueCounts:
+    return J.QueueCounts(
+        waiting=c.waiting,
+        prioritized=c.prioritized,
+        delayed=c.delayed,
+        active=c.active,
+        waiting_children=c.waiting_children,
+        completed=c.completed,
+        failed=c.failed,
+        dead_lettered=c.dead_lettered,
+        canceled=c.canceled,
+        paused=c.paused,
+    )
+
+
+def _config_and_counts(tx: Txn, ns: str, queue: str) -> tuple[pb.QueueConfig, admin.QueueCounts]:
+    return admin.queue_config(tx, ns, queue), admin.queue_counts(tx, ns, queue)
+
+
+def _resolve_job(tx: Txn, ns: str, queue: str, ref: str) -> str:
+    """A job id, or the id its job key names. An unknown ref is returned as is, so the
+    op itself says what is missing (the queue or the job)."""
+    k = keys.QueueKeys(ns, queue)
+    if tx.get(k.job(ref)) is not None:
+        return ref
+    by_key = tx.get(k.job_key(ref))
+    return by_key.decode() if by_key is not None else ref
+
+
+class CoreRpc:
+    """One async method per JobsService method: `(ns, request) -> response`."""
+
+    def __init__(self, core: QueueCore) -> None:
+        self.core = core
+        self.store = core.store
+
+    # -- producing -------------------------------------------------------------------
+    async def enqueue(self, ns: str, req: J.EnqueueRequest) -> J.EnqueueResponse:
+        r = await self.core.enqueue(ns, req.queue, req.task, req.opts if req.HasField("opts") else None)
+        return J.EnqueueResponse(enqueued=J.Enqueued(job=r.job_id, created=r.created, state=r.state))
+
+    async def enqueue_bulk(self, ns: str, req: J.EnqueueBulkRequest) -> J.EnqueueBulkResponse:
+        items = [(i.task, i.opts if i.HasField("opts") else None) for i in req.jobs]
+        out = J.EnqueueBulkResponse()
+        for r in await self.core.enqueue_bulk(ns, req.queue, items):
+            if isinstance(r, Enqueued):
+                out.results.add(enqueued=J.Enqueued(job=r.job_id, created=r.created, state=r.state))
+            else:
+                out.results.add(error=item_error(r))
+        return out
+
+    # -- consuming -------------------------------------------------------------------
+    async def lease(self, ns: str, req: J.LeaseRequest) -> J.LeaseResponse:
+        jobs = await self.core.lease(
+            ns, list(req.queues), req.worker, req.max or 1, req.wait_ns, list(req.names) or None
+        )
+        return J.LeaseResponse(leases=[lease_from_job(j) for j in jobs])
+
+    async def extend(self, ns: str, req: J.ExtendRequest) -> J.ExtendResponse:
+        queue, job, epoch = _token(ns, req.token, req.HasField("token"))
+        return J.ExtendResponse(deadline_ns=await self.core.extend(ns, queue, job, epoch, req.by_ns))
+
+    async def complete(self, ns: str, req: J.CompleteRequest) -> J.CompleteResponse:
+        queue, job, epoch = _token(ns, req.token, req.HasField("token"))
+        done = await self.core.complete(ns, queue, job, epoch, outcome_from_proto(req.outcome))
+        return J.CompleteResponse(completed=J.Completed(state=done.state, moved=done.moved))
+
+    async def complete_batch(self, ns: str, req: J.CompleteBatchRequest) -> J.CompleteBatchResponse:
+        """Malformed items refuse the whole call (a client bug); items refused by the
+        state machine (fenced, not found, ...) get their error in their slot."""
+        items = []
+        for i, it in enumerate(req.items):
+            queue, job, epoch = _token(ns, it.token, it.HasField("token"), f"items[{i}].token")
+            items.append((queue, job, epoch, outcome_from_proto(it.outcome, f"items[{i}].outcome")))
+        out = J.CompleteBatchResponse()
+        for r in await self.core.complete_many(ns, items):
+            if isinstance(r, Completed):
+                out.results.add(completed=J.Completed(state=r.state, moved=r.moved))
+            else:
+                out.results.add(error=item_error(r))
+        return out
+
+    async def report(self, ns: str, req: J.ReportRequest) -> J.ReportResponse:
+        queue, job, epoch = _token(ns, req.token, req.HasField("token"))
+        await self.core.report(
+            ns,
+            queue,
+            job,
+            epoch,
+            progress=req.progress if req.HasField("progress") else None,
+            log_line=req.log_line if req.HasField("log_line") else None,
+            data=req.data if req.HasField("data") else None,
+        )
+        return J.ReportResponse()
+
+    # -- schedules and flows -------------------------------------------------------------
+    async def schedule(self, ns: str, req: J.ScheduleRequest) -> J.ScheduleResponse:
+        up = await self.core.schedule(ns, req.spec)
+        return J.ScheduleResponse(id=up.schedule.id, schedule=up.schedule, changed=up.changed)
+
+    async def unschedule(self, ns: str, req: J.UnscheduleRequest) -> J.UnscheduleResponse:
+        return J.UnscheduleResponse(removed=await self.core.unschedule(ns, req.id))
+
+    async def get_schedule(self, ns: str, req: J.GetScheduleRequest) -> J.GetScheduleResponse:
+        return J.GetScheduleResponse(schedule=await self.core.schedule_get(ns, req.id))
+
+    async def list_schedules(self, ns: str, req: J.ListSchedulesRequest) -> J.ListSchedulesResponse:
+        page, token = await self.core.schedule_list(ns, req.page_token, req.page_size)
+        return J.ListSchedulesResponse(schedules=page, next_page_token=token)
+
+    async def flow(self, ns: str, req: J.FlowRequest) -> J.FlowResponse:
+        sub = await self.core.flow(ns, req.graph)
+        return J.FlowResponse(flow=sub.flow_id, jobs=sub.jobs, created=sub.created)
+
+    async def get_flow(self, ns: str, req: J.GetFlowRequest) -> J.GetFlowResponse:
+        return J.GetFlowResponse(flow=await self.core.flow_get(ns, req.id))
+
+    # -- later issues ----------------------------------------------------------------
+
+    async def submit_engine_job(self, ns: str, req: J.SubmitEngineJobRequest) -> J.SubmitEngineJobResponse:
+        raise unimplemented("submit_engine_job")
+
+    async def control_engine_job(self, ns: str, req: J.ControlEngineJobRequest) -> J.ControlEngineJobResponse:
+        raise unimplemented("control_engine_job")
+
+    async def watch(self, ns: str, req: J.WatchRequest) -> AsyncIterator[J.WatchResponse]:
+        raise unimplemented("watch")
+        yield  # pragma: no cover - makes this an async generator
+
+    # -- admin -----------------------------------------------------------------------
+    async def queue_admin(self, ns: str, req: J.QueueAdminRequest) -> J.QueueAdminResponse:
+        validate.name("namespace", ns)
+        queue, op = req.queue, req.op
+        validate.name("queue", queue)
+        kind = op.WhichOneof("op")
+        handler = self._QUEUE_OPS.get(kind or "")
+        if handler is None:
+            raise InvalidArgument("op", f"set one of {', '.join(self._QUEUE_OPS)}")
+        return await handler(self, ns, queue, getattr(op, kind))
+
+    async def _q_create(self, ns: str, queue: str, op: J.QueueOp.Create) -> J.QueueAdminResponse:
+        cfg, created = await self.store.transact(admin.queue_create, ns, queue, op.config)
+        return J.QueueAdminResponse(config=cfg, affected=int(created))
+
+    async def _q_update(self, ns: str, queue: str, op: J.QueueOp.Update) -> J.QueueAdminResponse:
+        cfg = await self.store.transact(admin.queue_update, ns, queue, op.config, None)
+        self.core.wake_all(ns, queue)  # a lifted rate limit or concurrency cap frees leases
+        return J.QueueAdminResponse(config=cfg)
+
+    async def _q_pause(self, ns: str, queue: str, op: Any) -> J.QueueAdminResponse:
+        await self.store.transact(admin.queue_pause, ns, queue)
+        self.core.wake_all(ns, queue)
+        return await self._q_counts(ns, queue, op)
+
+    async def _q_resume(self, ns: str, queue: str, op: Any) -> J.QueueAdminResponse:
+        await self.store.transact(admin.queue_resume, ns, queue)
+        self.core.wake_all(ns, queue)
+        return await self._q_counts(ns, queue, op)
+
+    async def _q_drain(self, ns: str, queue: str, op: J.QueueOp.Drain) -> J.QueueAdminResponse:
+        n = await self._repeat(admin.queue_drain, ns, queue, op.delayed, admin.BATCH)
+        return J.QueueAdminResponse(affected=n)
+
+    async def _q_clean(self, ns: str, queue: str, op: J.QueueOp.Clean) -> J.QueueAdminResponse:
+        state = op.state or S.COMPLETED
+        if op.limit:  # the caller bounded it: one call
+            removed = await self.store.transact(admin.queue_clean, ns, queue, state, op.grace_ns, op.limit)
+            return J.QueueAdminResponse(affected=len(removed))
+        n = await self._repeat(lambda tx, *a: len(admin.queue_clean(tx, *a)), ns, queue, state, op.grace_ns, admin.BATCH)
+        return J.QueueAdminResponse(affected=n)
+
+    async def _q_obliterate(self, ns: str, queue: str, op: J.QueueOp.Obliterate) -> J.QueueAdminResponse:
+        removed = 0
+        while True:
+            r = await self.store.transact(admin.queue_obliterate, ns, queue, op.force, admin.OBLITERATE_BATCH)
+            removed += r.removed_keys
+            if r.done:
+                return J.QueueAdminResponse(affected=removed)
+
+    async def _q_counts(self, ns: str, queue: str, op: Any) -> J.QueueAdminResponse:
+        cfg, counts = await self.store.snapshot(_config_and_counts, ns, queue)
+        return J.QueueAdminResponse(config=cfg, counts=counts_to_proto(counts))
+
+    async def _q_retry_all(self, ns: str, queue: str, op: J.QueueOp.RetryAll) -> J.QueueAdminResponse:
+        n = await self._repeat(admin.queue_retry_all, ns, queue, op.state or S.FAILED, admin.BATCH)
+        self.core.wake_all(ns, queue)
+        return J.QueueAdminResponse(affected=n)
+
+    async def _q_promote_all(self, ns: str, queue: str, op: Any) -> J.QueueAdminResponse:
+        n = await self._repeat(admin.queue_promote_all, ns, queue, admin.BATCH)
+        self.core.wake_all(ns, queue)
+        return J.QueueAdminResponse(affected=n)
+
+    async def _q_set_rate_limit(self, ns: str, queue: str, op: J.QueueOp.SetRateLimit) -> J.QueueAdminResponse:
+        rl = op.rate_limit
+        cfg = await self.store.transact(admin.queue_set_rate_limit, ns, queue, rl.max, rl.duration_ns, rl.sharded)
+        self.core.wake_all(ns, queue)
+        return J.QueueAdminResponse(config=cfg)
+
+    async def _q_set_concurrency(self, ns: str, queue: str, op: J.QueueOp.SetConcurrency) -> J.QueueAdminResponse:
+        cfg = await self.store.transact(admin.queue_set_concurrency, ns, queue, op.concurrency)
+        self.core.wake_all(ns, queue)
+        return J.QueueAdminResponse(config=cfg)
+
+    async def _q_workers(self, ns: str, queue: str, op: Any) -> J.QueueAdminResponse:
+        workers = await self.store.snapshot(admin.queue_workers, ns, queue, 0)
+        return J.QueueAdminResponse(workers=workers)
+
+    async def _q_redrive(self, ns: str, queue: str, op: J.QueueOp.RedriveDeadLetters) -> J.QueueAdminResponse:
+        if op.limit:
+            n = await self.store.transact(admin.queue_redrive_dead_letters, ns, queue, op.limit)
+        else:
+            n = await self._repeat(admin.queue_redrive_dead_letters, ns, queue, admin.BATCH)
+        if n:
+            # The jobs went back to the queues they came from, which the answer does not
+            # name: wake every parked lease of the namespace; those that find nothing park again.
+            _wake_namespace(self.core, ns)
+        return J.QueueAdminResponse(affected=n)
+
+    _QUEUE_OPS: dict[str, Callable[..., Any]] = {
+        "create": _q_create,
+        "update": _q_update,
+        "pause": _q_pause,
+        "resume": _q_resume,
+        "drain": _q_drain,
+        "clean": _q_clean,
+        "obliterate": _q_obliterate,
+        "counts": _q_counts,
+        "retry_all": _q_retry_all,
+        "promote_all": _q_promote_all,
+        "set_rate_limit": _q_set_rate_limit,
+        "set_concurrency": _q_set_concurrency,
+        "workers": _q_workers,
+        "metrics": _q_counts,
+        "redrive_dead_letters": _q_redrive,
+    }
+
+    async def _repeat(self, fn: Callable[..., int], ns: str, queue: str, *args: Any) -> int:
+        """Run a batched op (its last argument is the batch size) until a batch is short."""
+        batch, total = args[-1], 0
+        while True:
+            n = await self.store.transact(fn, ns, queue, *args)
+            total += n
+            if n < batch:
+                return total
+
+    async def job_admin(self, ns: str, req: J.JobAdminRequest) -> J.JobAdminResponse:
+        validate.name("namespace", ns)
+        queue, op = req.queue, req.op
+        validate.name("queue", queue)
+        kind = op.WhichOneof("op")
+        if kind is None:
+            raise InvalidArgument("op", f"set one of {', '.join(J.JobOp.DESCRIPTOR.oneofs_by_name['op'].fields_by_name)}")
+        if kind == "remove_dedup_key":  # names a dedup id, not a job
+            existed = await self.store.transact(admin.job_remove_dedup_key, ns, queue, op.remove_dedup_key.dedup_id)
+            return J.JobAdminResponse(removed=existed)
+        job_id = await self.store.snapshot(_resolve_job, ns, queue, _job_id(req.job, "job"))
+        if kind == "get":
+            return J.JobAdminResponse(job=await self.store.snapshot(admin.job_get, ns, queue, job_id))
+        if kind == "logs":
+            lo = op.logs
+            # BullMQ's getJobLogs range, `end` inclusive; end 0 = through the last line.
+            logs = await self.store.snapshot(admin.job_logs, ns, queue, job_id, lo.start, lo.end or -1)
+            return J.JobAdminResponse(logs=logs.lines, log_count=logs.count)
+        if kind == "remove":
+            await self.store.transact(admin.job_remove, ns, queue, job_id, False)
+            return J.JobAdminResponse(removed=True)
+        if kind == "children":  # BullMQ getChildrenValues / getDependencies
+            return J.JobAdminResponse(children=await self.core.children_values(ns, queue, job_id))
+        if kind == "retry":
+            job = await self.store.transact(admin.job_retry, ns, queue, job_id)
+        elif kind == "promote":
+            job = await self.store.transact(admin.job_promote, ns, queue, job_id)
+        elif kind == "change_priority":
+            cp = op.change_priority
+            job = await self.store.transact(admin.job_change_priority, ns, queue, job_id, cp.priority, cp.lifo)
+        elif kind == "change_delay":
+            job = await self.store.transact(admin.job_change_delay, ns, queue, job_id, op.change_delay.delay_ns)
+        elif kind == "update_data":
+            job = await self.store.transact(admin.job_update_data, ns, queue, job_id, op.update_data.data)
+        elif kind == "cancel":
+            job = await self.store.transact(admin.job_cancel, ns, queue, job_id, "")
+        else:  # a JobOp added to the proto and not mapped here
+            raise InvalidArgument("op", f"{kind} is not supported by this server")
+        if job.state in S.READY:
+            self.core.wake_all(ns, queue)
+        return J.JobAdminResponse(job=job)
+
+    async def query(self, ns: str, req: J.QueryRequest) -> J.QueryResponse:
+        validate.name("namespace", ns)
+        jobs, token = await self.store.snapshot(
+            job_query,
+            ns,
+            req.queue,
+            list(req.states),
+            req.name or None,
+            req.since_ns,
+            req.until_ns,
+            req.page_size,
+            req.page_token,
+        )
+        return J.QueryResponse(jobs=jobs, next_page_token=token)
+
+    async def queue_list(self, ns: str) -> list[str]:
+        """Not a JobsService method: the namespace's queue names (REST, console)."""
+        validate.name("namespace", ns)
+        return await self.store.snapshot(admin.queue_list, ns, "", admin.MAX_BATCH)
+
+    # -- result store ------------------------------------------------------------------
+    async def result_get(self, ns: str, req: J.ResultGetRequest) -> J.ResultGetResponse:
+        validate.name("namespace", ns)
+        value = await self.store.snapshot(results.result_get, ns, req.key)
+        return J.ResultGetResponse(value=value, found=True) if value is not None else J.ResultGetResponse()
+
+    async def result_m_get(self, ns: str, req: J.ResultMGetRequest) -> J.ResultMGetResponse:
+        validate.name("namespace", ns)
+        values = await self.store.snapshot(results.result_mget, ns, list(req.keys))
+        out = J.ResultMGetResponse()
+        for v in values:
+            out.values.add(value=v, found=True) if v is not None else out.values.add()
+        return out
+
+    async def result_set(self, ns: str, req: J.ResultSetRequest) -> J.ResultSetResponse:
+        validate.name("namespace", ns)
+        await self.store.transact(results.result_set, ns, req.key, req.value, req.ttl_ns)
+        return J.ResultSetResponse()
+
+    async def result_delete(self, ns: str, req: J.ResultDeleteRequest) -> J.ResultDeleteResponse:
+        validate.name("namespace", ns)
+        await self.store.transact(results.result_delete, ns, req.key)
+        return J.ResultDeleteResponse()
+
+    async def result_incr(self, ns: str, req: J.ResultIncrRequest) -> J.ResultIncrResponse:
+        """ttl_ns 0 leaves the key's TTL as it is (as Redis INCR does)."""
+        validate.name("namespace", ns)
+        size = await self.store.transact(results.result_incr, ns, req.key, req.member, req.ttl_ns or None)
+        return J.ResultIncrResponse(size=size)
+
+    async def result_expire(self, ns: str, req: J.ResultExpireRequest) -> J.ResultExpireResponse:
+        validate.name("namespace", ns)
+        await self.store.transact(results.result_expire, ns, req.key, req.ttl_ns)
+        return J.ResultExpireResponse()
+
+
+def _wake_namespace(core: QueueCore, ns: str) -> None:
+    for n, q in list(core.waiters._by_queue):  # noqa: SLF001 - no public listing yet
+        if n == ns:
+            core.wake_all(n, q)
+
+
+def _fill_unimplemented() -> None:
+    """A method added to jobs.proto and not mapped here answers Unimplemented (rather
+    than the generated default), naming the work that brings it if UNIMPLEMENTED does."""
+    for m in METHODS:
+        if hasattr(CoreRpc, m):
+            continue
+        UNIMPLEMENTED.setdefault(m, "a later release of the queue core")
+        if m in STREAMING:
+
+            async def stub(self, ns, req, _m=m):
+                raise unimplemented(_m)
+                yield  # pragma: no cover
+
+        else:
+
+            async def stub(self, ns, req, _m=m):
+                raise unimplemented(_m)
+
+        stub.__name__ = m
+        setattr(CoreRpc, m, stub)
+
+
+_fill_unimplemented()
+
+__all__ = ["METHODS", "STREAMING", "UNARY", "UNIMPLEMENTED", "CoreRpc", "unimplemented"]

@@ -1,0 +1,125 @@
+"""`RelayService`: moves each queue shard's outbox into the queue's event log (spec
+§6.6), for the shards this process owns through fenced ownership leases (kind
+"relay"), and trims the log by time. Each pass (`run_once`):
+
+1. lists the queue shards (including those of obliterated queues whose last outbox
+   rows are still to relay) and refreshes its leases,
+2. finds which owned shards have outbox rows (one snapshot), and relays each in
+   batches: copy to `ev/<shard><seq>` and delete from the outbox, fenced by the
+   shard's lease (`events.outbox_relay`; with `one_transaction=False`, the copy and
+   the delete are two transactions, which is just as correct: the copy is idempotent
+   by sequence),
+3. every `trim_every_s` (store clock), deletes the events older than `retention_ns`.
+
+Latency: `wake()` runs a pass at once (in `loam dev` the relay runs in process and is
+woken by the writes); a separate relay process polls every `interval` (100 ms by
+default): the outbox is read with one short scan per owned shard, so an idle pass
+costs a snapshot and no write. Readers never wait for the relay anyway:
+`events.events_after` reads the rows not yet relayed from the outbox.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from loam_common import events
+from loam_common.loop import Loop
+from loam_common.ownership import DEFAULT_TTL_NS, Fence, OwnershipLost, ShardId, ShardOwnership, list_shards, run_fenced
+from loam_common.store.runner import Store
+
+log = logging.getLogger(__name__)
+
+KIND = "relay"
+
+
+@dataclass
+class RelayReport:
+    copied: int = 0
+    trimmed: int = 0
+    lost: set[ShardId] = field(default_factory=set)
+
+
+def _relay_shards(tx) -> list[ShardId]:
+    return list_shards(tx, orphans=True)
+
+
+class RelayService(Loop):
+    name = "relay"
+
+    def __init__(
+        self,
+        store: Store,
+        owner_id: str,
+        *,
+        interval: float = 0.1,
+        ttl_ns: int = DEFAULT_TTL_NS,
+        retention_ns: int = events.DEFAULT_RETENTION_NS,
+        trim_every_s: float = 60.0,
+        batch: int = events.BATCH,
+        one_transaction: bool = True,
+    ) -> None:
+        super().__init__(interval)
+        self.store = store
+        self.owner_id = owner_id
+        self.ownership = ShardOwnership(store, KIND, owner_id, ttl_ns)
+        self.retention_ns = retention_ns
+        self.trim_every_ns = int(trim_every_s * 1e9)
+        self.batch = batch
+        self.one_transaction = one_transaction
+        self._next_trim_ns = 0
+        self.copied = 0  # events relayed by this process, for tests and metrics
+
+    async def run_once(self) -> RelayReport:
+        rep = RelayReport()
+        shards = await self.store.snapshot(_relay_shards)
+        fences = await self.ownership.refresh(shards)
+        pending = await self.store.snapshot(events.outbox_pending, sorted(fences))
+        for shard_id in pending:
+            try:
+                rep.copied += await self._relay_shard(fences[shard_id])
+            except OwnershipLost:
+                rep.lost.add(shard_id)
+        now = self.store.clock.now_ns()
+        if now >= self._next_trim_ns:
+            self._next_trim_ns = now + self.trim_every_ns
+            before = now - self.retention_ns
+            for shard_id, fence in fences.items():
+                if shard_id in rep.lost:
+                    continue
+                try:
+                    rep.trimmed += await self._drain(fence, events.event_log_trim_shard, *shard_id, before)
+                except OwnershipLost:
+                    rep.lost.add(shard_id)
+        for shard_id in rep.lost:
+            log.info("relay %s: lost %s to another relay", self.owner_id, shard_id)
+            self.ownership.lost(shard_id)
+        self.copied += rep.copied
+        return rep
+
+    async def _relay_shard(self, fence: Fence) -> int:
+        if self.one_transaction:
+            return await self._drain(fence, events.outbox_relay, *fence.shard_id)
+        total = 0
+        while True:
+            last = await self.store.transact(run_fenced, fence, events.outbox_copy, *fence.shard_id, self.batch)
+            if not last:
+                return total
+            n = await self.store.transact(run_fenced, fence, events.outbox_delete_through, *fence.shard_id, last)
+            total += n
+            if n < self.batch:
+                return total
+
+    async def _drain(self, fence: Fence, fn, *args) -> int:
+        total = 0
+        while True:
+            n = await self.store.transact(run_fenced, fence, fn, *args, self.batch)
+            total += n
+            if n < self.batch:
+                return total
+
+    async def on_stop(self) -> None:
+        try:
+            await self.ownership.release_all()
+        except Exception:
+            log.exception("relay %s: could not release its leases", self.owner_id)

@@ -1,0 +1,120 @@
+"""`SweeperService`: the sweeper process's loop. Each pass (`run_once`):
+
+1. lists the queue shards in the store (plus the namespace-wide pseudo-shards),
+2. refreshes its fenced ownership leases (`loam_common.ownership`, kind "sweeper"):
+   heartbeat, rendezvous over the live sweepers, take / renew / release,
+3. runs `Sweeper.run_once()` over the shards it owns, every sweep transaction fenced
+   by the shard's lease, so a sweeper whose shard was taken over writes nothing more,
+4. wakes the long-polls of each queue where jobs became ready (stalled jobs reclaimed,
+   delayed jobs promoted): `on_ready(ns, queue)` in process, and a POST of
+   `{"ns", "queue"}` to `<core>/internal/v1/wake` of the queue core that owns the
+   queue (rendezvous over the queue-core URLs, the function the gateway routes with).
+
+`stop()` lets the current pass finish, then releases every lease and leaves the
+membership, so the other sweepers take the shards over at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+
+from loam_common import rendezvous
+from loam_common.blobs import BlobStore
+from loam_common.loop import Loop
+from loam_common.ownership import DEFAULT_TTL_NS, ShardOwnership, list_shards
+from loam_common.store.runner import Store
+from loam_common.sweeper import SweepReport, Sweeper
+
+log = logging.getLogger(__name__)
+
+KIND = "sweeper"
+TOKEN_HEADER = "x-loam-internal-token"
+WAKE_PATH = "/internal/v1/wake"
+WAKE_TIMEOUT_S = 2.0
+
+
+def _sweeper_shards(tx) -> list:
+    return list_shards(tx, namespace_wide=True)
+
+
+class SweeperService(Loop):
+    name = "sweeper"
+
+    def __init__(
+        self,
+        store: Store,
+        blobs: BlobStore | None,
+        owner_id: str,
+        queue_cores: Sequence[str] | None = None,
+        interval: float = 0.2,
+        *,
+        ttl_ns: int = DEFAULT_TTL_NS,
+        internal_token: str | None = None,
+        on_ready: Callable[[str, str], None] | None = None,
+    ) -> None:
+        super().__init__(interval)
+        self.store = store
+        self.owner_id = owner_id
+        self.queue_cores = [c.rstrip("/") for c in queue_cores or ()]
+        self.internal_token = internal_token if internal_token is not None else os.environ.get("LOAM_INTERNAL_TOKEN")
+        self.on_ready = on_ready
+        self.ownership = ShardOwnership(store, KIND, owner_id, ttl_ns)
+        self.sweeper = Sweeper(store, blobs, owns=self.ownership.owns, fence=self.ownership.fence)
+        self._http = None
+        self.wakes_sent = 0
+        self.wakes_failed = 0
+
+    async def run_once(self) -> SweepReport:
+        shards = await self.store.snapshot(_sweeper_shards)
+        await self.ownership.refresh(shards)
+        rep = await self.sweeper.run_once()
+        for shard_id in rep.lost:
+            log.info("sweeper %s: lost %s to another sweeper", self.owner_id, shard_id)
+            self.ownership.lost(shard_id)
+        if rep.woke:
+            await self._wake(rep.woke)
+        return rep
+
+    async def on_stop(self) -> None:
+        try:
+            await self.ownership.release_all()
+        except Exception:  # the store may be gone; the leases then expire on their own
+            log.exception("sweeper %s: could not release its leases", self.owner_id)
+
+    # -- waking the queue cores --------------------------------------------------------------
+    async def _wake(self, queues: set[tuple[str, str]]) -> None:
+        posts = []
+        for ns, queue in sorted(queues):
+            if self.on_ready is not None:
+                try:
+                    self.on_ready(ns, queue)
+                except Exception:
+                    log.exception("on_ready(%s, %s) failed", ns, queue)
+            if self.queue_cores:
+                posts.append(self._post_wake(rendezvous.queue_owner(ns, queue, self.queue_cores), ns, queue))
+        if posts:
+            await asyncio.gather(*posts)
+
+    async def _post_wake(self, core: str, ns: str, queue: str) -> None:
+        """Best effort: a core that misses a wake still finds the jobs when its parked
+        leases time out or a worker polls again."""
+        if self._http is None:
+            from pyqwest import Client
+
+            self._http = Client()
+        headers = {"content-type": "application/json"}
+        if self.internal_token:
+            headers[TOKEN_HEADER] = self.internal_token
+        body = json.dumps({"ns": ns, "queue": queue}).encode()
+        try:
+            resp = await asyncio.wait_for(self._http.post(core + WAKE_PATH, headers=headers, content=body), WAKE_TIMEOUT_S)
+            if resp.status != 200:
+                raise RuntimeError(f"HTTP {resp.status}: {resp.content[:200]!r}")
+            self.wakes_sent += 1
+        except Exception as e:  # noqa: BLE001 - a failed wake only delays a lease
+            self.wakes_failed += 1
+            log.warning("sweeper %s: could not wake %s for %s/%s: %s", self.owner_id, core, ns, queue, e)

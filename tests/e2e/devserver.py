@@ -1,0 +1,72 @@
+"""`loam dev` as a subprocess on a free port with a fresh data directory, ready when
+it prints its "ready" line; `stop()` sends SIGTERM (and kills it if it does not stop)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+READY_TIMEOUT_S = 30
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class DevServer:
+    url: str
+    port: int
+    data: Path
+    proc: subprocess.Popen
+    lines: list[str] = field(default_factory=list)
+
+    def stop(self, timeout: float = 15) -> int:
+        """SIGTERM, then wait; kill if it does not stop in time. Returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_dev_server(data: Path, *extra: str) -> DevServer:
+    port = free_port()
+    cmd = [sys.executable, "-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", str(port),
+           "--data", str(data), *extra]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOAM_")}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    server = DevServer(f"http://127.0.0.1:{port}", port, data, proc)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:  # keep reading so the pipe never fills
+        for line in proc.stdout:
+            server.lines.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue.Empty:
+            server.stop()
+            raise RuntimeError(f"loam dev did not get ready in {READY_TIMEOUT_S}s:\n{''.join(server.lines)}") from None
+        if line is None:
+            raise RuntimeError(f"loam dev exited with {proc.wait()}:\n{''.join(server.lines)}")
+        if "ready" in line:
+            return server

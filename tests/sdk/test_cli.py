@@ -1,0 +1,174 @@
+"""The `loam` command as a user runs it: `.venv/bin/loam ... --json` in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loam import Client, errors
+from loam.testing import LoamServer
+
+LOAM = str(Path(sys.executable).with_name("loam"))
+
+
+def run(*args: str, ok: bool = True, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    p = subprocess.run([LOAM, *args], capture_output=True, text=True, timeout=60, input=stdin, env=env)
+    if ok:
+        assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    return p
+
+
+@pytest.fixture
+def cli(url: str, ns: str):
+    def call(*args: str, ok: bool = True, **kw) -> object:
+        p = run(*args, "--json", "--url", url, "--namespace", ns, ok=ok, **kw)
+        return json.loads(p.stdout) if p.returncode == 0 else p
+
+    return call
+
+
+def test_jobs_add_get_ls_retry_rm(cli) -> None:
+    added = cli("jobs", "add", "mail", "send", '{"to": "a@example.com"}', "--priority", "3", "--attempts", "2")
+    assert added["created"] and added["state"] == "prioritized"
+    job = cli("jobs", "get", "mail", added["id"])
+    assert job["payload"] == {"to": "a@example.com"} and job["name"] == "send" and job["state"] == "prioritized"
+    cli("jobs", "add", "mail", "note", "plain words", "--delay", "60")
+    listed = cli("jobs", "ls", "mail")
+    assert [j["name"] for j in listed] == ["note", "send"]
+    assert [j["name"] for j in cli("jobs", "ls", "mail", "--state", "delayed")] == ["note"]
+    assert cli("jobs", "ls", "mail", "--state", "delayed,prioritized", "--limit", "1").__len__() == 1
+    assert cli("jobs", "rm", "mail", added["id"]) == {"id": added["id"], "removed": True}
+    assert [j["name"] for j in cli("jobs", "ls", "mail")] == ["note"]
+
+
+def test_jobs_retry(cli, url: str, ns: str) -> None:
+    added = cli("jobs", "add", "r", "t", "1")
+    from loam import SyncClient, Outcome
+
+    with SyncClient(url, namespace=ns) as c:
+        (job,) = c.lease("r")
+        c.complete(job, Outcome.fail("broken"))
+    assert cli("jobs", "get", "r", added["id"])["state"] == "failed"
+    assert cli("jobs", "retry", "r", added["id"])["state"] == "waiting"
+
+
+def test_bulk_add_by_count_and_file(cli, tmp_path: Path) -> None:
+    res = cli("jobs", "add", "bulk", "t", "--count", "2500", '{"x": 1}')
+    assert res["count"] == res["created"] == 2500 and res["errors"] == 0
+    lines = tmp_path / "jobs.jsonl"
+    lines.write_text('{"name": "a", "payload": 1, "priority": 2}\n{"x": 2}\n\n"text"\n')
+    res = cli("jobs", "add", "bulk", "fromfile", "--file", str(lines))
+    assert res["count"] == 3 and [j["state"] for j in res["jobs"]] == ["prioritized", "waiting", "waiting"]
+    res = cli("jobs", "add", "bulk", "stdin", "--file", "-", stdin='{"k": 1}\n{"k": 2}\n')
+    assert res["created"] == 2
+    counts = cli("queues", "counts", "bulk")
+    assert counts["waiting"] == 2504 and counts["prioritized"] == 1
+
+
+def test_queues_counts_pause_resume_drain_ls(cli) -> None:
+    cli("jobs", "add", "qa", "t", "--count", "3")
+    cli("jobs", "add", "qb", "t")
+    assert cli("queues", "pause", "qa") == {"queue": "qa", "paused": True}
+    assert cli("queues", "counts", "qa")["paused"] is True
+    assert cli("queues", "resume", "qa") == {"queue": "qa", "paused": False}
+    assert cli("queues", "counts", "qa") == {
+        "waiting": 3, "prioritized": 0, "delayed": 0, "active": 0, "waiting_children": 0,
+        "completed": 0, "failed": 0, "dead_lettered": 0, "canceled": 0, "paused": False,
+    }  # fmt: skip
+    listed = {q["name"]: q["counts"]["waiting"] for q in cli("queues", "ls")}
+    assert listed == {"qa": 3, "qb": 1}
+    assert cli("queues", "drain", "qa") == {"queue": "qa", "removed": 3}
+
+
+def test_human_output(url: str, ns: str) -> None:
+    common = ["--url", url, "--namespace", ns]
+    run("jobs", "add", "h", "greet", '{"who": "you"}', *common)
+    out = run("jobs", "ls", "h", *common).stdout
+    assert "greet" in out and "waiting" in out and "you" in out
+    assert "waiting" in run("queues", "counts", "h", *common).stdout
+
+
+def test_errors_are_one_line_with_exit_codes(cli, url: str, ns: str) -> None:
+    p = cli("jobs", "get", "mail", "01ARZ3NDEKTSV4RRFFQ69G5FAV", ok=False)
+    assert p.returncode == 1 and p.stderr.startswith("loam: not_found:") and p.stderr.count("\n") == 1
+    p = run("queues", "counts", "q", "--url", "http://127.0.0.1:1", ok=False)
+    assert p.returncode == 3 and p.stderr.startswith("loam: unavailable:")
+    p = run("jobs", "ls", "q", "--state", "bogus", "--url", url, ok=False)
+    assert p.returncode == 2 and "unknown job state" in p.stderr
+    p = run("jobs", "frobnicate", ok=False)
+    assert p.returncode == 2
+
+
+def test_env_selects_server_and_namespace(url: str, ns: str) -> None:
+    import os
+
+    env = {**os.environ, "LOAM_URL": url, "LOAM_NAMESPACE": ns}
+    run("jobs", "add", "envq", "t", env=env)
+    assert json.loads(run("queues", "counts", "envq", "--json", env=env).stdout)["waiting"] == 1
+
+
+def test_tokens_create_ls_revoke(tmp_path: Path) -> None:
+    store = str(tmp_path / "tokens.db")
+    made = json.loads(run("tokens", "create", "--namespace", "team-a", "--actions", "jobs:enqueue,jobs:admin",
+                          "--name", "ci", "--store", store, "--json").stdout)  # fmt: skip
+    assert made["token"].startswith("loam_") and made["actions"] == ["jobs:admin", "jobs:enqueue"]
+    listed = json.loads(run("tokens", "ls", "--store", store, "--json").stdout)
+    assert [(t["id"], t["namespace"], t["name"], t["revoked"]) for t in listed] == [(made["id"], "team-a", "ci", False)]
+    assert "token" not in listed[0]
+    assert json.loads(run("tokens", "revoke", made["id"], "--store", store, "--json").stdout)["revoked"] is True
+    p = run("tokens", "create", "--namespace", "x", "--actions", "jobs:everything", "--store", store, ok=False)
+    assert p.returncode == 1 and "unknown action" in p.stderr
+    p = run("tokens", "revoke", "0123456789abcdef", "--store", store, ok=False)
+    assert p.returncode == 1 and "not_found" in p.stderr
+
+
+async def test_token_from_the_cli_works_on_an_auth_server(tmp_path: Path) -> None:
+    with LoamServer(tmp_path / "data", auth=True) as server:
+        store = str(tmp_path / "data" / "loam.db")
+        made = json.loads(run("tokens", "create", "--namespace", "team-b", "--actions", "jobs:enqueue,jobs:admin",
+                              "--store", store, "--json").stdout)  # fmt: skip
+        async with Client(server.url, token=made["token"]) as c:
+            await c.enqueue("authq", "t", 1)
+            assert (await c.queue_counts("authq"))["waiting"] == 1
+            with pytest.raises(errors.PermissionDenied):
+                await c.lease("authq")  # no jobs:consume
+        async with Client(server.url, token="loam_0000000000000000_" + "0" * 64) as c:
+            with pytest.raises(errors.Unauthenticated):
+                await c.enqueue("authq", "t", 1)
+        p = run("queues", "counts", "authq", "--url", server.url, "--token", made["token"], "--json")
+        assert json.loads(p.stdout)["waiting"] == 1
+        run("tokens", "revoke", made["id"], "--store", store)
+
+
+def test_loam_dev_serves_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from loam import SyncClient
+    from loam.testing import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [LOAM, "dev", "--port", str(port), "--data", str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if "ready" in line or time.monotonic() > deadline:
+                break
+        with SyncClient(f"http://127.0.0.1:{port}") as c:
+            assert c.enqueue("devq", "t").created
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (tmp_path / "loam.db").exists()
+    for service in ("gateway", "queue-core", "sweeper", "relay"):
+        assert run(service, "--help").stdout.startswith(f"usage: loam {service}")

@@ -1,0 +1,194 @@
+"""The relay (loam_relay, loam_common.events): outbox rows reach the per-queue event log
+exactly once and in order per shard, also when the relay dies between copying and
+deleting; reads see relayed and not-yet-relayed events once each; retention trims by
+time; two relays split the shards and a fenced one writes nothing."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import NS, SEC
+
+from loam_common import events
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import admin
+from loam_common.jobs.complete import Outcome
+from loam_common.ownership import Fence, OwnershipLost, ownership_acquire_or_renew, run_fenced
+from loam_relay import RelayService
+
+DAY = 24 * 3600 * SEC
+
+
+async def _traffic(core, queue: str, n: int) -> None:
+    """n jobs through enqueue, lease and completion: several events each, both shards."""
+    for _ in range(n):
+        await core.enqueue(NS, queue, pb.TaskSpec(name="t"))
+    for job in await core.lease(NS, [queue], "w", max_jobs=n):
+        await core.complete(NS, queue, job.id, job.epoch, Outcome.ok())
+
+
+def _key(e) -> tuple:
+    return (e.shard, e.seq, e.event, e.job_id)
+
+
+async def _all_outbox(outbox_of, queue, shards=2):
+    return {s: await outbox_of(queue, s) for s in range(shards)}
+
+
+def _assert_log(log, expected):
+    """The log is exactly the expected events: same sequences, in order, no repeats."""
+    assert [_key(e) for e in log] == [_key(e) for e in expected]
+    seqs = [e.seq for e in log]
+    assert seqs == sorted(set(seqs))
+
+
+async def test_events_are_copied_once_and_in_order_per_shard(store, core, configure, outbox_of, event_log_of):
+    await configure("q", shards=2)
+    await _traffic(core, "q", 20)
+    before = await _all_outbox(outbox_of, "q")
+    assert all(before[s] for s in (0, 1))
+    relay = RelayService(store, "relay-a", batch=7)  # several batches per shard
+    rep = await relay.run_once()
+    assert rep.copied == sum(len(v) for v in before.values())
+    for s in (0, 1):
+        _assert_log(await event_log_of("q", s), before[s])
+        assert [e.seq for e in before[s]] == list(range(1, len(before[s]) + 1))
+        assert await outbox_of("q", s) == []
+    # More traffic is appended after what is there; a pass with nothing to do copies nothing.
+    await _traffic(core, "q", 5)
+    more = await _all_outbox(outbox_of, "q")
+    assert (await relay.run_once()).copied == sum(len(v) for v in more.values())
+    assert (await relay.run_once()).copied == 0
+    for s in (0, 1):
+        _assert_log(await event_log_of("q", s), before[s] + more[s])
+
+
+@pytest.mark.parametrize("one_transaction", [True, False])
+async def test_a_crash_between_copy_and_delete_copies_nothing_twice(
+    store, core, configure, outbox_of, event_log_of, monkeypatch, one_transaction
+):
+    await configure("q", shards=2)
+    await _traffic(core, "q", 10)
+    before = await _all_outbox(outbox_of, "q")
+    # A relay copied shard 0's first rows and died before deleting them.
+    await store.transact(events.outbox_copy, NS, "q", 0, 4)
+    assert len(await event_log_of("q", 0)) == 4 and len(await outbox_of("q", 0)) == len(before[0])
+
+    # A second relay (split copy/delete) dies after its copy of shard 1 committed.
+    crashing = RelayService(store, "relay-b", one_transaction=False)
+    real_delete = events.outbox_delete_through
+
+    def die(*a, **kw):
+        raise RuntimeError("killed between copy and delete")
+
+    monkeypatch.setattr(events, "outbox_delete_through", die)
+    with pytest.raises(RuntimeError):
+        await crashing.run_once()
+    monkeypatch.setattr(events, "outbox_delete_through", real_delete)
+
+    # Readers meanwhile see every event once: the log, then the outbox past its end.
+    for s in (0, 1):
+        seen = await store.snapshot(events.events_after, NS, "q", s, 0, 1000)
+        _assert_log(seen, before[s])
+        tail = await store.snapshot(events.events_after, NS, "q", s, 3, 1000)
+        _assert_log(tail, before[s][3:])
+
+    # The restarted relay finishes the job: each event in the log exactly once, in order.
+    await crashing.on_stop()
+    relay = RelayService(store, "relay-c", one_transaction=one_transaction)
+    await relay.run_once()
+    for s in (0, 1):
+        _assert_log(await event_log_of("q", s), before[s])
+        assert await outbox_of("q", s) == []
+    assert await store.snapshot(events.shard_event_seq, NS, "q", 0) == before[0][-1].seq
+
+
+async def test_retention_trims_by_time_and_the_admin_trim(store, clock, core, configure, event_log_of):
+    await configure("q", shards=2)
+    relay = RelayService(store, "relay-a", trim_every_s=3600)
+    await _traffic(core, "q", 4)
+    await relay.run_once()
+    old = [len(await event_log_of("q", s)) for s in (0, 1)]
+    clock.advance(6 * DAY)
+    await _traffic(core, "q", 4)
+    await relay.run_once()  # trim not due yet (hourly)
+    assert [len(await event_log_of("q", s)) for s in (0, 1)] > old
+    clock.advance(DAY + SEC)  # the first events are past 7 days now
+    rep = await relay.run_once()
+    assert rep.trimmed == sum(old)
+    logs = [await event_log_of("q", s) for s in (0, 1)]
+    assert all(e.time_ns >= clock.now_ns() - events.DEFAULT_RETENTION_NS for log in logs for e in log)
+    assert sum(map(len, logs)) > 0
+    # The admin call trims everything before a given time, in batches.
+    total = 0
+    while (n := await store.transact(events.event_log_trim, NS, "q", clock.now_ns(), 3)) == 3:
+        total += n
+    total += n
+    assert total == sum(map(len, logs))
+    assert [await event_log_of("q", s) for s in (0, 1)] == [[], []]
+
+
+async def test_two_relays_split_shards_and_a_fenced_relay_writes_nothing(
+    store, clock, core, configure, outbox_of, event_log_of
+):
+    queues = [f"q{i}" for i in range(4)]
+    for q in queues:
+        await configure(q, shards=2)
+    a, b = RelayService(store, "relay-a"), RelayService(store, "relay-b")
+    for r in (a, b, a, b):
+        await r.run_once()
+    assert a.ownership.held and b.ownership.held
+    assert set(a.ownership.held).isdisjoint(b.ownership.held)
+    assert len(a.ownership.held) + len(b.ownership.held) == 8
+    for q in queues:
+        await _traffic(core, q, 3)
+    expected = {(q, s): await outbox_of(q, s) for q in queues for s in (0, 1)}
+    ra, rb = await a.run_once(), await b.run_once()
+    assert ra.copied and rb.copied
+    for (q, s), evs in expected.items():
+        _assert_log(await event_log_of(q, s), evs)
+
+    # B's lease on one shard is taken over behind its back: its writes are refused.
+    shard = next(iter(b.ownership.held))
+    stale = b.ownership.fence(*shard)
+    clock.advance(30 * SEC)
+    await store.transact(ownership_acquire_or_renew, "relay", "relay-x", *shard, 10 * SEC)
+    await _traffic(core, shard[1], 2)
+    pending = await outbox_of(shard[1], shard[2])
+    with pytest.raises(OwnershipLost):
+        await store.transact(run_fenced, stale, events.outbox_relay, *shard, 100)
+    assert await outbox_of(shard[1], shard[2]) == pending
+
+
+async def test_an_obliterated_queues_last_events_are_still_relayed(store, core, configure, outbox_of, event_log_of):
+    await configure("gone")
+    await _traffic(core, "gone", 2)
+    await store.transact(admin.queue_obliterate, NS, "gone")
+    tail = await outbox_of("gone")
+    assert tail and tail[-1].event == "obliterated"
+    await RelayService(store, "relay-a").run_once()
+    assert await outbox_of("gone") == []
+    assert (await event_log_of("gone"))[-1].event == "obliterated"
+
+
+async def test_the_loop_runs_on_wake(store, core, configure, event_log_of):
+    import asyncio
+
+    await configure("q")
+    relay = RelayService(store, "relay-a", interval=3600)
+    relay.start()
+    try:
+        while relay.passes == 0:
+            await asyncio.sleep(0.001)
+        await _traffic(core, "q", 1)
+        relay.wake()
+        while relay.passes < 2:
+            await asyncio.sleep(0.001)
+        assert [e.event for e in await event_log_of("q")][-1] == "completed"
+    finally:
+        await relay.stop()
+    assert not relay.ownership.held
+
+
+def test_fence_is_a_value():
+    f = Fence("relay", "a", 3, NS, "q", 1)
+    assert f.shard_id == (NS, "q", 1)
