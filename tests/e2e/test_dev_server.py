@@ -28,7 +28,7 @@ from protobuf.wkt import Any as AnyMsg
 from loam_common import errors as E
 from loam_common.connect_errors import DETAIL_TYPE, from_connect
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
-from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceClient
+from loam_common.connect_client import jobs_client
 
 from devserver import start_dev_server
 
@@ -73,7 +73,7 @@ class BinaryApi:
     kind = "binary"
 
     def __init__(self, url: str) -> None:
-        self.client = JobsServiceClient(url, send_compression=None)
+        self.client = jobs_client(url)
 
     async def call(self, method: str, req: Any) -> Any:
         try:

@@ -34,6 +34,7 @@ from loam_common import keys
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.connect_client import jobs_client
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceClient
 from loam_common.jobs import states as S
 from loam_common.jobs.queue import QueueTx
@@ -173,7 +174,7 @@ async def test_every_acknowledged_job_completes_once_across_kill_9(tmp_path):
     clients: list[JobsServiceClient] = []
 
     def client() -> JobsServiceClient:
-        c = JobsServiceClient(gw_url, send_compression=None, accept_compression=(), timeout_ms=10_000)
+        c = jobs_client(gw_url, timeout_ms=10_000)
         clients.append(c)
         return c
 

@@ -19,7 +19,7 @@ from protobuf.wkt import Any as AnyMsg
 from loam_common import errors as E
 from loam_common.connect_errors import from_connect
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
-from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceClient
+from loam_common.connect_client import jobs_client
 
 NS = "e2e-sched"
 HEADERS = {"x-loam-namespace": NS}
@@ -30,7 +30,7 @@ SEC = 1_000_000_000
 class Api:
     def __init__(self, url: str, kind: str) -> None:
         self.kind = kind
-        self.client = JobsServiceClient(url, send_compression=None)
+        self.client = jobs_client(url)
         self.http = httpx.AsyncClient(base_url=url, timeout=40)
 
     async def call(self, method: str, req: Any) -> Any:

@@ -10,7 +10,6 @@ on Unavailable, so a retried enqueue never makes a second job (§5.3)."""
 from __future__ import annotations
 
 import asyncio
-import atexit
 import datetime as dt
 import functools
 import inspect
@@ -29,7 +28,7 @@ from pyqwest import HTTPTransport
 from connectrpc.errors import ConnectError
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceClient
+from loam_common.connect_client import jobs_client
 
 from loam import options, payloads
 from loam.errors import JobsError, Unavailable, from_connect, from_item
@@ -46,15 +45,6 @@ RETRIES = 3
 Token = jpb.LeaseToken | LeasedJob
 
 
-def _settle_http_threads() -> None:
-    """pyqwest's tokio threads may still be dropping Python objects when the interpreter
-    finalizes; a thread that then takes the GIL is killed mid-unwind and the process
-    aborts (SIGABRT, about 1 exit in 6 here). A moment with the GIL released at exit lets
-    them finish first."""
-    time.sleep(0.02)
-
-
-atexit.register(_settle_http_threads)
 
 
 def uuid7() -> str:
@@ -115,7 +105,7 @@ class Client:
         self._http = HTTPClient(self._transport)
         # No request compression: the payloads are small protobufs and gzip costs more
         # CPU per job than it saves on a local network.
-        self._rpc = JobsServiceClient(self.url, send_compression=None, timeout_ms=_ms(timeout), http_client=self._http)
+        self._rpc = jobs_client(self.url, timeout_ms=_ms(timeout), http_client=self._http)
         self._worker_id: str | None = None
 
     def __repr__(self) -> str:

@@ -19,6 +19,7 @@ sent before `run()` returns."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import logging
@@ -159,6 +160,13 @@ class Worker:
             for t in [*self._running, *self._tasks]:
                 t.cancel()
             await asyncio.gather(beater, leaser, *self._running, *self._tasks, return_exceptions=True)
+            if self._buffer or self._pending or self._flushing:  # torn down, not stopped: hand back
+                self._release(list(self._buffer))
+                self._buffer.clear()
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.wait_for(self._flush_all(), 5)
+            self._stopping = False  # so the worker can run again
+            self._stop.clear()
             if handle_signals:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)

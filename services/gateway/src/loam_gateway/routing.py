@@ -36,6 +36,7 @@ from pyqwest import Client as HTTPClient
 from loam_common import rendezvous
 from loam_common.connect_errors import to_connect
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.connect_client import jobs_client
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceClient
 from loam_queue_core.rpc import STREAMING, UNARY, CoreRpc
 from loam_queue_core.server import NAMESPACE_HEADER, TOKEN_HEADER
@@ -98,7 +99,7 @@ class Router:
     def _client(self, url: str) -> JobsServiceClient:
         client = self._clients.get(url)
         if client is None:
-            client = JobsServiceClient(url, send_compression=None, accept_compression=(), timeout_ms=self.timeout_ms)
+            client = jobs_client(url, timeout_ms=self.timeout_ms)
             self._clients[url] = client
         return client
 
