@@ -21,8 +21,7 @@ import pytest
 from loam_common import keys
 from loam_common.blobs import DirBlobStore
 from loam_common.gen.loam.jobs.v1 import events_pb2, types_pb2 as pb
-from loam_common.jobs import states as S
-from loam_common.jobs.queue import QueueTx
+from loam_common.jobs import admin, states as S
 from loam_common.store import ManualClock, MemoryBackend, SqliteBackend, Store
 from loam_common.sweeper import Sweeper
 from loam_queue_core import QueueCore
@@ -59,17 +58,24 @@ def core(store, blobs) -> QueueCore:
 
 # -- configuration -------------------------------------------------------------------------
 def set_config(tx, ns: str, queue: str, fields: dict) -> None:
-    """Set QueueConfig fields of a queue, creating it if new. Message-valued fields take a
-    message or a dict of its fields."""
-    with QueueTx(tx, ns, queue) as qt:
-        for name, value in fields.items():
-            current = getattr(qt.cfg, name)
-            if hasattr(current, "CopyFrom"):
-                getattr(qt.cfg, name).CopyFrom(value if not isinstance(value, dict) else type(current)(**value))
-            else:
-                setattr(qt.cfg, name, value)
-        qt.ensure_exists()
-        qt.save_config()
+    """Set QueueConfig fields the way an operator does, through the admin operations:
+    Create for a new queue, Update with a field mask for an existing one, Pause/Resume for
+    `paused`. Message-valued fields take a message or a dict of its fields."""
+    fields = dict(fields)
+    paused = fields.pop("paused", None)
+    cfg = pb.QueueConfig()
+    for name, value in fields.items():
+        current = getattr(cfg, name)
+        if hasattr(current, "CopyFrom"):
+            current.CopyFrom(value if not isinstance(value, dict) else type(current)(**value))
+        else:
+            setattr(cfg, name, value)
+    if tx.get(keys.QueueKeys(ns, queue).config()) is None:
+        admin.queue_create(tx, ns, queue, cfg)
+    elif fields:
+        admin.queue_update(tx, ns, queue, cfg, list(fields))
+    if paused is not None:
+        (admin.queue_pause if paused else admin.queue_resume)(tx, ns, queue)
 
 
 @pytest.fixture

@@ -20,10 +20,9 @@ from loam_common.errors import (
     PayloadTooLarge,
 )
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import dlq, states as S
+from loam_common.jobs import admin, dlq, states as S
 from loam_common.jobs.complete import Outcome
 from loam_common.jobs.enqueue import Enqueued
-from loam_common.jobs.queue import QueueTx
 from loam_common.jobs.sweeps import STALLED_MESSAGE
 from loam_common.store import RESERVED_PREFIX
 from loam_queue_core import QueueCore
@@ -91,6 +90,15 @@ async def test_lifo_serves_newest_first(core, check_invariants):
     ids = [(await enqueue(core, data=str(i).encode(), lifo=True)).job_id for i in range(4)]
     got = [j.id for j in await lease(core, max_jobs=2)] + [j.id for j in await lease(core)]
     assert got == list(reversed(ids))
+    await check_invariants()
+
+
+async def test_a_lifo_job_is_served_before_waiting_fifo_jobs(core, check_invariants):
+    fifo = [(await enqueue(core, data=b"f")).job_id for _ in range(3)]
+    lifo = (await enqueue(core, data=b"l", lifo=True)).job_id
+    prio = (await enqueue(core, data=b"p", priority=1)).job_id
+    got = [j.id for j in await lease(core, max_jobs=10)]
+    assert got == [lifo, *fifo, prio]  # BullMQ: a LIFO job goes to the head of the wait list
     await check_invariants()
 
 
@@ -347,11 +355,6 @@ async def test_retry_after_overrides_backoff(core, clock, job_of, check_invarian
 
 
 # -- dead letters -------------------------------------------------------------------------------------
-def redrive(tx, ns, queue, limit):
-    with QueueTx(tx, ns, queue, create=False) as dq:
-        return dlq.redrive(dq, limit)
-
-
 async def test_fail_with_dead_letter_moves_to_the_dlq_and_redrive_brings_it_back(
     core, store, configure, jobs_of, check_invariants
 ):
@@ -367,7 +370,7 @@ async def test_fail_with_dead_letter_moves_to_the_dlq_and_redrive_brings_it_back
     assert "bad input" in letter.task.headers[dlq.ERRORS]
     assert await lease(core) == []
 
-    assert await store.transact(redrive, NS, "q-dlq", 10) == 1
+    assert await store.transact(admin.queue_redrive_dead_letters, NS, "q-dlq", 10) == 1
     assert await jobs_of("q-dlq") == {}
     again = await lease_one(core)
     assert again.id != e.job_id and again.task.payload.data == b"payload"
@@ -843,7 +846,7 @@ async def test_every_state_change_writes_an_outbox_row(core, configure, clock, s
     final_states = {j.id: j.state for j in (await jobs_of()).values()}
     last = {}
     for ev in await events_of():
-        if ev.event not in ("added", "progress", "deduplicated", "retries-exhausted"):
+        if ev.job_id and ev.event not in ("added", "progress", "deduplicated", "retries-exhausted"):
             last[ev.job_id] = ev.state
     assert last == final_states
 

@@ -89,9 +89,11 @@ def configure(tx, shards: int, max_stalled: int) -> None:
 
 
 def ready_key(job: pb.Job, seq: int) -> tuple:
-    """The order a lease serves a shard in: band, priority, FIFO by seq (LIFO reversed)."""
-    band = 1 if job.opts.priority else 0
-    return (band, job.opts.priority, keys.MAX_U64 - seq if job.opts.lifo else seq)
+    """The order a lease serves a shard in: LIFO jobs newest first, then FIFO jobs by
+    seq, then prioritized jobs by priority and seq (BullMQ's order)."""
+    if job.opts.priority:
+        return (2, job.opts.priority, seq)
+    return (0, 0, -seq) if job.opts.lifo else (1, 0, seq)
 
 
 def lease_candidates(snap: Snapshot, shard: int) -> list[str]:
@@ -356,11 +358,11 @@ def test_random_interleavings_keep_the_queue_consistent(queue_problems, monkeypa
 
 @pytest.mark.parametrize("shards", [1, 2])
 def test_lease_candidates_model(shards):
-    """The test's own ready-order model, on a hand-made shard: FIFO band, then priority."""
+    """The test's own ready-order model, on a hand-made shard: LIFO, FIFO, then priority."""
     def job(i, prio=0, lifo=False, seq=0, state=S.WAITING, due=0):
         return pb.Job(id=f"j{i}", state=state, seq=seq, due_ns=due, opts=pb.EnqueueOpts(priority=prio, lifo=lifo))
 
     jobs = [job(1, prio=2, seq=1), job(2, seq=2), job(3, lifo=True, seq=3), job(4, lifo=True, seq=4),
             job(5, seq=5), job(6, prio=1, seq=6), job(7, state=S.DELAYED, due=5)]
     snap = Snapshot(now=10, jobs={j.id: j for j in jobs}, next_seq=[7] * shards, events=[])
-    assert lease_candidates(snap, 0) == ["j2", "j5", "j7", "j4", "j3", "j6", "j1"]
+    assert lease_candidates(snap, 0) == ["j4", "j3", "j2", "j5", "j7", "j6", "j1"]

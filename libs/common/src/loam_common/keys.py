@@ -43,7 +43,9 @@ System keys (`sys/…`) sit outside every tenant prefix: they belong to the depl
 not a tenant (a token record is what tells us the tenant, so it cannot live inside one).
 
 Encoding version 1. Band 0 is the FIFO band (served first), band 1 the prioritized.
-LIFO jobs use `2^64 - 1 - seq` so the newest sorts first in its band.
+In the FIFO band the u32 slot is a lane instead of a priority: lane 0 holds LIFO jobs
+under `2^64 - 1 - seq` (newest first), lane 1 plain FIFO jobs under `seq`, so a LIFO
+job is served before every FIFO job, as BullMQ serves it next.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ U16 = struct.Struct(">H")
 MAX_U64 = 2**64 - 1
 FIFO_BAND = 0
 PRIORITY_BAND = 1
+LIFO_LANE = 0
+FIFO_LANE = 1
 ULID_LEN = 26
 
 
@@ -140,9 +144,10 @@ class QueueKeys:
         return self.q + b"r/" + bytes((shard, band))
 
     def ready(self, shard: int, priority: int, seq: int, lifo: bool) -> bytes:
-        band = PRIORITY_BAND if priority else FIFO_BAND
-        order = MAX_U64 - seq if lifo else seq
-        return self.q + b"r/" + bytes((shard, band)) + U32.pack(priority) + U64.pack(order)
+        if priority:
+            return self.q + b"r/" + bytes((shard, PRIORITY_BAND)) + U32.pack(priority) + U64.pack(seq)
+        lane, order = (LIFO_LANE, MAX_U64 - seq) if lifo else (FIFO_LANE, seq)
+        return self.q + b"r/" + bytes((shard, FIFO_BAND)) + U32.pack(lane) + U64.pack(order)
 
     # delayed index ---------------------------------------------------------------
     def delayed_shard(self, shard: int) -> bytes:
