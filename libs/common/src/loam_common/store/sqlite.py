@@ -237,6 +237,8 @@ class SqliteBackend(Backend):
                 conn.close()
                 raise StoreUnavailable(f"sqlite {self.path}: could not enable WAL (got {mode})")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            # Savepoints spill touched pages to a temp file per level; keep that in memory.
+            conn.execute("PRAGMA temp_store=MEMORY")
             conn.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT_S * 1000)}")
         except sqlite3.Error as e:
             raise StoreUnavailable(f"sqlite {self.path}: cannot open: {e}") from e
