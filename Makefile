@@ -7,9 +7,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROTO_OUT := libs/common/src/loam_common/gen
 
-.PHONY: venv dev test proto proto-check compose-check bench clean
+.PHONY: venv dev test proto proto-check lint compose-check bench clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
 
-PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway adapters/python
+PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway adapters/python adapters/celery
 
 $(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,9 +28,34 @@ proto: venv
 	find $(PROTO_OUT) -name '*.py*' -exec sed -i 's/^from loam\.jobs\.v1 import/from loam_common.gen.loam.jobs.v1 import/' {} +
 	for d in $$(find $(PROTO_OUT) -type d); do touch $$d/__init__.py; done
 
+# The contract follows buf's STANDARD lint rules (buf.yaml).
+lint: venv
+	$(BIN)/buf lint
+
 # CI: generated code must match proto/.
 proto-check: proto
 	git diff --exit-code -- $(PROTO_OUT) || (echo "generated code is stale: run make proto and commit" && exit 1)
+
+# @loam/bullmq (adapters/bullmq, TypeScript): its Connect client is generated from proto/
+# too (`npm run gen`); the check regenerates into a scratch folder and diffs.
+BULLMQ := adapters/bullmq
+
+$(BULLMQ)/node_modules/.package-lock.json: $(BULLMQ)/package-lock.json
+	cd $(BULLMQ) && npm ci --no-audit --no-fund
+
+bullmq-gen: $(BULLMQ)/node_modules/.package-lock.json
+	cd $(BULLMQ) && npm run gen
+
+bullmq-gen-check: $(BULLMQ)/node_modules/.package-lock.json
+	cd $(BULLMQ) && npm run gen:check
+
+# Our own BullMQ tests: real Queue/Worker/FlowProducer/QueueEvents against a `loam dev`
+# the test setup starts (needs .venv for the server).
+test-bullmq: venv $(BULLMQ)/node_modules/.package-lock.json
+	cd $(BULLMQ) && npm run gen:check && npm run typecheck && npm test
+
+bench-bullmq: venv $(BULLMQ)/node_modules/.package-lock.json
+	cd $(BULLMQ) && npm run bench
 
 # docker-compose.yml on paper (no Docker engine runs here): Debian's docker-compose parses
 # and checks it. The internal token only has to be set for interpolation.

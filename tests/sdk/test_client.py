@@ -17,7 +17,9 @@ async def test_enqueue_lease_complete_roundtrip(client: Client) -> None:
     assert e.created and e.state == "waiting"
     (job,) = await client.lease("emails", max=10, wait=1)
     assert (job.id, job.name, job.payload, job.attempt) == (e.id, "send", {"to": "a@example.com"}, 1)
-    assert job.headers == {"trace": "t1"}
+    # The server adds a W3C trace context to every job that has none (spec §6.11).
+    assert {k: v for k, v in job.headers.items() if k != "traceparent"} == {"trace": "t1"}
+    assert job.headers["traceparent"].startswith("00-")
     done = await client.complete(job, Outcome.ok({"sent": True}))
     assert done.state == "completed"
     info = await client.get_job("emails", e.id)

@@ -32,6 +32,7 @@ SERVICES = {
     "queue-core": ("loam_queue_core.server", "a queue-core process"),
     "sweeper": ("loam_sweeper.__main__", "a sweeper process: stalled, delayed, retention sweeps"),
     "relay": ("loam_relay.__main__", "a relay process: outbox to event log"),
+    "events": ("loam_queue_core.events_cli", "export a queue's events (Parquet / Arrow) or trim its event log"),
 }
 DEFAULT_STORE = "./.loam/loam.db"
 BULK_CHUNK = 1000

@@ -85,6 +85,7 @@ class Client:
         timeout: float | None = 30.0,
         retries: int = RETRIES,
         idempotent: bool = True,
+        http_transport: Any = None,
     ) -> None:
         self.url = (url or os.environ.get("LOAM_URL") or DEFAULT_URL).rstrip("/")
         self.token = token if token is not None else os.environ.get("LOAM_TOKEN") or None
@@ -101,7 +102,9 @@ class Client:
         self._headers = headers
         # One connection pool per client, closed with it, deep enough for a worker's
         # concurrent leases, extends and completions (pyqwest keeps 2 idle by default).
-        self._transport = HTTPTransport(pool_max_idle_per_host=64)
+        # `http_transport`: any pyqwest Transport (with `aclose`), e.g. a pure-Python one in
+        # a process forked after pyqwest started: its runtime threads do not survive fork.
+        self._transport = http_transport or HTTPTransport(pool_max_idle_per_host=64)
         self._http = HTTPClient(self._transport)
         # No request compression: the payloads are small protobufs and gzip costs more
         # CPU per job than it saves on a local network.
@@ -497,6 +500,78 @@ class Client:
 
     async def result_expire(self, key: str, ttl: float | dt.timedelta) -> None:
         await self._call(self._rpc.result_expire, jpb.ResultExpireRequest(key=key, ttl_ns=payloads.ns(ttl, "ttl")))
+
+    async def result_add(self, key: str, member: str, *, ttl: float | dt.timedelta | None = None) -> tuple[int, bool]:
+        """`result_incr`, also saying whether this call added `member` (False: it had
+        counted already). Of the calls that see the size reach N, exactly one added."""
+        req = jpb.ResultIncrRequest(key=key, member=member, ttl_ns=payloads.ns(ttl, "ttl"))
+        resp = await self._call(self._rpc.result_incr, req)
+        return resp.size, resp.added
+
+    async def result_wait(
+        self, key: str, after_version: int = 0, *, wait: float | dt.timedelta = 10, raw: bool = False
+    ) -> tuple[Any, int]:
+        """Long-poll: `(value, version)` of `key` once its version is not `after_version`
+        (0: absent), or as it is when `wait` seconds (at most 30) run out."""
+        wait_ns = payloads.ns(wait, "wait")
+        req = jpb.ResultGetRequest(key=key, wait_ns=wait_ns, after_version=after_version)
+        timeout = None if self.timeout is None else self.timeout + wait_ns / 1e9
+        resp = await self._call(self._rpc.result_get, req, timeout=timeout)
+        if not resp.found:
+            return None, 0
+        return (resp.value if raw else payloads.decode(resp.value)), resp.version
+
+    # -- schedules -------------------------------------------------------------------
+    async def schedule(self, spec: jpb.ScheduleSpec) -> jpb.ScheduleResponse:
+        """Create or replace schedule `spec.id` (the same rule again changes nothing)."""
+        return await self._call(self._rpc.schedule, jpb.ScheduleRequest(spec=spec))
+
+    async def unschedule(self, schedule_id: str) -> bool:
+        return (await self._call(self._rpc.unschedule, jpb.UnscheduleRequest(id=schedule_id))).removed
+
+    async def get_schedule(self, schedule_id: str) -> pb.ScheduleRecord:
+        return (await self._call(self._rpc.get_schedule, jpb.GetScheduleRequest(id=schedule_id))).schedule
+
+    async def iter_schedules(self, *, page_size: int = 100) -> AsyncIterator[pb.ScheduleRecord]:
+        token = ""
+        while True:
+            req = jpb.ListSchedulesRequest(page_size=page_size, page_token=token)
+            resp = await self._call(self._rpc.list_schedules, req)
+            for rec in resp.schedules:
+                yield rec
+            token = resp.next_page_token
+            if not token:
+                return
+
+    # -- exchanges (kombu's bindings, stored server-side) ----------------------------
+    async def exchange_bind(
+        self, exchange: str, routing_key: str, queue: str, *, ttl: float | dt.timedelta | None = None
+    ) -> None:
+        req = jpb.ExchangeBindRequest(exchange=exchange, routing_key=routing_key, queue=queue,
+                                      ttl_ns=payloads.ns(ttl, "ttl"))  # fmt: skip
+        await self._call(self._rpc.exchange_bind, req)
+
+    async def exchange_unbind(self, exchange: str, routing_key: str, queue: str) -> bool:
+        req = jpb.ExchangeUnbindRequest(exchange=exchange, routing_key=routing_key, queue=queue)
+        return (await self._call(self._rpc.exchange_unbind, req)).removed
+
+    async def exchange_bindings(self, exchange: str) -> list[pb.ExchangeBinding]:
+        req = jpb.ExchangeBindingsRequest(exchange=exchange)
+        return list((await self._call(self._rpc.exchange_bindings, req)).bindings)
+
+    async def exchange_publish(
+        self, exchange: str, kind: int, routing_key: str, task: pb.TaskSpec, opts: pb.EnqueueOpts | None = None
+    ) -> list[tuple[str, Enqueued | JobsError]]:
+        """Route by the exchange's stored bindings and enqueue a copy in each queue;
+        `kind` is an ExchangeType. Returns (queue, answer) per queue; none: unroutable."""
+        req = jpb.ExchangePublishRequest(exchange=exchange, type=kind, routing_key=routing_key, task=task,
+                                         opts=opts or pb.EnqueueOpts())  # fmt: skip
+        resp = await self._retrying(self._rpc.exchange_publish, req)
+        return [
+            (r.queue, Enqueued.from_pb(r.result.enqueued) if r.result.WhichOneof("result") == "enqueued"
+             else from_item(r.result.error.code, r.result.error.message))
+            for r in resp.routed
+        ]  # fmt: skip
 
 
 class SyncClient:

@@ -189,7 +189,14 @@ def flow_submit(
             ready.add(node.queue)
         for dep in node.depends_on:
             child, cj = by_id[dep]
-            d = pb.Dependency(queue=child.queue, job_id=cj.job_id, node=dep, state=pb.DEPENDENCY_STATE_PENDING)
+            d = pb.Dependency(
+                queue=child.queue,
+                job_id=cj.job_id,
+                node=dep,
+                state=pb.DEPENDENCY_STATE_PENDING,
+                job_key=cj.opts.job_key,
+                policy=child.on_failure or pb.FAILURE_POLICY_FAIL_PARENT,
+            )
             tx.put(qt.k.dependency(nj.job_id, child.queue, cj.job_id), d.SerializeToString())
         rec.jobs.add(node=node.id, queue=node.queue, job_id=nj.job_id)
     root.flush()
@@ -208,9 +215,13 @@ def flow_get(tx: Txn, ns: str, flow_id: str) -> pb.FlowRecord:
 def attach_child(qt: QueueTx, job: pb.Job) -> None:
     """Enqueue of `job` with `opts.parent`: register it with its parent, which must exist
     and not have finished. Checks before it writes, so a refusal leaves nothing."""
-    ref = job.opts.parent
+    ref = pb.ParentRef()
+    ref.CopyFrom(job.opts.parent)
     pq = qt.peer(ref.queue)
     parent = pq.get_job(ref.job_id)
+    if parent is None:  # the parent named by its job key (BullMQ's parent id)
+        by_key = qt.tx.get(pq.k.job_key(ref.job_id))
+        parent = pq.get_job(by_key.decode()) if by_key is not None else None
     if parent is None:
         raise NotFound(f"parent job {ref.job_id!r} not found in queue {ref.queue!r}")
     if parent.state in S.FINISHED:
@@ -218,8 +229,15 @@ def attach_child(qt: QueueTx, job: pb.Job) -> None:
     parent.pending_children += 1
     parent.children += 1
     pq.put_job(parent)
-    dep = pb.Dependency(queue=qt.name, job_id=job.id, state=pb.DEPENDENCY_STATE_PENDING)
+    dep = pb.Dependency(
+        queue=qt.name,
+        job_id=job.id,
+        state=pb.DEPENDENCY_STATE_PENDING,
+        job_key=job.opts.job_key,
+        policy=_policy(ref),
+    )
     qt.tx.put(pq.k.dependency(parent.id, qt.name, job.id), dep.SerializeToString())
+    ref.job_id = parent.id  # the links hold job ids, whichever name the caller used
     job.parents.append(ref)
 
 
@@ -336,6 +354,33 @@ def children_of(tx: Txn, ns: str, queue: str, job_id: str) -> list[pb.Dependency
         raise NotFound(f"job {job_id!r} not found in queue {queue!r}")
     prefix = k.dependencies(job_id)
     return [pb.Dependency.FromString(v) for _, v in tx.scan(prefix, keys.prefix_end(prefix))]
+
+
+def remove_child_dependency(qt: QueueTx, child: pb.Job) -> bool:
+    """BullMQ's removeChildDependency: `child` stops being a dependency of its parents; a
+    parent left with nothing pending is released. False if no pending link was there."""
+    removed = False
+    for ref in list(child.parents):
+        pq = qt.peer(ref.queue)
+        dkey = pq.k.dependency(ref.job_id, qt.name, child.id)
+        raw = qt.tx.get(dkey)
+        parent = pq.get_job(ref.job_id)
+        if raw is None or parent is None:
+            continue
+        if pb.Dependency.FromString(raw).state == pb.DEPENDENCY_STATE_PENDING:
+            parent.pending_children = max(parent.pending_children - 1, 0)
+            removed = True
+        qt.tx.delete(dkey)
+        parent.children = max(parent.children - 1, 0)
+        if parent.pending_children == 0 and parent.state == S.WAITING_CHILDREN:
+            _release(pq, parent)
+        else:
+            pq.put_job(parent)
+    del child.parents[:]
+    if child.opts.HasField("parent"):
+        child.opts.ClearField("parent")
+    qt.put_job(child)
+    return removed
 
 
 def drop_dependencies(qt: QueueTx, job: pb.Job) -> None:

@@ -10,6 +10,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `n/<ns>`                                    | empty                | the namespace registry         |
 | `t/<ns>/qs/<queue>`                         | empty                | the namespace's queue registry |
 | `Q cfg`                                     | QueueConfig          | created on first use           |
+| `Q ctr`                                     | u64                  | job-key counter (BullMQ ids)   |
 | `Q rt`, `Q rt/<shard u8>`                   | QueueRuntime         | rate bucket (sharded or not)   |
 | `Q m/<shard u8>`                            | ShardMeta            | seqs, counts per state         |
 | `Q j/<job id>`                              | Job                  | ULID: byte order = age         |
@@ -35,6 +36,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `t/<ns>/sched/<schedule id>`                | ScheduleRecord       | schedules.py                   |
 | `t/<ns>/sdue/<next_ns u64><schedule id>`    | empty                | schedules by next tick (sweep) |
 | `t/<ns>/flow/<flow id>`                     | FlowRecord           | flow ids: submit once          |
+| `t/<ns>/xb/<len u16><exchange><queue>/<rk>` | ExchangeBinding      | exchanges.py (kombu bindings)  |
 | `sys/tokens/<token id>`                     | TokenRecord          | API tokens (auth.py), hashed   |
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
 | `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays         |
@@ -109,6 +111,10 @@ class QueueKeys:
 
     def config(self) -> bytes:
         return self.q + b"cfg"
+
+    def key_counter(self) -> bytes:
+        """The last job key handed out by `job_key_from_counter` (BullMQ's auto ids)."""
+        return self.q + b"ctr"
 
     def runtime(self, shard: int | None = None) -> bytes:
         """The rate bucket: one per queue, or one per shard when the limit is sharded."""
@@ -316,6 +322,17 @@ def schedule_id_from_due(ns: str, key: bytes) -> str:
 
 def flow(ns: str, flow_id: str) -> bytes:
     return ns_prefix(ns) + b"flow/" + flow_id.encode()
+
+
+# exchanges (exchanges.py) ---------------------------------------------------------------
+def exchange_bindings(ns: str, exchange: str) -> bytes:
+    """Every binding of one exchange (queue names end at `/`; the routing key, free-form,
+    ends the key)."""
+    return ns_prefix(ns) + b"xb/" + _lp(exchange)
+
+
+def exchange_binding(ns: str, exchange: str, queue: str, routing_key: str) -> bytes:
+    return exchange_bindings(ns, exchange) + queue.encode() + b"/" + routing_key.encode()
 
 
 # system keys (outside every tenant prefix) -----------------------------------------------

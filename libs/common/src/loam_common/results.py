@@ -71,6 +71,7 @@ def _write(tx: Txn, ns: str, key: str, rec: pb.ResultRecord, old_expires_ns: int
     and the expiry index entry follows it."""
     if ttl_ns is not None:
         rec.expires_ns = tx.now_ns() + ttl_ns if ttl_ns else 0
+    rec.version = max(rec.version + 1, tx.now_ns())  # grows across a delete and re-create too
     if old_expires_ns != rec.expires_ns:
         if old_expires_ns:
             tx.delete(keys.result_expiry(ns, old_expires_ns, key))
@@ -86,6 +87,12 @@ def _write(tx: Txn, ns: str, key: str, rec: pb.ResultRecord, old_expires_ns: int
 def result_get(tx: Txn, ns: str, key: str) -> pb.Payload | None:
     rec = _live(tx, ns, _check_key(key))
     return rec.value if rec is not None else None
+
+
+def result_get_versioned(tx: Txn, ns: str, key: str) -> tuple[pb.Payload | None, int]:
+    """The value and its version (0: absent), for a long-poll on the key."""
+    rec = _live(tx, ns, _check_key(key))
+    return (rec.value, rec.version or 1) if rec is not None else (None, 0)
 
 
 def result_mget(tx: Txn, ns: str, key_list: list[str]) -> list[pb.Payload | None]:
@@ -108,7 +115,8 @@ def result_set(tx: Txn, ns: str, key: str, value: pb.Payload, ttl_ns: int | None
     _check_key(key)
     ttl = _check_ttl(ttl_ns)
     old = _current(tx, ns, key)
-    rec = pb.ResultRecord(value=value, members=old.members if old is not None else 0)
+    rec = pb.ResultRecord(value=value, members=old.members if old is not None else 0,
+                          version=old.version if old is not None else 0)  # fmt: skip
     _write(tx, ns, key, rec, old.expires_ns if old is not None else 0, ttl)
 
 
@@ -137,13 +145,19 @@ def result_incr(tx: Txn, ns: str, key: str, member: str, ttl_ns: int | None = No
     """Add `member` to the counter `key` and return the counter's size. A member counts
     at most once: adding it again changes nothing (not even the TTL) and returns the
     same size. A new member (re)sets the TTL when `ttl_ns` is given."""
+    return result_add(tx, ns, key, member, ttl_ns)[0]
+
+
+def result_add(tx: Txn, ns: str, key: str, member: str, ttl_ns: int | None = None) -> tuple[int, bool]:
+    """`result_incr`, also saying whether this call added `member`: of the calls that
+    see the size reach N, exactly one added the member (a chord's one-time claim)."""
     _check_key(key)
     validate.text("member", member, MAX_KEY_BYTES, allow_empty=False)
     ttl = None if ttl_ns is None else _check_ttl(ttl_ns)
     rec = _current(tx, ns, key)
     member_key = keys.result_member(ns, key, member)
     if rec is not None and tx.get(member_key) is not None:
-        return rec.members
+        return rec.members, False
     old_expires = rec.expires_ns if rec is not None else 0
     if rec is None:
         rec = pb.ResultRecord()
@@ -152,7 +166,7 @@ def result_incr(tx: Txn, ns: str, key: str, member: str, ttl_ns: int | None = No
     rec.value.content_type = "text/plain"
     tx.put(member_key, b"")
     _write(tx, ns, key, rec, old_expires, ttl)
-    return rec.members
+    return rec.members, True
 
 
 def sweep_results(tx: Txn, ns: str, limit: int = SWEEP_BATCH) -> int:

@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 
+from loam_common import tracing
 from loam_common.store.runner import open_store
 from loam_gateway.app import create_app
 from loam_gateway.auth import StoreAuthenticator, check_bind
@@ -47,6 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def run(args: argparse.Namespace) -> None:
     store = open_store(args.store) if args.auth else None
     router = Router(cores=args.cores, internal_token=os.environ.get("LOAM_INTERNAL_TOKEN"))
+    tracing.configure_from_env("loam-gateway")
     app = create_app(router, StoreAuthenticator(store) if store is not None else None)
     url = f"http://{args.host}:{args.port}"
 

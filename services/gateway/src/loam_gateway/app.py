@@ -3,6 +3,9 @@
 - `/loam.jobs.v1.JobsService/*`: Connect JobsService (JSON, binary, gRPC-Web)
 - `/v1/...`: the REST facade (rest.py), documented at `/openapi.json` and `/docs`
 - `/healthz` (the process is up), `/readyz` (it can serve: the store or the cores answer)
+- `/metrics`: Prometheus text (loam_common.metrics); without auth every namespace, with
+  auth a token with jobs:admin sees its own namespace
+- with OTEL_TRACES_EXPORTER set, the app is instrumented (loam_common.tracing)
 - `/ns/<ns>/...`: any of the above in a dev namespace (connect.NamespacePrefix)
 
 Errors outside the Connect app all take one shape, `{code, message, detail}`, with
@@ -18,16 +21,18 @@ from typing import Any
 from connectrpc.errors import ConnectError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from google.protobuf import json_format
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from loam_common import metrics, tracing
 from loam_common.connect_errors import HTTP_STATUS, error_detail, to_connect
 from loam_common.errors import JobsError
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
 from loam_gateway.auth import Authenticator
 from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix
 from loam_gateway.rest import build_router
+from loam_gateway.rest_events import build_events_router
 from loam_gateway.routing import Router
 
 _STATUS_CODES = {404: "not_found", 405: "unimplemented", 401: "unauthenticated", 403: "permission_denied",
@@ -114,8 +119,16 @@ def create_app(
         ok = await router.ready()
         return JSONResponse({"status": "ready" if ok else "unavailable"}, status_code=200 if ok else 503)
 
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus(request: Request) -> Response:
+        ns = None
+        if access.authenticator is not None:  # auth on: the token's namespace only
+            ns = (await access.check(request.headers, "metrics")).namespace
+        return Response(await router.metrics_text(ns), media_type=metrics.CONTENT_TYPE)
+
     app.include_router(build_router())
+    app.include_router(build_events_router())
     connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access))
     app.mount(connect_app.path, connect_app)
     app.add_middleware(NamespacePrefix, connect_app=connect_app)
-    return app
+    return tracing.instrument_asgi(app)

@@ -48,6 +48,12 @@ ACTIONS: dict[str, str] = {
     "result_delete": CONSUME,
     "result_incr": CONSUME,
     "result_expire": CONSUME,
+    "exchange_bind": CONSUME,  # kombu consumers declare and bind their own queues
+    "exchange_unbind": CONSUME,
+    "exchange_bindings": CONSUME,
+    "exchange_publish": ENQUEUE,
+    "events_export": ADMIN,  # REST only: a queue's events as Parquet / Arrow
+    "metrics": ADMIN,  # /metrics with auth on: the token's namespace only
 }
 # A method added to jobs.proto and not in the table needs jobs:admin until it is
 # listed (tests/gateway/test_connect.py keeps the table complete).

@@ -22,6 +22,7 @@ import os
 import sys
 from pathlib import Path
 
+from loam_common import tracing
 from loam_common.blobs import DirBlobStore
 from loam_common.store.runner import open_store
 from loam_gateway.app import create_app
@@ -62,6 +63,7 @@ async def run(args: argparse.Namespace) -> None:
     store = open_store(f"sqlite:///{data / 'loam.db'}")
     blobs = DirBlobStore(data / "blobs")
     core = QueueCore(store, blobs)
+    tracing.configure_from_env("loam-dev")  # OTEL_TRACES_EXPORTER=console|otlp|...; off when unset
     router = Router(local=CoreRpc(core))
     loops = [
         SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S, on_ready=core.wake_all),

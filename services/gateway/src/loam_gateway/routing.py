@@ -52,6 +52,8 @@ def route_key(method: str, request: Any) -> str:
         return request.items[0].token.queue if request.items else ""
     if method in ("result_get", "result_set", "result_delete", "result_incr", "result_expire"):
         return "results/" + request.key
+    if method in ("exchange_bind", "exchange_unbind", "exchange_bindings", "exchange_publish"):
+        return "exchanges/" + request.exchange
     if method == "result_m_get":
         return "results/" + (request.keys[0] if request.keys else "")
     if method == "schedule":
@@ -64,9 +66,16 @@ def route_key(method: str, request: Any) -> str:
         return "flows/" + getattr(request, "id", getattr(request, "flow", ""))
     if method in ("get_schedule", "list_schedules"):
         return "schedules/" + getattr(request, "id", "")
-    if method == "watch":
-        which = request.selector.WhichOneof("what")
-        return request.selector.job.queue if which == "job" else request.selector.queue if which == "queue" else ""
+    if method == "watch":  # a flow or a schedule: the namespace's owner of its key
+        sel = request.selector
+        which = sel.WhichOneof("what")
+        if which == "job":
+            return sel.job.queue
+        if which == "flow":
+            return "flows/" + sel.flow
+        if which == "schedule":
+            return "schedules/" + sel.schedule
+        return sel.queue
     return getattr(request, "queue", "")
 
 
@@ -193,6 +202,52 @@ class Router:
             except ValueError:
                 raise ConnectError(Code.UNAVAILABLE, f"queue core answered {resp.status}") from None
         return list(body["queues"])
+
+    async def export_events(self, ns: str, queue: str, since_ns: int, until_ns: int | None, fmt: str) -> tuple[bytes, str]:
+        """A queue's events as Parquet / Arrow bytes (not a JobsService method: REST),
+        built by the core that owns the queue (any core could: the store is shared)."""
+        try:
+            if self.local is not None:
+                from loam_queue_core.server import export_bytes
+
+                return await export_bytes(self.local.store, ns, queue, since_ns, until_ns, fmt)
+            body = {"ns": ns, "queue": queue, "since_ns": since_ns, "until_ns": until_ns, "format": fmt}
+            return await self._post_internal(self.owner(ns, queue), "/internal/v1/events/export", ns, body)
+        except Exception as e:  # noqa: BLE001
+            raise _as_connect(e, self.local is None) from e
+
+    async def metrics_text(self, ns: str | None = None) -> str:
+        """The store-derived metrics (and, in process, this process's histograms):
+        from the local store, or from one core (every core reads the same store)."""
+        try:
+            if self.local is not None:
+                from loam_common import metrics
+
+                return await metrics.render_store(self.local.store, [ns] if ns else None)
+            if self._http is None:
+                self._http = HTTPClient()
+            headers = {TOKEN_HEADER: self.internal_token} if self.internal_token else {}
+            # Only the store-derived part: each core serves its own histograms.
+            query = "?scope=store" + (f"&ns={ns}" if ns else "")  # names are URL-safe (validate.name)
+            resp = await self._http.get(self.cores[0] + "/metrics" + query, headers=headers)
+            if resp.status != 200:
+                raise ConnectError(Code.UNAVAILABLE, f"queue core answered {resp.status} on /metrics")
+            return resp.text()
+        except Exception as e:  # noqa: BLE001
+            raise _as_connect(e, self.local is None) from e
+
+    async def _post_internal(self, url: str, path: str, ns: str, body: dict) -> tuple[bytes, str]:
+        if self._http is None:
+            self._http = HTTPClient()
+        headers = {"content-type": "application/json", **self._headers(ns)}
+        resp = await self._http.post(url + path, headers=headers, content=json.dumps(body).encode())
+        if resp.status != 200:
+            try:
+                err = resp.json()
+                raise ConnectError(Code(err.get("code", "unavailable")), err.get("message", ""))
+            except ValueError:
+                raise ConnectError(Code.UNAVAILABLE, f"queue core answered {resp.status}") from None
+        return resp.content, resp.headers.get("content-type", "application/octet-stream")
 
     async def ready(self) -> bool:
         """Ready when the local store answers, or (remote) always: each call reports a

@@ -7,12 +7,13 @@ which the transport resolves; nothing here reads it from a request body."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import random
 
-from loam_common import flows, ids, schedules, validate
+from loam_common import exchanges, flows, ids, results, schedules, tracing, validate
 from loam_common.blobs import INLINE_LIMIT, BlobStore, blob_ref
-from loam_common.errors import InvalidArgument, JobsError, PayloadTooLarge
+from loam_common.errors import Fenced, InvalidArgument, JobsError, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
 from loam_common.jobs import states as S
 from loam_common.jobs.complete import (
@@ -26,10 +27,15 @@ from loam_common.jobs.complete import (
 from loam_common.jobs.enqueue import Enqueued, NewJob, check_opts, job_enqueue
 from loam_common.jobs.lease import job_lease
 from loam_common.jobs.queue import DEFAULT_PAYLOAD_LIMIT
+from loam_common.metrics import PROCESS as METRICS, count_fenced
 from loam_common.store.runner import Store
 from loam_queue_core.waiters import Waiters
+from loam_queue_core.watch import EventHub
 
 MAX_LEASE_BATCH = 1000
+# Result-key long-polls park in the queue waiters under this prefix: queue names cannot
+# contain `/`, so the two never meet.
+RESULT_WAIT_PREFIX = "results/"
 MAX_BULK = 10_000
 
 
@@ -41,6 +47,7 @@ class QueueCore:
         self.blobs = blobs
         self.payload_limit = payload_limit
         self.waiters = Waiters()
+        self.hub = EventHub()  # Watch streams of this process (watch.py)
         flows.add_ready_listener(self.waiters)  # a flow job made ready by a write to another queue
 
     # -- producing -------------------------------------------------------------------
@@ -48,11 +55,17 @@ class QueueCore:
         self, ns: str, queue: str, task: pb.TaskSpec, opts: pb.EnqueueOpts | None = None
     ) -> Enqueued:
         new = await self._prepare(ns, queue, task, opts or pb.EnqueueOpts(), "task")
+        span = _enqueue_span(queue, new) if tracing.tracer is not None else None
         try:
             (result,) = await self.store.transact(job_enqueue, ns, queue, [new])
-        except BaseException:
+        except BaseException as e:
             await self._drop_blob(new, None)
+            if span is not None:
+                tracing.record_error(span, e)
+                span.end()
             raise
+        if span is not None:
+            span.end()
         await self._drop_blob(new, result)
         self._woke(ns, queue, result)
         return result  # type: ignore[return-value]
@@ -64,41 +77,96 @@ class QueueCore:
         its slot, the others go in. Invalid input refuses the whole call."""
         if len(jobs) > MAX_BULK:
             raise InvalidArgument("jobs", f"at most {MAX_BULK} jobs per bulk call (got {len(jobs)})")
-        news = [
-            await self._prepare(ns, queue, t, o or pb.EnqueueOpts(), f"jobs[{i}]") for i, (t, o) in enumerate(jobs)
-        ]
-        results = await self.store.transact(job_enqueue, ns, queue, news)
-        for new, result in zip(news, results, strict=True):
-            await self._drop_blob(new, result)
+        news = await self._prepare_all(
+            ns, queue, [(t, o or pb.EnqueueOpts(), f"jobs[{i}]") for i, (t, o) in enumerate(jobs)]
+        )
+        spans = [_enqueue_span(queue, n) for n in news] if tracing.tracer is not None else ()
+        try:
+            results = await self.store.transact(job_enqueue, ns, queue, news)
+        except BaseException:
+            await self._drop_blobs(news, None)
+            raise
+        finally:
+            for span in spans:
+                span.end()
+        await self._drop_blobs(news, results)
         ready = sum(1 for r in results if isinstance(r, Enqueued) and r.created and r.state in S.READY)
         if ready:
             self.waiters.wake(ns, queue, ready)
         return results
 
     async def _prepare(self, ns: str, queue: str, task: pb.TaskSpec, opts: pb.EnqueueOpts, field: str) -> NewJob:
+        (new,) = await self._prepare_all(ns, queue, [(task, opts, field)])
+        return new
+
+    async def _prepare_all(
+        self, ns: str, queue: str, items: list[tuple[pb.TaskSpec, pb.EnqueueOpts, str]]
+    ) -> list[NewJob]:
+        """Validate every job first (bad input writes nothing, not even a blob), then give
+        each its id and move payloads over the inline limit to the blob store."""
         validate.name("namespace", ns)
         validate.name("queue", queue)
-        validate.text(f"{field}.name", task.name, 256, allow_empty=False)
-        check_opts(opts, f"{field}.opts")
-        size = len(task.payload.data)
-        if size > self.payload_limit:
-            raise PayloadTooLarge(size, self.payload_limit)
-        if task.payload.blob_ref:
-            raise InvalidArgument(f"{field}.payload.blob_ref", "is set by the server; send the data")
-        job_id = ids.new_ulid()
-        task.payload.size = size
-        if size > INLINE_LIMIT and self.blobs is not None:
-            ref = blob_ref(ns, queue, job_id, "payload")
-            await self.blobs.put(ref, task.payload.data)
-            task.payload.blob_ref = ref
-            task.payload.data = b""
-        return NewJob(job_id, task, opts)
+        for task, opts, field in items:
+            validate.text(f"{field}.name", task.name, 256, allow_empty=False)
+            check_opts(opts, f"{field}.opts")
+            size = len(task.payload.data)
+            if size > self.payload_limit:
+                raise PayloadTooLarge(size, self.payload_limit)
+            if task.payload.blob_ref:
+                raise InvalidArgument(f"{field}.payload.blob_ref", "is set by the server; send the data")
+        news = []
+        for task, opts, _field in items:
+            task.payload.size = len(task.payload.data)
+            news.append(NewJob(ids.new_ulid(), task, opts))
+        if self.blobs is not None:
+            try:
+                for new in news:
+                    if new.task.payload.size > INLINE_LIMIT:
+                        ref = blob_ref(ns, queue, new.job_id, "payload")
+                        await self.blobs.put(ref, new.task.payload.data)
+                        new.task.payload.blob_ref = ref
+                        new.task.payload.data = b""
+            except BaseException:
+                await self._drop_blobs(news, None)
+                raise
+        return news
 
     async def _drop_blob(self, new: NewJob, result: Enqueued | JobsError | None) -> None:
-        """A blob written for a job that was not created is nobody's: delete it."""
-        ref = new.task.payload.blob_ref
-        if ref and self.blobs is not None and not (isinstance(result, Enqueued) and result.created):
-            await self.blobs.delete(ref)
+        await self._drop_blobs([new], None if result is None else [result])
+
+    async def _drop_blobs(self, news: list[NewJob], results: list[Enqueued | JobsError] | None) -> None:
+        """Blobs written for jobs that were not created are nobody's: delete them."""
+        if self.blobs is None:
+            return
+        for i, new in enumerate(news):
+            ref = new.task.payload.blob_ref
+            result = results[i] if results is not None else None
+            if ref and not (isinstance(result, Enqueued) and result.created):
+                await self.blobs.delete(ref)
+
+    async def publish(
+        self, ns: str, exchange: str, kind: int, routing_key: str, task: pb.TaskSpec, opts: pb.EnqueueOpts
+    ) -> list[tuple[str, Enqueued | JobsError]]:
+        """Route a message by the exchange's stored bindings (exchanges.py) and enqueue a
+        copy in every queue it goes to, in one transaction; a copy refused for its key gets
+        its error in its slot. No queue: nothing is written (kombu drops unroutable messages)."""
+        validate.name("namespace", ns)
+        exchanges.check_binding(exchange, routing_key)
+        kind = exchanges.check_type(kind)
+        queues = await self.store.snapshot(exchanges.route, ns, exchange, kind, routing_key)
+        if not queues:
+            return []
+        news = []
+        for q in queues:
+            t, o = pb.TaskSpec(), pb.EnqueueOpts()
+            t.CopyFrom(task)
+            o.CopyFrom(opts)
+            news.append((q, await self._prepare(ns, q, t, o, "task")))
+        results_ = await self.store.transact(exchanges.enqueue_routed, ns, news)
+        for (q, new), result in zip(news, results_, strict=True):
+            await self._drop_blob(new, result)
+            self._woke(ns, q, result)
+        return [(q, r) for (q, _), r in zip(news, results_, strict=True)]
 
     def _woke(self, ns: str, queue: str, result: Enqueued | JobsError) -> None:
         if isinstance(result, Enqueued) and result.created and result.state in S.READY:
@@ -113,9 +181,11 @@ class QueueCore:
         max_jobs: int = 1,
         wait_ns: int = 0,
         names: list[str] | None = None,
+        visibility_ns: int = 0,
     ) -> list[pb.Job]:
         """Up to `max_jobs` jobs from `queues` (in order of preference); waits up to
-        `wait_ns` (at most 30 s) for one to arrive."""
+        `wait_ns` (at most 30 s) for one to arrive. `visibility_ns` sets the lease
+        length (0: the job's or the queue's)."""
         validate.name("namespace", ns)
         if not queues:
             raise InvalidArgument("queues", "name at least one queue")
@@ -124,6 +194,7 @@ class QueueCore:
         validate.text("worker", worker, 256)
         validate.in_range("max", max_jobs, 1, MAX_LEASE_BATCH)
         validate.in_range("wait_ns", wait_ns, 0, validate.MAX_WAIT_NS)
+        validate.in_range("visibility_ns", visibility_ns, 0, 24 * 3600 * 10**9)
         name_set = frozenset(names) if names else None
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait_ns / 1e9
@@ -131,9 +202,12 @@ class QueueCore:
             # Park before reading, so a job that arrives after the read wakes us.
             fut = self.waiters.park(ns, queues) if wait_ns else None
             try:
+                started_ns = self.store.clock.now_ns()
                 res = await self.store.transact(
-                    job_lease, ns, queues, worker, max_jobs, name_set, random.randrange(64)
+                    job_lease, ns, queues, worker, max_jobs, name_set, random.randrange(64), visibility_ns
                 )
+                if res.jobs:
+                    self._leased(ns, res, worker, started_ns)
                 left = give_up - loop.time()
                 if res.jobs or fut is None or left <= 0:
                     return await self._inline_payloads(res.jobs)
@@ -147,6 +221,20 @@ class QueueCore:
                 if fut is not None:
                     self.waiters.unpark(ns, queues, fut)
 
+    def _leased(self, ns: str, res, worker: str, started_ns: int) -> None:
+        """Metrics (lease latency) and, with tracing on, one `lease` span per job."""
+        for job, waited in zip(res.jobs, res.waited_ns, strict=False):
+            METRICS.observe_lease(ns, job.queue, waited)
+            if tracing.tracer is not None:
+                span = tracing.start_span(
+                    f"lease {job.queue}", "consumer", job.task.headers.get("traceparent"),
+                    {"messaging.system": "loam", "messaging.destination.name": job.queue,
+                     "messaging.message.id": job.id, "loam.ns": ns, "loam.worker": worker,
+                     "loam.attempt": job.attempt + 1, "loam.epoch": job.epoch},
+                    started_ns,
+                )  # fmt: skip
+                span.end()
+
     async def _inline_payloads(self, jobs: list[pb.Job]) -> list[pb.Job]:
         for job in jobs:
             if job.task.payload.blob_ref and self.blobs is not None:
@@ -155,14 +243,45 @@ class QueueCore:
 
     async def extend(self, ns: str, queue: str, job_id: str, epoch: int, by_ns: int) -> int:
         validate.in_range("by_ns", by_ns, 1, 24 * 3600 * 10**9)
-        return await self.store.transact(job_extend_if_leased, ns, queue, job_id, epoch, by_ns)
+        try:
+            return await self.store.transact(job_extend_if_leased, ns, queue, job_id, epoch, by_ns)
+        except Fenced:
+            await self._count_fenced(ns, queue, job_id)
+            raise
 
     async def complete(self, ns: str, queue: str, job_id: str, epoch: int, outcome: Outcome) -> Completed:
         outcome.check()
         outcome = await self._store_result(ns, queue, job_id, outcome)
-        done = await self.store.transact(job_complete_if_leased, ns, queue, job_id, epoch, outcome)
+        started_ns = self.store.clock.now_ns()
+        try:
+            done = await self.store.transact(job_complete_if_leased, ns, queue, job_id, epoch, outcome)
+        except Fenced:
+            await self._count_fenced(ns, queue, job_id)
+            raise
         self._completed(ns, queue)
+        self._observe_completed(ns, queue, job_id, outcome, done, started_ns)
         return done
+
+    def _observe_completed(
+        self, ns: str, queue: str, job_id: str, outcome: Outcome, done: Completed, started_ns: int
+    ) -> None:
+        METRICS.observe_run(ns, queue, done.task, done.run_ns)
+        if tracing.tracer is not None:
+            span = tracing.start_span(
+                f"complete {queue}", "consumer", done.traceparent,
+                {"messaging.system": "loam", "messaging.destination.name": queue, "messaging.message.id": job_id,
+                 "loam.ns": ns, "loam.outcome": outcome.kind, "loam.state": done.state},
+                started_ns,
+            )  # fmt: skip
+            span.end()
+
+    async def _count_fenced(self, ns: str, queue: str, job_id: str) -> None:
+        """loam_jobs_fenced_total: the refused write left nothing, so count it apart
+        (only on this refusal path; a failure to count does not hide the Fenced)."""
+        try:
+            await self.store.transact(count_fenced, ns, queue, job_id)
+        except Exception:  # noqa: BLE001
+            pass
 
     async def complete_many(
         self, ns: str, items: list[tuple[str, str, int, Outcome]]
@@ -172,10 +291,14 @@ class QueueCore:
         for queue, job_id, epoch, outcome in items:
             outcome.check()
             prepared.append((queue, job_id, epoch, await self._store_result(ns, queue, job_id, outcome)))
+        started_ns = self.store.clock.now_ns()
         results = await self.store.transact(job_complete_many, ns, prepared)
-        for (queue, _j, _e, outcome), done in zip(prepared, results, strict=True):
+        for (queue, job_id, _e, outcome), done in zip(prepared, results, strict=True):
             if isinstance(done, Completed):
                 self._completed(ns, queue)
+                self._observe_completed(ns, queue, job_id, outcome, done, started_ns)
+            elif isinstance(done, Fenced):
+                await self._count_fenced(ns, queue, job_id)
         return results
 
     def _completed(self, ns: str, queue: str) -> None:
@@ -191,7 +314,7 @@ class QueueCore:
         ref = blob_ref(ns, queue, job_id, f"result-{ids.new_ulid()}")
         await self.blobs.put(ref, r.data)
         stored = pb.Payload(blob_ref=ref, content_type=r.content_type, size=len(r.data))
-        return Outcome(outcome.kind, result=stored)
+        return dataclasses.replace(outcome, result=stored)
 
     async def report(
         self,
@@ -208,11 +331,47 @@ class QueueCore:
             validate.text("log_line", log_line, 64 * 1024)
         # Store.transact passes positional arguments only: bind the keywords here.
         report = functools.partial(job_report_if_leased, progress=progress, log_line=log_line, data=data)
-        await self.store.transact(report, ns, queue, job_id, epoch)
+        try:
+            await self.store.transact(report, ns, queue, job_id, epoch)
+        except Fenced:
+            await self._count_fenced(ns, queue, job_id)
+            raise
+
+    # -- the result store's long-poll ------------------------------------------------------
+    async def result_get(
+        self, ns: str, key: str, wait_ns: int = 0, after_version: int = 0
+    ) -> tuple[pb.Payload | None, int]:
+        """The value under `key` and its version; with `wait_ns`, while the version is
+        `after_version`, wait for a write to the key (`result_changed`) up to wait_ns."""
+        validate.name("namespace", ns)
+        validate.in_range("wait_ns", wait_ns, 0, validate.MAX_WAIT_NS)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait_ns / 1e9
+        slot = [RESULT_WAIT_PREFIX + key]
+        while True:
+            fut = self.waiters.park(ns, slot) if wait_ns else None
+            try:
+                value, version = await self.store.snapshot(results.result_get_versioned, ns, key)
+                left = give_up - loop.time()
+                if fut is None or version != after_version or left <= 0:
+                    return value, version
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), left)
+                except TimeoutError:
+                    pass
+            finally:
+                if fut is not None:
+                    self.waiters.unpark(ns, slot, fut)
+
+    def result_changed(self, ns: str, key: str) -> None:
+        """After a write of a result key: wake its long-polls."""
+        self.waiters.wake(ns, RESULT_WAIT_PREFIX + key, -1)
 
     def wake_all(self, ns: str, queue: str) -> None:
-        """After a write that may make many jobs ready (resume, promote, sweeps)."""
+        """After a write that may make many jobs ready (resume, promote, sweeps). Also
+        wakes the queue's Watch streams: the sweeper process calls this after its sweeps."""
         self.waiters.wake(ns, queue, -1)
+        self.hub.notify(ns, queue)
 
     # -- schedules (spec §8.1) ---------------------------------------------------------
     async def schedule(self, ns: str, spec: jobs_pb2.ScheduleSpec) -> schedules.Upserted:
@@ -284,3 +443,19 @@ class QueueCore:
                 except FileNotFoundError:
                     pass  # the child was removed by retention and its result blob with it
         return deps
+
+
+def _enqueue_span(queue: str, new: NewJob):
+    """An `enqueue` span (tracing on): a child of the producer's trace context when the
+    job carries one (kept), else of the current request; a job without a context gets
+    this span's."""
+    headers = new.task.headers
+    given = headers.get("traceparent")
+    span = tracing.start_span(
+        f"enqueue {queue}", "producer", given,
+        {"messaging.system": "loam", "messaging.destination.name": queue, "messaging.message.id": new.job_id,
+         "loam.task": new.task.name},
+    )  # fmt: skip
+    if not given:
+        headers["traceparent"] = tracing.traceparent_of(span)
+    return span

@@ -11,13 +11,15 @@ one call drains, cleans or retries a whole queue, each transaction bounded.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from loam_common import keys, results, validate
+from loam_common import events, exchanges, keys, results, validate
 from loam_common.errors import InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import jobs_connect, jobs_pb2 as J, types_pb2 as pb
 from loam_common.jobs import admin, states as S
@@ -26,12 +28,12 @@ from loam_common.jobs.enqueue import Enqueued
 from loam_common.jobs.query import job_query
 from loam_common.store.base import Txn
 from loam_queue_core.core import QueueCore
+from loam_queue_core.watch import watch as watch_stream
 
 # The methods that arrive with later issues: method -> the work that brings it.
 UNIMPLEMENTED: dict[str, str] = {
     "submit_engine_job": "the engines work",
     "control_engine_job": "the engines work",
-    "watch": "the events work",
 }
 # Every JobsService method by its snake_case name, read off the generated Protocol so
 # this list follows `make proto`.
@@ -64,6 +66,13 @@ def _token(ns: str, token: J.LeaseToken, has: bool, field: str = "token") -> tup
 
 
 def outcome_from_proto(o: J.Outcome, field: str = "outcome") -> Outcome:
+    out = _outcome_kind(o, field)
+    if o.HasField("retention"):
+        out = dataclasses.replace(out, retention=o.retention)
+    return out
+
+
+def _outcome_kind(o: J.Outcome, field: str) -> Outcome:
     kind = o.WhichOneof("kind")
     if kind == "ok":
         return Outcome.ok(o.ok.result if o.ok.HasField("result") else None)
@@ -125,8 +134,8 @@ def counts_to_proto(c: admin.QueueCounts) -> J.QueueCounts:
     )
 
 
-def _config_and_counts(tx: Txn, ns: str, queue: str) -> tuple[pb.QueueConfig, admin.QueueCounts]:
-    return admin.queue_config(tx, ns, queue), admin.queue_counts(tx, ns, queue)
+def _config_and_counts(tx: Txn, ns: str, queue: str) -> tuple[pb.QueueConfig, admin.QueueCounts, tuple[int, int]]:
+    return admin.queue_config(tx, ns, queue), admin.queue_counts(tx, ns, queue), admin.queue_rate_window(tx, ns, queue)
 
 
 def _resolve_job(tx: Txn, ns: str, queue: str, ref: str) -> str:
@@ -149,14 +158,14 @@ class CoreRpc:
     # -- producing -------------------------------------------------------------------
     async def enqueue(self, ns: str, req: J.EnqueueRequest) -> J.EnqueueResponse:
         r = await self.core.enqueue(ns, req.queue, req.task, req.opts if req.HasField("opts") else None)
-        return J.EnqueueResponse(enqueued=J.Enqueued(job=r.job_id, created=r.created, state=r.state))
+        return J.EnqueueResponse(enqueued=J.Enqueued(job=r.job_id, created=r.created, state=r.state, job_key=r.job_key))
 
     async def enqueue_bulk(self, ns: str, req: J.EnqueueBulkRequest) -> J.EnqueueBulkResponse:
         items = [(i.task, i.opts if i.HasField("opts") else None) for i in req.jobs]
         out = J.EnqueueBulkResponse()
         for r in await self.core.enqueue_bulk(ns, req.queue, items):
             if isinstance(r, Enqueued):
-                out.results.add(enqueued=J.Enqueued(job=r.job_id, created=r.created, state=r.state))
+                out.results.add(enqueued=J.Enqueued(job=r.job_id, created=r.created, state=r.state, job_key=r.job_key))
             else:
                 out.results.add(error=item_error(r))
         return out
@@ -164,7 +173,13 @@ class CoreRpc:
     # -- consuming -------------------------------------------------------------------
     async def lease(self, ns: str, req: J.LeaseRequest) -> J.LeaseResponse:
         jobs = await self.core.lease(
-            ns, list(req.queues), req.worker, req.max or 1, req.wait_ns, list(req.names) or None
+            ns,
+            list(req.queues),
+            req.worker,
+            req.max or 1,
+            req.wait_ns,
+            list(req.names) or None,
+            req.visibility_ns,
         )
         return J.LeaseResponse(leases=[lease_from_job(j) for j in jobs])
 
@@ -236,8 +251,9 @@ class CoreRpc:
         raise unimplemented("control_engine_job")
 
     async def watch(self, ns: str, req: J.WatchRequest) -> AsyncIterator[J.WatchResponse]:
-        raise unimplemented("watch")
-        yield  # pragma: no cover - makes this an async generator
+        """A snapshot, then the events after it (watch.py)."""
+        async for item in watch_stream(self.core, ns, req):
+            yield item
 
     # -- admin -----------------------------------------------------------------------
     async def queue_admin(self, ns: str, req: J.QueueAdminRequest) -> J.QueueAdminResponse:
@@ -290,8 +306,10 @@ class CoreRpc:
                 return J.QueueAdminResponse(affected=removed)
 
     async def _q_counts(self, ns: str, queue: str, op: Any) -> J.QueueAdminResponse:
-        cfg, counts = await self.store.snapshot(_config_and_counts, ns, queue)
-        return J.QueueAdminResponse(config=cfg, counts=counts_to_proto(counts))
+        cfg, counts, (ttl, used) = await self.store.snapshot(_config_and_counts, ns, queue)
+        return J.QueueAdminResponse(
+            config=cfg, counts=counts_to_proto(counts), rate_limit_ttl_ns=ttl, rate_limit_used=used
+        )
 
     async def _q_retry_all(self, ns: str, queue: str, op: J.QueueOp.RetryAll) -> J.QueueAdminResponse:
         n = await self._repeat(admin.queue_retry_all, ns, queue, op.state or S.FAILED, admin.BATCH)
@@ -329,6 +347,11 @@ class CoreRpc:
             _wake_namespace(self.core, ns)
         return J.QueueAdminResponse(affected=n)
 
+    async def _q_trim_events(self, ns: str, queue: str, op: J.QueueOp.TrimEvents) -> J.QueueAdminResponse:
+        validate.non_negative("op.trim_events.before_ns", op.before_ns)
+        n = await self._repeat(events.event_log_trim, ns, queue, op.before_ns, events.BATCH)
+        return J.QueueAdminResponse(affected=n)
+
     _QUEUE_OPS: dict[str, Callable[..., Any]] = {
         "create": _q_create,
         "update": _q_update,
@@ -345,6 +368,7 @@ class CoreRpc:
         "workers": _q_workers,
         "metrics": _q_counts,
         "redrive_dead_letters": _q_redrive,
+        "trim_events": _q_trim_events,
     }
 
     async def _repeat(self, fn: Callable[..., int], ns: str, queue: str, *args: Any) -> int:
@@ -366,6 +390,9 @@ class CoreRpc:
         if kind == "remove_dedup_key":  # names a dedup id, not a job
             existed = await self.store.transact(admin.job_remove_dedup_key, ns, queue, op.remove_dedup_key.dedup_id)
             return J.JobAdminResponse(removed=existed)
+        if kind == "get_dedup":  # names a dedup id, not a job
+            job = await self.store.snapshot(admin.job_get_dedup, ns, queue, op.get_dedup.dedup_id)
+            return J.JobAdminResponse(job=job)
         job_id = await self.store.snapshot(_resolve_job, ns, queue, _job_id(req.job, "job"))
         if kind == "get":
             return J.JobAdminResponse(job=await self.store.snapshot(admin.job_get, ns, queue, job_id))
@@ -375,12 +402,24 @@ class CoreRpc:
             logs = await self.store.snapshot(admin.job_logs, ns, queue, job_id, lo.start, lo.end or -1)
             return J.JobAdminResponse(logs=logs.lines, log_count=logs.count)
         if kind == "remove":
-            await self.store.transact(admin.job_remove, ns, queue, job_id, False)
+            await self.store.transact(admin.job_remove, ns, queue, job_id, False, op.remove.children)
             return J.JobAdminResponse(removed=True)
+        if kind == "remove_child_dependency":
+            removed = await self.store.transact(admin.job_remove_child_dependency, ns, queue, job_id)
+            if removed:
+                self.core.wake_all(ns, queue)
+            return J.JobAdminResponse(removed=removed)
+        if kind == "add_log":
+            al = op.add_log
+            n = await self.store.transact(admin.job_add_log, ns, queue, job_id, al.line, al.keep)
+            return J.JobAdminResponse(log_count=n)
+        if kind == "clear_logs":
+            n = await self.store.transact(admin.job_clear_logs, ns, queue, job_id, op.clear_logs.keep)
+            return J.JobAdminResponse(log_count=n)
         if kind == "children":  # BullMQ getChildrenValues / getDependencies
             return J.JobAdminResponse(children=await self.core.children_values(ns, queue, job_id))
         if kind == "retry":
-            job = await self.store.transact(admin.job_retry, ns, queue, job_id)
+            job = await self.store.transact(admin.job_retry, ns, queue, job_id, op.retry.keep_attempts)
         elif kind == "promote":
             job = await self.store.transact(admin.job_promote, ns, queue, job_id)
         elif kind == "change_priority":
@@ -390,6 +429,8 @@ class CoreRpc:
             job = await self.store.transact(admin.job_change_delay, ns, queue, job_id, op.change_delay.delay_ns)
         elif kind == "update_data":
             job = await self.store.transact(admin.job_update_data, ns, queue, job_id, op.update_data.data)
+        elif kind == "progress":
+            job = await self.store.transact(admin.job_set_progress, ns, queue, job_id, op.progress.progress)
         elif kind == "cancel":
             job = await self.store.transact(admin.job_cancel, ns, queue, job_id, "")
         else:  # a JobOp added to the proto and not mapped here
@@ -420,9 +461,10 @@ class CoreRpc:
 
     # -- result store ------------------------------------------------------------------
     async def result_get(self, ns: str, req: J.ResultGetRequest) -> J.ResultGetResponse:
-        validate.name("namespace", ns)
-        value = await self.store.snapshot(results.result_get, ns, req.key)
-        return J.ResultGetResponse(value=value, found=True) if value is not None else J.ResultGetResponse()
+        value, version = await self.core.result_get(ns, req.key, req.wait_ns, req.after_version)
+        if value is None:
+            return J.ResultGetResponse()
+        return J.ResultGetResponse(value=value, found=True, version=version)
 
     async def result_m_get(self, ns: str, req: J.ResultMGetRequest) -> J.ResultMGetResponse:
         validate.name("namespace", ns)
@@ -435,23 +477,57 @@ class CoreRpc:
     async def result_set(self, ns: str, req: J.ResultSetRequest) -> J.ResultSetResponse:
         validate.name("namespace", ns)
         await self.store.transact(results.result_set, ns, req.key, req.value, req.ttl_ns)
+        self.core.result_changed(ns, req.key)
         return J.ResultSetResponse()
 
     async def result_delete(self, ns: str, req: J.ResultDeleteRequest) -> J.ResultDeleteResponse:
         validate.name("namespace", ns)
         await self.store.transact(results.result_delete, ns, req.key)
+        self.core.result_changed(ns, req.key)
         return J.ResultDeleteResponse()
 
     async def result_incr(self, ns: str, req: J.ResultIncrRequest) -> J.ResultIncrResponse:
         """ttl_ns 0 leaves the key's TTL as it is (as Redis INCR does)."""
         validate.name("namespace", ns)
-        size = await self.store.transact(results.result_incr, ns, req.key, req.member, req.ttl_ns or None)
-        return J.ResultIncrResponse(size=size)
+        size, added = await self.store.transact(results.result_add, ns, req.key, req.member, req.ttl_ns or None)
+        if added:
+            self.core.result_changed(ns, req.key)
+        return J.ResultIncrResponse(size=size, added=added)
 
     async def result_expire(self, ns: str, req: J.ResultExpireRequest) -> J.ResultExpireResponse:
         validate.name("namespace", ns)
         await self.store.transact(results.result_expire, ns, req.key, req.ttl_ns)
         return J.ResultExpireResponse()
+
+    # -- exchanges (kombu bindings, routed publishes) -------------------------------------
+    async def exchange_bind(self, ns: str, req: J.ExchangeBindRequest) -> J.ExchangeBindResponse:
+        validate.name("namespace", ns)
+        exchanges.check_binding(req.exchange, req.routing_key, req.queue)
+        await self.store.transact(exchanges.exchange_bind, ns, req.exchange, req.routing_key, req.queue, req.ttl_ns)
+        return J.ExchangeBindResponse()
+
+    async def exchange_unbind(self, ns: str, req: J.ExchangeUnbindRequest) -> J.ExchangeUnbindResponse:
+        validate.name("namespace", ns)
+        exchanges.check_binding(req.exchange, req.routing_key, req.queue)
+        removed = await self.store.transact(exchanges.exchange_unbind, ns, req.exchange, req.routing_key, req.queue)
+        return J.ExchangeUnbindResponse(removed=removed)
+
+    async def exchange_bindings(self, ns: str, req: J.ExchangeBindingsRequest) -> J.ExchangeBindingsResponse:
+        validate.name("namespace", ns)
+        exchanges.check_binding(req.exchange, "")
+        return J.ExchangeBindingsResponse(bindings=await self.store.snapshot(exchanges.exchange_bindings, ns, req.exchange))
+
+    async def exchange_publish(self, ns: str, req: J.ExchangePublishRequest) -> J.ExchangePublishResponse:
+        routed = await self.core.publish(ns, req.exchange, req.type, req.routing_key, req.task, req.opts)
+        out = J.ExchangePublishResponse()
+        for queue, r in routed:
+            if isinstance(r, Enqueued):
+                out.routed.add(queue=queue).result.enqueued.CopyFrom(
+                    J.Enqueued(job=r.job_id, created=r.created, state=r.state, job_key=r.job_key)
+                )
+            else:
+                out.routed.add(queue=queue).result.error.CopyFrom(item_error(r))
+        return out
 
 
 def _wake_namespace(core: QueueCore, ns: str) -> None:

@@ -10,6 +10,12 @@ from loopback peers. Endpoints:
 - `POST /internal/v1/wake`   `{"ns": .., "queue": ..}`: wake the queue's parked leases
   (the sweeper calls it after it reclaimed or promoted jobs)
 - `POST /internal/v1/queues` `{"ns": ..}`: the namespace's queue names (REST listing)
+- `POST /internal/v1/events/export` `{"ns", "queue", "since_ns", "until_ns", "format"}`:
+  the queue's events as Parquet or Arrow (loam_common.event_export), for the gateway
+- `GET /metrics`: Prometheus text (loam_common.metrics): the store-derived counters and
+  gauges of every namespace, and this process's histograms; same check as internal
+  calls (the token may also come as `authorization: Bearer <token>`, for scrapers);
+  `?scope=store` leaves the histograms out (the gateway serves that part)
 - `GET /healthz`, `GET /readyz` (ready = the store answers a read)
 
 `ConnectAdapter` is the shared shape of a JobsService implementation that forwards
@@ -39,7 +45,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
-from loam_common import validate
+from loam_common import metrics, tracing, validate
 from loam_common.blobs import open_blobs
 from loam_common.connect_errors import HTTP_STATUS, to_connect
 from loam_common.errors import InvalidArgument, JobsError, Unauthenticated
@@ -205,6 +211,32 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
             return error_response(e)
         return JSONResponse({"queues": names})
 
+    async def export(request: Request) -> Response:
+        try:
+            auth.check(request.headers, peer(request))
+            body = await _json_object(request)
+            ns = validate.name("ns", body.get("ns"))
+            queue = validate.name("queue", body.get("queue"))
+            data, media = await export_bytes(core.store, ns, queue, body.get("since_ns") or 0, body.get("until_ns"),
+                                             body.get("format") or "parquet")  # fmt: skip
+        except Exception as e:  # noqa: BLE001
+            return error_response(e)
+        return Response(data, media_type=media)
+
+    async def metrics_endpoint(request: Request) -> Response:
+        headers = dict(request.headers)
+        bearer = headers.get("authorization", "")
+        if auth.token is not None and bearer.lower().startswith("bearer ") and TOKEN_HEADER not in headers:
+            headers[TOKEN_HEADER] = bearer[7:].strip()
+        try:
+            auth.check(headers, peer(request))
+            qp = request.query_params
+            only = [validate.name("ns", qp["ns"])] if qp.get("ns") else None
+            text = await metrics.render_store(core.store, only, process=qp.get("scope") != "store")
+        except Exception as e:  # noqa: BLE001
+            return error_response(e)
+        return Response(text, media_type=metrics.CONTENT_TYPE)
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -229,10 +261,27 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
             Route("/readyz", readyz),
             Route("/internal/v1/wake", wake, methods=["POST"]),
             Route("/internal/v1/queues", queues, methods=["POST"]),
+            Route("/internal/v1/events/export", export, methods=["POST"]),
+            Route("/metrics", metrics_endpoint),
             Mount(connect_app.path, app=connect_app),
         ],
         lifespan=lifespan,
     )
+
+
+async def export_bytes(store, ns: str, queue: str, since_ns: int, until_ns: int | None, fmt: str) -> tuple[bytes, str]:
+    """A queue's events in [since_ns, until_ns) as `parquet` or `arrow` bytes, and the media type."""
+    from loam_common import event_export
+
+    validate.name("namespace", ns)
+    validate.name("queue", queue)
+    if fmt not in event_export.FORMATS:
+        raise InvalidArgument("format", f"one of {', '.join(event_export.FORMATS)}")
+    for name, v in (("since_ns", since_ns), ("until_ns", until_ns)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise InvalidArgument(name, "must be a non-negative integer (ns since the epoch)")
+    table = await event_export.export_events(store, ns, queue, since_ns, until_ns)
+    return event_export.table_bytes(table, fmt), event_export.FORMATS[fmt]
 
 
 def _noop_read(tx) -> None:
@@ -332,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         store = open_store(args.store)
         blobs = open_blobs(args.blobs) if args.blobs else None
         core = QueueCore(store, blobs)
+        tracing.configure_from_env("loam-queue-core")
         app = create_app(core, internal_token=token)
 
         def ready(server: uvicorn.Server) -> None:

@@ -207,6 +207,24 @@ def queue_counts(tx: Txn, ns: str, queue: str) -> QueueCounts:
         return _counts(qt)
 
 
+def queue_rate_window(tx: Txn, ns: str, queue: str) -> tuple[int, int]:
+    """(ns until the queue's rate window or RateLimited block ends, leases used in the
+    window): BullMQ's getRateLimitTtl. (0, 0) when no window is open."""
+    validate.name("queue", queue)
+    with QueueTx(tx, ns, queue, create=False) as qt:
+        raw = tx.get(qt.k.runtime())
+        if raw is None:
+            return 0, 0
+        rt = pb.QueueRuntime.FromString(raw)
+        if rt.blocked_until_ns > qt.now:
+            return rt.blocked_until_ns - qt.now, rt.used
+        rl = qt.cfg.rate_limit
+        end = rt.window_start_ns + rl.duration_ns
+        if rl.max and rl.duration_ns and rt.used and end > qt.now:
+            return end - qt.now, rt.used
+        return 0, 0
+
+
 def queue_config(tx: Txn, ns: str, queue: str) -> pb.QueueConfig:
     validate.name("queue", queue)
     with QueueTx(tx, ns, queue, create=False) as qt:
@@ -369,18 +387,22 @@ def queue_clean(tx: Txn, ns: str, queue: str, state: int, grace_ns: int, limit: 
         return removed
 
 
-def _reset_for_retry(job: pb.Job) -> None:
-    """BullMQ's job.retry: the attempts start over; the error history stays."""
-    job.attempt = 0
-    job.stalled = 0
+def _reset_for_retry(job: pb.Job, keep_attempts: bool = False) -> None:
+    """BullMQ's job.retry: the attempts start over (unless `keep_attempts`); the error
+    history stays."""
+    if not keep_attempts:
+        job.attempt = 0
+        job.stalled = 0
+    elif job.state == S.COMPLETED or job.attempt < job.attempts_max:
+        job.attempt += 1  # the finished run was an attempt too (BullMQ's attemptsMade)
     job.processed_ns = 0
     job.finished_ns = 0
     job.due_ns = 0
     job.ClearField("result")
 
 
-def _retry(qt: QueueTx, job: pb.Job) -> None:
-    _reset_for_retry(job)
+def _retry(qt: QueueTx, job: pb.Job, keep_attempts: bool = False) -> None:
+    _reset_for_retry(job, keep_attempts)
     if job.opts.subject:
         # QueueTx.move does not re-claim a subject when a finished job comes back.
         qt._subject_claim(job)
@@ -524,23 +546,60 @@ def job_get(tx: Txn, ns: str, queue: str, job_id: str) -> pb.Job:
         return qt.require_job(job_id)
 
 
-def job_remove(tx: Txn, ns: str, queue: str, job_id: str, force: bool = False) -> None:
+def job_remove(tx: Txn, ns: str, queue: str, job_id: str, force: bool = False, children: bool = False) -> None:
     """Delete a job and its logs. An active job is refused, as BullMQ refuses a locked
-    one, unless `force` (its worker's complete then gets NotFound)."""
+    one, unless `force` (its worker's complete then gets NotFound). With `children`, its
+    dependencies that have not started go too, recursively (BullMQ's removeChildren)."""
     with _job_tx(tx, ns, queue) as qt:
         job = qt.require_job(job_id)
         if job.state == S.ACTIVE and not force:
             raise InvalidState(job_id, "active", "remove a job a worker holds; let it finish, or force")
-        qt.remove(job, event="removed")
+        tree = _tree(qt, job) if children else []
+        locked = next((j for q, j in tree if j.state == S.ACTIVE), None)
+        if locked is not None:
+            raise InvalidState(locked.id, "active", "remove a tree holding a job a worker holds")
+        qt.remove(job, event="removed")  # first: its dependency records go, so no child settles it
+        for q, child in tree:
+            if q.get_job(child.id) is not None:
+                q.remove(child, event="removed")
 
 
-def job_retry(tx: Txn, ns: str, queue: str, job_id: str) -> pb.Job:
-    """BullMQ's job.retry: a finished job goes back to waiting with its attempts reset."""
+def _tree(qt: QueueTx, job: pb.Job) -> list[tuple[QueueTx, pb.Job]]:
+    """Every job below `job` (its dependencies, theirs, ...) with its queue."""
+    out: list[tuple[QueueTx, pb.Job]] = []
+    todo = [(qt, job)]
+    while todo:
+        q, j = todo.pop()
+        if not j.children:
+            continue
+        prefix = q.k.dependencies(j.id)
+        for _, raw in q.tx.scan(prefix, keys.prefix_end(prefix)):
+            dep = pb.Dependency.FromString(raw)
+            cq = q.peer(dep.queue)
+            child = cq.get_job(dep.job_id)
+            if child is not None:
+                out.append((cq, child))
+                todo.append((cq, child))
+    return out
+
+
+def job_remove_child_dependency(tx: Txn, ns: str, queue: str, job_id: str) -> bool:
+    """BullMQ's removeChildDependency (flows.remove_child_dependency)."""
+    from loam_common import flows
+
+    with _job_tx(tx, ns, queue) as qt:
+        job = qt.require_job(job_id)
+        return flows.remove_child_dependency(qt, job)
+
+
+def job_retry(tx: Txn, ns: str, queue: str, job_id: str, keep_attempts: bool = False) -> pb.Job:
+    """BullMQ's job.retry: a finished job goes back to waiting with its attempts reset
+    (or kept: BullMQ's default, without resetAttemptsMade)."""
     with _job_tx(tx, ns, queue) as qt:
         job = qt.require_job(job_id)
         if job.state not in S.FINISHED:
             raise InvalidState(job_id, S.name(job.state), "retry a job that has not finished")
-        _retry(qt, job)
+        _retry(qt, job, keep_attempts)
         return job
 
 
@@ -634,6 +693,59 @@ def job_logs(
         return JobLogs([pb.LogLine.FromString(v) for _, v in picked], n)
 
 
+def job_set_progress(tx: Txn, ns: str, queue: str, job_id: str, progress: bytes) -> pb.Job:
+    """BullMQ's job.updateProgress from any client (Report is the lease holder's):
+    set the progress (JSON) in any state and emit `progress`."""
+    import json
+
+    try:
+        json.loads(progress)
+    except ValueError as e:
+        raise InvalidArgument("progress", f"is not JSON: {e}") from None
+    with _job_tx(tx, ns, queue) as qt:
+        job = qt.require_job(job_id)
+        job.progress = progress
+        qt.put_job(job)
+        qt.emit("progress", job, data=progress)
+        return job
+
+
+def job_add_log(tx: Txn, ns: str, queue: str, job_id: str, line: str, keep: int = 0) -> int:
+    """BullMQ's job.log from any client: append a line, keep the last `keep` (0 = the
+    queue's cap). Returns how many lines the job holds."""
+    from loam_common.jobs.complete import append_log
+
+    validate.text("line", line, 64 * 1024)
+    with _job_tx(tx, ns, queue) as qt:
+        job = qt.require_job(job_id)
+        append_log(qt, job, line)
+        if keep:
+            _trim_logs(qt, job, keep)
+        qt.put_job(job)
+        return _held_logs(qt, job)
+
+
+def job_clear_logs(tx: Txn, ns: str, queue: str, job_id: str, keep: int = 0) -> int:
+    """BullMQ's job.clearLogs: drop all lines but the last `keep`. Returns how many
+    lines are left."""
+    with _job_tx(tx, ns, queue) as qt:
+        job = qt.require_job(job_id)
+        _trim_logs(qt, job, keep)
+        return _held_logs(qt, job)
+
+
+def _held_logs(qt: QueueTx, job: pb.Job) -> int:
+    prefix = qt.k.logs(job.id)
+    return len(qt.tx.scan(prefix, keys.prefix_end(prefix)))
+
+
+def _trim_logs(qt: QueueTx, job: pb.Job, keep: int) -> None:
+    prefix = qt.k.logs(job.id)
+    rows = qt.tx.scan(prefix, keys.prefix_end(prefix))
+    for key, _ in rows[: max(len(rows) - keep, 0)]:
+        qt.tx.delete(key)
+
+
 def job_cancel(tx: Txn, ns: str, queue: str, job_id: str, reason: str = "") -> pb.Job:
     """Cancel a job that has not started (waiting, prioritized, delayed,
     waiting-children). A running job is its worker's to finish or fail."""
@@ -647,6 +759,18 @@ def job_cancel(tx: Txn, ns: str, queue: str, job_id: str, reason: str = "") -> p
         err = pb.JobError(code="canceled", message=reason or "canceled", at_ns=qt.now, attempt=job.attempt)
         job.errors.append(err)
         qt.move(job, S.CANCELED, "canceled", error=err)
+        return job
+
+
+def job_get_dedup(tx: Txn, ns: str, queue: str, dedup_id: str) -> pb.Job:
+    """The live job a dedup id points at; NotFound when none does."""
+    from loam_common.errors import NotFound
+
+    validate.text("dedup_id", dedup_id, 1024, allow_empty=False)
+    with _job_tx(tx, ns, queue) as qt:
+        job = dedup.job_of(qt, dedup_id)
+        if job is None:
+            raise NotFound(f"no live job holds dedup id {dedup_id!r} in queue {queue!r}")
         return job
 
 

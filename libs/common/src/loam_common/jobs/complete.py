@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loam_common.errors import Fenced, InvalidArgument, InvalidState, JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -29,6 +29,7 @@ class Outcome:
     dead_letter: bool = False
     until_ns: int = 0  # delay
     for_ns: int = 0  # rate_limited
+    retention: pb.Retention | None = None  # replaces the job's if this outcome finishes it
 
     @staticmethod
     def ok(result: pb.Payload | None = None) -> Outcome:
@@ -73,6 +74,11 @@ class Outcome:
 class Completed:
     state: int
     moved: bool = True  # wait_children: False when the job had no pending children
+    # For metrics and traces (not compared): the task, how long the lease ran, and the
+    # job's trace context.
+    task: str = field(default="", compare=False)
+    run_ns: int = field(default=0, compare=False)
+    traceparent: str = field(default="", compare=False)
 
 
 def backoff_delay(backoff: pb.Backoff, attempt: int, rng: random.Random | None = None) -> int:
@@ -137,15 +143,28 @@ def job_complete_many(
             root = root or qt
             out.append(_complete(qt, load_fenced(qt, job_id, epoch), outcome))
             qt.flush()
+            tx.release(sp)  # keep the savepoint stack one deep
         except JobsError as e:
             tx.rollback_to(sp)
+            tx.release(sp)
             root = None  # cached metas may hold rolled-back counts: read them again
             out.append(e)
     return out
 
 
 def _complete(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
+    done = _complete_one(qt, job, outcome)
+    totals = qt.meta_for_update(job.shard).completed_total  # loam_jobs_completed_total{outcome}
+    totals[outcome.kind] = totals[outcome.kind] + 1
+    return Completed(
+        done.state, done.moved, job.task.name, qt.now - job.lease_started_ns, job.task.headers.get("traceparent", "")
+    )
+
+
+def _complete_one(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
     kind = outcome.kind
+    if outcome.retention is not None:  # BullMQ's worker-level removeOnComplete / removeOnFail
+        job.opts.retention.CopyFrom(outcome.retention)
     if kind == "ok":
         if outcome.result is not None:
             job.result.CopyFrom(outcome.result)

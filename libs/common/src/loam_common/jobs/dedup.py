@@ -58,13 +58,24 @@ def check(qt: QueueTx, nj: NewJob) -> Enqueued | None:
     if changed:
         qt.tx.put(qt.k.dedup(d.id), rec.SerializeToString())
     qt.emit("deduplicated", job, detail=d.id)
-    return Enqueued(job.id, False, job.state)
+    return Enqueued(job.id, False, job.state, job.opts.job_key)
 
 
 def record(qt: QueueTx, nj: NewJob) -> None:
     d = nj.opts.dedup
     rec = pb.DedupRecord(job_id=nj.job_id, expires_ns=qt.now + d.ttl_ns if d.ttl_ns else 0)
     qt.tx.put(qt.k.dedup(d.id), rec.SerializeToString())
+
+
+def job_of(qt: QueueTx, dedup_id: str) -> pb.Job | None:
+    """The live job a dedup id points at (BullMQ's getDeduplicationJobId)."""
+    rec = _load(qt, dedup_id)
+    if rec is None:
+        return None
+    job = qt.get_job(rec.job_id)
+    if job is None or (job.state in S.FINISHED and not rec.expires_ns):
+        return None
+    return job
 
 
 def remove_key(qt: QueueTx, dedup_id: str) -> bool:

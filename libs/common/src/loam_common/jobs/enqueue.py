@@ -4,12 +4,13 @@ idempotency key, then job key, then dedup id."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loam_common import validate
+from loam_common import tracing, validate
 from loam_common.errors import AlreadyExists, IdempotencyConflict, InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import dedup, states as S
@@ -35,10 +36,20 @@ class Enqueued:
     job_id: str
     created: bool
     state: int
+    job_key: str = ""  # the job's key, when it has one (BullMQ's id)
 
 
 def request_hash(task: pb.TaskSpec, opts: pb.EnqueueOpts) -> bytes:
-    """The canonical request: what `job_key` and idempotency keys compare."""
+    """The canonical request: what `job_key` and idempotency keys compare. The trace
+    context is not part of it: a retried call may carry another one (or none, and get
+    one generated)."""
+    if any(h in task.headers for h in tracing.TRACE_HEADERS):
+        t = pb.TaskSpec()
+        t.CopyFrom(task)
+        for h in tracing.TRACE_HEADERS:
+            if h in t.headers:
+                del t.headers[h]
+        task = t
     o = pb.EnqueueOpts()
     o.CopyFrom(opts)
     o.ClearField("idempotency")
@@ -128,16 +139,30 @@ def job_enqueue(tx: Txn, ns: str, queue: str, new_jobs: list[NewJob]) -> list[En
     out: list[Enqueued | JobsError] = []
     with QueueTx(tx, ns, queue) as qt:
         for nj in new_jobs:
-            sp = tx.savepoint() if len(new_jobs) > 1 else None
+            # A savepoint only for a job that can be refused; released at once, so a
+            # bulk batch never nests a thousand of them (SQLite copies pages per level).
+            sp = tx.savepoint() if len(new_jobs) > 1 and _refusable(nj) else None
             try:
                 out.append(_enqueue_one(qt, nj))
+                if sp is not None:
+                    tx.release(sp)
             except JobsError as e:
                 if sp is not None:
                     tx.rollback_to(sp)
+                    tx.release(sp)
                     out.append(e)
                 else:
                     raise
     return out
+
+
+def _refusable(nj: NewJob) -> bool:
+    """Whether enqueueing `nj` can end in a per-job error (a key clash, a missing parent)."""
+    o = nj.opts
+    return bool(
+        o.job_key or o.job_key_from_counter or nj.init
+        or o.HasField("idempotency") or o.HasField("dedup") or o.HasField("parent")
+    )
 
 
 def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
@@ -155,11 +180,21 @@ def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
                     raise IdempotencyConflict(opts.idempotency.key)
                 return Enqueued(rec.job_id, rec.created, rec.state)
 
+    if opts.job_key_from_counter and not opts.job_key:
+        qt.ensure_exists()
+        opts = pb.EnqueueOpts()
+        opts.CopyFrom(nj.opts)  # not the caller's message: it may be reused
+        opts.job_key = qt.next_job_key()  # fresh: no job can hold it yet
+        nj = dataclasses.replace(nj, opts=opts)
+
     if opts.job_key:
         existing_id = tx.get(k.job_key(opts.job_key))
         if existing_id is not None:
             existing = qt.get_job(existing_id.decode())
             if existing is not None:
+                if opts.job_key_keeps_first:  # BullMQ: the first job with an id wins
+                    qt.emit("duplicated", existing)
+                    return _remember(qt, nj, Enqueued(existing.id, False, existing.state, existing.opts.job_key))
                 rhash = rhash or request_hash(nj.task, opts)
                 if existing.request_hash != rhash:
                     raise AlreadyExists(
@@ -167,13 +202,15 @@ def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
                         "parameters; use another key or remove that job first",
                         existing.id,
                     )
-                return _remember(qt, nj, Enqueued(existing.id, False, existing.state))
+                return _remember(qt, nj, Enqueued(existing.id, False, existing.state, existing.opts.job_key))
 
     if opts.HasField("dedup"):
         hit = dedup.check(qt, nj)
         if hit is not None:
             return _remember(qt, nj, hit)
 
+    if "traceparent" not in nj.task.headers:  # every job gets a trace context (spec §6.11)
+        nj.task.headers["traceparent"] = tracing.new_traceparent()
     job = pb.Job(id=nj.job_id, queue=qt.name, task=nj.task, opts=opts, created_ns=now)
     job.attempts_max = opts.attempts or qt.cfg.attempts or 1
     job.shard = _shard(qt, nj)
@@ -197,7 +234,7 @@ def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
         tx.put(k.job_key(opts.job_key), job.id.encode())
     if opts.HasField("dedup"):
         dedup.record(qt, nj)
-    return _remember(qt, nj, Enqueued(job.id, True, job.state))
+    return _remember(qt, nj, Enqueued(job.id, True, job.state, job.opts.job_key))
 
 
 def _remember(qt: QueueTx, nj: NewJob, result: Enqueued) -> Enqueued:

@@ -24,6 +24,8 @@ class LeaseResult:
     # (a delayed job's due time, a rate window's end), 0 if unknown. Long-polls wait
     # no longer than this.
     wake_at_ns: int = 0
+    # Per leased job, how long it had been ready (loam_jobs_lease_latency_seconds).
+    waited_ns: list[int] = field(default_factory=list)
 
 
 def _note_wake(res: LeaseResult, at_ns: int) -> None:
@@ -48,8 +50,9 @@ def next_due_ns(qt: QueueTx, shard: int) -> int:
     return keys.index_time(head[0][0], len(prefix)) if head else 0
 
 
-def lease_deadline(qt: QueueTx, job: pb.Job) -> int:
-    visibility = job.opts.visibility_ns or qt.cfg.visibility_ns or DEFAULT_VISIBILITY_NS
+def lease_deadline(qt: QueueTx, job: pb.Job, visibility_ns: int = 0) -> int:
+    """`visibility_ns`: the lease length the worker asked for (BullMQ's lockDuration)."""
+    visibility = visibility_ns or job.opts.visibility_ns or qt.cfg.visibility_ns or DEFAULT_VISIBILITY_NS
     deadline = qt.now + visibility
     if job.opts.timeout_ns:
         deadline = min(deadline, job.lease_started_ns + job.opts.timeout_ns)
@@ -87,6 +90,7 @@ def job_lease(
     max_jobs: int,
     names: frozenset[str] | None = None,
     shard_offset: int = 0,
+    visibility_ns: int = 0,
 ) -> LeaseResult:
     res = LeaseResult()
     for queue in queues:
@@ -102,7 +106,7 @@ def job_lease(
             for i in range(shards):
                 if len(res.jobs) >= max_jobs:
                     break
-                _lease_shard(qt, (shard_offset + i) % shards, worker, max_jobs, names, res)
+                _lease_shard(qt, (shard_offset + i) % shards, worker, max_jobs, names, res, visibility_ns)
             if len(res.jobs) > before and worker:
                 w = pb.Worker(id=worker, last_seen_ns=qt.now, queues=queues)
                 tx.put(qt.k.worker(worker), w.SerializeToString())
@@ -110,7 +114,13 @@ def job_lease(
 
 
 def _lease_shard(
-    qt: QueueTx, shard: int, worker: str, max_jobs: int, names: frozenset[str] | None, res: LeaseResult
+    qt: QueueTx,
+    shard: int,
+    worker: str,
+    max_jobs: int,
+    names: frozenset[str] | None,
+    res: LeaseResult,
+    visibility_ns: int = 0,
 ) -> None:
     tx = qt.tx
     promote_due(qt, shard)
@@ -133,7 +143,7 @@ def _lease_shard(
             break
         scanned += len(entries)
         prefix = entries[-1][0] + b"\x00"
-        taken += _take(qt, entries, want - taken, worker, names, res)
+        taken += _take(qt, entries, want - taken, worker, names, res, visibility_ns)
     if rt is not None and taken and qt.cfg.rate_limit.max:
         rt.used += taken
         tx.put(rt_key, rt.SerializeToString())
@@ -142,7 +152,13 @@ def _lease_shard(
 
 
 def _take(
-    qt: QueueTx, entries: list[tuple[bytes, bytes]], want: int, worker: str, names: frozenset[str] | None, res: LeaseResult
+    qt: QueueTx,
+    entries: list[tuple[bytes, bytes]],
+    want: int,
+    worker: str,
+    names: frozenset[str] | None,
+    res: LeaseResult,
+    visibility_ns: int = 0,
 ) -> int:
     taken = 0
     for _key, job_id in entries:
@@ -155,12 +171,13 @@ def _take(
             job.errors.append(pb.JobError(code="expired", message="expired before it started", at_ns=qt.now))
             qt.move(job, S.CANCELED, "expired")
             continue
+        res.waited_ns.append(qt.now - job.state_ns)
         job.epoch += 1
         job.worker = worker
         job.lease_started_ns = qt.now
         if not job.processed_ns:
             job.processed_ns = qt.now
-        job.deadline_ns = lease_deadline(qt, job)
+        job.deadline_ns = lease_deadline(qt, job, visibility_ns)
         qt.move(job, S.ACTIVE, "active", worker=worker)
         res.jobs.append(job)
         taken += 1

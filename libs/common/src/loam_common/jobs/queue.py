@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from loam_common import keys
+from loam_common import events, keys
 from loam_common.errors import InvalidState, NotFound
 from loam_common.gen.loam.jobs.v1 import events_pb2, types_pb2 as pb
 from loam_common.jobs import states as S
@@ -23,6 +23,9 @@ from loam_common.store.base import Txn
 DEFAULT_VISIBILITY_NS = 30_000_000_000
 DEFAULT_LOG_CAP = 1000
 DEFAULT_PAYLOAD_LIMIT = 64 * 1024 * 1024
+# Job headers copied onto each of the job's events: the trace context, and the schedule
+# a tick job came from (schedules.HEADER_SCHEDULE), which Watch on a schedule filters by.
+EVENT_HEADERS = ("traceparent", "x-loam-schedule")
 
 
 def default_config(queue: str, now_ns: int) -> pb.QueueConfig:
@@ -91,9 +94,13 @@ class QueueTx:
                 peer._flush_own()
 
     def _flush_own(self) -> None:
+        if not self._dirty:
+            return
         for shard in self._dirty:
             self.tx.put(self.k.shard_meta(shard), self._metas[shard].SerializeToString())
         self._dirty.clear()
+        if events.commit_listeners:  # a Watch in this process: wake it after the commit
+            events.notify_after_commit(self.tx, self.ns, self.name)
 
     def peer(self, queue: str, *, create: bool = True) -> QueueTx:
         """The QueueTx of another queue in this same transition. One per queue, shared by
@@ -119,11 +126,23 @@ class QueueTx:
             self._metas[shard] = m
         return m
 
+    def meta_for_update(self, shard: int) -> pb.ShardMeta:
+        """A shard's meta, to be written on flush (its totals: metrics.py)."""
+        self._dirty.add(shard)
+        return self.meta(shard)
+
     def next_seq(self, shard: int) -> int:
         m = self.meta(shard)
         m.next_seq += 1
         self._dirty.add(shard)
         return m.next_seq
+
+    def next_job_key(self) -> str:
+        """The queue's next counter value in decimal: BullMQ's auto-generated job ids."""
+        raw = self.tx.get(self.k.key_counter())
+        n = (keys.U64.unpack(raw)[0] if raw else 0) + 1
+        self.tx.put(self.k.key_counter(), keys.U64.pack(n))
+        return str(n)
 
     def _count(self, shard: int, state: int, delta: int) -> None:
         m = self.meta(shard)
@@ -157,9 +176,16 @@ class QueueTx:
             ev.name = job.task.name
             ev.attempt = job.attempt
             ev.epoch = job.epoch
-            tp = job.task.headers.get("traceparent")
-            if tp:
-                ev.headers["traceparent"] = tp
+            if job.opts.job_key:
+                ev.job_key = job.opts.job_key
+            if event == "delayed" and job.due_ns and not ev.detail:
+                ev.detail = str(job.due_ns // 1_000_000)  # BullMQ's `delay` field: the due time, ms
+            headers = job.task.headers
+            if headers:
+                for h in EVENT_HEADERS:
+                    v = headers.get(h)
+                    if v:
+                        ev.headers[h] = v
         self.tx.put(self.k.outbox(shard, m.outbox_seq), ev.SerializeToString())
 
     # -- jobs ------------------------------------------------------------------------
@@ -212,6 +238,7 @@ class QueueTx:
             job.seq = self.next_seq(job.shard)
         self._index_add(job)
         self._count(job.shard, job.state, 1)
+        self.meta_for_update(job.shard).enqueued_total += 1
         self.put_job(job)
         if event:
             self.emit(event, job)
@@ -227,7 +254,9 @@ class QueueTx:
         job.state_ns = self.now
         if to in S.READY:
             job.seq = self.next_seq(job.shard)
-        if to != S.ACTIVE:
+        if to == S.ACTIVE:
+            self.meta_for_update(job.shard).leased_total += 1
+        else:
             job.worker = ""
             job.deadline_ns = 0
         if to in S.FINISHED:

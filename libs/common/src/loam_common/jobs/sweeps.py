@@ -32,6 +32,7 @@ def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) 
                 complete._retry_or_fail(qt, job, err, None)
                 continue
             job.stalled += 1
+            qt.meta_for_update(job.shard).stalled_total += 1  # loam_jobs_stalled_total
             limit_stalled = max_stalled(qt.cfg)
             if limit_stalled >= 0 and job.stalled > limit_stalled:
                 err = pb.JobError(code="stalled", message=STALLED_MESSAGE)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from loam_common.gen.loam.jobs.v1 import types_pb2 as loam_dot_jobs_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19loam/jobs/v1/events.proto\x12\x0cloam.jobs.v1\x1a\x18loam/jobs/v1/types.proto\"\xa1\x03\n\x08JobEvent\x12\r\n\x05\x65vent\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\r\n\x05shard\x18\x04 \x01(\r\x12\x0b\n\x03seq\x18\x05 \x01(\x04\x12\x0f\n\x07time_ns\x18\x06 \x01(\x03\x12%\n\x05state\x18\x07 \x01(\x0e\x32\x16.loam.jobs.v1.JobState\x12*\n\nprev_state\x18\x08 \x01(\x0e\x32\x16.loam.jobs.v1.JobState\x12\x0c\n\x04name\x18\t \x01(\t\x12\x0f\n\x07\x61ttempt\x18\n \x01(\r\x12\x0e\n\x06worker\x18\x0b \x01(\t\x12\r\n\x05\x65poch\x18\x0c \x01(\x04\x12%\n\x05\x65rror\x18\r \x01(\x0b\x32\x16.loam.jobs.v1.JobError\x12\x0c\n\x04\x64\x61ta\x18\x0e \x01(\x0c\x12\x0e\n\x06\x64\x65tail\x18\x0f \x01(\t\x12\x34\n\x07headers\x18\x10 \x03(\x0b\x32#.loam.jobs.v1.JobEvent.HeadersEntry\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19loam/jobs/v1/events.proto\x12\x0cloam.jobs.v1\x1a\x18loam/jobs/v1/types.proto\"\xb2\x03\n\x08JobEvent\x12\r\n\x05\x65vent\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\r\n\x05shard\x18\x04 \x01(\r\x12\x0b\n\x03seq\x18\x05 \x01(\x04\x12\x0f\n\x07time_ns\x18\x06 \x01(\x03\x12%\n\x05state\x18\x07 \x01(\x0e\x32\x16.loam.jobs.v1.JobState\x12*\n\nprev_state\x18\x08 \x01(\x0e\x32\x16.loam.jobs.v1.JobState\x12\x0c\n\x04name\x18\t \x01(\t\x12\x0f\n\x07\x61ttempt\x18\n \x01(\r\x12\x0e\n\x06worker\x18\x0b \x01(\t\x12\r\n\x05\x65poch\x18\x0c \x01(\x04\x12%\n\x05\x65rror\x18\r \x01(\x0b\x32\x16.loam.jobs.v1.JobError\x12\x0c\n\x04\x64\x61ta\x18\x0e \x01(\x0c\x12\x0e\n\x06\x64\x65tail\x18\x0f \x01(\t\x12\x34\n\x07headers\x18\x10 \x03(\x0b\x32#.loam.jobs.v1.JobEvent.HeadersEntry\x12\x0f\n\x07job_key\x18\x11 \x01(\t\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,7 +35,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBEVENT_HEADERSENTRY']._loaded_options = None
   _globals['_JOBEVENT_HEADERSENTRY']._serialized_options = b'8\001'
   _globals['_JOBEVENT']._serialized_start=70
-  _globals['_JOBEVENT']._serialized_end=487
-  _globals['_JOBEVENT_HEADERSENTRY']._serialized_start=441
-  _globals['_JOBEVENT_HEADERSENTRY']._serialized_end=487
+  _globals['_JOBEVENT']._serialized_end=504
+  _globals['_JOBEVENT_HEADERSENTRY']._serialized_start=458
+  _globals['_JOBEVENT_HEADERSENTRY']._serialized_end=504
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobEvent(_message.Message):
-    __slots__ = ("event", "queue", "job_id", "shard", "seq", "time_ns", "state", "prev_state", "name", "attempt", "worker", "epoch", "error", "data", "detail", "headers")
+    __slots__ = ("event", "queue", "job_id", "shard", "seq", "time_ns", "state", "prev_state", "name", "attempt", "worker", "epoch", "error", "data", "detail", "headers", "job_key")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class JobEvent(_message.Message):
     DATA_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
+    JOB_KEY_FIELD_NUMBER: _ClassVar[int]
     event: str
     queue: str
     job_id: str
@@ -48,4 +49,5 @@ class JobEvent(_message.Message):
     data: bytes
     detail: str
     headers: _containers.ScalarMap[str, str]
-    def __init__(self, event: _Optional[str] = ..., queue: _Optional[str] = ..., job_id: _Optional[str] = ..., shard: _Optional[int] = ..., seq: _Optional[int] = ..., time_ns: _Optional[int] = ..., state: _Optional[_Union[_types_pb2.JobState, str]] = ..., prev_state: _Optional[_Union[_types_pb2.JobState, str]] = ..., name: _Optional[str] = ..., attempt: _Optional[int] = ..., worker: _Optional[str] = ..., epoch: _Optional[int] = ..., error: _Optional[_Union[_types_pb2.JobError, _Mapping]] = ..., data: _Optional[bytes] = ..., detail: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    job_key: str
+    def __init__(self, event: _Optional[str] = ..., queue: _Optional[str] = ..., job_id: _Optional[str] = ..., shard: _Optional[int] = ..., seq: _Optional[int] = ..., time_ns: _Optional[int] = ..., state: _Optional[_Union[_types_pb2.JobState, str]] = ..., prev_state: _Optional[_Union[_types_pb2.JobState, str]] = ..., name: _Optional[str] = ..., attempt: _Optional[int] = ..., worker: _Optional[str] = ..., epoch: _Optional[int] = ..., error: _Optional[_Union[_types_pb2.JobError, _Mapping]] = ..., data: _Optional[bytes] = ..., detail: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ..., job_key: _Optional[str] = ...) -> None: ...

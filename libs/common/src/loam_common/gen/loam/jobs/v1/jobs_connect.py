@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetFlowRequest, GetFlowResponse, GetScheduleRequest, GetScheduleResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse
+from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExchangeBindRequest, ExchangeBindResponse, ExchangeBindingsRequest, ExchangeBindingsResponse, ExchangePublishRequest, ExchangePublishResponse, ExchangeUnbindRequest, ExchangeUnbindResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetFlowRequest, GetFlowResponse, GetScheduleRequest, GetScheduleResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -138,6 +138,22 @@ class JobsService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def result_expire(self, request: ResultExpireRequest, ctx: RequestContext[ResultExpireRequest, ResultExpireResponse], /) -> ResultExpireResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def exchange_bind(self, request: ExchangeBindRequest, ctx: RequestContext[ExchangeBindRequest, ExchangeBindResponse], /) -> ExchangeBindResponse:
+        """
+        Exchanges (spec §7.1.2, for kombu): bindings kept server-side, so every process
+        routes by the same table, and a publish routed and enqueued in one call.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def exchange_unbind(self, request: ExchangeUnbindRequest, ctx: RequestContext[ExchangeUnbindRequest, ExchangeUnbindResponse], /) -> ExchangeUnbindResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def exchange_bindings(self, request: ExchangeBindingsRequest, ctx: RequestContext[ExchangeBindingsRequest, ExchangeBindingsResponse], /) -> ExchangeBindingsResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def exchange_publish(self, request: ExchangePublishRequest, ctx: RequestContext[ExchangePublishRequest, ExchangePublishResponse], /) -> ExchangePublishResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -428,6 +444,50 @@ class JobsServiceASGIApplication(ConnectASGIApplication[JobsService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.result_expire,
+                ),
+                "/loam.jobs.v1.JobsService/ExchangeBind": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ExchangeBind",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=ExchangeBindRequest,
+                        output=ExchangeBindResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.exchange_bind,
+                ),
+                "/loam.jobs.v1.JobsService/ExchangeUnbind": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ExchangeUnbind",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=ExchangeUnbindRequest,
+                        output=ExchangeUnbindResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.exchange_unbind,
+                ),
+                "/loam.jobs.v1.JobsService/ExchangeBindings": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ExchangeBindings",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=ExchangeBindingsRequest,
+                        output=ExchangeBindingsResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.exchange_bindings,
+                ),
+                "/loam.jobs.v1.JobsService/ExchangePublish": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ExchangePublish",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=ExchangePublishRequest,
+                        output=ExchangePublishResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.exchange_publish,
                 ),
             },
             interceptors=interceptors,
@@ -988,6 +1048,90 @@ class JobsServiceClient(ConnectClient):
                 service_name="loam.jobs.v1.JobsService",
                 input=ResultExpireRequest,
                 output=ResultExpireResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def exchange_bind(
+        self,
+        request: ExchangeBindRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ExchangeBindResponse:
+        """
+        Exchanges (spec §7.1.2, for kombu): bindings kept server-side, so every process
+        routes by the same table, and a publish routed and enqueued in one call.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ExchangeBind",
+                service_name="loam.jobs.v1.JobsService",
+                input=ExchangeBindRequest,
+                output=ExchangeBindResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def exchange_unbind(
+        self,
+        request: ExchangeUnbindRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ExchangeUnbindResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ExchangeUnbind",
+                service_name="loam.jobs.v1.JobsService",
+                input=ExchangeUnbindRequest,
+                output=ExchangeUnbindResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def exchange_bindings(
+        self,
+        request: ExchangeBindingsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ExchangeBindingsResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ExchangeBindings",
+                service_name="loam.jobs.v1.JobsService",
+                input=ExchangeBindingsRequest,
+                output=ExchangeBindingsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def exchange_publish(
+        self,
+        request: ExchangePublishRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ExchangePublishResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ExchangePublish",
+                service_name="loam.jobs.v1.JobsService",
+                input=ExchangePublishRequest,
+                output=ExchangePublishResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -2,12 +2,24 @@ from loam_common.gen.loam.jobs.v1 import engines_pb2 as _engines_pb2
 from loam_common.gen.loam.jobs.v1 import events_pb2 as _events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ExchangeType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXCHANGE_TYPE_UNSPECIFIED: _ClassVar[ExchangeType]
+    EXCHANGE_TYPE_DIRECT: _ClassVar[ExchangeType]
+    EXCHANGE_TYPE_TOPIC: _ClassVar[ExchangeType]
+    EXCHANGE_TYPE_FANOUT: _ClassVar[ExchangeType]
+EXCHANGE_TYPE_UNSPECIFIED: ExchangeType
+EXCHANGE_TYPE_DIRECT: ExchangeType
+EXCHANGE_TYPE_TOPIC: ExchangeType
+EXCHANGE_TYPE_FANOUT: ExchangeType
 
 class LeaseToken(_message.Message):
     __slots__ = ("queue", "job", "epoch")
@@ -30,14 +42,16 @@ class EnqueueRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ...) -> None: ...
 
 class Enqueued(_message.Message):
-    __slots__ = ("job", "created", "state")
+    __slots__ = ("job", "created", "state", "job_key")
     JOB_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    JOB_KEY_FIELD_NUMBER: _ClassVar[int]
     job: str
     created: bool
     state: _types_pb2.JobState
-    def __init__(self, job: _Optional[str] = ..., created: _Optional[bool] = ..., state: _Optional[_Union[_types_pb2.JobState, str]] = ...) -> None: ...
+    job_key: str
+    def __init__(self, job: _Optional[str] = ..., created: _Optional[bool] = ..., state: _Optional[_Union[_types_pb2.JobState, str]] = ..., job_key: _Optional[str] = ...) -> None: ...
 
 class EnqueueResponse(_message.Message):
     __slots__ = ("enqueued",)
@@ -114,18 +128,20 @@ class EnqueueBulkResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[EnqueueBulkResult, _Mapping]]] = ...) -> None: ...
 
 class LeaseRequest(_message.Message):
-    __slots__ = ("queues", "worker", "max", "wait_ns", "names")
+    __slots__ = ("queues", "worker", "max", "wait_ns", "names", "visibility_ns")
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     MAX_FIELD_NUMBER: _ClassVar[int]
     WAIT_NS_FIELD_NUMBER: _ClassVar[int]
     NAMES_FIELD_NUMBER: _ClassVar[int]
+    VISIBILITY_NS_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedScalarFieldContainer[str]
     worker: str
     max: int
     wait_ns: int
     names: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, queues: _Optional[_Iterable[str]] = ..., worker: _Optional[str] = ..., max: _Optional[int] = ..., wait_ns: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
+    visibility_ns: int
+    def __init__(self, queues: _Optional[_Iterable[str]] = ..., worker: _Optional[str] = ..., max: _Optional[int] = ..., wait_ns: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ..., visibility_ns: _Optional[int] = ...) -> None: ...
 
 class ChildrenSummary(_message.Message):
     __slots__ = ("pending", "completed", "failed")
@@ -180,7 +196,7 @@ class ExtendResponse(_message.Message):
     def __init__(self, deadline_ns: _Optional[int] = ...) -> None: ...
 
 class Outcome(_message.Message):
-    __slots__ = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_limited")
+    __slots__ = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_limited", "retention")
     class Ok(_message.Message):
         __slots__ = ("result",)
         RESULT_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +241,7 @@ class Outcome(_message.Message):
     DELAY_FIELD_NUMBER: _ClassVar[int]
     WAIT_CHILDREN_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
     ok: Outcome.Ok
     retry: Outcome.Retry
     fail: Outcome.Fail
@@ -232,7 +249,8 @@ class Outcome(_message.Message):
     delay: Outcome.Delay
     wait_children: Outcome.WaitChildren
     rate_limited: Outcome.RateLimited
-    def __init__(self, ok: _Optional[_Union[Outcome.Ok, _Mapping]] = ..., retry: _Optional[_Union[Outcome.Retry, _Mapping]] = ..., fail: _Optional[_Union[Outcome.Fail, _Mapping]] = ..., release: _Optional[_Union[Outcome.Release, _Mapping]] = ..., delay: _Optional[_Union[Outcome.Delay, _Mapping]] = ..., wait_children: _Optional[_Union[Outcome.WaitChildren, _Mapping]] = ..., rate_limited: _Optional[_Union[Outcome.RateLimited, _Mapping]] = ...) -> None: ...
+    retention: _types_pb2.Retention
+    def __init__(self, ok: _Optional[_Union[Outcome.Ok, _Mapping]] = ..., retry: _Optional[_Union[Outcome.Retry, _Mapping]] = ..., fail: _Optional[_Union[Outcome.Fail, _Mapping]] = ..., release: _Optional[_Union[Outcome.Release, _Mapping]] = ..., delay: _Optional[_Union[Outcome.Delay, _Mapping]] = ..., wait_children: _Optional[_Union[Outcome.WaitChildren, _Mapping]] = ..., rate_limited: _Optional[_Union[Outcome.RateLimited, _Mapping]] = ..., retention: _Optional[_Union[_types_pb2.Retention, _Mapping]] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
     __slots__ = ("token", "outcome")
@@ -486,17 +504,49 @@ class WatchRequest(_message.Message):
     def __init__(self, selector: _Optional[_Union[Selector, _Mapping]] = ..., cursor: _Optional[bytes] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
-    __slots__ = ("snapshot", "event", "cursor")
+    __slots__ = ("snapshot", "event", "cursor", "counts", "schedule", "flow", "ready", "cloudevent")
+    class CloudeventEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    FLOW_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    CLOUDEVENT_FIELD_NUMBER: _ClassVar[int]
     snapshot: _types_pb2.Job
     event: _events_pb2.JobEvent
     cursor: bytes
-    def __init__(self, snapshot: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., event: _Optional[_Union[_events_pb2.JobEvent, _Mapping]] = ..., cursor: _Optional[bytes] = ...) -> None: ...
+    counts: QueueCounts
+    schedule: _types_pb2.ScheduleRecord
+    flow: _types_pb2.FlowRecord
+    ready: bool
+    cloudevent: _containers.ScalarMap[str, str]
+    def __init__(self, snapshot: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., event: _Optional[_Union[_events_pb2.JobEvent, _Mapping]] = ..., cursor: _Optional[bytes] = ..., counts: _Optional[_Union[QueueCounts, _Mapping]] = ..., schedule: _Optional[_Union[_types_pb2.ScheduleRecord, _Mapping]] = ..., flow: _Optional[_Union[_types_pb2.FlowRecord, _Mapping]] = ..., ready: _Optional[bool] = ..., cloudevent: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class WatchCursor(_message.Message):
+    __slots__ = ("positions",)
+    class Position(_message.Message):
+        __slots__ = ("queue", "shard", "seq")
+        QUEUE_FIELD_NUMBER: _ClassVar[int]
+        SHARD_FIELD_NUMBER: _ClassVar[int]
+        SEQ_FIELD_NUMBER: _ClassVar[int]
+        queue: str
+        shard: int
+        seq: int
+        def __init__(self, queue: _Optional[str] = ..., shard: _Optional[int] = ..., seq: _Optional[int] = ...) -> None: ...
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    positions: _containers.RepeatedCompositeFieldContainer[WatchCursor.Position]
+    def __init__(self, positions: _Optional[_Iterable[_Union[WatchCursor.Position, _Mapping]]] = ...) -> None: ...
 
 class QueueOp(_message.Message):
-    __slots__ = ("create", "update", "pause", "resume", "drain", "clean", "obliterate", "counts", "retry_all", "promote_all", "set_rate_limit", "set_concurrency", "workers", "metrics", "redrive_dead_letters")
+    __slots__ = ("create", "update", "pause", "resume", "drain", "clean", "obliterate", "counts", "retry_all", "promote_all", "set_rate_limit", "set_concurrency", "workers", "metrics", "redrive_dead_letters", "trim_events")
     class Create(_message.Message):
         __slots__ = ("config",)
         CONFIG_FIELD_NUMBER: _ClassVar[int]
@@ -564,6 +614,11 @@ class QueueOp(_message.Message):
         LIMIT_FIELD_NUMBER: _ClassVar[int]
         limit: int
         def __init__(self, limit: _Optional[int] = ...) -> None: ...
+    class TrimEvents(_message.Message):
+        __slots__ = ("before_ns",)
+        BEFORE_NS_FIELD_NUMBER: _ClassVar[int]
+        before_ns: int
+        def __init__(self, before_ns: _Optional[int] = ...) -> None: ...
     CREATE_FIELD_NUMBER: _ClassVar[int]
     UPDATE_FIELD_NUMBER: _ClassVar[int]
     PAUSE_FIELD_NUMBER: _ClassVar[int]
@@ -579,6 +634,7 @@ class QueueOp(_message.Message):
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     REDRIVE_DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    TRIM_EVENTS_FIELD_NUMBER: _ClassVar[int]
     create: QueueOp.Create
     update: QueueOp.Update
     pause: QueueOp.Pause
@@ -594,7 +650,8 @@ class QueueOp(_message.Message):
     workers: QueueOp.Workers
     metrics: QueueOp.Metrics
     redrive_dead_letters: QueueOp.RedriveDeadLetters
-    def __init__(self, create: _Optional[_Union[QueueOp.Create, _Mapping]] = ..., update: _Optional[_Union[QueueOp.Update, _Mapping]] = ..., pause: _Optional[_Union[QueueOp.Pause, _Mapping]] = ..., resume: _Optional[_Union[QueueOp.Resume, _Mapping]] = ..., drain: _Optional[_Union[QueueOp.Drain, _Mapping]] = ..., clean: _Optional[_Union[QueueOp.Clean, _Mapping]] = ..., obliterate: _Optional[_Union[QueueOp.Obliterate, _Mapping]] = ..., counts: _Optional[_Union[QueueOp.Counts, _Mapping]] = ..., retry_all: _Optional[_Union[QueueOp.RetryAll, _Mapping]] = ..., promote_all: _Optional[_Union[QueueOp.PromoteAll, _Mapping]] = ..., set_rate_limit: _Optional[_Union[QueueOp.SetRateLimit, _Mapping]] = ..., set_concurrency: _Optional[_Union[QueueOp.SetConcurrency, _Mapping]] = ..., workers: _Optional[_Union[QueueOp.Workers, _Mapping]] = ..., metrics: _Optional[_Union[QueueOp.Metrics, _Mapping]] = ..., redrive_dead_letters: _Optional[_Union[QueueOp.RedriveDeadLetters, _Mapping]] = ...) -> None: ...
+    trim_events: QueueOp.TrimEvents
+    def __init__(self, create: _Optional[_Union[QueueOp.Create, _Mapping]] = ..., update: _Optional[_Union[QueueOp.Update, _Mapping]] = ..., pause: _Optional[_Union[QueueOp.Pause, _Mapping]] = ..., resume: _Optional[_Union[QueueOp.Resume, _Mapping]] = ..., drain: _Optional[_Union[QueueOp.Drain, _Mapping]] = ..., clean: _Optional[_Union[QueueOp.Clean, _Mapping]] = ..., obliterate: _Optional[_Union[QueueOp.Obliterate, _Mapping]] = ..., counts: _Optional[_Union[QueueOp.Counts, _Mapping]] = ..., retry_all: _Optional[_Union[QueueOp.RetryAll, _Mapping]] = ..., promote_all: _Optional[_Union[QueueOp.PromoteAll, _Mapping]] = ..., set_rate_limit: _Optional[_Union[QueueOp.SetRateLimit, _Mapping]] = ..., set_concurrency: _Optional[_Union[QueueOp.SetConcurrency, _Mapping]] = ..., workers: _Optional[_Union[QueueOp.Workers, _Mapping]] = ..., metrics: _Optional[_Union[QueueOp.Metrics, _Mapping]] = ..., redrive_dead_letters: _Optional[_Union[QueueOp.RedriveDeadLetters, _Mapping]] = ..., trim_events: _Optional[_Union[QueueOp.TrimEvents, _Mapping]] = ...) -> None: ...
 
 class QueueCounts(_message.Message):
     __slots__ = ("waiting", "prioritized", "delayed", "active", "waiting_children", "completed", "failed", "dead_lettered", "canceled", "paused")
@@ -629,28 +686,36 @@ class QueueAdminRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., op: _Optional[_Union[QueueOp, _Mapping]] = ...) -> None: ...
 
 class QueueAdminResponse(_message.Message):
-    __slots__ = ("config", "counts", "affected", "workers")
+    __slots__ = ("config", "counts", "affected", "workers", "rate_limit_ttl_ns", "rate_limit_used")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     AFFECTED_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_TTL_NS_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_USED_FIELD_NUMBER: _ClassVar[int]
     config: _types_pb2.QueueConfig
     counts: QueueCounts
     affected: int
     workers: _containers.RepeatedCompositeFieldContainer[_types_pb2.Worker]
-    def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., counts: _Optional[_Union[QueueCounts, _Mapping]] = ..., affected: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[_types_pb2.Worker, _Mapping]]] = ...) -> None: ...
+    rate_limit_ttl_ns: int
+    rate_limit_used: int
+    def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., counts: _Optional[_Union[QueueCounts, _Mapping]] = ..., affected: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[_types_pb2.Worker, _Mapping]]] = ..., rate_limit_ttl_ns: _Optional[int] = ..., rate_limit_used: _Optional[int] = ...) -> None: ...
 
 class JobOp(_message.Message):
-    __slots__ = ("get", "remove", "retry", "promote", "change_priority", "change_delay", "update_data", "logs", "cancel", "remove_dedup_key", "children")
+    __slots__ = ("get", "remove", "retry", "promote", "change_priority", "change_delay", "update_data", "logs", "cancel", "remove_dedup_key", "children", "progress", "add_log", "clear_logs", "get_dedup", "remove_child_dependency")
     class Get(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
     class Remove(_message.Message):
-        __slots__ = ()
-        def __init__(self) -> None: ...
+        __slots__ = ("children",)
+        CHILDREN_FIELD_NUMBER: _ClassVar[int]
+        children: bool
+        def __init__(self, children: _Optional[bool] = ...) -> None: ...
     class Retry(_message.Message):
-        __slots__ = ()
-        def __init__(self) -> None: ...
+        __slots__ = ("keep_attempts",)
+        KEEP_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+        keep_attempts: bool
+        def __init__(self, keep_attempts: _Optional[bool] = ...) -> None: ...
     class Promote(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
@@ -689,6 +754,31 @@ class JobOp(_message.Message):
     class Children(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
+    class Progress(_message.Message):
+        __slots__ = ("progress",)
+        PROGRESS_FIELD_NUMBER: _ClassVar[int]
+        progress: bytes
+        def __init__(self, progress: _Optional[bytes] = ...) -> None: ...
+    class AddLog(_message.Message):
+        __slots__ = ("line", "keep")
+        LINE_FIELD_NUMBER: _ClassVar[int]
+        KEEP_FIELD_NUMBER: _ClassVar[int]
+        line: str
+        keep: int
+        def __init__(self, line: _Optional[str] = ..., keep: _Optional[int] = ...) -> None: ...
+    class ClearLogs(_message.Message):
+        __slots__ = ("keep",)
+        KEEP_FIELD_NUMBER: _ClassVar[int]
+        keep: int
+        def __init__(self, keep: _Optional[int] = ...) -> None: ...
+    class GetDedup(_message.Message):
+        __slots__ = ("dedup_id",)
+        DEDUP_ID_FIELD_NUMBER: _ClassVar[int]
+        dedup_id: str
+        def __init__(self, dedup_id: _Optional[str] = ...) -> None: ...
+    class RemoveChildDependency(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
     GET_FIELD_NUMBER: _ClassVar[int]
     REMOVE_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
@@ -700,6 +790,11 @@ class JobOp(_message.Message):
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     REMOVE_DEDUP_KEY_FIELD_NUMBER: _ClassVar[int]
     CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    ADD_LOG_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_LOGS_FIELD_NUMBER: _ClassVar[int]
+    GET_DEDUP_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_CHILD_DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
     get: JobOp.Get
     remove: JobOp.Remove
     retry: JobOp.Retry
@@ -711,7 +806,12 @@ class JobOp(_message.Message):
     cancel: JobOp.Cancel
     remove_dedup_key: JobOp.RemoveDedupKey
     children: JobOp.Children
-    def __init__(self, get: _Optional[_Union[JobOp.Get, _Mapping]] = ..., remove: _Optional[_Union[JobOp.Remove, _Mapping]] = ..., retry: _Optional[_Union[JobOp.Retry, _Mapping]] = ..., promote: _Optional[_Union[JobOp.Promote, _Mapping]] = ..., change_priority: _Optional[_Union[JobOp.ChangePriority, _Mapping]] = ..., change_delay: _Optional[_Union[JobOp.ChangeDelay, _Mapping]] = ..., update_data: _Optional[_Union[JobOp.UpdateData, _Mapping]] = ..., logs: _Optional[_Union[JobOp.Logs, _Mapping]] = ..., cancel: _Optional[_Union[JobOp.Cancel, _Mapping]] = ..., remove_dedup_key: _Optional[_Union[JobOp.RemoveDedupKey, _Mapping]] = ..., children: _Optional[_Union[JobOp.Children, _Mapping]] = ...) -> None: ...
+    progress: JobOp.Progress
+    add_log: JobOp.AddLog
+    clear_logs: JobOp.ClearLogs
+    get_dedup: JobOp.GetDedup
+    remove_child_dependency: JobOp.RemoveChildDependency
+    def __init__(self, get: _Optional[_Union[JobOp.Get, _Mapping]] = ..., remove: _Optional[_Union[JobOp.Remove, _Mapping]] = ..., retry: _Optional[_Union[JobOp.Retry, _Mapping]] = ..., promote: _Optional[_Union[JobOp.Promote, _Mapping]] = ..., change_priority: _Optional[_Union[JobOp.ChangePriority, _Mapping]] = ..., change_delay: _Optional[_Union[JobOp.ChangeDelay, _Mapping]] = ..., update_data: _Optional[_Union[JobOp.UpdateData, _Mapping]] = ..., logs: _Optional[_Union[JobOp.Logs, _Mapping]] = ..., cancel: _Optional[_Union[JobOp.Cancel, _Mapping]] = ..., remove_dedup_key: _Optional[_Union[JobOp.RemoveDedupKey, _Mapping]] = ..., children: _Optional[_Union[JobOp.Children, _Mapping]] = ..., progress: _Optional[_Union[JobOp.Progress, _Mapping]] = ..., add_log: _Optional[_Union[JobOp.AddLog, _Mapping]] = ..., clear_logs: _Optional[_Union[JobOp.ClearLogs, _Mapping]] = ..., get_dedup: _Optional[_Union[JobOp.GetDedup, _Mapping]] = ..., remove_child_dependency: _Optional[_Union[JobOp.RemoveChildDependency, _Mapping]] = ...) -> None: ...
 
 class JobAdminRequest(_message.Message):
     __slots__ = ("queue", "job", "op")
@@ -764,18 +864,24 @@ class QueryResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[_types_pb2.Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ResultGetRequest(_message.Message):
-    __slots__ = ("key",)
+    __slots__ = ("key", "wait_ns", "after_version")
     KEY_FIELD_NUMBER: _ClassVar[int]
+    WAIT_NS_FIELD_NUMBER: _ClassVar[int]
+    AFTER_VERSION_FIELD_NUMBER: _ClassVar[int]
     key: str
-    def __init__(self, key: _Optional[str] = ...) -> None: ...
+    wait_ns: int
+    after_version: int
+    def __init__(self, key: _Optional[str] = ..., wait_ns: _Optional[int] = ..., after_version: _Optional[int] = ...) -> None: ...
 
 class ResultGetResponse(_message.Message):
-    __slots__ = ("value", "found")
+    __slots__ = ("value", "found", "version")
     VALUE_FIELD_NUMBER: _ClassVar[int]
     FOUND_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     value: _types_pb2.Payload
     found: bool
-    def __init__(self, value: _Optional[_Union[_types_pb2.Payload, _Mapping]] = ..., found: _Optional[bool] = ...) -> None: ...
+    version: int
+    def __init__(self, value: _Optional[_Union[_types_pb2.Payload, _Mapping]] = ..., found: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
 
 class ResultMGetRequest(_message.Message):
     __slots__ = ("keys",)
@@ -832,10 +938,12 @@ class ResultIncrRequest(_message.Message):
     def __init__(self, key: _Optional[str] = ..., member: _Optional[str] = ..., ttl_ns: _Optional[int] = ...) -> None: ...
 
 class ResultIncrResponse(_message.Message):
-    __slots__ = ("size",)
+    __slots__ = ("size", "added")
     SIZE_FIELD_NUMBER: _ClassVar[int]
+    ADDED_FIELD_NUMBER: _ClassVar[int]
     size: int
-    def __init__(self, size: _Optional[int] = ...) -> None: ...
+    added: bool
+    def __init__(self, size: _Optional[int] = ..., added: _Optional[bool] = ...) -> None: ...
 
 class ResultExpireRequest(_message.Message):
     __slots__ = ("key", "ttl_ns")
@@ -848,3 +956,75 @@ class ResultExpireRequest(_message.Message):
 class ResultExpireResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ExchangeBindRequest(_message.Message):
+    __slots__ = ("exchange", "routing_key", "queue", "ttl_ns")
+    EXCHANGE_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TTL_NS_FIELD_NUMBER: _ClassVar[int]
+    exchange: str
+    routing_key: str
+    queue: str
+    ttl_ns: int
+    def __init__(self, exchange: _Optional[str] = ..., routing_key: _Optional[str] = ..., queue: _Optional[str] = ..., ttl_ns: _Optional[int] = ...) -> None: ...
+
+class ExchangeBindResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ExchangeUnbindRequest(_message.Message):
+    __slots__ = ("exchange", "routing_key", "queue")
+    EXCHANGE_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    exchange: str
+    routing_key: str
+    queue: str
+    def __init__(self, exchange: _Optional[str] = ..., routing_key: _Optional[str] = ..., queue: _Optional[str] = ...) -> None: ...
+
+class ExchangeUnbindResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: bool
+    def __init__(self, removed: _Optional[bool] = ...) -> None: ...
+
+class ExchangeBindingsRequest(_message.Message):
+    __slots__ = ("exchange",)
+    EXCHANGE_FIELD_NUMBER: _ClassVar[int]
+    exchange: str
+    def __init__(self, exchange: _Optional[str] = ...) -> None: ...
+
+class ExchangeBindingsResponse(_message.Message):
+    __slots__ = ("bindings",)
+    BINDINGS_FIELD_NUMBER: _ClassVar[int]
+    bindings: _containers.RepeatedCompositeFieldContainer[_types_pb2.ExchangeBinding]
+    def __init__(self, bindings: _Optional[_Iterable[_Union[_types_pb2.ExchangeBinding, _Mapping]]] = ...) -> None: ...
+
+class ExchangePublishRequest(_message.Message):
+    __slots__ = ("exchange", "type", "routing_key", "task", "opts")
+    EXCHANGE_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    OPTS_FIELD_NUMBER: _ClassVar[int]
+    exchange: str
+    type: ExchangeType
+    routing_key: str
+    task: _types_pb2.TaskSpec
+    opts: _types_pb2.EnqueueOpts
+    def __init__(self, exchange: _Optional[str] = ..., type: _Optional[_Union[ExchangeType, str]] = ..., routing_key: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ...) -> None: ...
+
+class ExchangeRouted(_message.Message):
+    __slots__ = ("queue", "result")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    result: EnqueueBulkResult
+    def __init__(self, queue: _Optional[str] = ..., result: _Optional[_Union[EnqueueBulkResult, _Mapping]] = ...) -> None: ...
+
+class ExchangePublishResponse(_message.Message):
+    __slots__ = ("routed",)
+    ROUTED_FIELD_NUMBER: _ClassVar[int]
+    routed: _containers.RepeatedCompositeFieldContainer[ExchangeRouted]
+    def __init__(self, routed: _Optional[_Iterable[_Union[ExchangeRouted, _Mapping]]] = ...) -> None: ...

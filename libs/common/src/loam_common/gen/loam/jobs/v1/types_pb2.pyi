@@ -204,7 +204,7 @@ class ParentRef(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., job_id: _Optional[str] = ..., fail_parent_on_failure: _Optional[bool] = ..., continue_parent_on_failure: _Optional[bool] = ..., ignore_dependency_on_failure: _Optional[bool] = ..., remove_dependency_on_failure: _Optional[bool] = ...) -> None: ...
 
 class EnqueueOpts(_message.Message):
-    __slots__ = ("job_key", "idempotency", "dedup", "not_before", "priority", "lifo", "attempts", "backoff", "visibility_ns", "timeout_ns", "expires_ns", "parent", "retention", "mode", "durable_function", "subject")
+    __slots__ = ("job_key", "idempotency", "dedup", "not_before", "priority", "lifo", "attempts", "backoff", "visibility_ns", "timeout_ns", "expires_ns", "parent", "retention", "mode", "durable_function", "subject", "job_key_from_counter", "job_key_keeps_first")
     JOB_KEY_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_FIELD_NUMBER: _ClassVar[int]
     DEDUP_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +221,8 @@ class EnqueueOpts(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     DURABLE_FUNCTION_FIELD_NUMBER: _ClassVar[int]
     SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    JOB_KEY_FROM_COUNTER_FIELD_NUMBER: _ClassVar[int]
+    JOB_KEY_KEEPS_FIRST_FIELD_NUMBER: _ClassVar[int]
     job_key: str
     idempotency: Idempotency
     dedup: Dedup
@@ -237,7 +239,9 @@ class EnqueueOpts(_message.Message):
     mode: Mode
     durable_function: str
     subject: str
-    def __init__(self, job_key: _Optional[str] = ..., idempotency: _Optional[_Union[Idempotency, _Mapping]] = ..., dedup: _Optional[_Union[Dedup, _Mapping]] = ..., not_before: _Optional[_Union[Delay, _Mapping]] = ..., priority: _Optional[int] = ..., lifo: _Optional[bool] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., visibility_ns: _Optional[int] = ..., timeout_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ..., parent: _Optional[_Union[ParentRef, _Mapping]] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., durable_function: _Optional[str] = ..., subject: _Optional[str] = ...) -> None: ...
+    job_key_from_counter: bool
+    job_key_keeps_first: bool
+    def __init__(self, job_key: _Optional[str] = ..., idempotency: _Optional[_Union[Idempotency, _Mapping]] = ..., dedup: _Optional[_Union[Dedup, _Mapping]] = ..., not_before: _Optional[_Union[Delay, _Mapping]] = ..., priority: _Optional[int] = ..., lifo: _Optional[bool] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., visibility_ns: _Optional[int] = ..., timeout_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ..., parent: _Optional[_Union[ParentRef, _Mapping]] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., durable_function: _Optional[str] = ..., subject: _Optional[str] = ..., job_key_from_counter: _Optional[bool] = ..., job_key_keeps_first: _Optional[bool] = ...) -> None: ...
 
 class JobError(_message.Message):
     __slots__ = ("code", "message", "stacktrace", "at_ns", "attempt")
@@ -372,7 +376,7 @@ class QueueConfig(_message.Message):
     def __init__(self, name: _Optional[str] = ..., visibility_ns: _Optional[int] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., max_stalled: _Optional[int] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., concurrency: _Optional[int] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., dead_letter_queue: _Optional[str] = ..., dead_letter_on_exhausted: _Optional[bool] = ..., shards: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ns: _Optional[int] = ..., log_cap: _Optional[int] = ..., payload_limit: _Optional[int] = ...) -> None: ...
 
 class ShardMeta(_message.Message):
-    __slots__ = ("next_seq", "outbox_seq", "counts")
+    __slots__ = ("next_seq", "outbox_seq", "counts", "enqueued_total", "leased_total", "stalled_total", "fenced_total", "completed_total")
     class CountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -380,13 +384,30 @@ class ShardMeta(_message.Message):
         key: int
         value: int
         def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    class CompletedTotalEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
     OUTBOX_SEQ_FIELD_NUMBER: _ClassVar[int]
     COUNTS_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LEASED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STALLED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FENCED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     next_seq: int
     outbox_seq: int
     counts: _containers.ScalarMap[int, int]
-    def __init__(self, next_seq: _Optional[int] = ..., outbox_seq: _Optional[int] = ..., counts: _Optional[_Mapping[int, int]] = ...) -> None: ...
+    enqueued_total: int
+    leased_total: int
+    stalled_total: int
+    fenced_total: int
+    completed_total: _containers.ScalarMap[str, int]
+    def __init__(self, next_seq: _Optional[int] = ..., outbox_seq: _Optional[int] = ..., counts: _Optional[_Mapping[int, int]] = ..., enqueued_total: _Optional[int] = ..., leased_total: _Optional[int] = ..., stalled_total: _Optional[int] = ..., fenced_total: _Optional[int] = ..., completed_total: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class QueueRuntime(_message.Message):
     __slots__ = ("window_start_ns", "used", "blocked_until_ns", "active")
@@ -429,14 +450,28 @@ class DedupRecord(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., expires_ns: _Optional[int] = ..., pending_job_id: _Optional[str] = ..., pending_task: _Optional[_Union[TaskSpec, _Mapping]] = ..., pending_opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ...) -> None: ...
 
 class ResultRecord(_message.Message):
-    __slots__ = ("value", "expires_ns", "members")
+    __slots__ = ("value", "expires_ns", "members", "version")
     VALUE_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     value: Payload
     expires_ns: int
     members: int
-    def __init__(self, value: _Optional[_Union[Payload, _Mapping]] = ..., expires_ns: _Optional[int] = ..., members: _Optional[int] = ...) -> None: ...
+    version: int
+    def __init__(self, value: _Optional[_Union[Payload, _Mapping]] = ..., expires_ns: _Optional[int] = ..., members: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ExchangeBinding(_message.Message):
+    __slots__ = ("exchange", "routing_key", "queue", "expires_ns")
+    EXCHANGE_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    exchange: str
+    routing_key: str
+    queue: str
+    expires_ns: int
+    def __init__(self, exchange: _Optional[str] = ..., routing_key: _Optional[str] = ..., queue: _Optional[str] = ..., expires_ns: _Optional[int] = ...) -> None: ...
 
 class LogLine(_message.Message):
     __slots__ = ("at_ns", "line")
@@ -549,7 +584,7 @@ class ScheduleRecord(_message.Message):
     def __init__(self, id: _Optional[str] = ..., cron: _Optional[str] = ..., tz: _Optional[str] = ..., every_ns: _Optional[int] = ..., limit: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., offset_ns: _Optional[int] = ..., immediately: _Optional[bool] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., misfire: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ns: _Optional[int] = ..., next_ns: _Optional[int] = ..., last_tick_ns: _Optional[int] = ..., last_job_id: _Optional[str] = ..., count: _Optional[int] = ..., created_ns: _Optional[int] = ..., updated_ns: _Optional[int] = ..., rule_hash: _Optional[bytes] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class Dependency(_message.Message):
-    __slots__ = ("queue", "job_id", "node", "state", "value", "error", "finished_ns")
+    __slots__ = ("queue", "job_id", "node", "state", "value", "error", "finished_ns", "job_key", "policy")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
@@ -557,6 +592,8 @@ class Dependency(_message.Message):
     VALUE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FINISHED_NS_FIELD_NUMBER: _ClassVar[int]
+    JOB_KEY_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     job_id: str
     node: str
@@ -564,7 +601,9 @@ class Dependency(_message.Message):
     value: Payload
     error: JobError
     finished_ns: int
-    def __init__(self, queue: _Optional[str] = ..., job_id: _Optional[str] = ..., node: _Optional[str] = ..., state: _Optional[_Union[DependencyState, str]] = ..., value: _Optional[_Union[Payload, _Mapping]] = ..., error: _Optional[_Union[JobError, _Mapping]] = ..., finished_ns: _Optional[int] = ...) -> None: ...
+    job_key: str
+    policy: FailurePolicy
+    def __init__(self, queue: _Optional[str] = ..., job_id: _Optional[str] = ..., node: _Optional[str] = ..., state: _Optional[_Union[DependencyState, str]] = ..., value: _Optional[_Union[Payload, _Mapping]] = ..., error: _Optional[_Union[JobError, _Mapping]] = ..., finished_ns: _Optional[int] = ..., job_key: _Optional[str] = ..., policy: _Optional[_Union[FailurePolicy, str]] = ...) -> None: ...
 
 class FlowJobRef(_message.Message):
     __slots__ = ("node", "queue", "job_id")

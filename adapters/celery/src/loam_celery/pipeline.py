@@ -1,0 +1,156 @@
+"""Publishes and acks sent in the background, batched: what lets one producer thread
+and one worker's consumer thread keep pace with Redis, whose round trips are cheaper
+than a transaction.
+
+- A publish (`_put`) joins its queue's pending list and returns; one EnqueueBulk per
+  queue is in flight at a time, carrying everything that piled up meanwhile, so a
+  queue's messages keep their order. `(id, retries)` job keys make a retried bulk
+  harmless.
+- An ack joins the pending completions; one CompleteBatch is in flight at a time.
+- `wait()` returns once everything handed over has been answered by the server. It
+  runs before a reject or release (so they follow the acks and publishes before them),
+  when the transport closes, at process exit, and after each task in a worker's pool
+  process (Celery's `task_postrun`), so a task's publishes (a chain's next step, a
+  retry) reach the server before the task's own ack can.
+
+`confirm_publish=True` (transport option) makes each publish wait for the server instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import threading
+from typing import Any
+
+from loam.errors import AlreadyExists, Fenced, InvalidState, JobsError, NotFound
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+
+log = logging.getLogger("loam_celery.pipeline")
+
+BATCH = 1000
+_LOST = (Fenced, NotFound, InvalidState)
+
+
+class Pipeline:
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._cond = threading.Condition()
+        self._pending: dict[str, list[jpb.BulkItem]] = {}
+        self._flushing: set[str] = set()
+        self._acks: list[jpb.CompleteRequest] = []
+        self._acking = False
+        self._outstanding = 0
+
+    def _start(self, coro_fn: Any, *args: Any) -> None:
+        loop = self.client.loop
+        loop.call_soon_threadsafe(lambda: loop.create_task(coro_fn(*args)))
+
+    # -- publishing --------------------------------------------------------------------------
+    def publish(self, queue: str, task: pb.TaskSpec, opts: pb.EnqueueOpts) -> None:
+        with self._cond:
+            self._pending.setdefault(queue, []).append(jpb.BulkItem(task=task, opts=opts))
+            self._outstanding += 1
+            start = queue not in self._flushing
+            if start:
+                self._flushing.add(queue)
+        if start:
+            self._start(self._flush_queue, queue)
+
+    async def _flush_queue(self, queue: str) -> None:
+        while True:
+            with self._cond:
+                items = self._pending.get(queue, [])
+                batch, rest = items[:BATCH], items[BATCH:]
+                if rest:
+                    self._pending[queue] = rest
+                else:
+                    self._pending.pop(queue, None)
+                if not batch:
+                    self._flushing.discard(queue)
+                    self._cond.notify_all()
+                    return
+            try:
+                for r in await self.client.aclient.enqueue_bulk(queue, batch):
+                    if isinstance(r, JobsError) and not isinstance(r, AlreadyExists):
+                        log.error("publish to %s refused: %s", queue, r)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - reported; nothing else can be done here
+                log.error("%d message(s) for %s were not published: %s", len(batch), queue, e)
+            finally:
+                with self._cond:
+                    self._outstanding -= len(batch)
+                    self._cond.notify_all()
+
+    # -- acks ----------------------------------------------------------------------------------
+    def complete(self, token: jpb.LeaseToken, outcome: jpb.Outcome) -> None:
+        with self._cond:
+            self._acks.append(jpb.CompleteRequest(token=token, outcome=outcome))
+            self._outstanding += 1
+            start = not self._acking
+            self._acking = True
+        if start:
+            self._start(self._flush_acks)
+
+    async def _flush_acks(self) -> None:
+        while True:
+            with self._cond:
+                batch, self._acks = self._acks[:BATCH], self._acks[BATCH:]
+                if not batch:
+                    self._acking = False
+                    self._cond.notify_all()
+                    return
+            try:
+                for req, r in zip(batch, await self.client.aclient.complete_batch(batch), strict=True):
+                    if isinstance(r, _LOST):
+                        log.warning("ack of %s/%s came too late: %s", req.token.queue, req.token.job, r)
+                    elif isinstance(r, JobsError):
+                        log.error("ack of %s/%s refused: %s", req.token.queue, req.token.job, r)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the leases lapse and the jobs come back
+                log.error("%d ack(s) were not sent (the jobs will be redelivered): %s", len(batch), e)
+            finally:
+                with self._cond:
+                    self._outstanding -= len(batch)
+                    self._cond.notify_all()
+
+    # -- waiting -------------------------------------------------------------------------------
+    def wait(self, timeout: float | None = 30.0) -> bool:
+        """Until everything handed over is answered; False if `timeout` ran out first."""
+        if threading.current_thread() is getattr(self.client, "_thread", None):
+            return False  # on the loop itself: nothing to wait for safely
+        with self._cond:
+            return self._cond.wait_for(lambda: self._outstanding == 0, timeout)
+
+
+_pipelines: dict[int, Pipeline] = {}
+_lock = threading.Lock()
+
+
+def pipeline_for(client: Any) -> Pipeline:
+    p = _pipelines.get(id(client))
+    if p is None:
+        with _lock:
+            p = _pipelines.setdefault(id(client), Pipeline(client))
+    return p
+
+
+def wait_all(timeout: float = 10.0) -> None:
+    for p in list(_pipelines.values()):
+        p.wait(timeout)
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _pipelines.clear()
+    _lock = threading.Lock()
+
+
+import os  # noqa: E402
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(wait_all)

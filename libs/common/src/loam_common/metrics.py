@@ -1,0 +1,309 @@
+"""Prometheus metrics (spec §6.11), in the text exposition format.
+
+Two kinds, so that the numbers are right however many processes serve a deployment:
+
+- **From the store** (`store_samples`, one snapshot): every counter and gauge.
+  Counters are totals kept in each queue shard's `ShardMeta`, in the same transaction
+  as the move they count (`QueueTx.insert` / `move`, the stalled sweep, completion),
+  so the store is the one place that knows them and no process holds a share of them;
+  gauges are `ShardMeta.counts`, the per-state counts every transition already keeps.
+  No transition writes anything it did not write before: the totals are fields of the
+  shard meta the move rewrites anyway. The one exception is `fenced`: a fenced write
+  is refused and rolled back, so the queue core counts it afterwards in a transaction
+  of its own (`count_fenced`) — only on that refusal path.
+- **Per process** (`Histogram`, `PROCESS`): `loam_jobs_lease_latency_seconds` (how long
+  a job had been ready when it was leased) and `loam_jobs_run_seconds` (lease to
+  completion, by task). Each queue-core process observes the calls it runs and serves
+  its own; Prometheus sums histograms across instances, so scrape every core.
+
+| metric                                   | type      | labels             |
+|------------------------------------------|-----------|--------------------|
+| loam_jobs_enqueued_total                 | counter   | ns, queue          |
+| loam_jobs_leased_total                   | counter   | ns, queue          |
+| loam_jobs_completed_total                | counter   | ns, queue, outcome |
+| loam_jobs_stalled_total                  | counter   | ns, queue          |
+| loam_jobs_fenced_total                   | counter   | ns, queue          |
+| loam_jobs_waiting                        | gauge     | ns, queue, band    |
+| loam_jobs_delayed, loam_jobs_active      | gauge     | ns, queue          |
+| loam_jobs_oldest_waiting_seconds         | gauge     | ns, queue          |
+| loam_jobs_dlq_depth                      | gauge     | ns, queue (the DLQ)|
+| loam_jobs_lease_latency_seconds          | histogram | ns, queue          |
+| loam_jobs_run_seconds                    | histogram | ns, queue, task    |
+
+`band` is `fifo` (no priority) or `prioritized`; `outcome` is the Complete outcome
+(`ok`, `retry`, `fail`, `release`, `delay`, `wait_children`, `rate_limited`). The oldest
+waiting age is read from the head of each shard's ready bands (LIFO and priorities make
+it an estimate). `loam_jobs_dlq_depth` is, for each queue named as another queue's
+dead-letter queue, its jobs not yet taken (waiting, prioritized, delayed).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from loam_common import keys
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import states as S
+from loam_common.store.base import Txn
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OUTCOMES = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_limited")
+MAX_TASK_LABELS = 1000  # distinct task names per process; more are reported as "other"
+
+HELP = {
+    "loam_jobs_enqueued_total": ("counter", "Jobs created in the queue (enqueue, flows, schedules, dead-letter copies)."),
+    "loam_jobs_leased_total": ("counter", "Jobs leased (moves to active)."),
+    "loam_jobs_completed_total": ("counter", "Completions recorded, by outcome."),
+    "loam_jobs_stalled_total": ("counter", "Leases reclaimed by the stalled sweep."),
+    "loam_jobs_fenced_total": ("counter", "Writes refused because the lease epoch was stale."),
+    "loam_jobs_waiting": ("gauge", "Jobs ready to lease, by band (fifo, prioritized)."),
+    "loam_jobs_delayed": ("gauge", "Jobs waiting for their due time."),
+    "loam_jobs_active": ("gauge", "Jobs leased to a worker."),
+    "loam_jobs_oldest_waiting_seconds": ("gauge", "How long the oldest ready job has waited (head of the ready index)."),
+    "loam_jobs_dlq_depth": ("gauge", "Jobs not yet taken in a dead-letter queue."),
+    "loam_jobs_lease_latency_seconds": ("histogram", "How long a job had been ready when it was leased (this process)."),
+    "loam_jobs_run_seconds": ("histogram", "Lease to completion, by task (this process)."),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+
+# -- from the store ----------------------------------------------------------------------------
+def count_fenced(tx: Txn, ns: str, queue: str, job_id: str) -> None:
+    """Count one refused write (loam_jobs_fenced_total) in the job's shard meta."""
+    k = keys.QueueKeys(ns, queue)
+    if tx.get(k.config()) is None:
+        return
+    raw = tx.get(k.job(job_id))
+    shard = pb.Job.FromString(raw).shard if raw else 0
+    mkey = k.shard_meta(shard)
+    mraw = tx.get(mkey)
+    meta = pb.ShardMeta.FromString(mraw) if mraw else pb.ShardMeta()
+    meta.fenced_total += 1
+    tx.put(mkey, meta.SerializeToString())
+
+
+def _namespaces(tx: Txn) -> list[str]:
+    prefix = keys.namespace_registry()
+    return [k[len(prefix) :].decode() for k, _ in tx.scan(prefix, keys.prefix_end(prefix))]
+
+
+def _queues(tx: Txn, ns: str) -> list[str]:
+    prefix = keys.queue_registry(ns)
+    return [keys.queue_from_registry_key(ns, k) for k, _ in tx.scan(prefix, keys.prefix_end(prefix))]
+
+
+def _oldest_ready_ns(tx: Txn, k: keys.QueueKeys, shard: int) -> int:
+    oldest = 0
+    for band in (keys.FIFO_BAND, keys.PRIORITY_BAND):
+        prefix = k.ready_band(shard, band)
+        head = tx.scan(prefix, keys.prefix_end(prefix), limit=1)
+        if head:
+            raw = tx.get(k.job(head[0][1].decode()))
+            if raw:
+                t = pb.Job.FromString(raw).state_ns
+                oldest = t if not oldest else min(oldest, t)
+    return oldest
+
+
+def store_samples(tx: Txn, namespaces: Iterable[str] | None = None) -> list[Sample]:
+    """Every store-derived sample, for all namespaces (or these), in one snapshot."""
+    out: list[Sample] = []
+    now = tx.now_ns()
+    for ns in sorted(_namespaces(tx) if namespaces is None else namespaces):
+        dlqs: set[str] = set()
+        depth: dict[str, int] = {}
+        for queue in _queues(tx, ns):
+            k = keys.QueueKeys(ns, queue)
+            raw = tx.get(k.config())
+            if raw is None:
+                continue
+            cfg = pb.QueueConfig.FromString(raw)
+            if cfg.dead_letter_queue:
+                dlqs.add(cfg.dead_letter_queue)
+            prefix = k.shard_metas()
+            tot = pb.ShardMeta()
+            counts: dict[int, int] = {}
+            completed: dict[str, int] = {}
+            oldest = 0
+            for key, value in tx.scan(prefix, keys.prefix_end(prefix)):
+                m = pb.ShardMeta.FromString(value)
+                for f in ("enqueued_total", "leased_total", "stalled_total", "fenced_total"):
+                    setattr(tot, f, getattr(tot, f) + getattr(m, f))
+                for st, n in m.counts.items():
+                    counts[st] = counts.get(st, 0) + n
+                for o, n in m.completed_total.items():
+                    completed[o] = completed.get(o, 0) + n
+                if m.counts.get(S.WAITING, 0) or m.counts.get(S.PRIORITIZED, 0):
+                    t = _oldest_ready_ns(tx, k, key[len(prefix)])
+                    oldest = t if not oldest or (t and t < oldest) else oldest
+            lab = (("ns", ns), ("queue", queue))
+            out += [
+                Sample("loam_jobs_enqueued_total", lab, tot.enqueued_total),
+                Sample("loam_jobs_leased_total", lab, tot.leased_total),
+                Sample("loam_jobs_stalled_total", lab, tot.stalled_total),
+                Sample("loam_jobs_fenced_total", lab, tot.fenced_total),
+            ]
+            for o in sorted(set(OUTCOMES) | set(completed)):
+                out.append(Sample("loam_jobs_completed_total", (*lab, ("outcome", o)), completed.get(o, 0)))
+            out += [
+                Sample("loam_jobs_waiting", (*lab, ("band", "fifo")), counts.get(S.WAITING, 0)),
+                Sample("loam_jobs_waiting", (*lab, ("band", "prioritized")), counts.get(S.PRIORITIZED, 0)),
+                Sample("loam_jobs_delayed", lab, counts.get(S.DELAYED, 0)),
+                Sample("loam_jobs_active", lab, counts.get(S.ACTIVE, 0)),
+                Sample("loam_jobs_oldest_waiting_seconds", lab, max(now - oldest, 0) / 1e9 if oldest else 0.0),
+            ]
+            depth[queue] = counts.get(S.WAITING, 0) + counts.get(S.PRIORITIZED, 0) + counts.get(S.DELAYED, 0)
+        for dlq in sorted(dlqs):
+            out.append(Sample("loam_jobs_dlq_depth", (("ns", ns), ("queue", dlq)), depth.get(dlq, 0)))
+    return out
+
+
+# -- per process -----------------------------------------------------------------------------------
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+RUN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class Histogram:
+    """A Prometheus histogram per label set, in this process's memory."""
+
+    def __init__(self, name: str, buckets: tuple[float, ...], label_names: tuple[str, ...]) -> None:
+        self.name = name
+        self.buckets = tuple(sorted(buckets))
+        self.label_names = label_names
+        self._series: dict[tuple[str, ...], list] = {}  # labels -> [bucket counts..., sum, count]
+        self._lock = threading.Lock()
+
+    def observe(self, value: float, *labels: str) -> None:
+        i = bisect.bisect_left(self.buckets, value)
+        with self._lock:
+            s = self._series.get(labels)
+            if s is None:
+                s = self._series[labels] = [0] * (len(self.buckets) + 2)
+            if i < len(self.buckets):
+                s[i] += 1
+            s[-2] += value
+            s[-1] += 1
+
+    def series(self) -> int:
+        return len(self._series)
+
+    def samples(self) -> list[Sample]:
+        out = []
+        with self._lock:
+            items = sorted(self._series.items())
+        for labels, s in items:
+            lab = tuple(zip(self.label_names, labels, strict=True))
+            cum = 0
+            for le, n in zip(self.buckets, s, strict=False):
+                cum += n
+                out.append(Sample(self.name + "_bucket", (*lab, ("le", _num(le))), cum))
+            out.append(Sample(self.name + "_bucket", (*lab, ("le", "+Inf")), s[-1]))
+            out.append(Sample(self.name + "_sum", lab, s[-2]))
+            out.append(Sample(self.name + "_count", lab, s[-1]))
+        return out
+
+
+class ProcessMetrics:
+    def __init__(self) -> None:
+        self.lease_latency = Histogram("loam_jobs_lease_latency_seconds", LATENCY_BUCKETS, ("ns", "queue"))
+        self.run_seconds = Histogram("loam_jobs_run_seconds", RUN_BUCKETS, ("ns", "queue", "task"))
+        self._tasks: set[str] = set()
+
+    def observe_lease(self, ns: str, queue: str, waited_ns: int) -> None:
+        self.lease_latency.observe(max(waited_ns, 0) / 1e9, ns, queue)
+
+    def observe_run(self, ns: str, queue: str, task: str, run_ns: int) -> None:
+        if task not in self._tasks:
+            if len(self._tasks) >= MAX_TASK_LABELS:
+                task = "other"
+            else:
+                self._tasks.add(task)
+        self.run_seconds.observe(max(run_ns, 0) / 1e9, ns, queue, task)
+
+    def samples(self) -> list[Sample]:
+        return self.lease_latency.samples() + self.run_seconds.samples()
+
+
+#: this process's histograms (the queue core observes into them)
+PROCESS = ProcessMetrics()
+
+
+# -- the text format ------------------------------------------------------------------------------
+def _num(v: float) -> str:
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 2**53):
+        return str(int(v))
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(float(v))
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _family(name: str) -> str:
+    for suffix in ("_bucket", "_sum", "_count"):
+        if name.endswith(suffix) and name[: -len(suffix)] in HELP:
+            return name[: -len(suffix)]
+    return name
+
+
+def render(samples: Iterable[Sample]) -> str:
+    """The Prometheus text format (0.0.4): HELP and TYPE once per family, families in
+    the order of HELP, then the samples."""
+    by_family: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_family.setdefault(_family(s.name), []).append(s)
+    lines: list[str] = []
+    for fam in [f for f in HELP if f in by_family] + [f for f in by_family if f not in HELP]:
+        typ, help_ = HELP.get(fam, ("untyped", ""))
+        lines.append(f"# HELP {fam} {help_}")
+        lines.append(f"# TYPE {fam} {typ}")
+        for s in by_family[fam]:
+            lab = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels)
+            lines.append(f"{s.name}{{{lab}}} {_num(s.value)}" if lab else f"{s.name} {_num(s.value)}")
+    return "\n".join(lines) + "\n"
+
+
+def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of a text exposition (for tests and `loam` tools): {(name, labels): value}."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, _, rest = head.partition("{")
+        labels: list[tuple[str, str]] = []
+        rest = rest[:-1] if rest.endswith("}") else rest
+        i = 0
+        while i < len(rest):
+            eq = rest.index("=", i)
+            key = rest[i:eq].lstrip(",")
+            j, val = eq + 2, []
+            while rest[j] != '"':
+                if rest[j] == "\\":
+                    j += 1
+                    val.append({"n": "\n"}.get(rest[j], rest[j]))
+                else:
+                    val.append(rest[j])
+                j += 1
+            labels.append((key, "".join(val)))
+            i = j + 1
+        out[(name, tuple(labels))] = float(value)
+    return out
+
+
+async def render_store(store, namespaces: Iterable[str] | None = None, *, process: bool = True) -> str:
+    """The whole exposition for a process with a store: store samples (+ its histograms)."""
+    samples = await store.snapshot(store_samples, list(namespaces) if namespaces is not None else None)
+    return render(samples + (PROCESS.samples() if process else []))

@@ -1,0 +1,154 @@
+"""What the core gives @loam/bullmq (adapters/bullmq) that BullMQ's backend needs, on
+every backend: job keys from a per-queue counter (BullMQ's decimal auto ids), the job
+key on events, enqueue answers and dependency records, a parent named by its job key,
+the lease length a worker asks for (lockDuration), progress and logs from any client,
+and removing a job with its pending children."""
+
+from __future__ import annotations
+
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import admin, states as S
+from loam_common.jobs.complete import Outcome
+
+NS = "acme"
+SEC = 1_000_000_000
+
+
+def task(name: str = "t") -> pb.TaskSpec:
+    return pb.TaskSpec(name=name, payload=pb.Payload(data=b"{}"))
+
+
+async def test_counter_keys_are_decimal_per_queue_and_leave_custom_keys_alone(core, check_invariants):
+    auto = pb.EnqueueOpts(job_key_from_counter=True)
+    a = await core.enqueue(NS, "q", task(), auto)
+    b = await core.enqueue(NS, "q", task(), auto)
+    other = await core.enqueue(NS, "other", task(), auto)
+    custom = await core.enqueue(NS, "q", task(), pb.EnqueueOpts(job_key="mine", job_key_from_counter=True))
+    bulk = await core.enqueue_bulk(NS, "q", [(task(), auto), (task(), auto)])
+    assert [a.job_key, b.job_key, other.job_key, custom.job_key] == ["1", "2", "1", "mine"]
+    assert [r.job_key for r in bulk] == ["3", "4"]
+    assert a.job_id != "1"  # the job id stays a ULID; the key is BullMQ's id
+    await check_invariants("q", "other")
+
+
+async def test_events_carry_the_job_key(core, events_of):
+    r = await core.enqueue(NS, "q", task(), pb.EnqueueOpts(job_key="k1"))
+    evs = await events_of("q", r.job_id)
+    assert evs and all(e.job_key == "k1" for e in evs)
+
+
+async def test_a_child_names_its_parent_by_job_key(core, store, job_of, check_invariants):
+    parent = await core.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P1"))
+    [leased] = await core.lease(NS, ["p"], "w", 1)
+    child = await core.enqueue(
+        NS, "c", task("child"), pb.EnqueueOpts(job_key="C1", parent=pb.ParentRef(queue="p", job_id="P1"))
+    )
+    [dep] = await core.children_values(NS, "p", parent.job_id)
+    assert (dep.job_id, dep.job_key, dep.queue) == (child.job_id, "C1", "c")
+    stored = await job_of(child.job_id, "c")
+    assert stored.parents[0].job_id == parent.job_id  # the link holds the id
+    done = await core.complete(NS, "p", leased.id, leased.epoch, Outcome.wait_children())
+    assert done.state == S.WAITING_CHILDREN
+    await check_invariants("p", "c")
+
+
+async def test_a_lease_takes_the_visibility_the_worker_asks_for(core, clock):
+    await core.enqueue(NS, "q", task())
+    [job] = await core.lease(NS, ["q"], "w", 1, 0, None, 2 * SEC)
+    assert job.deadline_ns == clock.now_ns() + 2 * SEC
+
+
+async def test_progress_and_logs_from_any_client(core, store, events_of):
+    r = await core.enqueue(NS, "q", task())
+    job = await store.transact(admin.job_set_progress, NS, "q", r.job_id, b'{"pct": 5}')
+    assert job.progress == b'{"pct": 5}'
+    assert [e.event for e in await events_of("q", r.job_id)][-1] == "progress"
+    for i in range(4):
+        n = await store.transact(admin.job_add_log, NS, "q", r.job_id, f"line {i}", 3)
+    assert n == 3
+    logs = await store.snapshot(admin.job_logs, NS, "q", r.job_id)
+    assert [l.line for l in logs.lines] == ["line 1", "line 2", "line 3"]
+    assert await store.transact(admin.job_clear_logs, NS, "q", r.job_id, 1) == 1
+    logs = await store.snapshot(admin.job_logs, NS, "q", r.job_id)
+    assert [l.line for l in logs.lines] == ["line 3"]
+
+
+async def test_remove_with_children_takes_the_tree_unless_a_job_of_it_is_active(core, store, job_of, check_invariants):
+    from loam_common.errors import InvalidState
+
+    parent = await core.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
+    kids = [
+        await core.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key=f"K{i}", parent=pb.ParentRef(queue="p", job_id="P")))
+        for i in range(2)
+    ]
+    [running] = await core.lease(NS, ["c"], "w", 1)
+    try:
+        await store.transact(admin.job_remove, NS, "p", parent.job_id, False, True)
+    except InvalidState:
+        pass
+    else:
+        raise AssertionError("a tree with an active job was removed")
+    assert await job_of(parent.job_id, "p") is not None
+    await core.complete(NS, "c", running.id, running.epoch, Outcome.ok())  # processed children go too
+    await store.transact(admin.job_remove, NS, "p", parent.job_id, False, True)
+    assert await job_of(parent.job_id, "p") is None
+    assert [await job_of(k.job_id, "c") for k in kids] == [None, None]
+    await check_invariants("p", "c")
+
+
+async def test_remove_child_dependency_releases_a_parent_left_with_nothing_pending(core, store, job_of):
+    parent = await core.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
+    [leased] = await core.lease(NS, ["p"], "w", 1)
+    child = await core.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key="K", parent=pb.ParentRef(queue="p", job_id="P")))
+    await core.complete(NS, "p", leased.id, leased.epoch, Outcome.wait_children())
+    assert await store.transact(admin.job_remove_child_dependency, NS, "c", child.job_id)
+    assert (await job_of(parent.job_id, "p")).state == S.WAITING
+    assert not (await job_of(child.job_id, "c")).parents
+    assert not await store.transact(admin.job_remove_child_dependency, NS, "c", child.job_id)
+
+
+async def test_a_taken_key_keeps_the_first_job_when_asked(core, events_of):
+    first = await core.enqueue(NS, "q", task("a"), pb.EnqueueOpts(job_key="k", job_key_keeps_first=True))
+    again = await core.enqueue(
+        NS, "q", pb.TaskSpec(name="b", payload=pb.Payload(data=b"{}")), pb.EnqueueOpts(job_key="k", job_key_keeps_first=True)
+    )
+    assert (again.job_id, again.created, again.job_key) == (first.job_id, False, "k")
+    assert [e.event for e in await events_of("q", first.job_id)][-1] == "duplicated"
+
+
+async def test_the_job_a_dedup_id_points_at(core, store):
+    r = await core.enqueue(NS, "q", task(), pb.EnqueueOpts(job_key="d1", dedup=pb.Dedup(id="x")))
+    job = await store.snapshot(admin.job_get_dedup, NS, "q", "x")
+    assert job.id == r.job_id
+    await store.transact(admin.job_remove_dedup_key, NS, "q", "x")
+    from loam_common.errors import NotFound
+
+    try:
+        await store.snapshot(admin.job_get_dedup, NS, "q", "x")
+    except NotFound:
+        pass
+    else:
+        raise AssertionError("a removed dedup id still points at a job")
+
+
+async def test_retry_can_keep_the_attempts_spent(core, store):
+    r = await core.enqueue(NS, "q", task())
+    [job] = await core.lease(NS, ["q"], "w", 1)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(pb.JobError(code="e", message="x")))
+    kept = await store.transact(admin.job_retry, NS, "q", r.job_id, True)
+    assert kept.attempt == 1  # exhausted by its retry: that run is counted already
+    [job] = await core.lease(NS, ["q"], "w", 1)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+    again = await store.transact(admin.job_retry, NS, "q", r.job_id, True)
+    assert again.attempt == 2  # a completed run counts as an attempt when kept
+    [job] = await core.lease(NS, ["q"], "w", 1)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+    reset = await store.transact(admin.job_retry, NS, "q", r.job_id)
+    assert reset.attempt == 0
+
+
+async def test_an_outcome_can_bring_the_retention(core, job_of):
+    r = await core.enqueue(NS, "q", task())
+    [job] = await core.lease(NS, ["q"], "w", 1)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome("ok", retention=pb.Retention(completed_count=0)))
+    assert await job_of(r.job_id) is None

@@ -1,0 +1,59 @@
+"""Exchanges (exchanges.py) through CoreRpc: stored bindings route a publish to the
+matching queues in one call, TTL bindings lapse, and the result store's long-poll and
+`added` answer (the chord claim) used by loam-celery."""
+
+from __future__ import annotations
+
+import asyncio
+
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_queue_core.rpc import CoreRpc
+
+NS = "acme"
+SEC = 1_000_000_000
+
+
+def _task(name: str = "t") -> pb.TaskSpec:
+    return pb.TaskSpec(name=name, payload=pb.Payload(data=b"{}", content_type="application/json"))
+
+
+async def _publish(rpc: CoreRpc, exchange: str, kind: int, key: str) -> list[str]:
+    r = await rpc.exchange_publish(NS, J.ExchangePublishRequest(exchange=exchange, type=kind, routing_key=key, task=_task()))
+    return sorted(x.queue for x in r.routed)
+
+
+async def test_direct_topic_fanout_routing(core, clock):
+    rpc = CoreRpc(core)
+    for ex, key, queue, ttl in [("d", "a", "qa", 0), ("d", "b", "qb", 0), ("t", "task.*", "qt", 0),
+                                ("t", "#", "qall", 0), ("f", "", "m1", 0), ("f", "", "m2", 2 * SEC)]:  # fmt: skip
+        await rpc.exchange_bind(NS, J.ExchangeBindRequest(exchange=ex, routing_key=key, queue=queue, ttl_ns=ttl))
+    assert await _publish(rpc, "d", J.EXCHANGE_TYPE_DIRECT, "a") == ["qa"]
+    assert await _publish(rpc, "t", J.EXCHANGE_TYPE_TOPIC, "task.sent") == ["qall", "qt"]
+    assert await _publish(rpc, "t", J.EXCHANGE_TYPE_TOPIC, "worker.heartbeat") == ["qall"]
+    assert await _publish(rpc, "f", J.EXCHANGE_TYPE_FANOUT, "ignored") == ["m1", "m2"]
+    assert await _publish(rpc, "nobody", J.EXCHANGE_TYPE_DIRECT, "x") == []
+    counts = await rpc.queue_admin(NS, J.QueueAdminRequest(queue="m2", op=J.QueueOp(counts=J.QueueOp.Counts())))
+    assert counts.counts.waiting == 1
+    clock.advance(3 * SEC)  # m2's binding lapsed: no longer renewed
+    assert await _publish(rpc, "f", J.EXCHANGE_TYPE_FANOUT, "") == ["m1"]
+    r = await rpc.exchange_unbind(NS, J.ExchangeUnbindRequest(exchange="d", routing_key="a", queue="qa"))
+    assert r.removed and await _publish(rpc, "d", J.EXCHANGE_TYPE_DIRECT, "a") == []
+    table = await rpc.exchange_bindings(NS, J.ExchangeBindingsRequest(exchange="t"))
+    assert [(b.routing_key, b.queue) for b in table.bindings] == [("#", "qall"), ("task.*", "qt")]
+
+
+async def test_result_incr_added_and_long_poll(core):
+    rpc = CoreRpc(core)
+    first = await rpc.result_incr(NS, J.ResultIncrRequest(key="c", member="a"))
+    again = await rpc.result_incr(NS, J.ResultIncrRequest(key="c", member="a"))
+    assert (first.size, first.added, again.size, again.added) == (1, True, 1, False)
+
+    waiter = asyncio.create_task(rpc.result_get(NS, J.ResultGetRequest(key="k", wait_ns=5 * SEC, after_version=0)))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()  # absent: it waits
+    await rpc.result_set(NS, J.ResultSetRequest(key="k", value=pb.Payload(data=b"1")))
+    got = await asyncio.wait_for(waiter, 2)
+    assert got.found and got.value.data == b"1" and got.version > 0
+    now = await rpc.result_get(NS, J.ResultGetRequest(key="k", wait_ns=SEC, after_version=0))
+    assert now.version == got.version  # a different version answers at once
