@@ -5,24 +5,9 @@ key and value in the store (commit tokens aside), for "nothing changed" and "no 
 from __future__ import annotations
 
 import pytest
-
-from loam_common.store import RESERVED_PREFIX, ManualClock, MemoryBackend, SqliteBackend, Store
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request, tmp_path, clock):
-    if request.param == "memory":
-        backend = MemoryBackend(clock=clock)
-    else:
-        backend = SqliteBackend(tmp_path / "jobs.db", clock=clock)
-    s = Store(backend)
-    yield s
-    await s.close()
+from loam_common.store import (
+    RESERVED_PREFIX,
+)
 
 
 def _all_rows(tx) -> list[tuple[bytes, bytes]]:

@@ -1,10 +1,7 @@
 """Fixtures for the queue-core tests: every test that takes `core` or `store` runs once
 per backend (memory and SQLite), on a ManualClock the test moves by hand.
 
-- `clock`: the ManualClock shared by the store and the test.
-- `store`: a `Store` over the memory backend or a SQLite file in tmp_path.
-- `core`: `QueueCore(store, DirBlobStore(tmp_path / "blobs"))`.
-- `configure`: write a queue's QueueConfig fields (the queue is created if new).
+- `clock`, `store`, `blobs`, `core`, `configure`: from tests/conftest.py.
 - `sweep`: one `Sweeper.run_once()` pass over every queue.
 - `jobs_of` / `job_of` / `events_of`: read job records and outbox rows in one snapshot.
 - `check_invariants`: the per-shard counts (ShardMeta) equal the job records per state,
@@ -17,73 +14,14 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-
 from loam_common import keys
-from loam_common.blobs import DirBlobStore
-from loam_common.gen.loam.jobs.v1 import events_pb2, types_pb2 as pb
-from loam_common.jobs import admin, states as S
-from loam_common.store import ManualClock, MemoryBackend, SqliteBackend, Store
+from loam_common.gen.loam.jobs.v1 import events_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import states as S
 from loam_common.sweeper import Sweeper
-from loam_queue_core import QueueCore
 
 NS = "acme"
 BACKENDS = ["memory", "sqlite"]
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture(params=BACKENDS)
-async def store(request, tmp_path, clock):
-    if request.param == "memory":
-        backend = MemoryBackend(clock=clock)
-    else:
-        backend = SqliteBackend(tmp_path / "jobs.db", clock=clock)
-    s = Store(backend)
-    yield s
-    await s.close()
-
-
-@pytest.fixture
-def blobs(tmp_path) -> DirBlobStore:
-    return DirBlobStore(tmp_path / "blobs")
-
-
-@pytest.fixture
-def core(store, blobs) -> QueueCore:
-    return QueueCore(store, blobs)
-
-
-# -- configuration -------------------------------------------------------------------------
-def set_config(tx, ns: str, queue: str, fields: dict) -> None:
-    """Set QueueConfig fields the way an operator does, through the admin operations:
-    Create for a new queue, Update with a field mask for an existing one, Pause/Resume for
-    `paused`. Message-valued fields take a message or a dict of its fields."""
-    fields = dict(fields)
-    paused = fields.pop("paused", None)
-    cfg = pb.QueueConfig()
-    for name, value in fields.items():
-        current = getattr(cfg, name)
-        if hasattr(current, "CopyFrom"):
-            current.CopyFrom(value if not isinstance(value, dict) else type(current)(**value))
-        else:
-            setattr(cfg, name, value)
-    if tx.get(keys.QueueKeys(ns, queue).config()) is None:
-        admin.queue_create(tx, ns, queue, cfg)
-    elif fields:
-        admin.queue_update(tx, ns, queue, cfg, list(fields))
-    if paused is not None:
-        (admin.queue_pause if paused else admin.queue_resume)(tx, ns, queue)
-
-
-@pytest.fixture
-def configure(store):
-    async def _configure(queue: str, ns: str = NS, **fields) -> None:
-        await store.transact(set_config, ns, queue, fields)
-
-    return _configure
 
 
 @pytest.fixture
@@ -99,7 +37,10 @@ def sweep(store, blobs):
 # -- reading state ---------------------------------------------------------------------------
 def read_jobs(tx, ns: str, queue: str) -> dict[str, pb.Job]:
     k = keys.QueueKeys(ns, queue)
-    return {pb.Job.FromString(v).id: pb.Job.FromString(v) for _k, v in tx.scan(k.jobs(), keys.prefix_end(k.jobs()))}
+    return {
+        pb.Job.FromString(v).id: pb.Job.FromString(v)
+        for _k, v in tx.scan(k.jobs(), keys.prefix_end(k.jobs()))
+    }
 
 
 def read_events(tx, ns: str, queue: str) -> list[events_pb2.JobEvent]:
@@ -175,9 +116,13 @@ def invariant_problems(tx, ns: str, queue: str) -> tuple[list[str], Counter]:
             )
         counted.update(shard_counts)
         prefix = k.outbox_shard(shard)
-        seqs = [keys.U64.unpack_from(key, len(prefix))[0] for key, _ in tx.scan(prefix, keys.prefix_end(prefix))]
+        seqs = [
+            keys.U64.unpack_from(key, len(prefix))[0] for key, _ in tx.scan(prefix, keys.prefix_end(prefix))
+        ]
         if seqs and seqs != list(range(seqs[0], meta.outbox_seq + 1)):
-            problems.append(f"shard {shard}: outbox seqs {seqs[:5]}... not contiguous up to {meta.outbox_seq}")
+            problems.append(
+                f"shard {shard}: outbox seqs {seqs[:5]}... not contiguous up to {meta.outbox_seq}"
+            )
     if counted != by_state:
         problems.append(f"queue counts {_named(counted)} != job records {_named(by_state)}")
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import NS
-
 from loam_common import metrics
 from loam_common.errors import Fenced
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -18,6 +16,8 @@ from loam_common.jobs import states as S
 from loam_common.jobs.complete import Outcome
 from loam_common.store import SqliteBackend, Store
 from loam_queue_core import QueueCore
+
+NS = "acme"
 
 SEC = 1_000_000_000
 

@@ -1,47 +1,26 @@
 """Fixtures for the sweeper / relay / ownership tests: every test that takes `store`
 runs once per backend (memory and SQLite), on a ManualClock the test moves by hand.
 
-- `clock`, `store`, `blobs`, `core` as in tests/core;
-- `configure(queue, **QueueConfig fields)`: create or change a queue's config;
+- `clock`, `store`, `blobs`, `core`: from tests/conftest.py;
+- `configure(queue, **QueueConfig fields)`: write a queue's config record directly, with
+  no admin event, so the outbox holds only the traffic a test makes;
 - `outbox_of` / `event_log_of`: a queue's outbox rows / event log per shard.
 """
 
 from __future__ import annotations
 
 import pytest
-
 from loam_common import keys
-from loam_common.blobs import DirBlobStore
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.jobs.queue import QueueTx
-from loam_common.store import ManualClock, MemoryBackend, SqliteBackend, Store
-from loam_queue_core import QueueCore
 
 NS = "acme"
 SEC = 1_000_000_000
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request, tmp_path, clock):
-    backend = MemoryBackend(clock=clock) if request.param == "memory" else SqliteBackend(tmp_path / "jobs.db", clock=clock)
-    s = Store(backend)
-    yield s
-    await s.close()
-
-
-@pytest.fixture
-def blobs(tmp_path) -> DirBlobStore:
-    return DirBlobStore(tmp_path / "blobs")
-
-
-@pytest.fixture
-def core(store, blobs) -> QueueCore:
-    return QueueCore(store, blobs)
+def _rows(tx, prefix_of, ns: str, queue: str, shard: int) -> list[events_pb2.JobEvent]:
+    prefix = prefix_of(keys.QueueKeys(ns, queue), shard)
+    return [events_pb2.JobEvent.FromString(v) for _k, v in tx.scan(prefix, keys.prefix_end(prefix))]
 
 
 def _set_config(tx, ns: str, queue: str, fields: dict) -> None:
@@ -58,11 +37,6 @@ def configure(store):
         await store.transact(_set_config, ns, queue, fields)
 
     return _configure
-
-
-def _rows(tx, prefix_of, ns: str, queue: str, shard: int) -> list[events_pb2.JobEvent]:
-    prefix = prefix_of(keys.QueueKeys(ns, queue), shard)
-    return [events_pb2.JobEvent.FromString(v) for _k, v in tx.scan(prefix, keys.prefix_end(prefix))]
 
 
 @pytest.fixture

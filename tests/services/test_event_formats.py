@@ -12,12 +12,14 @@ import re
 
 import pyarrow as pa
 import pytest
-from conftest import NS, SEC
-
 from loam_common import cloudevents, event_export, events, tracing
-from loam_common.gen.loam.jobs.v1 import events_pb2, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import events_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs.complete import Outcome
 from loam_relay import RelayService
+
+NS = "acme"
+SEC = 1_000_000_000
 
 TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$")
 
@@ -84,7 +86,9 @@ async def test_cloudevents_profile(store, core, clock):
 
 async def test_cloudevents_read_by_the_sdk_and_binary_mode(store, core, clock, monkeypatch):
     try:
-        from cloudevents.v1.http import from_http  # cloudevents 2.x keeps the 1.x API here
+        from cloudevents.v1.http import (
+            from_http,  # cloudevents 2.x keeps the 1.x API here
+        )
     except ImportError:
         from cloudevents.http import from_http
 
@@ -129,7 +133,9 @@ async def test_every_job_gets_a_traceparent_and_a_given_one_is_kept(store, core,
 async def test_spans_for_enqueue_lease_and_completion(store, core):
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+        InMemorySpanExporter,
+    )
 
     assert tracing.tracer is None  # off by default
     exporter = InMemorySpanExporter()

@@ -8,17 +8,14 @@ from __future__ import annotations
 import collections
 
 import pytest
-from conftest import NS, SEC
-
 from loam_common import rendezvous
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import sweeps
 from loam_common.jobs import states as S
+from loam_common.jobs import sweeps
 from loam_common.ownership import (
     DEFAULT_TTL_NS,
     Fence,
     OwnershipLost,
-    ShardOwnership,
     list_shards,
     members_live,
     ownership_acquire_or_renew,
@@ -29,6 +26,9 @@ from loam_common.ownership import (
 )
 from loam_common.sweeper import Sweeper
 from loam_sweeper import SweeperService
+
+NS = "acme"
+SEC = 1_000_000_000
 
 TTL = DEFAULT_TTL_NS
 KIND = "sweeper"

@@ -6,14 +6,20 @@ time; two relays split the shards and a fenced one writes nothing."""
 from __future__ import annotations
 
 import pytest
-from conftest import NS, SEC
-
 from loam_common import events
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin
 from loam_common.jobs.complete import Outcome
-from loam_common.ownership import Fence, OwnershipLost, ownership_acquire_or_renew, run_fenced
+from loam_common.ownership import (
+    Fence,
+    OwnershipLost,
+    ownership_acquire_or_renew,
+    run_fenced,
+)
 from loam_relay import RelayService
+
+NS = "acme"
+SEC = 1_000_000_000
 
 DAY = 24 * 3600 * SEC
 

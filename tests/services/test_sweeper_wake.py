@@ -8,11 +8,12 @@ import asyncio
 import socket
 
 import uvicorn
-from conftest import NS, SEC
-
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_queue_core.server import create_app
 from loam_sweeper import SweeperService
+
+NS = "acme"
+SEC = 1_000_000_000
 
 
 def _free_port() -> int:

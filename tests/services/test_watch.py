@@ -10,16 +10,19 @@ import asyncio
 import random
 
 import pytest
-from conftest import NS, SEC
-
 from loam_common import cloudevents, events
 from loam_common.errors import InvalidArgument, NotFound
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs.complete import Outcome
 from loam_common.store import SqliteBackend, Store
-from loam_queue_core import QueueCore, watch as W
+from loam_queue_core import QueueCore
+from loam_queue_core import watch as W
 from loam_queue_core.rpc import CoreRpc
 from loam_relay import RelayService
+
+NS = "acme"
+SEC = 1_000_000_000
 
 
 def _req(cursor: bytes = b"", **selector) -> J.WatchRequest:
