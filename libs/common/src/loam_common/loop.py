@@ -97,3 +97,26 @@ class Loop:
                 await asyncio.wait_for(self._wake_event.wait(), self.interval)
             except TimeoutError:
                 pass
+
+
+async def serve_until_signalled(service: Loop, store: Any, label: str) -> None:
+    """Run a maintenance service as its own process: start it, print one "ready" line,
+    stop it and close its store on SIGINT or SIGTERM."""
+    import signal
+
+    stop = asyncio.Event()
+    running = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        running.add_signal_handler(sig, stop.set)
+    try:
+        service.start()
+        print(f"{label}: ready", flush=True)
+        await stop.wait()
+    finally:
+        await service.stop()
+        await store.close()
+        print(f"{label}: stopped", flush=True)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

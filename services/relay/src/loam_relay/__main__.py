@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
-import signal
 import socket
 import sys
 
+from loam_common.loop import configure_logging, serve_until_signalled
 from loam_common.store.runner import open_store
+
 from loam_relay.service import RelayService
 
 DAY_NS = 24 * 3600 * 1_000_000_000
@@ -61,23 +61,11 @@ async def run(args: argparse.Namespace) -> None:
         ttl_ns=int(args.lease_ttl * 1e9),
         retention_ns=int(args.retention_days * DAY_NS),
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        service.start()
-        print(f"loam relay {args.id}: ready, relaying {args.store}", flush=True)
-        await stop.wait()
-    finally:
-        await service.stop()
-        await store.close()
-        print(f"loam relay {args.id}: stopped", flush=True)
-
+    await serve_until_signalled(service, store, f"loam relay {args.id}")
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     asyncio.run(run(args))
     return 0
 
