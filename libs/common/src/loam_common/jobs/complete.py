@@ -130,25 +130,38 @@ def job_complete_if_leased(
 def job_complete_many(
     tx: Txn, ns: str, items: list[tuple[str, str, int, Outcome]]
 ) -> list[Completed | JobsError]:
-    """Batched Complete: each (queue, job, epoch, outcome) in its own savepoint, so one
-    fenced token does not undo its neighbours. One transaction for the whole batch."""
+    """Batched Complete: one transaction for the whole batch, one answer per item; a
+    refused item (fenced, unknown, not active) changes nothing and spoils nothing."""
     out: list[Completed | JobsError] = []
     # One QueueTx per queue for the whole batch, shared as peers: a completion may move
     # a job of another queue (a flow parent), which a later item may complete too.
     root: QueueTx | None = None
     for queue, job_id, epoch, outcome in items:
-        sp = tx.savepoint()
         try:
             qt = root.peer(queue, create=False) if root is not None else QueueTx(tx, ns, queue, create=False)
             root = root or qt
-            out.append(_complete(qt, load_fenced(qt, job_id, epoch), outcome))
-            qt.flush()
+            job = load_fenced(qt, job_id, epoch)  # reads only: a refusal here has nothing to undo
+        except JobsError as e:
+            out.append(e)
+            continue
+        if outcome.kind == "ok":
+            # The hot path: once the token checks out, Ok cannot be refused, so it needs
+            # no savepoint, and the batch writes each shard's counts once at the end.
+            out.append(_complete(qt, job, outcome))
+            continue
+        root.flush()  # a rollback below must not lose the counts of earlier items
+        sp = tx.savepoint()
+        try:
+            out.append(_complete(qt, job, outcome))
+            root.flush()
             tx.release(sp)  # keep the savepoint stack one deep
         except JobsError as e:
             tx.rollback_to(sp)
             tx.release(sp)
             root = None  # cached metas may hold rolled-back counts: read them again
             out.append(e)
+    if root is not None:
+        root.flush()
     return out
 
 
