@@ -993,3 +993,19 @@ async def test_long_poll_wakes_when_a_concurrency_slot_frees(core, configure, ch
     await ok(core, first)
     assert [j.id for j in await asyncio.wait_for(poll, 5)] == [second.job_id]
     await check_invariants()
+
+
+@pytest.mark.parametrize(
+    ("opts", "field"),
+    [
+        ({"not_before": pb.Delay(delay_ns=2**63 - 1)}, "opts.not_before.delay_ns"),
+        ({"not_before": pb.Delay(at_ns=2**63 - 1)}, "opts.not_before.at_ns"),
+        ({"visibility_ns": 2**62}, "opts.visibility_ns"),
+        ({"expires_ns": 2**63 - 1}, "opts.expires_ns"),
+    ],
+)
+async def test_times_past_int64_are_refused_not_crashed(core, jobs_of, opts, field):
+    with pytest.raises(InvalidArgument) as e:
+        await core.enqueue(NS, "q", pb.TaskSpec(name="t"), pb.EnqueueOpts(**opts))
+    assert e.value.field.endswith(field)
+    assert await jobs_of() == {}

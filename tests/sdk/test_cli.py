@@ -172,3 +172,103 @@ def test_loam_dev_serves_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     assert (tmp_path / "loam.db").exists()
     for service in ("gateway", "queue-core", "sweeper", "relay"):
         assert run(service, "--help").stdout.startswith(f"usage: loam {service}")
+
+
+def test_schedules_add_ls_get_rm(cli) -> None:
+    made = cli("schedules", "add", "nightly", "reports", "build", '{"kind": "full"}', "--cron", "0 3 * * *",
+               "--tz", "Europe/Paris", "--priority", "2", "--header", "team=data")  # fmt: skip
+    assert made["changed"] is True and made["cron"] == "0 3 * * *" and made["tz"] == "Europe/Paris"
+    assert made["payload"] == {"kind": "full"} and made["headers"] == {"team": "data"} and made["next_ns"] > 0
+    assert made["opts"]["priority"] == 2
+    same = cli("schedules", "add", "nightly", "reports", "build", '{"kind": "full"}', "--cron", "0 3 * * *",
+               "--tz", "Europe/Paris", "--priority", "2", "--header", "team=data")  # fmt: skip
+    assert same == {**made, "changed": False}
+    # flags before the payload work too, as in `jobs add`
+    beat = cli("schedules", "add", "beat", "ticks", "tick", "--every", "1m30s", "--limit", "5", "--immediately",
+               "--misfire", "skip", "7")  # fmt: skip
+    assert beat["every_ns"] == 90 * 10**9 and beat["limit"] == 5 and beat["misfire"] == "skip"
+    assert beat["payload"] == 7 and beat["count"] == 1 and beat["last_job_id"]
+    assert [s["id"] for s in cli("schedules", "ls")] == ["beat", "nightly"]
+    got = cli("schedules", "get", "beat")
+    assert got["count"] == 1 and "changed" not in got
+    assert cli("queues", "counts", "ticks")["waiting"] == 1  # the immediate tick
+    assert cli("schedules", "rm", "beat") == {"id": "beat", "removed": True}
+    assert cli("schedules", "rm", "beat") == {"id": "beat", "removed": False}
+    p = cli("schedules", "get", "beat", ok=False)
+    assert p.returncode == 1 and p.stderr.startswith("loam: not_found:")
+
+
+def test_schedules_errors(cli) -> None:
+    for args, code, text in [
+        ((), 2, "--cron EXPR or --every"),
+        (("--cron", "@daily", "--every", "5s"), 2, "not both"),
+        (("--every", "soon"), 2, "use a duration"),
+        (("--every", "5s", "--start", "tomorrow"), 2, "ISO 8601"),
+        (("--cron", "61 * * * *"), 1, "invalid_argument: spec.cron"),
+        (("--cron", "@daily", "--tz", "Mars/Olympus"), 1, "invalid_argument: spec.tz"),
+    ]:
+        p = cli("schedules", "add", "x", "q", "t", *args, ok=False)
+        assert p.returncode == code and text in p.stderr and p.stderr.count("\n") == 1, (args, p.stderr)
+    assert cli("schedules", "ls") == []
+
+
+def test_schedules_human_output(url: str, ns: str) -> None:
+    common = ["--url", url, "--namespace", ns]
+    out = run("schedules", "add", "paris", "q", "report", "--cron", "*/5 * * * *", "--tz", "Europe/Paris", *common).stdout
+    assert out.startswith("paris  created  cron '*/5 * * * *' in Europe/Paris; next ")
+    out = run("schedules", "add", "paris", "q", "report", "--cron", "*/5 * * * *", "--tz", "Europe/Paris", *common).stdout
+    assert "unchanged" in out
+    assert "replaced" in run("schedules", "add", "paris", "q", "report", "--every", "10m", *common).stdout
+    out = run("schedules", "ls", *common).stdout
+    assert "paris" in out and "every 10m" in out and "1 schedule(s)" in out
+    out = run("schedules", "get", "paris", *common).stdout
+    assert "every 10m" in out and "fire-latest" in out
+    assert run("schedules", "rm", "paris", *common).stdout.strip() == "paris  removed"
+
+
+def test_flows_add_and_get(cli, tmp_path: Path) -> None:
+    graph = {"id": "etl-1", "queue": "etl", "nodes": [
+        {"id": "extract", "name": "extract", "payload": {"src": "s3://x"}},
+        {"id": "transform", "name": "transform", "depends_on": ["extract"], "attempts": 3},
+        {"id": "load", "queue": "load", "name": "load", "depends_on": ["transform"], "on_failure": "ignore_dependency"},
+    ]}  # fmt: skip
+    path = tmp_path / "flow.json"
+    path.write_text(json.dumps(graph))
+    made = cli("flows", "add", str(path))
+    assert made["id"] == "etl-1" and made["created"] is True
+    assert [(j["node"], j["queue"]) for j in made["jobs"]] == [("extract", "etl"), ("transform", "etl"), ("load", "load")]
+    again = cli("flows", "add", "-", stdin=json.dumps(graph))
+    assert again == {**made, "created": False}
+    got = cli("flows", "get", "etl-1")
+    assert [(j["node"], j["job_id"], j["state"]) for j in got["jobs"]] == [
+        ("extract", made["jobs"][0]["job_id"], "waiting"),
+        ("transform", made["jobs"][1]["job_id"], "waiting-children"),
+        ("load", made["jobs"][2]["job_id"], "waiting-children"),
+    ]
+    job = cli("jobs", "get", "etl", made["jobs"][1]["job_id"])
+    assert job["attempts_max"] == 3 and job["flow"] == "etl-1" and job["flow_node"] == "transform"
+    # a bare list of nodes, with --id
+    bare = cli("flows", "add", "-", "--id", "solo", stdin='[{"id": "a", "queue": "q", "name": "a"}]')
+    assert bare["id"] == "solo" and bare["created"] is True
+
+
+def test_flows_errors_and_human_output(cli, url: str, ns: str) -> None:
+    for text, code, message in [
+        ("not json", 2, "not JSON"),
+        ("[]", 2, "at least one node"),
+        ('[{"id": "a", "name": "a"}]', 2, "node 0 has no queue"),
+        ('[{"id": "a", "queue": "q", "name": "a", "colour": "red"}]', 2, "unknown enqueue option(s): colour"),
+        ('[{"id": "a", "queue": "q", "name": "a", "depends_on": ["a"]}]', 1, "invalid_argument: graph.nodes[0].depends_on[0]"),
+    ]:  # fmt: skip
+        p = cli("flows", "add", "-", ok=False, stdin=text)
+        assert p.returncode == code and message in p.stderr and p.stderr.count("\n") == 1, (text, p.stderr)
+    p = cli("flows", "add", "/no/such/file.json", ok=False)
+    assert p.returncode == 1 and "/no/such/file.json" in p.stderr
+    p = cli("flows", "get", "nope", ok=False)
+    assert p.returncode == 1 and p.stderr.startswith("loam: not_found:")
+    common = ["--url", url, "--namespace", ns]
+    graph = '{"id": "h", "nodes": [{"id": "a", "queue": "hq", "name": "a"}, {"id": "b", "queue": "hq", "name": "b", "depends_on": ["a"]}]}'
+    out = run("flows", "add", "-", *common, stdin=graph).stdout
+    assert out.startswith("flow h  created: 2 job(s)")
+    out = run("flows", "get", "h", *common).stdout
+    assert "waiting-children" in out and "hq" in out

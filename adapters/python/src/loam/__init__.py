@@ -6,6 +6,10 @@
         await client.enqueue("emails", "send", {"to": "a@example.com"}, delay=10)
         await loam.Worker(client, "emails", send, concurrency=8).run()
 
+Schedules: `client.schedule("nightly", "reports", "build", cron="0 3 * * *",
+tz="Europe/Paris")` (or `every=30`). Flows: `client.flow([loam.FlowNode(...), ...])`,
+or `loam.chain(...)`, `loam.group(...)`, `loam.chord(header, body)` (loam.flows).
+
 `SyncClient` offers the same calls, blocking. Errors are the typed classes of
 `loam.errors` (NotFound, Fenced, ...); a handler raises `UnrecoverableError` to fail
 its job without more attempts. `loam.testing` runs a real server for tests.
@@ -14,20 +18,29 @@ its job without more attempts. `loam.testing` runs a real server for tests.
 from loam import errors
 from loam.client import Client, SyncClient
 from loam.errors import JobsError, Retry, UnrecoverableError
+from loam.flows import Flow, FlowNode, chain, chord, group
 from loam.options import Outcome
-from loam.views import Enqueued, JobInfo, LeasedJob
+from loam.views import Child, Enqueued, FlowInfo, JobInfo, LeasedJob, ScheduleInfo
 from loam.worker import Worker
 
 __all__ = [
+    "Child",
     "Client",
     "Enqueued",
+    "Flow",
+    "FlowInfo",
+    "FlowNode",
     "JobInfo",
     "JobsError",
     "LeasedJob",
     "Outcome",
     "Retry",
+    "ScheduleInfo",
     "SyncClient",
     "UnrecoverableError",
     "Worker",
+    "chain",
+    "chord",
     "errors",
+    "group",
 ]

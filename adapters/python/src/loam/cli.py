@@ -3,6 +3,8 @@
     loam dev | gateway | queue-core | sweeper | relay [service flags]   run a service
     loam jobs add|get|ls|retry|rm ...                                    jobs
     loam queues ls|counts|pause|resume|drain ...                         queues
+    loam schedules add|ls|get|rm ...                                     cron and interval schedules
+    loam flows add|get ...                                               job graphs (chain, group, chord, trees)
     loam tokens create|ls|revoke ...                                     API tokens (on the store)
 
 Client commands take `--url`, `--token`, `--namespace` (or $LOAM_URL, $LOAM_TOKEN,
@@ -20,6 +22,7 @@ import datetime as dt
 import importlib
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -100,7 +103,8 @@ def _store_flag(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    p = argparse.ArgumentParser(prog="loam", description="Loam Jobs: run the services, manage jobs, queues and tokens.",
+    p = argparse.ArgumentParser(prog="loam", description="Loam Jobs: run the services; manage jobs, queues, schedules, "
+                                "flows and tokens.",
                                 parents=[common])  # fmt: skip
     sub = p.add_subparsers(dest="group", metavar="COMMAND")
     for name, (_mod, help_) in SERVICES.items():
@@ -153,6 +157,61 @@ def build_parser() -> argparse.ArgumentParser:
     d = queues.add_parser("drain", parents=[common], help="remove the waiting jobs")
     d.add_argument("queue")
     d.add_argument("--delayed", action="store_true", help="the delayed ones too")
+
+    # schedules
+    schedules = sub.add_parser("schedules", help="cron and interval schedules: add, ls, get, rm").add_subparsers(
+        dest="cmd", metavar="ACTION"
+    )
+    schedules.required = True
+    sa = schedules.add_parser(
+        "add", parents=[common], help="create or replace a schedule (the same rule again changes nothing)",
+        description="Each tick enqueues NAME(PAYLOAD) in QUEUE. Give --cron (with --tz) or --every. "
+        "PAYLOAD is JSON if it parses as JSON, else a string. Durations: 500ms, 30s, 5m, 2h, 1d, 1h30m "
+        "or seconds; times: ISO 8601 (no zone: local time) or Unix seconds.",
+    )  # fmt: skip
+    sa.add_argument("id", help="the schedule id (the same id replaces the schedule)")
+    sa.add_argument("queue")
+    sa.add_argument("name", help="task name")
+    sa.add_argument("payload", nargs="?", help="JSON (or a plain string)")
+    sa.add_argument("--cron", help="'*/5 * * * *' (5 fields, 6 with seconds first) or @hourly, @daily, ...")
+    sa.add_argument("--tz", help="the cron rule's IANA time zone, e.g. Europe/Paris (default UTC)")
+    sa.add_argument("--every", help="a fixed interval instead of cron: 30s, 5m, 1h, ...")
+    sa.add_argument("--limit", type=int, help="fire at most this many ticks")
+    sa.add_argument("--start", help="no tick before this time")
+    sa.add_argument("--end", help="no tick after this time")
+    sa.add_argument("--offset", help="shift every tick by this duration")
+    sa.add_argument("--immediately", action="store_true", help="also fire one tick now")
+    sa.add_argument("--misfire", choices=["fire-latest", "skip", "fire-all"],
+                    help="ticks missed while no sweeper ran (default fire-latest: the latest fires once)")  # fmt: skip
+    sa.add_argument("--misfire-grace", help="a tick this late is still on time (default 60s)")
+    sa.add_argument("--priority", type=int, help="1 (first) .. 2097151; default the FIFO band")
+    sa.add_argument("--lifo", action="store_true", help="last in, first out (FIFO band only)")
+    sa.add_argument("--attempts", type=int, help="attempts before a tick's job fails")
+    sa.add_argument("--backoff", type=float, help="fixed seconds between attempts")
+    sa.add_argument("--visibility", type=float, help="lease length in seconds")
+    sa.add_argument("--subject", help="at most one running job per subject")
+    sa.add_argument("--header", action="append", default=[], metavar="K=V", help="a task header (repeatable)")
+    schedules.add_parser("ls", parents=[common], help="every schedule, with its next and last tick")
+    for verb, help_ in (("get", "one schedule"), ("rm", "remove a schedule (the jobs it enqueued stay)")):
+        v = schedules.add_parser(verb, parents=[common], help=help_)
+        v.add_argument("id")
+
+    # flows
+    flows = sub.add_parser("flows", help="job graphs: add (submit) and get").add_subparsers(
+        dest="cmd", metavar="ACTION"
+    )
+    flows.required = True
+    fa = flows.add_parser(
+        "add", parents=[common], help="submit a flow from a JSON file ('-' for stdin)",
+        description='The file is {"id": ..., "queue": <default queue>, "nodes": [...]} or just the list of '
+        'nodes. A node is {"id", "queue", "name", "payload", "depends_on": [node ids], "on_failure": '
+        "fail_parent | continue_parent | ignore_dependency | remove_dependency, <enqueue options as in "
+        "`jobs add --file`>}. The same flow id and graph again returns the same jobs.",
+    )  # fmt: skip
+    fa.add_argument("file", help="the flow as JSON, '-' for stdin")
+    fa.add_argument("--id", dest="flow_id", help="the flow id (overrides the file's)")
+    fg = flows.add_parser("get", parents=[common], help="a flow's jobs and their states")
+    fg.add_argument("id")
 
     # tokens
     output = _common(connection=False)
@@ -391,6 +450,205 @@ async def cmd_queues(args: argparse.Namespace) -> int:
     raise CliError(f"unknown queues command {args.cmd!r}", EXIT_USAGE)
 
 
+# -- schedules and flows --------------------------------------------------------------------
+_DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def _duration(text: str | None, flag: str) -> float | None:
+    """'500ms', '30s', '5m', '2h', '1d', '1h30m' or plain seconds → seconds."""
+    if text is None:
+        return None
+    t = text.strip().lower()
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)", t)
+    if not parts or "".join(n + u for n, u in parts) != t.replace(" ", ""):
+        raise CliError(f"{flag} {text!r}: use a duration such as 500ms, 30s, 5m, 2h, 1d or 1h30m", EXIT_USAGE)
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+def _time(text: str | None, flag: str) -> dt.datetime | float | None:
+    """ISO 8601 (without a zone: local time) or Unix seconds."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(f"{flag} {text!r}: use an ISO 8601 time (2030-01-01T09:00+01:00) or Unix seconds",
+                       EXIT_USAGE) from None  # fmt: skip
+
+
+def _headers(args: argparse.Namespace) -> dict[str, str]:
+    headers = {}
+    for h in args.header:
+        k, sep, v = h.partition("=")
+        if not sep:
+            raise CliError(f"--header {h!r}: use KEY=VALUE", EXIT_USAGE)
+        headers[k] = v
+    return headers
+
+
+def _schedule_row(s: Any) -> list[Any]:
+    error = _short(s.last_error, 40) if s.last_error else ""
+    rule = f"{s.raw.cron} ({s.raw.tz or 'UTC'})" if s.raw.cron else s.rule
+    return [s.id, s.queue, s.name, rule, _when(s.raw.next_ns) or "(none left)", _when(s.raw.last_tick_ns),
+            s.count if not s.raw.limit else f"{s.count}/{s.raw.limit}", error]  # fmt: skip
+
+
+SCHEDULE_COLUMNS = ["id", "queue", "name", "rule", "next", "last", "fired", "last error"]
+
+
+def _print_schedule(s: Any) -> None:
+    r = s.raw
+    rows: list[tuple[str, Any]] = [
+        ("id", s.id), ("queue", s.queue), ("name", s.name), ("payload", _short(s.to_dict()["payload"], 200)),
+        ("rule", s.rule), ("next", _when(r.next_ns) or "(none left)"), ("last", _when(r.last_tick_ns)),
+        ("last job", r.last_job_id), ("fired", s.count if not r.limit else f"{s.count} of {r.limit}"),
+        ("misfire", s.misfire.replace("_", "-")),
+    ]  # fmt: skip
+    if r.start_ns:
+        rows.append(("start", _when(r.start_ns)))
+    if r.end_ns:
+        rows.append(("end", _when(r.end_ns)))
+    if r.offset_ns:
+        rows.append(("offset", f"{r.offset_ns / 1e9:g}s"))
+    if r.last_error:
+        rows.append(("last error", r.last_error))
+    _table(None, ["field", "value"], rows)
+
+
+async def cmd_schedules(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        as_json = getattr(args, "json", False)
+        if args.cmd == "add":
+            if not args.cron and not args.every:
+                raise CliError("schedules add: give --cron EXPR or --every DURATION", EXIT_USAGE)
+            if args.cron and args.every:
+                raise CliError("schedules add: give --cron or --every, not both", EXIT_USAGE)
+            opts: dict[str, Any] = {}
+            for key in ("priority", "attempts", "backoff", "visibility", "subject"):
+                if getattr(args, key) is not None:
+                    opts[key] = getattr(args, key)
+            if args.lifo:
+                opts["lifo"] = True
+            if args.header:
+                opts["headers"] = _headers(args)
+            s = await client.schedule(
+                args.id, args.queue, args.name, _parse_payload(args.payload),
+                cron=args.cron, tz=args.tz, every=_duration(args.every, "--every"), limit=args.limit,
+                start=_time(args.start, "--start"), end=_time(args.end, "--end"),
+                offset=_duration(args.offset, "--offset"), immediately=args.immediately,
+                misfire=args.misfire, misfire_grace=_duration(args.misfire_grace, "--misfire-grace"), **opts,
+            )  # fmt: skip
+            if as_json:
+                _emit_json(s.to_dict())
+            else:
+                what = "unchanged" if not s.changed else "created" if s.raw.created_ns == s.raw.updated_ns else "replaced"
+                print(f"{s.id}  {what}  {s.rule}; next {_when(s.raw.next_ns) or '(none left)'}")
+            return 0
+        if args.cmd == "ls":
+            found = await client.list_schedules()
+            if as_json:
+                _emit_json([s.to_dict() for s in found])
+            else:
+                _table(f"{len(found)} schedule(s)", SCHEDULE_COLUMNS, [_schedule_row(s) for s in found])
+            return 0
+        if args.cmd == "get":
+            s = await client.get_schedule(args.id)
+            _emit_json(s.to_dict()) if as_json else _print_schedule(s)
+            return 0
+        if args.cmd == "rm":
+            removed = await client.unschedule(args.id)
+            _emit_json({"id": args.id, "removed": removed}) if as_json else print(
+                f"{args.id}  {'removed' if removed else 'not found'}"
+            )
+            return 0
+    raise CliError(f"unknown schedules command {args.cmd!r}", EXIT_USAGE)
+
+
+_NODE_KEYS = ("id", "queue", "name", "payload", "depends_on", "on_failure")
+
+
+def _read_flow(path: str) -> tuple[str | None, list[Any]]:
+    from loam.flows import FlowNode
+
+    where = "stdin" if path == "-" else path
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise CliError(f"{where}: {e.strerror or e}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise CliError(f"{where}: not JSON ({e})", EXIT_USAGE) from None
+    flow_id, default_queue = None, None
+    if isinstance(doc, dict):
+        flow_id, default_queue, doc = doc.get("id"), doc.get("queue"), doc.get("nodes")
+    if not isinstance(doc, list) or not doc:
+        raise CliError(f'{where}: expected {{"nodes": [...]}} or a list of nodes, with at least one node', EXIT_USAGE)
+    nodes = []
+    for i, n in enumerate(doc):
+        if not isinstance(n, dict):
+            raise CliError(f"{where}: node {i} is not an object", EXIT_USAGE)
+        queue = n.get("queue", default_queue)
+        missing = [k for k, v in (("id", n.get("id")), ("queue", queue), ("name", n.get("name"))) if not v]
+        if missing:
+            raise CliError(f"{where}: node {i} has no {', '.join(missing)}", EXIT_USAGE)
+        opts = {k: v for k, v in n.items() if k not in _NODE_KEYS}
+        try:
+            nodes.append(FlowNode(n["id"], queue, n["name"], n.get("payload"), depends_on=n.get("depends_on") or (),
+                                  on_failure=n.get("on_failure"), **opts))  # fmt: skip
+        except (TypeError, ValueError) as e:
+            raise CliError(f"{where}: node {i} ({n['id']!r}): {e}", EXIT_USAGE) from None
+    return flow_id, nodes
+
+
+async def _flow_states(client: Any, info: Any) -> dict[str, str]:
+    from loam.errors import JobsError
+
+    async def one(node: str) -> str:
+        try:
+            return (await client.get_job(*info.job(node))).state
+        except JobsError as e:  # removed by retention, or a token without jobs:admin
+            return e.code
+
+    names = list(info.jobs)
+    return dict(zip(names, await asyncio.gather(*(one(n) for n in names)), strict=True))
+
+
+async def cmd_flows(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        as_json = getattr(args, "json", False)
+        if args.cmd == "add":
+            flow_id, nodes = _read_flow(args.file)
+            info = await client.flow(nodes, id=args.flow_id or flow_id)
+            if as_json:
+                _emit_json(info.to_dict())
+            else:
+                print(f"flow {info.id}  {'created' if info.created else 'existing'}: {len(info.jobs)} job(s)")
+                _table(None, ["node", "queue", "job"], [(n, info.queues.get(n), j) for n, j in info.jobs.items()])
+            return 0
+        if args.cmd == "get":
+            info = await client.get_flow(args.id)
+            states = await _flow_states(client, info)
+            if as_json:
+                d = info.to_dict()
+                for j in d["jobs"]:
+                    j["state"] = states.get(j["node"], "")
+                _emit_json(d)
+            else:
+                _table(f"flow {info.id} (created {_when(info.created_ns)})", ["node", "queue", "job", "state"],
+                       [(n, info.queues.get(n), j, states.get(n)) for n, j in info.jobs.items()])  # fmt: skip
+            return 0
+    raise CliError(f"unknown flows command {args.cmd!r}", EXIT_USAGE)
+
+
 # -- tokens: directly on the store ----------------------------------------------------------
 def _store_url(value: str) -> str:
     if "://" in value or value.startswith("sqlite:"):
@@ -479,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         # argparse fills optional positionals before the first flag only: take
         # `jobs add Q NAME --count 5 PAYLOAD` as meant.
-        if args.group == "jobs" and args.cmd == "add":
+        if args.group in ("jobs", "schedules") and args.cmd == "add":
             for field in ("name", "payload"):
                 if getattr(args, field) is None and extra and not extra[0].startswith("--"):
                     setattr(args, field, extra.pop(0))
@@ -488,7 +746,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.group:
             parser.print_help()
             return EXIT_USAGE
-        handler = {"jobs": cmd_jobs, "queues": cmd_queues, "tokens": cmd_tokens}[args.group]
+        handler = {"jobs": cmd_jobs, "queues": cmd_queues, "schedules": cmd_schedules, "flows": cmd_flows,
+                   "tokens": cmd_tokens}[args.group]  # fmt: skip
         return asyncio.run(handler(args))
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPTED)

@@ -32,7 +32,8 @@ from loam_common.connect_client import jobs_client
 
 from loam import options, payloads
 from loam.errors import JobsError, Unavailable, from_connect, from_item
-from loam.views import Completed, Enqueued, JobInfo, LeasedJob, Page, state_value
+from loam.flows import Flow, FlowNode, flow_spec
+from loam.views import Child, Completed, Enqueued, FlowInfo, JobInfo, LeasedJob, Page, ScheduleInfo, state_value
 
 T = TypeVar("T")
 
@@ -67,6 +68,63 @@ def _token(t: Token) -> jpb.LeaseToken:
 
 def _ms(seconds: float | None) -> int | None:
     return None if seconds is None else max(int(seconds * 1000), 1)
+
+
+_MISFIRE = {
+    "fire_latest": pb.MISFIRE_POLICY_FIRE_LATEST,
+    "latest": pb.MISFIRE_POLICY_FIRE_LATEST,
+    "skip": pb.MISFIRE_POLICY_SKIP,
+    "fire_all": pb.MISFIRE_POLICY_FIRE_ALL,
+    "all": pb.MISFIRE_POLICY_FIRE_ALL,
+}
+
+
+def misfire_policy(value: str | int | None) -> int:
+    """'fire_latest' (default), 'skip' or 'fire_all' (or the enum value) → MisfirePolicy."""
+    if value is None:
+        return pb.MISFIRE_POLICY_UNSPECIFIED
+    if isinstance(value, int):
+        return value
+    key = str(value).strip().lower().replace("-", "_")
+    if key not in _MISFIRE:
+        raise ValueError(f"unknown misfire policy {value!r}; one of fire_latest, skip, fire_all")
+    return _MISFIRE[key]
+
+
+def _tz_name(tz: str | dt.tzinfo | None) -> str:
+    if tz is None or isinstance(tz, str):
+        return tz or ""
+    key = getattr(tz, "key", None)  # zoneinfo.ZoneInfo
+    if key:
+        return key
+    if tz is dt.UTC:
+        return "UTC"
+    raise TypeError(f"tz: an IANA zone name or a zoneinfo.ZoneInfo, not {tz!r}")
+
+
+def _schedule_spec(
+    schedule_id: str, queue: str, name: str, payload: Any, *, cron: str | None, tz: str | dt.tzinfo | None,
+    every: float | dt.timedelta | None, limit: int | None, start: dt.datetime | float | None,
+    end: dt.datetime | float | None, offset: float | dt.timedelta | None, immediately: bool,
+    misfire: str | int | None, misfire_grace: float | dt.timedelta | None, opts: Mapping[str, Any],
+) -> jpb.ScheduleSpec:  # fmt: skip
+    o, headers = options.enqueue_opts(opts)
+    return jpb.ScheduleSpec(
+        id=schedule_id,
+        queue=queue,
+        task=pb.TaskSpec(name=name, payload=payloads.encode(payload), headers=headers),
+        opts=o,
+        cron=cron or "",
+        tz=_tz_name(tz),
+        every_ns=payloads.ns(every, "every"),
+        limit=int(limit or 0),
+        start_ns=payloads.at_ns(start, "start") if start is not None else 0,
+        end_ns=payloads.at_ns(end, "end") if end is not None else 0,
+        offset_ns=payloads.ns(offset, "offset"),
+        immediately=bool(immediately),
+        misfire=misfire_policy(misfire),
+        misfire_grace_ns=payloads.ns(misfire_grace, "misfire_grace"),
+    )
 
 
 class Client:
@@ -522,26 +580,111 @@ class Client:
         return (resp.value if raw else payloads.decode(resp.value)), resp.version
 
     # -- schedules -------------------------------------------------------------------
-    async def schedule(self, spec: jpb.ScheduleSpec) -> jpb.ScheduleResponse:
-        """Create or replace schedule `spec.id` (the same rule again changes nothing)."""
-        return await self._call(self._rpc.schedule, jpb.ScheduleRequest(spec=spec))
+    async def schedule(
+        self,
+        id: str | jpb.ScheduleSpec,  # noqa: A002 - the schedule id, as the API names it
+        queue: str | None = None,
+        name: str | None = None,
+        payload: Any = None,
+        *,
+        cron: str | None = None,
+        tz: str | dt.tzinfo | None = None,
+        every: float | dt.timedelta | None = None,
+        limit: int | None = None,
+        start: dt.datetime | float | None = None,
+        end: dt.datetime | float | None = None,
+        offset: float | dt.timedelta | None = None,
+        immediately: bool = False,
+        misfire: str | int | None = None,
+        misfire_grace: float | dt.timedelta | None = None,
+        **opts: Any,
+    ) -> ScheduleInfo:
+        """Create or replace schedule `id`: each tick enqueues `name(payload)` in `queue`
+        with the enqueue options `opts` (priority, attempts, backoff, headers, dedup, ...;
+        not job_key, idempotency_key, delay/at or parent: every tick is its own job).
+
+        The rule is `cron` (5 fields, 6 with seconds first, or @daily, ...) in time zone
+        `tz` (default UTC), or `every` (seconds or a timedelta). `limit`: at most this
+        many ticks; `start` / `end` (datetimes or Unix seconds) bound them; `offset`
+        shifts every tick; `immediately` also fires one now. `misfire` says what ticks
+        missed while no sweeper ran do: "fire_latest" (the default: the latest one
+        fires once), "skip" or "fire_all"; a tick within `misfire_grace` (default 60 s)
+        of its time is on time. The same rule again changes nothing (`changed` False).
+
+        A ready-made ScheduleSpec may be passed instead, alone."""
+        if isinstance(id, jpb.ScheduleSpec):
+            if queue is not None or name is not None or opts:
+                raise TypeError("schedule(spec) takes the ScheduleSpec alone")
+            spec = id
+        else:
+            if not queue or not name:
+                raise TypeError("schedule() needs an id, a queue and a task name")
+            spec = _schedule_spec(id, queue, name, payload, cron=cron, tz=tz, every=every, limit=limit,
+                                  start=start, end=end, offset=offset, immediately=immediately,
+                                  misfire=misfire, misfire_grace=misfire_grace, opts=opts)  # fmt: skip
+        # An upsert is idempotent (the same rule again changes nothing): safe to retry.
+        resp = await self._retrying(self._rpc.schedule, jpb.ScheduleRequest(spec=spec))
+        return ScheduleInfo(resp.schedule, resp.changed)
 
     async def unschedule(self, schedule_id: str) -> bool:
+        """Remove a schedule (the jobs its ticks enqueued stay); False if there was none."""
         return (await self._call(self._rpc.unschedule, jpb.UnscheduleRequest(id=schedule_id))).removed
 
-    async def get_schedule(self, schedule_id: str) -> pb.ScheduleRecord:
-        return (await self._call(self._rpc.get_schedule, jpb.GetScheduleRequest(id=schedule_id))).schedule
+    async def get_schedule(self, schedule_id: str) -> ScheduleInfo:
+        """The schedule with its next tick, last tick and count; NotFound if none."""
+        return ScheduleInfo((await self._call(self._rpc.get_schedule, jpb.GetScheduleRequest(id=schedule_id))).schedule)
 
-    async def iter_schedules(self, *, page_size: int = 100) -> AsyncIterator[pb.ScheduleRecord]:
+    async def iter_schedules(self, *, page_size: int = 100) -> AsyncIterator[ScheduleInfo]:
+        """Every schedule of the namespace, in id order, a page at a time."""
         token = ""
         while True:
             req = jpb.ListSchedulesRequest(page_size=page_size, page_token=token)
             resp = await self._call(self._rpc.list_schedules, req)
             for rec in resp.schedules:
-                yield rec
+                yield ScheduleInfo(rec)
             token = resp.next_page_token
             if not token:
                 return
+
+    async def list_schedules(self) -> list[ScheduleInfo]:
+        """Every schedule of the namespace, in id order."""
+        return [s async for s in self.iter_schedules(page_size=1000)]
+
+    # -- flows -----------------------------------------------------------------------
+    async def flow(
+        self,
+        nodes: Flow | jpb.FlowSpec | Iterable[FlowNode | jpb.FlowNode],
+        id: str | None = None,  # noqa: A002 - the flow id, as the API names it
+    ) -> FlowInfo:
+        """Submit a flow: every node's job in one transaction, the nodes that wait for
+        others in waiting-children until those finish. `nodes`: FlowNodes (see
+        `loam.FlowNode`), or what `loam.chain` / `group` / `chord` build. The flow `id`
+        makes the submit idempotent (the same id and graph again returns the same jobs,
+        `created` False; another graph under it is AlreadyExists); without one the
+        client makes one per call, so its retries on Unavailable create the flow once."""
+        spec = flow_spec(nodes, id)
+        if not spec.id and self.idempotent:
+            spec.id = uuid7()
+        req = jpb.FlowRequest(graph=spec)
+        resp = await (self._retrying(self._rpc.flow, req) if spec.id else self._call(self._rpc.flow, req))
+        queues = {n.id: n.queue for n in spec.nodes}
+        jobs = {n.id: resp.jobs[n.id] for n in spec.nodes if n.id in resp.jobs}
+        return FlowInfo(resp.flow, jobs, queues, resp.created)
+
+    async def get_flow(self, flow_id: str) -> FlowInfo:
+        """A flow's jobs by node; NotFound if there is no such flow."""
+        return FlowInfo.from_record((await self._call(self._rpc.get_flow, jpb.GetFlowRequest(id=flow_id))).flow)
+
+    async def children(self, queue: str, job: str) -> list[Child]:
+        """A job's dependencies (its children) with their state, result or failure
+        (BullMQ's getDependencies / getIgnoredChildrenFailures). `job`: id or job key."""
+        resp = await self.job_admin(queue, job, jpb.JobOp(children=jpb.JobOp.Children()))
+        return [Child(d) for d in resp.children]
+
+    async def children_values(self, queue: str, job: str) -> dict[str, Any]:
+        """The results of a job's finished children (BullMQ's getChildrenValues), by
+        flow node id (`queue:job key or id` for children added with `parent=`)."""
+        return {c.key: c.value for c in await self.children(queue, job) if c.state == "processed"}
 
     # -- exchanges (kombu's bindings, stored server-side) ----------------------------
     async def exchange_bind(

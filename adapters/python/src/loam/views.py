@@ -5,6 +5,7 @@ view does not name, and `to_dict()` gives the JSON shape the CLI prints."""
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import time
 from collections.abc import Callable
@@ -240,3 +241,173 @@ class _Unset:
 
 
 _UNSET = _Unset()
+
+
+# -- schedules and flows ---------------------------------------------------------------------
+MISFIRE_NAMES = {
+    pb.MISFIRE_POLICY_UNSPECIFIED: "fire_latest",
+    pb.MISFIRE_POLICY_FIRE_LATEST: "fire_latest",
+    pb.MISFIRE_POLICY_SKIP: "skip",
+    pb.MISFIRE_POLICY_FIRE_ALL: "fire_all",
+}
+POLICY_NAMES = {
+    pb.FAILURE_POLICY_UNSPECIFIED: "fail_parent",
+    pb.FAILURE_POLICY_FAIL_PARENT: "fail_parent",
+    pb.FAILURE_POLICY_CONTINUE_PARENT: "continue_parent",
+    pb.FAILURE_POLICY_IGNORE_DEPENDENCY: "ignore_dependency",
+    pb.FAILURE_POLICY_REMOVE_DEPENDENCY: "remove_dependency",
+}
+DEPENDENCY_STATE_NAMES = {
+    pb.DEPENDENCY_STATE_UNSPECIFIED: "unknown",
+    pb.DEPENDENCY_STATE_PENDING: "pending",
+    pb.DEPENDENCY_STATE_PROCESSED: "processed",
+    pb.DEPENDENCY_STATE_FAILED: "failed",
+    pb.DEPENDENCY_STATE_IGNORED: "ignored",
+}
+
+
+def _utc(ns: int) -> dt.datetime | None:
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC) if ns else None
+
+
+class ScheduleInfo:
+    """A schedule (`ScheduleRecord`): its rule, its job template and where it stands
+    (`next_run`, `last_run`, `count`). `changed` is set on what `Client.schedule`
+    returns: False when the same rule was there already (nothing changed); None on
+    reads. Any other record field reads through (`info.every_ns`, `info.opts`, ...)."""
+
+    __slots__ = ("changed", "raw")
+
+    def __init__(self, raw: pb.ScheduleRecord, changed: bool | None = None) -> None:
+        self.raw = raw
+        self.changed = changed
+
+    id = property(lambda self: self.raw.id)
+    queue = property(lambda self: self.raw.queue)
+    name = property(lambda self: self.raw.task.name)
+    headers = property(lambda self: dict(self.raw.task.headers))
+    misfire = property(lambda self: MISFIRE_NAMES.get(self.raw.misfire, "fire_latest"))
+    count = property(lambda self: self.raw.count)
+    next_run = property(lambda self: _utc(self.raw.next_ns), doc="the next tick (UTC); None: no tick left")
+    last_run = property(lambda self: _utc(self.raw.last_tick_ns), doc="the last tick fired (UTC), if any")
+
+    @property
+    def every(self) -> dt.timedelta | None:
+        return dt.timedelta(microseconds=self.raw.every_ns / 1000) if self.raw.every_ns else None
+
+    @property
+    def payload(self) -> Any:
+        return payloads.decode(self.raw.task.payload)
+
+    @property
+    def rule(self) -> str:
+        """`cron '*/5 * * * *' in Europe/Paris` or `every 30s`, for people."""
+        if self.raw.cron:
+            return f"cron {self.raw.cron!r} in {self.raw.tz or 'UTC'}"
+        return f"every {_duration_text(self.raw.every_ns)}"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+    def __repr__(self) -> str:
+        return f"ScheduleInfo(id={self.id!r}, queue={self.queue!r}, name={self.name!r}, {self.rule})"
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.raw
+        d: dict[str, Any] = {
+            "id": r.id, "queue": r.queue, "name": r.task.name, "payload": _payload_dict(r.task.payload),
+            "headers": dict(r.task.headers), "cron": r.cron, "tz": r.tz, "every_ns": r.every_ns,
+            "limit": r.limit, "start_ns": r.start_ns, "end_ns": r.end_ns, "offset_ns": r.offset_ns,
+            "immediately": r.immediately, "misfire": self.misfire, "misfire_grace_ns": r.misfire_grace_ns,
+            "opts": message_dict(r.opts), "next_ns": r.next_ns, "last_tick_ns": r.last_tick_ns,
+            "last_job_id": r.last_job_id, "count": r.count, "created_ns": r.created_ns,
+            "updated_ns": r.updated_ns, "last_error": r.last_error,
+        }  # fmt: skip
+        if self.changed is not None:
+            d["changed"] = self.changed
+        return d
+
+
+def _duration_text(ns: int) -> str:
+    for unit, size in (("d", 86_400 * 10**9), ("h", 3600 * 10**9), ("m", 60 * 10**9), ("s", 10**9), ("ms", 10**6)):
+        if ns >= size and ns % size == 0:
+            return f"{ns // size}{unit}"
+    return f"{ns / 1e9:g}s"
+
+
+@dataclass(frozen=True, slots=True)
+class FlowInfo:
+    """A flow's jobs: `jobs` maps node id → job id and `queues` node id → queue, in
+    the order the nodes were given. `created` (from `Client.flow`): False when a flow
+    with this id and graph existed, and these are its jobs; None on reads."""
+
+    id: str
+    jobs: dict[str, str]
+    queues: dict[str, str]
+    created: bool | None = None
+    created_ns: int = 0
+
+    @classmethod
+    def from_record(cls, f: pb.FlowRecord) -> FlowInfo:
+        return cls(f.id, {j.node: j.job_id for j in f.jobs}, {j.node: j.queue for j in f.jobs}, None, f.created_ns)
+
+    def job(self, node: str) -> tuple[str, str]:
+        """(queue, job id) of a node: what `Client.get_job` and `children_values` take."""
+        return self.queues[node], self.jobs[node]
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "id": self.id,
+            "jobs": [{"node": n, "queue": self.queues.get(n, ""), "job_id": j} for n, j in self.jobs.items()],
+        }
+        if self.created is not None:
+            d["created"] = self.created
+        if self.created_ns:
+            d["created_ns"] = self.created_ns
+        return d
+
+
+class Child:
+    """One dependency of a job (BullMQ's getDependencies / getChildrenValues): the child,
+    its state (pending, processed, failed, ignored), its result (`value`, once
+    processed) or its failure (`error`)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: pb.Dependency) -> None:
+        self.raw = raw
+
+    queue = property(lambda self: self.raw.queue)
+    job_id = property(lambda self: self.raw.job_id)
+    node = property(lambda self: self.raw.node)
+    job_key = property(lambda self: self.raw.job_key)
+    state = property(lambda self: DEPENDENCY_STATE_NAMES.get(self.raw.state, "unknown"))
+    policy = property(lambda self: POLICY_NAMES.get(self.raw.policy, "fail_parent"))
+    finished_ns = property(lambda self: self.raw.finished_ns)
+
+    @property
+    def key(self) -> str:
+        """The flow node id; for a child added with `parent=`, `queue:job key` (or job id)."""
+        return self.raw.node or f"{self.raw.queue}:{self.raw.job_key or self.raw.job_id}"
+
+    @property
+    def value(self) -> Any:
+        return payloads.decode(self.raw.value) if self.raw.HasField("value") else None
+
+    @property
+    def error(self) -> pb.JobError | None:
+        return self.raw.error if self.raw.HasField("error") else None
+
+    def __repr__(self) -> str:
+        return f"Child(key={self.key!r}, job_id={self.job_id!r}, state={self.state!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "key": self.key, "queue": self.queue, "job_id": self.job_id, "node": self.node,
+            "job_key": self.job_key, "state": self.state, "policy": self.policy, "finished_ns": self.finished_ns,
+        }  # fmt: skip
+        if self.raw.HasField("value"):
+            d["value"] = _payload_dict(self.raw.value)
+        if self.raw.HasField("error"):
+            d["error"] = message_dict(self.raw.error)
+        return d

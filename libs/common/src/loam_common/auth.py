@@ -103,7 +103,7 @@ def token_create(
     validate.text("name", name or "", MAX_NAME_BYTES)
     now = tx.now_ns()
     if expires_ns:
-        validate.non_negative("expires_ns", expires_ns)
+        validate.time_ns("expires_ns", expires_ns)
         if expires_ns <= now:
             raise InvalidArgument("expires_ns", "is in the past")
     while True:

@@ -58,7 +58,7 @@ def _live(tx: Txn, ns: str, exchange: str) -> list[pb.ExchangeBinding]:
 def exchange_bind(tx: Txn, ns: str, exchange: str, routing_key: str, queue: str, ttl_ns: int = 0) -> None:
     """Bind `queue` (again); a TTL makes the binding lapse unless bound again in time."""
     check_binding(exchange, routing_key, queue)
-    validate.non_negative("ttl_ns", ttl_ns)
+    validate.duration_ns("ttl_ns", ttl_ns)
     now = tx.now_ns()
     prefix = keys.exchange_bindings(ns, exchange)
     for key, raw in tx.scan(prefix, keys.prefix_end(prefix), limit=MAX_BINDINGS):

@@ -31,7 +31,7 @@ def _check_key(key: str, field: str = "key") -> str:
 
 
 def _check_ttl(ttl_ns: int | None) -> int:
-    return 0 if ttl_ns is None else validate.non_negative("ttl_ns", ttl_ns)
+    return 0 if ttl_ns is None else validate.duration_ns("ttl_ns", ttl_ns)
 
 
 def _live(tx: Txn, ns: str, key: str) -> pb.ResultRecord | None:

@@ -65,8 +65,10 @@ def check_schedule(spec: jobs_pb2.ScheduleSpec, field: str = "spec") -> None:
             raise InvalidArgument(f"{field}.every_ns", f"must be at least {MIN_EVERY_NS} ns (1 ms)")
         if spec.tz:
             raise InvalidArgument(f"{field}.tz", "applies to cron rules only")
-    for name in ("start_ns", "end_ns", "offset_ns", "misfire_grace_ns"):
-        validate.non_negative(f"{field}.{name}", getattr(spec, name))
+    for name in ("start_ns", "end_ns"):
+        validate.time_ns(f"{field}.{name}", getattr(spec, name))
+    for name in ("every_ns", "offset_ns", "misfire_grace_ns"):
+        validate.duration_ns(f"{field}.{name}", getattr(spec, name))
     if spec.end_ns and spec.end_ns <= spec.start_ns:
         raise InvalidArgument(f"{field}.end_ns", "is not after start_ns")
     if spec.immediately and spec.start_ns:

@@ -31,6 +31,26 @@ def text(field: str, value: str, limit: int = 1024, allow_empty: bool = True) ->
     return value
 
 
+# Bounds that keep `now + duration` and absolute times inside int64 ns (year 2262): a
+# duration of at most 100 years, a point in time before 2200.
+MAX_DURATION_NS = 100 * 365 * 24 * 3600 * 1_000_000_000
+MAX_TIME_NS = 7_258_118_400 * 1_000_000_000  # 2200-01-01T00:00:00Z
+
+
+def duration_ns(field: str, value: int) -> int:
+    non_negative(field, value)
+    if value > MAX_DURATION_NS:
+        raise InvalidArgument(field, f"must be at most 100 years in ns (got {value})")
+    return value
+
+
+def time_ns(field: str, value: int) -> int:
+    non_negative(field, value)
+    if value > MAX_TIME_NS:
+        raise InvalidArgument(field, f"must be before the year 2200 in ns since the epoch (got {value})")
+    return value
+
+
 def non_negative(field: str, value: int) -> int:
     if value < 0:
         raise InvalidArgument(field, f"must not be negative (got {value})")

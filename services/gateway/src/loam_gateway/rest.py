@@ -6,6 +6,12 @@ Errors are `{code, message, detail}` with Connect's code names and Connect's HTT
 statuses (loam_common.connect_errors.HTTP_STATUS); every route documents them.
 Payloads: a JSON payload is `data` (any JSON value, content type application/json);
 other bytes are `data_base64` with their `content_type`.
+
+Schedules (`/v1/schedules/{id}`: PUT upserts, GET, DELETE; `GET /v1/schedules` lists)
+and flows (`POST /v1/flows`, `GET /v1/flows/{id}`, and a parent's children at
+`GET /v1/queues/{queue}/jobs/{job}/children`) are the Schedule / Flow calls of
+JobsService with the same checks and permissions (jobs:schedule, jobs:enqueue; the
+children, a JobAdmin call, jobs:admin).
 """
 
 from __future__ import annotations
@@ -225,6 +231,168 @@ class IncrResult(BaseModel):
     size: int
 
 
+# -- schedules and flows ----------------------------------------------------------------------
+MisfireName = Literal["fire_latest", "skip", "fire_all"]
+FailurePolicyName = Literal["fail_parent", "continue_parent", "ignore_dependency", "remove_dependency"]
+DependencyStateName = Literal["pending", "processed", "failed", "ignored"]
+MIN_EVERY_NS = 1_000_000  # 1 ms (schedule_rules.MIN_EVERY_NS)
+# Bounds that keep every computed tick and due time inside int64 ns (year 2262): a start
+# date before 2100, intervals, offsets and delays of at most 100 years.
+TIME_MAX_NS = 4_102_444_800 * 10**9  # 2100-01-01T00:00:00Z
+DURATION_MAX_NS = 100 * 365 * 86_400 * 10**9
+FLOW_NODES_MAX = 10_000  # flows.MAX_NODES
+
+_MISFIRE = {"fire_latest": pb.MISFIRE_POLICY_FIRE_LATEST, "skip": pb.MISFIRE_POLICY_SKIP,
+            "fire_all": pb.MISFIRE_POLICY_FIRE_ALL}  # fmt: skip
+_MISFIRE_NAME = {v: k for k, v in _MISFIRE.items()}
+_POLICY = {
+    "fail_parent": pb.FAILURE_POLICY_FAIL_PARENT,
+    "continue_parent": pb.FAILURE_POLICY_CONTINUE_PARENT,
+    "ignore_dependency": pb.FAILURE_POLICY_IGNORE_DEPENDENCY,
+    "remove_dependency": pb.FAILURE_POLICY_REMOVE_DEPENDENCY,
+}
+_POLICY_NAME = {v: k for k, v in _POLICY.items()}
+_DEP_STATE_NAME = {
+    pb.DEPENDENCY_STATE_PENDING: "pending",
+    pb.DEPENDENCY_STATE_PROCESSED: "processed",
+    pb.DEPENDENCY_STATE_FAILED: "failed",
+    pb.DEPENDENCY_STATE_IGNORED: "ignored",
+}
+
+
+class ScheduleBody(_Model):
+    """A schedule: one rule (`cron`, with `tz`, or `every_ns`) and the job each tick
+    enqueues (queue, task name, payload, options). The id is in the path."""
+
+    queue: str = Field(min_length=1, max_length=128, description="the queue each tick's job goes to")
+    name: str = Field(min_length=1, max_length=256, description="the task name")
+    data: Any = Field(None, description="a JSON payload (at most 16 KiB: it is stored with the schedule)")
+    data_base64: str | None = Field(None, description="a binary payload, instead of data")
+    content_type: str | None = Field(None, max_length=256)
+    headers: dict[str, str] = Field(default_factory=dict)
+    cron: str | None = Field(None, max_length=256,
+                             description="5 fields, 6 with seconds first, or a macro such as @daily")  # fmt: skip
+    tz: str | None = Field(None, max_length=256, description="the cron rule's IANA time zone; default UTC")
+    every_ns: int | None = Field(None, ge=MIN_EVERY_NS, le=DURATION_MAX_NS,
+                                 description="a fixed interval, instead of cron")  # fmt: skip
+    limit: int = Field(0, ge=0, le=UINT32, description="fire at most this many ticks; 0: no limit")
+    start_ns: int = Field(0, ge=0, le=TIME_MAX_NS, description="no tick before this (ns since the epoch)")
+    end_ns: int = Field(0, ge=0, le=INT64, description="no tick after this; 0: none")
+    offset_ns: int = Field(0, ge=0, le=DURATION_MAX_NS, description="shift every tick by this much")
+    immediately: bool = Field(False, description="also fire one tick now")
+    misfire: MisfireName | None = Field(None, description="ticks missed while no sweeper ran; default fire_latest")
+    misfire_grace_ns: int = Field(0, ge=0, le=INT64, description="a tick this late is still on time; 0: 60 s")
+    priority: int = Field(0, ge=0, le=PRIORITY_MAX, description="0: the FIFO band; 1.. lower first")
+    lifo: bool = False
+    attempts: int = Field(0, ge=0, le=UINT32, description="0: the queue's default")
+    subject: str | None = Field(None, max_length=1024)
+
+
+class ScheduleView(BaseModel):
+    id: str
+    queue: str
+    name: str
+    payload: PayloadView
+    headers: dict[str, str]
+    cron: str
+    tz: str
+    every_ns: int
+    limit: int
+    start_ns: int
+    end_ns: int
+    offset_ns: int
+    immediately: bool
+    misfire: MisfireName
+    misfire_grace_ns: int
+    priority: int
+    lifo: bool
+    attempts: int
+    subject: str
+    next_ns: int = Field(description="the next tick; 0: none left (limit reached, end passed)")
+    last_tick_ns: int = Field(description="the last tick fired")
+    last_job_id: str = Field(description="the job the last tick enqueued")
+    count: int = Field(description="ticks fired under the current rule")
+    created_ns: int
+    updated_ns: int = Field(description="when the current rule was set")
+    last_error: str = Field(description="why the last tick could not enqueue, if it could not")
+
+
+class ScheduleResult(BaseModel):
+    schedule: ScheduleView
+    changed: bool = Field(description="false: the same rule was there already; nothing changed")
+
+
+class SchedulePage(BaseModel):
+    schedules: list[ScheduleView] = Field(description="in id order")
+    next_page_token: str = Field(description="pass as page_token for the next page; empty at the end")
+
+
+class UnscheduleResult(BaseModel):
+    removed: bool = Field(description="false: there was no such schedule")
+
+
+class FlowNodeBody(_Model):
+    id: str = Field(min_length=1, max_length=256, description="unique in the flow")
+    queue: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=256, description="the task name")
+    data: Any = Field(None, description="a JSON payload")
+    data_base64: str | None = Field(None, description="a binary payload, instead of data")
+    content_type: str | None = Field(None, max_length=256)
+    headers: dict[str, str] = Field(default_factory=dict)
+    depends_on: list[Annotated[str, Field(max_length=256)]] = Field(
+        default_factory=list, max_length=FLOW_NODES_MAX,
+        description="ids of the nodes that must finish first (a BullMQ parent depends on its children)",
+    )  # fmt: skip
+    on_failure: FailurePolicyName | None = Field(
+        None, description="what this node's failure does to the nodes that depend on it; default fail_parent"
+    )
+    priority: int = Field(0, ge=0, le=PRIORITY_MAX)
+    lifo: bool = False
+    delay_ns: int = Field(0, ge=0, le=DURATION_MAX_NS)
+    job_key: str | None = Field(None, max_length=1024)
+    attempts: int = Field(0, ge=0, le=UINT32)
+    subject: str | None = Field(None, max_length=1024)
+
+
+class FlowBody(_Model):
+    id: str | None = Field(None, max_length=1024, description="makes the submit idempotent; default a new id")
+    nodes: list[FlowNodeBody] = Field(min_length=1, max_length=FLOW_NODES_MAX)
+
+
+class FlowResult(BaseModel):
+    flow: str = Field(description="the flow id")
+    jobs: dict[str, str] = Field(description="node id -> job id")
+    created: bool = Field(description="false: a flow with this id and graph existed; these are its jobs")
+
+
+class FlowJobView(BaseModel):
+    node: str
+    queue: str
+    job_id: str
+
+
+class FlowView(BaseModel):
+    id: str
+    created_ns: int
+    jobs: list[FlowJobView] = Field(description="in the submitted node order")
+
+
+class DependencyView(BaseModel):
+    queue: str = Field(description="the child's queue")
+    job_id: str
+    node: str = Field(description="the child's flow node id, when it is one")
+    job_key: str
+    state: DependencyStateName
+    policy: FailurePolicyName = Field(description="what the child's failure does to this job")
+    value: PayloadView | None = Field(None, description="the child's result, once processed")
+    error: JobErrorView | None = Field(None, description="the child's failure")
+    finished_ns: int
+
+
+class ChildrenList(BaseModel):
+    children: list[DependencyView]
+
+
 # -- mapping -----------------------------------------------------------------------------------
 def _json_or_none(raw: bytes) -> tuple[bool, Any]:
     try:
@@ -270,10 +438,7 @@ def job_view(j: pb.Job) -> JobView:
         state_ns=j.state_ns,
         payload=payload_view(j.task.payload),
         result=payload_view(j.result) if j.HasField("result") else None,
-        errors=[
-            JobErrorView(code=e.code, message=e.message, stacktrace=e.stacktrace, at_ns=e.at_ns, attempt=e.attempt)
-            for e in j.errors
-        ],
+        errors=[_error_view(e) for e in j.errors],
         progress=progress if ok else None,
         log_count=j.log_count,
         origin_queue=j.origin_queue,
@@ -345,6 +510,69 @@ def _state(name: str) -> int:
     return S.BY_NAME[name]
 
 
+def _task(body: Any) -> pb.TaskSpec:
+    """The TaskSpec of a body with name, data / data_base64, content_type and headers."""
+    task = pb.TaskSpec(name=body.name, payload=payload_in(body.data, body.data_base64, body.content_type))
+    task.headers.update(body.headers)
+    return task
+
+
+def _error_view(e: pb.JobError) -> JobErrorView:
+    return JobErrorView(code=e.code, message=e.message, stacktrace=e.stacktrace, at_ns=e.at_ns, attempt=e.attempt)
+
+
+def schedule_spec(schedule_id: str, body: ScheduleBody) -> J.ScheduleSpec:
+    spec = J.ScheduleSpec(
+        id=schedule_id, queue=body.queue, task=_task(body), cron=body.cron or "", tz=body.tz or "",
+        every_ns=body.every_ns or 0, limit=body.limit, start_ns=body.start_ns, end_ns=body.end_ns,
+        offset_ns=body.offset_ns, immediately=body.immediately, misfire_grace_ns=body.misfire_grace_ns,
+        opts=pb.EnqueueOpts(priority=body.priority, lifo=body.lifo, attempts=body.attempts, subject=body.subject or ""),
+    )  # fmt: skip
+    if body.misfire:
+        spec.misfire = _MISFIRE[body.misfire]
+    return spec
+
+
+def schedule_view(r: pb.ScheduleRecord) -> ScheduleView:
+    return ScheduleView(
+        id=r.id, queue=r.queue, name=r.task.name, payload=payload_view(r.task.payload), headers=dict(r.task.headers),
+        cron=r.cron, tz=r.tz, every_ns=r.every_ns, limit=r.limit, start_ns=r.start_ns, end_ns=r.end_ns,
+        offset_ns=r.offset_ns, immediately=r.immediately,
+        misfire=_MISFIRE_NAME.get(r.misfire, "fire_latest"), misfire_grace_ns=r.misfire_grace_ns,
+        priority=r.opts.priority, lifo=r.opts.lifo, attempts=r.opts.attempts, subject=r.opts.subject,
+        next_ns=r.next_ns, last_tick_ns=r.last_tick_ns, last_job_id=r.last_job_id, count=r.count,
+        created_ns=r.created_ns, updated_ns=r.updated_ns, last_error=r.last_error,
+    )  # fmt: skip
+
+
+def flow_spec(body: FlowBody) -> J.FlowSpec:
+    spec = J.FlowSpec(id=body.id or "")
+    for n in body.nodes:
+        opts = pb.EnqueueOpts(priority=n.priority, lifo=n.lifo, attempts=n.attempts, job_key=n.job_key or "",
+                              subject=n.subject or "")  # fmt: skip
+        if n.delay_ns:
+            opts.not_before.delay_ns = n.delay_ns
+        node = spec.nodes.add(id=n.id, queue=n.queue, task=_task(n), opts=opts, depends_on=n.depends_on)
+        if n.on_failure:
+            node.on_failure = _POLICY[n.on_failure]
+    return spec
+
+
+def flow_view(f: pb.FlowRecord) -> FlowView:
+    return FlowView(id=f.id, created_ns=f.created_ns,
+                    jobs=[FlowJobView(node=j.node, queue=j.queue, job_id=j.job_id) for j in f.jobs])  # fmt: skip
+
+
+def dependency_view(d: pb.Dependency) -> DependencyView:
+    return DependencyView(
+        queue=d.queue, job_id=d.job_id, node=d.node, job_key=d.job_key,
+        state=_DEP_STATE_NAME.get(d.state, "pending"), policy=_POLICY_NAME.get(d.policy, "fail_parent"),
+        value=payload_view(d.value) if d.HasField("value") else None,
+        error=_error_view(d.error) if d.HasField("error") else None,
+        finished_ns=d.finished_ns,
+    )  # fmt: skip
+
+
 # -- routes ------------------------------------------------------------------------------------
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": desc}
@@ -361,6 +589,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 QueueName = Annotated[str, Path(description="the queue name: 1-128 of A-Z a-z 0-9 . _ : @ -")]
+ScheduleId = Annotated[str, Path(description="the schedule id (BullMQ's job scheduler id, a Celery beat entry's name)")]
+FlowId = Annotated[str, Path(description="the flow id")]
 JobRef = Annotated[str, Path(description="a job id, or the job's key")]
 ResultKey = Annotated[str, Path(description="a result key")]
 
@@ -542,5 +772,62 @@ def build_router() -> APIRouter:
         req = _proto(lambda: J.ResultIncrRequest(key=key, member=body.member, ttl_ns=body.ttl_ns))
         r = await call(request, p, "result_incr", req)
         return IncrResult(size=r.size)
+
+    # -- schedules ---------------------------------------------------------------------------
+    @api.put("/schedules/{id}", response_model=ScheduleResult, tags=["schedules"],
+             summary="Create or replace a schedule (the same rule again changes nothing)")  # fmt: skip
+    async def schedule_put(
+        request: Request, id: ScheduleId, body: ScheduleBody, p: Principal = caller("schedule")
+    ) -> ScheduleResult:
+        req = _proto(lambda: J.ScheduleRequest(spec=schedule_spec(id, body)))
+        r = await call(request, p, "schedule", req)
+        return ScheduleResult(schedule=schedule_view(r.schedule), changed=r.changed)
+
+    @api.get("/schedules", response_model=SchedulePage, tags=["schedules"], summary="Schedules, in id order")
+    async def schedule_list(
+        request: Request,
+        page_size: Annotated[int, Query(ge=0, le=1000, description="0: the default (100)")] = 0,
+        page_token: Annotated[str, Query(max_length=4096)] = "",
+        p: Principal = caller("list_schedules"),
+    ) -> SchedulePage:
+        req = _proto(lambda: J.ListSchedulesRequest(page_size=page_size, page_token=page_token))
+        r = await call(request, p, "list_schedules", req)
+        return SchedulePage(schedules=[schedule_view(x) for x in r.schedules], next_page_token=r.next_page_token)
+
+    @api.get("/schedules/{id}", response_model=ScheduleView, tags=["schedules"],
+             summary="One schedule with its next tick, last tick and count")  # fmt: skip
+    async def schedule_get(
+        request: Request, id: ScheduleId, p: Principal = caller("get_schedule")
+    ) -> ScheduleView:
+        r = await call(request, p, "get_schedule", _proto(lambda: J.GetScheduleRequest(id=id)))
+        return schedule_view(r.schedule)
+
+    @api.delete("/schedules/{id}", response_model=UnscheduleResult, tags=["schedules"],
+                summary="Remove a schedule (the jobs its ticks enqueued stay)")  # fmt: skip
+    async def schedule_delete(
+        request: Request, id: ScheduleId, p: Principal = caller("unschedule")
+    ) -> UnscheduleResult:
+        r = await call(request, p, "unschedule", _proto(lambda: J.UnscheduleRequest(id=id)))
+        return UnscheduleResult(removed=r.removed)
+
+    # -- flows -------------------------------------------------------------------------------
+    @api.post("/flows", response_model=FlowResult, tags=["flows"],
+              summary="Submit a flow: every node's job in one transaction (idempotent by flow id)")  # fmt: skip
+    async def flow_post(request: Request, body: FlowBody, p: Principal = caller("flow")) -> FlowResult:
+        r = await call(request, p, "flow", _proto(lambda: J.FlowRequest(graph=flow_spec(body))))
+        return FlowResult(flow=r.flow, jobs=dict(r.jobs), created=r.created)
+
+    @api.get("/flows/{id}", response_model=FlowView, tags=["flows"], summary="A flow's jobs, node by node")
+    async def flow_get(request: Request, id: FlowId, p: Principal = caller("get_flow")) -> FlowView:
+        r = await call(request, p, "get_flow", _proto(lambda: J.GetFlowRequest(id=id)))
+        return flow_view(r.flow)
+
+    @api.get("/queues/{queue}/jobs/{job}/children", response_model=ChildrenList, tags=["flows"],
+             summary="A job's dependencies with their results and failures (BullMQ getChildrenValues)")  # fmt: skip
+    async def job_children(
+        request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")
+    ) -> ChildrenList:
+        r = await job_op(request, p, queue, job, J.JobOp(children={}))
+        return ChildrenList(children=[dependency_view(d) for d in r.children])
 
     return api

@@ -46,6 +46,8 @@ def validate_config(cfg: pb.QueueConfig, queue: str, field: str = "config") -> N
     validate.in_range(f"{field}.shards", cfg.shards, 1, validate.MAX_SHARDS)
     if cfg.visibility_ns <= 0:
         raise InvalidArgument(f"{field}.visibility_ns", f"must be above 0 (got {cfg.visibility_ns})")
+    validate.duration_ns(f"{field}.visibility_ns", cfg.visibility_ns)
+    validate.duration_ns(f"{field}.rate_limit.duration_ns", abs(cfg.rate_limit.duration_ns))
     if cfg.HasField("max_stalled") and cfg.max_stalled < -1:
         raise InvalidArgument(f"{field}.max_stalled", "must be -1 (unlimited) or more")
     rl = cfg.rate_limit
@@ -60,10 +62,11 @@ def validate_config(cfg: pb.QueueConfig, queue: str, field: str = "config") -> N
     r = cfg.retention
     for name in ("completed_count", "completed_age_ns", "failed_count", "failed_age_ns"):
         if r.HasField(name):
-            validate.non_negative(f"{field}.retention.{name}", getattr(r, name))
-    validate.non_negative(f"{field}.retention.result_ttl_ns", r.result_ttl_ns)
-    validate.non_negative(f"{field}.backoff.base_ns", cfg.backoff.base_ns)
-    validate.non_negative(f"{field}.backoff.max_ns", cfg.backoff.max_ns)
+            check = validate.duration_ns if name.endswith("_ns") else validate.non_negative
+            check(f"{field}.retention.{name}", getattr(r, name))
+    validate.duration_ns(f"{field}.retention.result_ttl_ns", r.result_ttl_ns)
+    validate.duration_ns(f"{field}.backoff.base_ns", cfg.backoff.base_ns)
+    validate.duration_ns(f"{field}.backoff.max_ns", cfg.backoff.max_ns)
     validate.in_range(f"{field}.backoff.jitter", cfg.backoff.jitter, 0.0, 1.0)
 
 
@@ -165,7 +168,7 @@ def queue_set_rate_limit(
 ) -> pb.QueueConfig:
     """BullMQ's limiter: at most `max_jobs` leases per `duration_ns`; both 0 = none."""
     rl = pb.RateLimit(max=validate.non_negative("rate_limit.max", max_jobs), sharded=sharded)
-    rl.duration_ns = validate.non_negative("rate_limit.duration_ns", duration_ns)
+    rl.duration_ns = validate.duration_ns("rate_limit.duration_ns", duration_ns)
     return queue_update(tx, ns, queue, pb.QueueConfig(rate_limit=rl), ["rate_limit"])
 
 
@@ -205,6 +208,25 @@ def queue_counts(tx: Txn, ns: str, queue: str) -> QueueCounts:
     validate.name("queue", queue)
     with QueueTx(tx, ns, queue, create=False) as qt:
         return _counts(qt)
+
+
+def queue_rate_limit_for(tx: Txn, ns: str, queue: str, for_ns: int) -> None:
+    """Block leases for `for_ns` (BullMQ's rateLimit); 0 lifts the block and resets the
+    rate window (BullMQ's removeRateLimitKey)."""
+    validate.name("queue", queue)
+    validate.duration_ns("for_ns", for_ns)
+    with QueueTx(tx, ns, queue) as qt:
+        qt.ensure_exists()
+        key = qt.k.runtime()
+        raw = tx.get(key)
+        rt = pb.QueueRuntime.FromString(raw) if raw else pb.QueueRuntime()
+        if for_ns:
+            rt.blocked_until_ns = max(rt.blocked_until_ns, qt.now + for_ns)
+        else:
+            rt.blocked_until_ns = 0
+            rt.window_start_ns = 0
+            rt.used = 0
+        tx.put(key, rt.SerializeToString())
 
 
 def queue_rate_window(tx: Txn, ns: str, queue: str) -> tuple[int, int]:
@@ -361,7 +383,7 @@ def queue_clean(tx: Txn, ns: str, queue: str, state: int, grace_ns: int, limit: 
     time they entered it (finished, waiting-children) or were created (waiting,
     prioritized, delayed). Active jobs are held by workers and cannot be cleaned."""
     validate.name("queue", queue)
-    validate.non_negative("grace_ns", grace_ns)
+    validate.duration_ns("grace_ns", grace_ns)
     if state not in S.NAMES:
         raise InvalidArgument("state", f"unknown state {state}")
     if state == S.ACTIVE:
@@ -640,7 +662,7 @@ def job_change_priority(
 
 def job_change_delay(tx: Txn, ns: str, queue: str, job_id: str, delay_ns: int) -> pb.Job:
     """BullMQ's changeDelay: a delayed job becomes due `delay_ns` from now."""
-    validate.non_negative("delay_ns", delay_ns)
+    validate.duration_ns("delay_ns", delay_ns)
     with _job_tx(tx, ns, queue) as qt:
         job = qt.require_job(job_id)
         if job.state != S.DELAYED:

@@ -67,27 +67,28 @@ def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
     if opts.HasField("not_before"):
         nb = opts.not_before
         if nb.WhichOneof("kind") == "delay_ns":
-            validate.non_negative(f"{field}.not_before.delay_ns", nb.delay_ns)
+            validate.duration_ns(f"{field}.not_before.delay_ns", nb.delay_ns)
         elif nb.WhichOneof("kind") == "at_ns":
-            validate.non_negative(f"{field}.not_before.at_ns", nb.at_ns)
-    for name in ("visibility_ns", "timeout_ns", "expires_ns"):
-        validate.non_negative(f"{field}.{name}", getattr(opts, name))
+            validate.time_ns(f"{field}.not_before.at_ns", nb.at_ns)
+    for name in ("visibility_ns", "timeout_ns"):
+        validate.duration_ns(f"{field}.{name}", getattr(opts, name))
+    validate.time_ns(f"{field}.expires_ns", opts.expires_ns)
     if opts.timeout_ns and opts.visibility_ns > opts.timeout_ns:
         raise InvalidArgument(f"{field}.visibility_ns", "is longer than timeout_ns")
     if opts.HasField("backoff"):
         b = opts.backoff
-        validate.non_negative(f"{field}.backoff.base_ns", b.base_ns)
-        validate.non_negative(f"{field}.backoff.max_ns", b.max_ns)
+        validate.duration_ns(f"{field}.backoff.base_ns", b.base_ns)
+        validate.duration_ns(f"{field}.backoff.max_ns", b.max_ns)
         validate.in_range(f"{field}.backoff.jitter", b.jitter, 0.0, 1.0)
     if opts.job_key:
         validate.text(f"{field}.job_key", opts.job_key, 1024)
     if opts.HasField("idempotency"):
         validate.text(f"{field}.idempotency.key", opts.idempotency.key, 1024, allow_empty=False)
-        validate.non_negative(f"{field}.idempotency.ttl_ns", opts.idempotency.ttl_ns)
+        validate.duration_ns(f"{field}.idempotency.ttl_ns", opts.idempotency.ttl_ns)
     if opts.HasField("dedup"):
         d = opts.dedup
         validate.text(f"{field}.dedup.id", d.id, 1024, allow_empty=False)
-        validate.non_negative(f"{field}.dedup.ttl_ns", d.ttl_ns)
+        validate.duration_ns(f"{field}.dedup.ttl_ns", d.ttl_ns)
         if d.mode in (pb.DEDUP_MODE_THROTTLE, pb.DEDUP_MODE_DEBOUNCE) and d.ttl_ns <= 0:
             raise InvalidArgument(f"{field}.dedup.ttl_ns", "throttle and debounce need a ttl")
         if d.replace and d.mode != pb.DEDUP_MODE_DEBOUNCE:

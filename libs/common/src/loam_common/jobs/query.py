@@ -128,8 +128,8 @@ def _check(states: list[int] | None, since_ns: int, until_ns: int, page_size: in
             raise InvalidArgument("states", f"unknown state {st}")
         if st not in picked:
             picked.append(st)
-    validate.non_negative("since_ns", since_ns)
-    validate.non_negative("until_ns", until_ns)
+    validate.time_ns("since_ns", since_ns)
+    validate.time_ns("until_ns", until_ns)
     if until_ns and until_ns <= since_ns:
         raise InvalidArgument("until_ns", "must be after since_ns (or 0 for no bound)")
     validate.non_negative("page_size", page_size)
