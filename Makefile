@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROTO_OUT := libs/common/src/loam_common/gen
 
-.PHONY: venv dev test proto proto-check lint compose-check bench clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
+.PHONY: venv dev test proto proto-check lint compose-check bench bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
 
 PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway adapters/python adapters/celery
 
@@ -69,9 +69,19 @@ dev: venv
 
 test: venv
 	$(BIN)/python -m pytest -q
+	$(MAKE) test-bullmq
 
 bench: venv
 	$(BIN)/python bench/core_bench.py
+
+# Loam next to Celery (Redis, RabbitMQ) and BullMQ (Redis, Postgres): installs what is
+# missing (apt, pip, npm), starts and stops every system itself; bench/results/latest.*.
+bench-anchors: venv
+	$(BIN)/python bench/harness.py $(BENCH_ARGS)
+
+# What CI keeps working (tests/bench runs it too): Loam only, a few hundred jobs.
+bench-smoke: venv
+	$(BIN)/python bench/harness.py --smoke --out $${TMPDIR:-/tmp}/loam-bench-smoke
 
 clean:
 	rm -rf $(VENV) .loam

@@ -7,7 +7,8 @@ and removing a job with its pending children."""
 from __future__ import annotations
 
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import admin, states as S
+from loam_common.jobs import admin
+from loam_common.jobs import states as S
 from loam_common.jobs.complete import Outcome
 
 NS = "acme"
@@ -152,3 +153,54 @@ async def test_an_outcome_can_bring_the_retention(core, job_of):
     [job] = await core.lease(NS, ["q"], "w", 1)
     await core.complete(NS, "q", job.id, job.epoch, Outcome("ok", retention=pb.Retention(completed_count=0)))
     assert await job_of(r.job_id) is None
+
+
+async def test_rate_limit_for_blocks_leases_and_zero_lifts_it(core, store, clock):
+    await core.enqueue(NS, "q", task())
+    await store.transact(admin.queue_rate_limit_for, NS, "q", 2 * SEC)
+    assert await core.lease(NS, ["q"], "w", 1) == []
+    ttl, _ = await store.snapshot(admin.queue_rate_window, NS, "q")
+    assert ttl == 2 * SEC
+    await store.transact(admin.queue_rate_limit_for, NS, "q", 0)
+    assert len(await core.lease(NS, ["q"], "w", 1)) == 1
+
+
+async def test_keep_waiting_policy_waits_on_a_failed_child_and_forgets_a_removed_one(core, store, job_of, check_invariants):
+    keep = {"queue": "p", "job_id": "P", "keep_waiting_on_failure": True}
+    parent = await core.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
+    [leased] = await core.lease(NS, ["p"], "w", 1)
+    a = await core.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key="A", parent=pb.ParentRef(**keep)))
+    await core.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key="B", parent=pb.ParentRef(**keep)))
+    await core.complete(NS, "p", leased.id, leased.epoch, Outcome.wait_children())
+    [ja, jb] = await core.lease(NS, ["c"], "w", 2)
+    await core.complete(NS, "c", ja.id, ja.epoch, Outcome.fail(pb.JobError(code="e", message="boom")))
+    p = await job_of(parent.job_id, "p")
+    assert (p.state, p.pending_children) == (S.WAITING_CHILDREN, 2)  # the failed child still counts
+    await store.transact(admin.job_remove, NS, "c", a.job_id)  # removed: forgotten
+    await core.complete(NS, "c", jb.id, jb.epoch, Outcome.ok())
+    assert (await job_of(parent.job_id, "p")).state == S.WAITING
+    await check_invariants("p", "c")
+
+
+async def test_the_finish_that_empties_a_queue_emits_drained(core, events_of):
+    for _ in range(2):
+        await core.enqueue(NS, "q", task())
+    jobs = await core.lease(NS, ["q"], "w", 2)
+    for j in jobs:
+        await core.complete(NS, "q", j.id, j.epoch, Outcome.ok())
+    drained = [e for e in await events_of("q") if e.event == "drained"]
+    assert [e.detail for e in drained] == ["idle"]
+
+
+async def test_a_deferred_stalled_failure_rides_on_the_next_lease(core, configure, clock, sweep, job_of):
+    from loam_queue_core.rpc import lease_from_job
+
+    await configure("q", ns=NS, max_stalled=0, defer_stalled_failure=True)
+    r = await core.enqueue(NS, "q", task())
+    await core.lease(NS, ["q"], "w", 1, 0, None, SEC)
+    clock.advance(2 * SEC)
+    await sweep()
+    job = await job_of(r.job_id)
+    assert (job.state, job.deferred_failure) == (S.WAITING, "job stalled more than allowable limit")
+    [again] = await core.lease(NS, ["q"], "w", 1)
+    assert lease_from_job(again).deferred_failure == "job stalled more than allowable limit"

@@ -19,7 +19,8 @@ def _task(name: str = "t") -> pb.TaskSpec:
 
 
 async def _publish(rpc: CoreRpc, exchange: str, kind: int, key: str) -> list[str]:
-    r = await rpc.exchange_publish(NS, J.ExchangePublishRequest(exchange=exchange, type=kind, routing_key=key, task=_task()))
+    req = J.ExchangePublishRequest(exchange=exchange, type=kind, routing_key=key, task=_task())
+    r = await rpc.exchange_publish(NS, req)
     return sorted(x.queue for x in r.routed)
 
 

@@ -49,6 +49,7 @@ done
 NS="it-$(date +%s)"
 export TEST_BROKER="loam://127.0.0.1:$LOAM_PORT/$NS" TEST_BACKEND="loam://127.0.0.1:$LOAM_PORT/$NS"
 export REDIS_HOST=127.0.0.1 REDIS_PORT
+export PATH="$ROOT/.venv/bin:$PATH"  # test_worker runs the `celery` command
 # The suite's Celery app reads this file from its rootdir: short leases so that lost
 # workers' tasks come back quickly.
 echo '{"broker_transport_options": {"visibility_timeout": 10}}' >"$SRC/integration-tests-config.json"

@@ -23,19 +23,30 @@ class HttpxTransport:
     """A pyqwest `Transport` (`execute(request) -> Response`) over `httpx.AsyncClient`."""
 
     def __init__(self, max_connections: int = 64) -> None:
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        # Idle connections are dropped before the server's keep-alive timeout (5 s) can
+        # close one under a request.
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
+                              keepalive_expiry=2.0)  # fmt: skip
         self._client = httpx.AsyncClient(timeout=None, limits=limits)
 
     async def execute(self, request: pyqwest.Request) -> pyqwest.Response:
         body = await _read(request.content)
-        try:
-            r = await self._client.request(
-                request.method, str(request.url), headers=list(request.headers.items()), content=body
-            )
-        except httpx.TimeoutException as e:
-            raise TimeoutError(str(e)) from e
-        except httpx.TransportError as e:
-            raise ConnectionError(f"{type(e).__name__}: {e}") from e
+        headers = list(request.headers.items())
+        for attempt in (1, 2):
+            try:
+                r = await self._client.request(request.method, str(request.url), headers=headers, content=body)
+                break
+            except httpx.TimeoutException as e:
+                raise TimeoutError(str(e)) from e
+            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as e:
+                # A kept-alive connection the server closed as the request went out: once
+                # more on a fresh one. Repeating is safe: writes carry keys or fencing
+                # tokens, and a Lease whose answer was lost only holds its jobs until
+                # their leases lapse.
+                if attempt == 2:
+                    raise ConnectionError(f"{type(e).__name__}: {e}") from e
+            except httpx.TransportError as e:
+                raise ConnectionError(f"{type(e).__name__}: {e}") from e
         return pyqwest.Response(status=r.status_code, headers=pyqwest.Headers(list(r.headers.items())),
                                 content=r.content)  # fmt: skip
 

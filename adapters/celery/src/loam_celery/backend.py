@@ -20,6 +20,7 @@ LOAM_TOKEN); a URL with credentials is refused.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -30,6 +31,8 @@ from celery.result import GroupResult, allow_join_result
 from celery.utils.log import get_logger
 from kombu.utils.encoding import bytes_to_str, ensure_bytes
 
+from loam.errors import Unavailable
+
 from loam_celery.connection import Settings, client_for
 
 logger = get_logger(__name__)
@@ -38,8 +41,44 @@ MGET_BATCH = 1000
 LONG_POLL_S = 10.0  # one ResultGet wait; the server caps it at 30 s
 
 
+try:
+    from celery.backends.base import _create_chord_error_with_cause as _chord_error
+except ImportError:  # Celery < 5.7
+
+    def _chord_error(message: str, original_exc: Any = None) -> ChordError:
+        err = ChordError(message)
+        err.__cause__ = original_exc if isinstance(original_exc, Exception) else None
+        return err
+
+
+_join_deadline = threading.local()  # set while a chord body's join runs in this thread
+
+
 def _k(key: bytes | str) -> str:
     return bytes_to_str(key)
+
+
+class _Retrying:
+    """The client's calls, each tried again on Unavailable (twice, with backoff): every
+    result-store call is idempotent (sets, reads, deletes, member counts)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self._client, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for delay in (0.1, 0.5, None):
+                try:
+                    return fn(*args, **kwargs)
+                except Unavailable:
+                    if delay is None:
+                        raise
+                    time.sleep(delay)
+            raise AssertionError("unreachable")
+
+        return call
 
 
 class LoamBackend(KeyValueStoreBackend):
@@ -55,7 +94,7 @@ class LoamBackend(KeyValueStoreBackend):
 
     @property
     def client(self) -> Any:
-        return client_for(self.settings)  # per process: a forked pool child gets its own
+        return _Retrying(client_for(self.settings))  # per process: a forked pool child gets its own
 
     def _ttl(self, seconds: Any) -> float | None:
         return float(seconds) if seconds else None
@@ -80,7 +119,7 @@ class LoamBackend(KeyValueStoreBackend):
         self.client.result_delete(_k(key))
 
     def incr(self, key: bytes | str) -> int:
-        """A plain counter: every call a new member."""
+        """A plain counter: every call a new member (made once, so a retry counts once)."""
         from loam.client import uuid7
 
         return int(self.client.result_incr(_k(key), uuid7()))
@@ -104,6 +143,8 @@ class LoamBackend(KeyValueStoreBackend):
     def wait_for(self, task_id: str, timeout: float | None = None, interval: float = 0.5,
                  no_ack: bool = True, on_interval: Any = None) -> dict[str, Any]:  # fmt: skip
         self._ensure_not_eager()
+        if timeout is None and getattr(_join_deadline, "at", None) is not None:
+            timeout = max(_join_deadline.at - time.monotonic(), 0.0)
         key = _k(self.get_key_for_task(task_id))
         deadline = None if timeout is None else time.monotonic() + timeout
         version = -1  # first call: answer at once
@@ -167,23 +208,38 @@ class LoamBackend(KeyValueStoreBackend):
                                 ttl=self._ttl(self.chord_expires))  # fmt: skip
 
     def set_chord_size(self, group_id: str, chord_size: int) -> None:
-        pass  # the size travels in each header task's request
+        """Celery's canvas tells the size before it sends the last header task."""
+        key = _k(self.get_key_for_chord(group_id)) + ".s"
+        self.client.result_set(key, str(int(chord_size)).encode(), ttl=self._ttl(self.chord_expires))
+
+    def _apply_chord_incr(self, header_result_args: Any, body: Any, **kwargs: Any) -> None:
+        """As Redis does: save the header's GroupResult only when a header result is a
+        group itself (its structure must reach the body); simple headers' results are
+        read from what each part stashed (`on_chord_part_return`), never joined."""
+        self.ensure_chords_allowed()
+        header_result = self.app.GroupResult(*header_result_args)
+        if any(isinstance(r, GroupResult) for r in header_result.results):
+            header_result.save(backend=self)
+            self.expire(self.get_key_for_group(header_result.id), self._chord_result_expires)
 
     def on_chord_part_return(self, request: Any, state: str, result: Any, **kwargs: Any) -> None:
         gid = request.group
         if not gid:
             return
-        app = self.app
         key = _k(self.get_key_for_chord(gid))
         ttl = self._ttl(self.chord_expires)
+        index = getattr(request, "group_index", None)
+        if index is not None:  # this part's result, for the body (read in order, no join)
+            part = self.encode([1, request.id, state, self.encode_result(result, state)])
+            self.client.result_set(f"{key}.j.{index}", ensure_bytes(part), ttl=ttl)
         count, _added = self.client.result_add(key, str(request.id), ttl=ttl)
         size = (request.chord or {}).get("chord_size")
-        deps = None
         if size is None:
-            deps = self._restore_deps(request, gid)
-            if deps is None:
-                return
-            size = len(deps)
+            stored = self.client.result_get(key + ".s", raw=True)
+            size = int(stored.data) if stored is not None else None
+        deps = None
+        if size is None:  # set_chord_size comes before the last part is sent: that one sees it
+            return
         if count < size:
             return
         extra = self.client.result_get(key + ".extra", raw=True)
@@ -200,11 +256,10 @@ class LoamBackend(KeyValueStoreBackend):
             return
         if not claimed and self.get(key + ".done") is not None:
             return
-        if deps is None:
-            deps = self._restore_deps(request, gid)
-            if deps is None:
-                return
-        self._fire_chord_body(request, gid, deps, key, ttl)
+        self._fire_chord_body(request, gid, deps, key, ttl, size)
+
+    def _k_group(self, gid: str) -> str:
+        return _k(self.get_key_for_group(gid))
 
     def _restore_deps(self, request: Any, gid: str) -> GroupResult | None:
         from celery.canvas import maybe_signature
@@ -221,23 +276,51 @@ class LoamBackend(KeyValueStoreBackend):
                                         ChordError(f"GroupResult {gid} no longer exists"))  # fmt: skip
         return deps
 
-    def _fire_chord_body(self, request: Any, gid: str, deps: GroupResult, key: str, ttl: float | None) -> None:
+    def _header_results(self, gid: str, key: str, size: int, deps: GroupResult | None) -> list[Any]:
+        """The header's results in order: joined when the header is complex (its
+        GroupResult was saved), else read from the parts' stash."""
+        if deps is None:
+            deps = GroupResult.restore(gid, backend=self)
+        if deps is not None:
+            deps.on_ready()  # every part reported: mark it ready, so the join does not wait
+            join = deps.join_native if deps.supports_native_join else deps.join
+            timeout = self.app.conf.result_chord_join_timeout
+            # Celery's join waits on nested results without a timeout: bound those too, so a
+            # pool process never waits forever on a result queued behind itself.
+            _join_deadline.at = None if timeout is None else time.monotonic() + timeout
+            try:
+                with allow_join_result():
+                    return join(timeout=timeout, propagate=True)
+            finally:
+                _join_deadline.at = None
+        parts = self.mget([f"{key}.j.{i}" for i in range(size)])
+        if any(p is None for p in parts):
+            raise ChordError(f"chord {gid}: {parts.count(None)} of {size} header results are missing")
+        out = []
+        for raw in parts:
+            _, tid, state, value = self.decode(raw)
+            if state in states.EXCEPTION_STATES:
+                value = self.exception_to_python(value)
+            if state in states.PROPAGATE_STATES:
+                raise _chord_error(f"Dependency {tid} raised {value!r}", value)
+            out.append(value)
+        return out
+
+    def _fire_chord_body(self, request: Any, gid: str, deps: GroupResult | None, key: str, ttl: float | None,
+                         size: int) -> None:  # fmt: skip
         from celery.canvas import maybe_signature
 
         app = self.app
         callback = maybe_signature(request.chord, app=app)
-        join = deps.join_native if deps.supports_native_join else deps.join
         try:
-            with allow_join_result():
-                ret = join(timeout=app.conf.result_chord_join_timeout, propagate=True)
+            ret = self._header_results(gid, key, size, deps)
         except Exception as exc:  # noqa: BLE001
-            try:
-                culprit = next(deps._failed_join_report())  # noqa: SLF001 - Celery's helper
-                reason = f"Dependency {culprit.id} raised {exc!r}"
-            except StopIteration:
-                reason = repr(exc)
+            reason = str(exc) if isinstance(exc, ChordError) else repr(exc)
             logger.exception("Chord %r raised: %r", gid, reason)
-            self.chord_error_from_stack(callback, ChordError(reason))
+            # The body fails with the header's own exception (what a caller of the chord
+            # sees on Celery's Redis backend), the ChordError naming the culprit as its cause.
+            cause = exc.__cause__ if isinstance(exc, ChordError) and isinstance(exc.__cause__, Exception) else None
+            self.chord_error_from_stack(callback, cause or (exc if isinstance(exc, ChordError) else ChordError(reason)))
         else:
             try:
                 app.amqp._retry_publish(callback.delay, ret)  # noqa: SLF001 - as the base class does
@@ -246,6 +329,4 @@ class LoamBackend(KeyValueStoreBackend):
                 self.chord_error_from_stack(callback, ChordError(f"Callback error: {exc!r}"))
         finally:
             self.client.result_set(key + ".done", b"1", ttl=ttl)
-            deps.delete()
-            for dep in deps.results:
-                self.expire(self.get_key_for_task(dep.id), self.expires)
+            self.client.result_delete(self._k_group(gid))

@@ -175,8 +175,8 @@ def sync_schedules(app: Any, beat_schedule: dict[str, Any] | None = None, *, pru
         spec.task.headers[HEADER_APP] = owner
         spec.task.payload.data = json.dumps(message, sort_keys=True, separators=(",", ":"), default=str).encode()
         spec.task.payload.content_type = messages.CONTENT_TYPE
-        prio = messages.loam_priority(message["properties"].get("priority"),
-                                      (app.conf.broker_transport_options or {}).get("priority_order", "redis"))  # fmt: skip
+        order = (app.conf.broker_transport_options or {}).get("priority_order", "redis")
+        prio = messages.loam_priority(message["properties"].get("priority"), order)
         if prio:
             spec.opts.priority = prio
         out.append(Synced(name, client.schedule(spec).changed))

@@ -21,12 +21,15 @@ DEFAULT_TOKEN_ENV = "LOAM_TOKEN"
 
 _clients: dict[Settings, SyncClient] = {}
 _lock = threading.Lock()
-_forked = False
+_forked = False  # forked from a process whose pyqwest runtime was running: avoid pyqwest
+_started = False  # this process made a pyqwest-backed client
 
 
 def _after_fork_in_child() -> None:
     global _forked, _lock
-    _forked = True
+    # A child forked before any client existed (a worker's first pool processes) may use
+    # pyqwest: its runtime was never started. One forked later may not.
+    _forked = _forked or _started or bool(_clients)
     _clients.clear()  # the parent's clients have no loop thread here
     _lock = threading.Lock()
 
@@ -90,6 +93,9 @@ def client_for(settings: Settings) -> SyncClient:
                 from loam_celery._http import HttpxTransport
 
                 kwargs["http_transport"] = HttpxTransport()
+            else:
+                global _started
+                _started = True
             client = SyncClient(settings.url, token=settings.token or "", namespace=settings.namespace,
                                 timeout=settings.timeout, idempotent=False, **kwargs)  # fmt: skip
             _clients[settings] = client

@@ -17,9 +17,8 @@ JSON with content type `application/x-kombu+json`. Loam reads a few fields:
   first: Redis's order); `priority_order="amqp"` reverses it (9 first, 0 last).
 
 Delivering: the payload comes back as the kombu message with a delivery tag of its
-own (`<job id>.<epoch>`), `redelivered` set on a second attempt or after a stall, `eta`
-cleared once due (Loam held the job until then; Celery would otherwise wait on its own
-timer again), and,
+own (`<job id>.<epoch>`), `redelivered` set when it was leased before (released,
+lapsed or retried), and,
 for a job a Loam schedule fired (beat entries), a task id of its own per tick."""
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ SEC = 1_000_000_000
 HEADER_SCHEDULE = "x-loam-schedule"  # loam_common.schedules.HEADER_SCHEDULE
 HEADER_TICK = "x-loam-tick"
 HEADER_EXPIRES_IN = "x-loam-celery-expires-in"  # beat entries: seconds after each tick
-ETA_SKEW_NS = SEC  # an ETA this close (clock skew between hosts) counts as due
 _TICK_NS = uuid.UUID("8a6c1f52-7d43-4b0e-9a57-0c1d3e5f7a90")
 
 
@@ -121,19 +119,17 @@ def from_lease(lease: Any) -> tuple[dict[str, Any], str]:
     info = props.setdefault("delivery_info", {})
     info.setdefault("exchange", "")
     info.setdefault("routing_key", lease.queue)
-    if lease.attempt > 1 or lease.stalled:
+    if lease.epoch > 1 or lease.attempt > 1 or lease.stalled:  # leased before (released, lapsed, retried)
         info["redelivered"] = True
         message["redelivered"] = True
-    headers = message.get("headers") or {}
-    eta = _time_ns(headers.get("eta"))
-    if eta is not None and eta <= time.time_ns() + ETA_SKEW_NS:
-        # Loam held the job until its ETA: a Celery worker that sees an `eta` would put it
-        # on its timer (up to a second late); it is due, so it runs now.
-        headers["eta"] = None
     theaders = lease.raw.task.headers
     if HEADER_SCHEDULE in theaders:
         _stamp_tick(message, theaders[HEADER_SCHEDULE], theaders.get(HEADER_TICK, "0"))
     return message, tag
+
+
+def from_lease_tag(message: dict[str, Any]) -> str:
+    return str((message.get("properties") or {}).get("delivery_tag", ""))
 
 
 def _stamp_tick(message: dict[str, Any], schedule: str, tick: str) -> None:

@@ -43,10 +43,17 @@ class Pipeline:
         self._acks: list[jpb.CompleteRequest] = []
         self._acking = False
         self._outstanding = 0
+        self._tasks: set[asyncio.Task[None]] = set()  # asyncio keeps only weak references
 
     def _start(self, coro_fn: Any, *args: Any) -> None:
         loop = self.client.loop
-        loop.call_soon_threadsafe(lambda: loop.create_task(coro_fn(*args)))
+
+        def spawn() -> None:
+            task = loop.create_task(coro_fn(*args))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        loop.call_soon_threadsafe(spawn)
 
     # -- publishing --------------------------------------------------------------------------
     def publish(self, queue: str, task: pb.TaskSpec, opts: pb.EnqueueOpts) -> None:

@@ -7,7 +7,7 @@ one.
 | `_put(queue, message)`             | Enqueue (messages.py maps the message)                |
 | publish to a named exchange        | ExchangePublish: routed by the bindings in the store  |
 | `queue_bind`                       | ExchangeBind (TTL = the queue's `x-expires`, renewed) |
-| `drain_events`                     | one long-poll Lease over every consumed queue, `max` = the free prefetch slots |
+| fetching                           | one long-poll Lease over every consumed queue, `max` = the free prefetch slots: from a fetcher thread feeding Celery's event loop through a pipe, or in `drain_events` for plain kombu callers |
 | `basic_ack`                        | Complete(Ok)                                          |
 | `basic_reject(requeue=True)`       | Complete(Release)                                     |
 | `basic_reject(requeue=False)`      | Complete(Fail, dead-letter if the queue has a DLQ)    |
@@ -25,6 +25,8 @@ delivered. Fanout: a publish copies the message into every queue bound at that m
 carry a TTL that the consuming process renews, so a dead worker's mailbox stops getting
 copies. `driver_type` is "loam": Celery's mingle and gossip (hard-wired to amqp and
 redis) stay off; remote control and events work through fanout and stored bindings.
+`asynchronous` is True, so a worker runs Celery's event loop as on Redis: a full pool
+never blocks delivery, and a revoke or an inspect is handled while every process is busy.
 
 Transport options: `visibility_timeout` (s, default 60), `token_env` (default
 LOAM_TOKEN), `priority_order` ("redis" or "amqp"), `expires_grace` (s, default 3600),
@@ -34,8 +36,11 @@ LOAM_TOKEN), `priority_order` ("redis" or "amqp"), `expires_grace` (s, default 3
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import itertools
 import logging
+import os
 import socket
 import sys
 import threading
@@ -47,7 +52,7 @@ from typing import Any
 from kombu.transport import virtual
 from kombu.utils.objects import cached_property
 from loam import Outcome
-from loam.errors import AlreadyExists, Fenced, InvalidState, JobsError, NotFound, Unavailable
+from loam.errors import AlreadyExists, Fenced, InvalidState, JobsError, NotFound, PermissionDenied, Unavailable
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 
 from loam_celery import messages
@@ -56,7 +61,11 @@ from loam_celery.pipeline import Pipeline, pipeline_for, wait_all
 
 log = logging.getLogger("loam_celery.transport")
 
-EXCHANGE_TYPES = {"direct": jpb.EXCHANGE_TYPE_DIRECT, "topic": jpb.EXCHANGE_TYPE_TOPIC, "fanout": jpb.EXCHANGE_TYPE_FANOUT}
+EXCHANGE_TYPES = {
+    "direct": jpb.EXCHANGE_TYPE_DIRECT,
+    "topic": jpb.EXCHANGE_TYPE_TOPIC,
+    "fanout": jpb.EXCHANGE_TYPE_FANOUT,
+}
 DEFAULT_VISIBILITY_TIMEOUT = 60.0
 DEFAULT_EXPIRES_GRACE = 3600.0
 NOACK_BATCH = 16  # messages of no-ack queues fetched at once (mailboxes)
@@ -135,7 +144,8 @@ class Channel(virtual.Channel):
     # -- publishing ----------------------------------------------------------------------
     def _message_opts(self, queue: str | None = None) -> dict[str, Any]:
         ttl = self.connection.queue_message_ttl.get(queue) if queue else None
-        return {"priority_order": self.priority_order, "queue_ttl_ms": ttl, "expires_grace_s": float(self.expires_grace)}
+        return {"priority_order": self.priority_order, "queue_ttl_ms": ttl,
+                "expires_grace_s": float(self.expires_grace)}  # fmt: skip
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         task, opts = messages.to_job(message, **self._message_opts(queue))
@@ -234,8 +244,12 @@ class Transport(virtual.Transport):
     default_port = 7720
     can_parse_url = False
     polling_interval = 1.0  # the longest single long-poll
+    # asynchronous: a Celery worker runs its event loop (as on Redis), fed by a fetcher
+    # thread through a pipe (register_with_event_loop), so delivering to a busy pool never
+    # blocks the loop and remote control stays responsive. Plain kombu callers use
+    # `drain_events` (one long-poll at a time), which needs no loop.
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset(["direct", "topic", "fanout"]), heartbeats=False
+        asynchronous=True, exchange_type=frozenset(["direct", "topic", "fanout"]), heartbeats=False
     )
     connection_errors = (*virtual.Transport.connection_errors, Unavailable, ConnectionError)
     channel_errors = (*virtual.Transport.channel_errors, JobsError)
@@ -255,6 +269,7 @@ class Transport(virtual.Transport):
         self._lock = threading.Lock()
         self._keeper: _LeaseKeeper | None = None
         self._rotation = itertools.count()
+        self._fetcher: _Fetcher | None = None
 
     @cached_property
     def loam(self) -> Any:
@@ -272,11 +287,29 @@ class Transport(virtual.Transport):
     def establish_connection(self) -> Any:
         try:
             self.loam.result_get("loam-celery:ping")  # reachable, and the credential works
+        except PermissionDenied:
+            pass  # a producer's token need not read results: reachable all the same
         except Unavailable as e:
             raise ConnectionError(f"Loam Jobs at {self.settings.url} is unreachable: {e}") from e
         return super().establish_connection()
 
+    # -- the event loop (Celery's worker) ---------------------------------------------------
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        if self._fetcher is None:
+            self._fetcher = _Fetcher(self)
+            self._fetcher.start()
+        loop.add_reader(self._fetcher.read_fd, self._fetcher.on_readable)
+
+    def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
+        if self._fetcher is not None:
+            loop.remove_reader(self._fetcher.read_fd)
+            self._fetcher.stop()
+            self._fetcher = None
+
     def close_connection(self, connection: Any) -> None:
+        if self._fetcher is not None:
+            self._fetcher.stop()
+            self._fetcher = None
         try:
             if "pipeline" in self.__dict__:
                 self.pipeline.wait(10)
@@ -370,20 +403,20 @@ class Transport(virtual.Transport):
             self._keeper.start()
 
     # -- fetching --------------------------------------------------------------------------
-    def _plan(self) -> tuple[list[str], int, set[str], bool]:
+    def _plan(self, held: int = 0) -> tuple[list[str], int, set[str], bool]:
         """Which queues to lease from now and how many jobs: every consumed queue whose
-        channel has free prefetch slots, plus the no-ack queues always."""
-        queues: list[str] = []
+        channel has free prefetch slots, plus the no-ack queues always. `held`: jobs
+        leased and not yet delivered (the fetcher's inbox), taken from the free slots."""
+        queues: list[str] = []  # queues with acks, fair: each leads in turn
         noack: set[str] = set()
         free_total, has_ack = 0, False
-        for channel in self.channels:
+        for channel in list(self.channels):
             if not channel._consumers:  # noqa: SLF001 - kombu's own attribute
                 continue
             free = channel.qos.can_consume_max_estimate()
-            for q in channel._active_queues:  # noqa: SLF001
+            for q in list(channel._active_queues):  # noqa: SLF001
                 if q in channel._noack_queues:  # noqa: SLF001
                     noack.add(q)
-                    queues.append(q)
                 elif free is None or free > 0:
                     has_ack = True
                     queues.append(q)
@@ -391,11 +424,16 @@ class Transport(virtual.Transport):
                 free_total += UNLIMITED_BATCH
             else:
                 free_total += free
-        if len(queues) > 1:  # fair: each queue leads in turn
+        if len(queues) > 1:
             k = next(self._rotation) % len(queues)
             queues = queues[k:] + queues[:k]
+        free_total -= held
+        if has_ack and free_total <= 0:
+            has_ack, queues = False, []
         n = free_total if has_ack else NOACK_BATCH
-        return queues, max(1, min(n, 1000)), noack, has_ack
+        # Mailboxes first: a revoke or a control command is seen before the tasks that
+        # arrive with it.
+        return sorted(noack) + queues, max(1, min(n, 1000)), noack, has_ack
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -415,15 +453,20 @@ class Transport(virtual.Transport):
             if (deadline is not None and time.monotonic() >= deadline) or _worker_stopping():
                 raise socket.timeout()
 
-    def _deliver_leases(self, leases: list[Any], noack: set[str]) -> None:
+    def _prepare(self, leases: list[Any], noack: set[str]) -> tuple[list[tuple[dict, str]], list[jpb.LeaseToken]]:
+        """Messages to deliver, mailboxes first; acked leases held, no-ack ones to settle."""
         done, ready = [], []
-        for lease in leases:
+        for lease in sorted(leases, key=lambda lease: lease.queue not in noack):
             payload, tag = messages.from_lease(lease)
             if lease.queue in noack:
                 done.append(lease.token)
             else:
                 self.hold(tag, lease.token)
             ready.append((payload, lease.queue))
+        return ready, done
+
+    def _deliver_leases(self, leases: list[Any], noack: set[str]) -> None:
+        ready, done = self._prepare(leases, noack)
         try:
             for payload, queue in ready:
                 self._deliver(payload, queue)
@@ -450,6 +493,67 @@ def _worker_stopping() -> bool:
     (Celery's loop checks for shutdown between waits)."""
     state = sys.modules.get("celery.worker.state")
     return state is not None and (state.should_stop is not None or state.should_terminate is not None)
+
+
+class _Fetcher(threading.Thread):
+    """Long-polls Lease for the worker's event loop: leased messages wait in an inbox and
+    a byte on a pipe wakes the loop, which delivers them (`on_readable`)."""
+
+    def __init__(self, transport: Transport) -> None:
+        super().__init__(name="loam-celery-fetcher", daemon=True)
+        self.transport = transport
+        self.read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        os.set_blocking(self._write_fd, False)
+        self._inbox: collections.deque[tuple[list[tuple[dict, str]], list[jpb.LeaseToken]]] = collections.deque()
+        self._held = 0
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=self.transport.polling_interval + 5)
+        with self.transport._lock:  # noqa: SLF001 - the transport's own lock
+            leftover = [self.transport._leases.pop(messages.from_lease_tag(m), None)  # noqa: SLF001
+                        for batch in self._inbox for m, _q in batch[0]]  # fmt: skip
+        self._inbox.clear()
+        for token in filter(None, leftover):  # leased, never delivered: hand back
+            with contextlib.suppress(Exception):
+                self.transport.loam.complete(token, Outcome.release())
+        for fd in (self.read_fd, self._write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def run(self) -> None:
+        t = self.transport
+        while not self._stop_event.is_set():
+            try:
+                queues, n, noack, has_ack = t._plan(self._held)
+                wait = t.polling_interval if has_ack else FULL_POLL_S
+                if not queues:
+                    self._stop_event.wait(wait)
+                    continue
+                leases = t.loam.lease(queues, max=n, wait=wait, worker=t.worker_id)
+                if not leases:
+                    continue
+                ready, done = t._prepare(leases, noack)
+                t.settle(done)
+                self._held += sum(1 for _, q in ready if q not in noack)
+                self._inbox.append((ready, [q for _, q in ready if q not in noack]))
+                with contextlib.suppress(BlockingIOError):
+                    os.write(self._write_fd, b"x")
+            except Exception:  # noqa: BLE001 - the server is away: try again shortly
+                log.warning("fetching from Loam failed", exc_info=True)
+                self._stop_event.wait(1.0)
+
+    def on_readable(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self.read_fd, 4096):
+                pass
+        while self._inbox:
+            ready, acked = self._inbox.popleft()
+            self._held -= len(acked)
+            for payload, queue in ready:
+                self.transport._deliver(payload, queue)
 
 
 class _LeaseKeeper(threading.Thread):

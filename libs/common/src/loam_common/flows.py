@@ -46,6 +46,7 @@ _FLAG_OF = {
     pb.FAILURE_POLICY_CONTINUE_PARENT: "continue_parent_on_failure",
     pb.FAILURE_POLICY_IGNORE_DEPENDENCY: "ignore_dependency_on_failure",
     pb.FAILURE_POLICY_REMOVE_DEPENDENCY: "remove_dependency_on_failure",
+    pb.FAILURE_POLICY_KEEP_WAITING: "keep_waiting_on_failure",
 }
 _REFUSED_OPTS = {
     "parent": "flow nodes are linked by depends_on",
@@ -243,6 +244,8 @@ def attach_child(qt: QueueTx, job: pb.Job) -> None:
 
 # -- a dependency finished ------------------------------------------------------------------------
 def _policy(ref: pb.ParentRef) -> int:
+    if ref.keep_waiting_on_failure:
+        return pb.FAILURE_POLICY_KEEP_WAITING
     if ref.remove_dependency_on_failure:
         return pb.FAILURE_POLICY_REMOVE_DEPENDENCY
     if ref.ignore_dependency_on_failure:
@@ -284,6 +287,10 @@ def on_job_finished(qt: QueueTx, job: pb.Job) -> None:
         dep = pb.Dependency.FromString(raw)  # type: ignore[arg-type]
         if dep.state != pb.DEPENDENCY_STATE_PENDING:
             continue  # settled already (a retried child finishing again)
+        if job.state != S.COMPLETED and _policy(ref) == pb.FAILURE_POLICY_KEEP_WAITING:
+            if removed:
+                _forget(pq, parent, dkey)
+            continue  # failed: it stays pending, and the parent waits for a retry
         dep.finished_ns = qt.now
         parent.pending_children = max(parent.pending_children - 1, 0)
         release = parent.pending_children == 0
@@ -312,6 +319,32 @@ def on_job_finished(qt: QueueTx, job: pb.Job) -> None:
             _release(pq, parent)
         else:
             pq.put_job(parent)
+
+
+def _forget(pq: QueueTx, parent: pb.Job, dkey: bytes) -> None:
+    """Drop a pending dependency (keep-waiting policy, the child removed); a parent left
+    with nothing pending runs."""
+    pq.tx.delete(dkey)
+    parent.pending_children = max(parent.pending_children - 1, 0)
+    parent.children = max(parent.children - 1, 0)
+    if parent.pending_children == 0 and parent.state == S.WAITING_CHILDREN:
+        _release(pq, parent)
+    else:
+        pq.put_job(parent)
+
+
+def on_finished_job_removed(qt: QueueTx, job: pb.Job) -> None:
+    """A finished job was removed (retention, remove, clean): a parent still counting it
+    as pending (keep-waiting policy: it failed) forgets it."""
+    for ref in job.parents:
+        if _policy(ref) != pb.FAILURE_POLICY_KEEP_WAITING:
+            continue
+        pq = qt.peer(ref.queue)
+        dkey = pq.k.dependency(ref.job_id, qt.name, job.id)
+        raw = qt.tx.get(dkey)
+        parent = pq.get_job(ref.job_id) if raw is not None else None
+        if parent is not None and pb.Dependency.FromString(raw).state == pb.DEPENDENCY_STATE_PENDING:
+            _forget(pq, parent, dkey)
 
 
 def _release(pq: QueueTx, parent: pb.Job) -> None:

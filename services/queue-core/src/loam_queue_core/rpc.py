@@ -105,6 +105,7 @@ def lease_from_job(job: pb.Job) -> J.Lease:
         deadline_ns=job.deadline_ns,
         opts=job.opts,
         created_ns=job.created_ns,
+        deferred_failure=job.deferred_failure,
     )
     if job.opts.HasField("parent"):
         lease.parent.CopyFrom(job.opts.parent)
@@ -327,6 +328,12 @@ class CoreRpc:
         self.core.wake_all(ns, queue)
         return J.QueueAdminResponse(config=cfg)
 
+    async def _q_rate_limit_for(self, ns: str, queue: str, op: J.QueueOp.RateLimitFor) -> J.QueueAdminResponse:
+        await self.store.transact(admin.queue_rate_limit_for, ns, queue, op.for_ns)
+        if not op.for_ns:
+            self.core.wake_all(ns, queue)
+        return J.QueueAdminResponse()
+
     async def _q_set_concurrency(self, ns: str, queue: str, op: J.QueueOp.SetConcurrency) -> J.QueueAdminResponse:
         cfg = await self.store.transact(admin.queue_set_concurrency, ns, queue, op.concurrency)
         self.core.wake_all(ns, queue)
@@ -365,6 +372,7 @@ class CoreRpc:
         "promote_all": _q_promote_all,
         "set_rate_limit": _q_set_rate_limit,
         "set_concurrency": _q_set_concurrency,
+        "rate_limit_for": _q_rate_limit_for,
         "workers": _q_workers,
         "metrics": _q_counts,
         "redrive_dead_letters": _q_redrive,

@@ -412,6 +412,7 @@ def queue_clean(tx: Txn, ns: str, queue: str, state: int, grace_ns: int, limit: 
 def _reset_for_retry(job: pb.Job, keep_attempts: bool = False) -> None:
     """BullMQ's job.retry: the attempts start over (unless `keep_attempts`); the error
     history stays."""
+    job.deferred_failure = ""
     if not keep_attempts:
         job.attempt = 0
         job.stalled = 0

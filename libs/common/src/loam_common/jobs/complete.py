@@ -167,11 +167,22 @@ def job_complete_many(
 
 def _complete(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
     done = _complete_one(qt, job, outcome)
+    if done.state in S.FINISHED:
+        _emit_if_idle(qt)
     totals = qt.meta_for_update(job.shard).completed_total  # loam_jobs_completed_total{outcome}
     totals[outcome.kind] = totals[outcome.kind] + 1
     return Completed(
         done.state, done.moved, job.task.name, qt.now - job.lease_started_ns, job.task.headers.get("traceparent", "")
     )
+
+
+def _emit_if_idle(qt: QueueTx) -> None:
+    """BullMQ's global `drained`: a finish that leaves the queue with nothing waiting,
+    prioritized or active emits `drained` (detail "idle"; the admin Drain op's event has
+    another detail)."""
+    c = qt.counts()
+    if not (c.get(S.WAITING, 0) or c.get(S.PRIORITIZED, 0) or c.get(S.ACTIVE, 0)):
+        qt.emit("drained", detail="idle")
 
 
 def _complete_one(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:

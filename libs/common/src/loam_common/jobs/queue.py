@@ -297,6 +297,10 @@ class QueueTx:
             self.emit(event, job)
         if job.state not in S.FINISHED:
             self._finished(job)
+        elif job.parents:  # a failed dependency under the keep-waiting policy is forgotten
+            from loam_common import flows
+
+            flows.on_finished_job_removed(self, job)
 
     # -- finishing ---------------------------------------------------------------------
     def _finished(self, job: pb.Job) -> None:

@@ -34,7 +34,9 @@ def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) 
             job.stalled += 1
             qt.meta_for_update(job.shard).stalled_total += 1  # loam_jobs_stalled_total
             limit_stalled = max_stalled(qt.cfg)
-            if limit_stalled >= 0 and job.stalled > limit_stalled:
+            if limit_stalled >= 0 and job.stalled > limit_stalled and qt.cfg.defer_stalled_failure:
+                job.deferred_failure = STALLED_MESSAGE  # the next lease fails it (BullMQ)
+            elif limit_stalled >= 0 and job.stalled > limit_stalled:
                 err = pb.JobError(code="stalled", message=STALLED_MESSAGE)
                 complete._record_error(qt, job, err)
                 complete._fail(qt, job, err, False)

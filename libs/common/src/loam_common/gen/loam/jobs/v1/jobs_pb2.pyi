@@ -154,7 +154,7 @@ class ChildrenSummary(_message.Message):
     def __init__(self, pending: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("token", "task", "attempt", "stalled", "deadline_ns", "parent", "children", "opts", "created_ns")
+    __slots__ = ("token", "task", "attempt", "stalled", "deadline_ns", "parent", "children", "opts", "created_ns", "deferred_failure")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -164,6 +164,7 @@ class Lease(_message.Message):
     CHILDREN_FIELD_NUMBER: _ClassVar[int]
     OPTS_FIELD_NUMBER: _ClassVar[int]
     CREATED_NS_FIELD_NUMBER: _ClassVar[int]
+    DEFERRED_FAILURE_FIELD_NUMBER: _ClassVar[int]
     token: LeaseToken
     task: _types_pb2.TaskSpec
     attempt: int
@@ -173,7 +174,8 @@ class Lease(_message.Message):
     children: ChildrenSummary
     opts: _types_pb2.EnqueueOpts
     created_ns: int
-    def __init__(self, token: _Optional[_Union[LeaseToken, _Mapping]] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., deadline_ns: _Optional[int] = ..., parent: _Optional[_Union[_types_pb2.ParentRef, _Mapping]] = ..., children: _Optional[_Union[ChildrenSummary, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., created_ns: _Optional[int] = ...) -> None: ...
+    deferred_failure: str
+    def __init__(self, token: _Optional[_Union[LeaseToken, _Mapping]] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., deadline_ns: _Optional[int] = ..., parent: _Optional[_Union[_types_pb2.ParentRef, _Mapping]] = ..., children: _Optional[_Union[ChildrenSummary, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., created_ns: _Optional[int] = ..., deferred_failure: _Optional[str] = ...) -> None: ...
 
 class LeaseResponse(_message.Message):
     __slots__ = ("leases",)
@@ -546,7 +548,7 @@ class WatchCursor(_message.Message):
     def __init__(self, positions: _Optional[_Iterable[_Union[WatchCursor.Position, _Mapping]]] = ...) -> None: ...
 
 class QueueOp(_message.Message):
-    __slots__ = ("create", "update", "pause", "resume", "drain", "clean", "obliterate", "counts", "retry_all", "promote_all", "set_rate_limit", "set_concurrency", "workers", "metrics", "redrive_dead_letters", "trim_events")
+    __slots__ = ("create", "update", "pause", "resume", "drain", "clean", "obliterate", "counts", "retry_all", "promote_all", "set_rate_limit", "set_concurrency", "workers", "metrics", "redrive_dead_letters", "trim_events", "rate_limit_for")
     class Create(_message.Message):
         __slots__ = ("config",)
         CONFIG_FIELD_NUMBER: _ClassVar[int]
@@ -619,6 +621,11 @@ class QueueOp(_message.Message):
         BEFORE_NS_FIELD_NUMBER: _ClassVar[int]
         before_ns: int
         def __init__(self, before_ns: _Optional[int] = ...) -> None: ...
+    class RateLimitFor(_message.Message):
+        __slots__ = ("for_ns",)
+        FOR_NS_FIELD_NUMBER: _ClassVar[int]
+        for_ns: int
+        def __init__(self, for_ns: _Optional[int] = ...) -> None: ...
     CREATE_FIELD_NUMBER: _ClassVar[int]
     UPDATE_FIELD_NUMBER: _ClassVar[int]
     PAUSE_FIELD_NUMBER: _ClassVar[int]
@@ -635,6 +642,7 @@ class QueueOp(_message.Message):
     METRICS_FIELD_NUMBER: _ClassVar[int]
     REDRIVE_DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
     TRIM_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_FOR_FIELD_NUMBER: _ClassVar[int]
     create: QueueOp.Create
     update: QueueOp.Update
     pause: QueueOp.Pause
@@ -651,7 +659,8 @@ class QueueOp(_message.Message):
     metrics: QueueOp.Metrics
     redrive_dead_letters: QueueOp.RedriveDeadLetters
     trim_events: QueueOp.TrimEvents
-    def __init__(self, create: _Optional[_Union[QueueOp.Create, _Mapping]] = ..., update: _Optional[_Union[QueueOp.Update, _Mapping]] = ..., pause: _Optional[_Union[QueueOp.Pause, _Mapping]] = ..., resume: _Optional[_Union[QueueOp.Resume, _Mapping]] = ..., drain: _Optional[_Union[QueueOp.Drain, _Mapping]] = ..., clean: _Optional[_Union[QueueOp.Clean, _Mapping]] = ..., obliterate: _Optional[_Union[QueueOp.Obliterate, _Mapping]] = ..., counts: _Optional[_Union[QueueOp.Counts, _Mapping]] = ..., retry_all: _Optional[_Union[QueueOp.RetryAll, _Mapping]] = ..., promote_all: _Optional[_Union[QueueOp.PromoteAll, _Mapping]] = ..., set_rate_limit: _Optional[_Union[QueueOp.SetRateLimit, _Mapping]] = ..., set_concurrency: _Optional[_Union[QueueOp.SetConcurrency, _Mapping]] = ..., workers: _Optional[_Union[QueueOp.Workers, _Mapping]] = ..., metrics: _Optional[_Union[QueueOp.Metrics, _Mapping]] = ..., redrive_dead_letters: _Optional[_Union[QueueOp.RedriveDeadLetters, _Mapping]] = ..., trim_events: _Optional[_Union[QueueOp.TrimEvents, _Mapping]] = ...) -> None: ...
+    rate_limit_for: QueueOp.RateLimitFor
+    def __init__(self, create: _Optional[_Union[QueueOp.Create, _Mapping]] = ..., update: _Optional[_Union[QueueOp.Update, _Mapping]] = ..., pause: _Optional[_Union[QueueOp.Pause, _Mapping]] = ..., resume: _Optional[_Union[QueueOp.Resume, _Mapping]] = ..., drain: _Optional[_Union[QueueOp.Drain, _Mapping]] = ..., clean: _Optional[_Union[QueueOp.Clean, _Mapping]] = ..., obliterate: _Optional[_Union[QueueOp.Obliterate, _Mapping]] = ..., counts: _Optional[_Union[QueueOp.Counts, _Mapping]] = ..., retry_all: _Optional[_Union[QueueOp.RetryAll, _Mapping]] = ..., promote_all: _Optional[_Union[QueueOp.PromoteAll, _Mapping]] = ..., set_rate_limit: _Optional[_Union[QueueOp.SetRateLimit, _Mapping]] = ..., set_concurrency: _Optional[_Union[QueueOp.SetConcurrency, _Mapping]] = ..., workers: _Optional[_Union[QueueOp.Workers, _Mapping]] = ..., metrics: _Optional[_Union[QueueOp.Metrics, _Mapping]] = ..., redrive_dead_letters: _Optional[_Union[QueueOp.RedriveDeadLetters, _Mapping]] = ..., trim_events: _Optional[_Union[QueueOp.TrimEvents, _Mapping]] = ..., rate_limit_for: _Optional[_Union[QueueOp.RateLimitFor, _Mapping]] = ...) -> None: ...
 
 class QueueCounts(_message.Message):
     __slots__ = ("waiting", "prioritized", "delayed", "active", "waiting_children", "completed", "failed", "dead_lettered", "canceled", "paused")

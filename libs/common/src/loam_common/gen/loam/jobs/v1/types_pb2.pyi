@@ -54,6 +54,7 @@ class FailurePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FAILURE_POLICY_CONTINUE_PARENT: _ClassVar[FailurePolicy]
     FAILURE_POLICY_IGNORE_DEPENDENCY: _ClassVar[FailurePolicy]
     FAILURE_POLICY_REMOVE_DEPENDENCY: _ClassVar[FailurePolicy]
+    FAILURE_POLICY_KEEP_WAITING: _ClassVar[FailurePolicy]
 
 class DependencyState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -92,6 +93,7 @@ FAILURE_POLICY_FAIL_PARENT: FailurePolicy
 FAILURE_POLICY_CONTINUE_PARENT: FailurePolicy
 FAILURE_POLICY_IGNORE_DEPENDENCY: FailurePolicy
 FAILURE_POLICY_REMOVE_DEPENDENCY: FailurePolicy
+FAILURE_POLICY_KEEP_WAITING: FailurePolicy
 DEPENDENCY_STATE_UNSPECIFIED: DependencyState
 DEPENDENCY_STATE_PENDING: DependencyState
 DEPENDENCY_STATE_PROCESSED: DependencyState
@@ -188,20 +190,22 @@ class Retention(_message.Message):
     def __init__(self, completed_count: _Optional[int] = ..., completed_age_ns: _Optional[int] = ..., failed_count: _Optional[int] = ..., failed_age_ns: _Optional[int] = ..., result_ttl_ns: _Optional[int] = ...) -> None: ...
 
 class ParentRef(_message.Message):
-    __slots__ = ("queue", "job_id", "fail_parent_on_failure", "continue_parent_on_failure", "ignore_dependency_on_failure", "remove_dependency_on_failure")
+    __slots__ = ("queue", "job_id", "fail_parent_on_failure", "continue_parent_on_failure", "ignore_dependency_on_failure", "remove_dependency_on_failure", "keep_waiting_on_failure")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FAIL_PARENT_ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
     CONTINUE_PARENT_ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
     IGNORE_DEPENDENCY_ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
     REMOVE_DEPENDENCY_ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    KEEP_WAITING_ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
     queue: str
     job_id: str
     fail_parent_on_failure: bool
     continue_parent_on_failure: bool
     ignore_dependency_on_failure: bool
     remove_dependency_on_failure: bool
-    def __init__(self, queue: _Optional[str] = ..., job_id: _Optional[str] = ..., fail_parent_on_failure: _Optional[bool] = ..., continue_parent_on_failure: _Optional[bool] = ..., ignore_dependency_on_failure: _Optional[bool] = ..., remove_dependency_on_failure: _Optional[bool] = ...) -> None: ...
+    keep_waiting_on_failure: bool
+    def __init__(self, queue: _Optional[str] = ..., job_id: _Optional[str] = ..., fail_parent_on_failure: _Optional[bool] = ..., continue_parent_on_failure: _Optional[bool] = ..., ignore_dependency_on_failure: _Optional[bool] = ..., remove_dependency_on_failure: _Optional[bool] = ..., keep_waiting_on_failure: _Optional[bool] = ...) -> None: ...
 
 class EnqueueOpts(_message.Message):
     __slots__ = ("job_key", "idempotency", "dedup", "not_before", "priority", "lifo", "attempts", "backoff", "visibility_ns", "timeout_ns", "expires_ns", "parent", "retention", "mode", "durable_function", "subject", "job_key_from_counter", "job_key_keeps_first")
@@ -258,7 +262,7 @@ class JobError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., stacktrace: _Optional[str] = ..., at_ns: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "queue", "task", "opts", "state", "shard", "seq", "epoch", "worker", "deadline_ns", "attempt", "stalled", "created_ns", "processed_ns", "finished_ns", "due_ns", "result", "errors", "progress", "log_count", "subject_blocked", "lease_started_ns", "attempts_max", "origin_queue", "state_ns", "pending_children", "keep_last_pending", "request_hash", "parents", "children", "children_completed", "children_failed", "flow", "flow_node", "failed_child")
+    __slots__ = ("id", "queue", "task", "opts", "state", "shard", "seq", "epoch", "worker", "deadline_ns", "attempt", "stalled", "created_ns", "processed_ns", "finished_ns", "due_ns", "result", "errors", "progress", "log_count", "subject_blocked", "lease_started_ns", "attempts_max", "origin_queue", "state_ns", "pending_children", "keep_last_pending", "request_hash", "parents", "children", "children_completed", "children_failed", "flow", "flow_node", "failed_child", "deferred_failure")
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
@@ -294,6 +298,7 @@ class Job(_message.Message):
     FLOW_FIELD_NUMBER: _ClassVar[int]
     FLOW_NODE_FIELD_NUMBER: _ClassVar[int]
     FAILED_CHILD_FIELD_NUMBER: _ClassVar[int]
+    DEFERRED_FAILURE_FIELD_NUMBER: _ClassVar[int]
     id: str
     queue: str
     task: TaskSpec
@@ -329,7 +334,8 @@ class Job(_message.Message):
     flow: str
     flow_node: str
     failed_child: str
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., shard: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., worker: _Optional[str] = ..., deadline_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., created_ns: _Optional[int] = ..., processed_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., due_ns: _Optional[int] = ..., result: _Optional[_Union[Payload, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[JobError, _Mapping]]] = ..., progress: _Optional[bytes] = ..., log_count: _Optional[int] = ..., subject_blocked: _Optional[bool] = ..., lease_started_ns: _Optional[int] = ..., attempts_max: _Optional[int] = ..., origin_queue: _Optional[str] = ..., state_ns: _Optional[int] = ..., pending_children: _Optional[int] = ..., keep_last_pending: _Optional[bool] = ..., request_hash: _Optional[bytes] = ..., parents: _Optional[_Iterable[_Union[ParentRef, _Mapping]]] = ..., children: _Optional[int] = ..., children_completed: _Optional[int] = ..., children_failed: _Optional[int] = ..., flow: _Optional[str] = ..., flow_node: _Optional[str] = ..., failed_child: _Optional[str] = ...) -> None: ...
+    deferred_failure: str
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., shard: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., worker: _Optional[str] = ..., deadline_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., created_ns: _Optional[int] = ..., processed_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., due_ns: _Optional[int] = ..., result: _Optional[_Union[Payload, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[JobError, _Mapping]]] = ..., progress: _Optional[bytes] = ..., log_count: _Optional[int] = ..., subject_blocked: _Optional[bool] = ..., lease_started_ns: _Optional[int] = ..., attempts_max: _Optional[int] = ..., origin_queue: _Optional[str] = ..., state_ns: _Optional[int] = ..., pending_children: _Optional[int] = ..., keep_last_pending: _Optional[bool] = ..., request_hash: _Optional[bytes] = ..., parents: _Optional[_Iterable[_Union[ParentRef, _Mapping]]] = ..., children: _Optional[int] = ..., children_completed: _Optional[int] = ..., children_failed: _Optional[int] = ..., flow: _Optional[str] = ..., flow_node: _Optional[str] = ..., failed_child: _Optional[str] = ..., deferred_failure: _Optional[str] = ...) -> None: ...
 
 class RateLimit(_message.Message):
     __slots__ = ("max", "duration_ns", "sharded")
@@ -342,7 +348,7 @@ class RateLimit(_message.Message):
     def __init__(self, max: _Optional[int] = ..., duration_ns: _Optional[int] = ..., sharded: _Optional[bool] = ...) -> None: ...
 
 class QueueConfig(_message.Message):
-    __slots__ = ("name", "visibility_ns", "attempts", "backoff", "max_stalled", "rate_limit", "concurrency", "retention", "dead_letter_queue", "dead_letter_on_exhausted", "shards", "paused", "created_ns", "log_cap", "payload_limit")
+    __slots__ = ("name", "visibility_ns", "attempts", "backoff", "max_stalled", "rate_limit", "concurrency", "retention", "dead_letter_queue", "dead_letter_on_exhausted", "shards", "paused", "created_ns", "log_cap", "payload_limit", "defer_stalled_failure")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VISIBILITY_NS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -358,6 +364,7 @@ class QueueConfig(_message.Message):
     CREATED_NS_FIELD_NUMBER: _ClassVar[int]
     LOG_CAP_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    DEFER_STALLED_FAILURE_FIELD_NUMBER: _ClassVar[int]
     name: str
     visibility_ns: int
     attempts: int
@@ -373,7 +380,8 @@ class QueueConfig(_message.Message):
     created_ns: int
     log_cap: int
     payload_limit: int
-    def __init__(self, name: _Optional[str] = ..., visibility_ns: _Optional[int] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., max_stalled: _Optional[int] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., concurrency: _Optional[int] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., dead_letter_queue: _Optional[str] = ..., dead_letter_on_exhausted: _Optional[bool] = ..., shards: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ns: _Optional[int] = ..., log_cap: _Optional[int] = ..., payload_limit: _Optional[int] = ...) -> None: ...
+    defer_stalled_failure: bool
+    def __init__(self, name: _Optional[str] = ..., visibility_ns: _Optional[int] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., max_stalled: _Optional[int] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., concurrency: _Optional[int] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., dead_letter_queue: _Optional[str] = ..., dead_letter_on_exhausted: _Optional[bool] = ..., shards: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ns: _Optional[int] = ..., log_cap: _Optional[int] = ..., payload_limit: _Optional[int] = ..., defer_stalled_failure: _Optional[bool] = ...) -> None: ...
 
 class ShardMeta(_message.Message):
     __slots__ = ("next_seq", "outbox_seq", "counts", "enqueued_total", "leased_total", "stalled_total", "fenced_total", "completed_total")

@@ -1,0 +1,97 @@
+/**
+ * The connection to Loam: `{ url, token?, namespace? }` where BullMQ takes `connection`,
+ * defaulting to LOAM_JOBS_URL, LOAM_TOKEN and LOAM_NAMESPACE. One Connect client (and one
+ * keep-alive HTTP agent) per distinct connection, shared by every backend that uses it.
+ */
+import http from "node:http";
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { JobsService } from "./gen/loam/jobs/v1/jobs_pb.js";
+
+export interface LoamConnectionOptions {
+  /** The Loam Jobs URL, e.g. http://127.0.0.1:7720. Default: LOAM_JOBS_URL. */
+  url?: string;
+  /** A bearer token (`loam_<id>_<secret>`). Default: LOAM_TOKEN. */
+  token?: string;
+  /** The dev tenant when the server runs without auth. Default: LOAM_NAMESPACE, else "default". */
+  namespace?: string;
+}
+
+export interface ResolvedConnection {
+  url: string;
+  token?: string;
+  namespace: string;
+}
+
+export type JobsClient = Client<typeof JobsService>;
+
+const DEFAULT_URL = "http://127.0.0.1:7720";
+
+/** Loam options from what the caller passed as `connection` (anything not ours is ignored). */
+export function resolveConnection(opts?: unknown): ResolvedConnection {
+  const o = (opts && typeof opts === "object" ? opts : {}) as LoamConnectionOptions;
+  const env = process.env;
+  return {
+    url: (typeof o.url === "string" && o.url) || env.LOAM_JOBS_URL || DEFAULT_URL,
+    token: (typeof o.token === "string" && o.token) || env.LOAM_TOKEN || undefined,
+    namespace: (typeof o.namespace === "string" && o.namespace) || env.LOAM_NAMESPACE || "default",
+  };
+}
+
+export interface Connection {
+  readonly key: string;
+  readonly client: JobsClient;
+  readonly options: ResolvedConnection;
+  /** Streaming calls (Watch) get their own agent so a held stream never queues unary calls. */
+  readonly streamClient: JobsClient;
+}
+
+const connections = new Map<string, Connection>();
+
+function makeClient(o: ResolvedConnection, agent: http.Agent): JobsClient {
+  const auth: Interceptor = (next) => async (req) => {
+    if (o.token) req.header.set("authorization", `Bearer ${o.token}`);
+    else req.header.set("x-loam-namespace", o.namespace);
+    return next(req);
+  };
+  // A keep-alive socket the server closed while idle fails on write (EPIPE/ECONNRESET)
+  // before the request reached it: unary calls go again once on a fresh socket.
+  const retryStale: Interceptor = (next) => async (req) => {
+    try {
+      return await next(req);
+    } catch (e) {
+      if (req.stream || !isStaleSocket(e)) throw e;
+      return next(req);
+    }
+  };
+  const transport = createConnectTransport({
+    baseUrl: o.url,
+    httpVersion: "1.1",
+    useBinaryFormat: true,
+    interceptors: [auth, retryStale],
+    nodeOptions: { agent },
+  });
+  return createClient(JobsService, transport);
+}
+
+function isStaleSocket(e: unknown): boolean {
+  let cur: any = e;
+  for (let i = 0; cur && i < 4; i++) {
+    if (cur.code === "EPIPE" || cur.code === "ECONNRESET") return true;
+    cur = cur.cause;
+  }
+  return /EPIPE|ECONNRESET|socket hang up/.test(String((e as Error)?.message ?? ""));
+}
+
+export function connect(opts?: unknown): Connection {
+  const o = resolveConnection(opts);
+  const key = `${o.url}\u0000${o.token ?? ""}\u0000${o.namespace}`;
+  let c = connections.get(key);
+  if (!c) {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 10_000 });
+    const streamAgent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
+    c = { key, options: o, client: makeClient(o, agent), streamClient: makeClient(o, streamAgent) };
+    connections.set(key, c);
+  }
+  return c;
+}

@@ -1,0 +1,271 @@
+/**
+ * The worker's hot path: leases prefetched and handed to BullMQ's moveToActive one at a
+ * time, and completions from concurrent moveToFinished calls coalesced into one
+ * CompleteBatch per round trip (a batch leaves at once when none is in flight; the calls
+ * that arrive meanwhile go in the next one). BullMQ's worker token maps to the Loam lease
+ * token (queue, job id, epoch) here, in the backend's memory.
+ */
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import type { JobsClient } from "./connection.js";
+import { CompleteRequestSchema, type Lease } from "./gen/loam/jobs/v1/jobs_pb.js";
+import { kindOf } from "./errors.js";
+
+export interface Held {
+  bullToken: string;
+  queue: string;
+  job: string; // Loam job id
+  epoch: bigint;
+  key: string; // BullMQ id
+}
+
+/** Leases handed to BullMQ, by queue and BullMQ id (shared by a connection's backends). */
+export class LeaseBook {
+  private readonly held = new Map<string, Held>();
+
+  private k(queue: string, key: string): string {
+    return `${queue}\u0000${key}`;
+  }
+
+  set(h: Held): void {
+    this.held.set(this.k(h.queue, h.key), h);
+  }
+
+  get(queue: string, key: string): Held | undefined {
+    return this.held.get(this.k(queue, key));
+  }
+
+  delete(queue: string, key: string): void {
+    this.held.delete(this.k(queue, key));
+  }
+}
+
+export type CompleteInit = MessageInitShape<typeof CompleteRequestSchema>;
+
+export class CompleteFailed extends Error {
+  constructor(readonly code: string, message: string) {
+    super(message);
+  }
+  get kind() {
+    return kindOf(this.code, this.message);
+  }
+}
+
+interface Pending {
+  item: CompleteInit;
+  resolve: (v: { state: number; moved: boolean }) => void;
+  reject: (e: unknown) => void;
+}
+
+const MAX_BATCH = 1000;
+
+/** Coalesces Complete calls: at most one CompleteBatch in flight per client. */
+export class Completer {
+  private pending: Pending[] = [];
+  private flushing = false;
+  private scheduled = false;
+
+  constructor(private readonly client: JobsClient) {}
+
+  complete(item: CompleteInit): Promise<{ state: number; moved: boolean }> {
+    return new Promise((resolve, reject) => {
+      this.pending.push({ item, resolve, reject });
+      if (!this.flushing && !this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => {
+          this.scheduled = false;
+          void this.flush();
+        });
+      }
+    });
+  }
+
+  private async flush(): Promise<void> {
+    if (this.flushing) return;
+    this.flushing = true;
+    try {
+      while (this.pending.length) {
+        const batch = this.pending.splice(0, MAX_BATCH);
+        try {
+          const res = await this.client.completeBatch({ items: batch.map((p) => p.item) });
+          batch.forEach((p, i) => {
+            const r = res.results[i]?.result;
+            if (r?.case === "completed") p.resolve({ state: r.value.state, moved: r.value.moved });
+            else if (r?.case === "error") p.reject(new CompleteFailed(r.value.code, r.value.message));
+            else p.reject(new Error("CompleteBatch: no result for an item"));
+          });
+        } catch (e) {
+          for (const p of batch) p.reject(e);
+        }
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+}
+
+export interface FetcherOptions {
+  queue: string;
+  worker: string;
+  visibilityNs: bigint;
+  concurrency: () => number;
+  handedOut: () => number;
+  lockDurationMs: number;
+}
+
+interface Buffered {
+  lease: Lease;
+  at: number;
+}
+
+const MAX_WAIT_S = 30;
+
+/**
+ * Prefetches leases for one worker: never more than its concurrency leased at once
+ * (handed out + buffered), so a worker at concurrency 1 takes one job at a time.
+ */
+export class Fetcher {
+  private buffer: Buffered[] = [];
+  private inflight: Promise<void> | null = null;
+  private abort: AbortController | null = null;
+  blockingDisconnected = false;
+  closed = false;
+
+  constructor(
+    private readonly client: JobsClient,
+    private readonly o: FetcherOptions,
+    private readonly release: (leases: Lease[]) => void,
+  ) {}
+
+  get buffered(): number {
+    return this.buffer.length;
+  }
+
+  /** Every free slot of the worker: its concurrency less what it holds or has buffered. */
+  private want(): number {
+    return Math.max(1, this.o.concurrency() - this.o.handedOut() - this.buffer.length);
+  }
+
+  /** Leases bought too long ago to hand out safely (their lock would soon lapse). */
+  private dropStale(): void {
+    const limit = Date.now() - this.o.lockDurationMs / 2;
+    if (!this.buffer.length || this.buffer[0].at > limit) return;
+    const stale = this.buffer.filter((b) => b.at <= limit);
+    this.buffer = this.buffer.filter((b) => b.at > limit);
+    this.release(stale.map((b) => b.lease));
+  }
+
+  private async lease(waitS: number, atLeast = 1): Promise<void> {
+    const ac = waitS > 0 ? new AbortController() : null;
+    if (ac) this.abort = ac;
+    try {
+      const res = await this.client.lease(
+        {
+          queues: [this.o.queue],
+          worker: this.o.worker,
+          max: Math.max(atLeast, this.want()),
+          waitNs: BigInt(Math.round(Math.min(waitS, MAX_WAIT_S) * 1e9)),
+          visibilityNs: this.o.visibilityNs,
+        },
+        ac ? { signal: ac.signal } : undefined,
+      );
+      const now = Date.now();
+      if (this.closed) {
+        this.release(res.leases);
+        return;
+      }
+      for (const l of res.leases) this.buffer.push({ lease: l, at: now });
+    } finally {
+      if (ac && this.abort === ac) this.abort = null;
+    }
+  }
+
+  /**
+   * The next lease without waiting (moveToActive), or null. Concurrent calls share one
+   * Lease call that asks for every free slot of the worker at once.
+   */
+  async take(): Promise<Lease | null> {
+    this.dropStale();
+    if (this.buffer.length || this.closed) return this.buffer.shift()?.lease ?? null;
+    return new Promise((resolve, reject) => {
+      this.takers.push({ resolve, reject });
+      if (!this.pumping) void this.pump();
+    });
+  }
+
+  private takers: { resolve: (l: Lease | null) => void; reject: (e: unknown) => void }[] = [];
+  private pumping = false;
+
+  private async pump(): Promise<void> {
+    this.pumping = true;
+    try {
+      while (this.takers.length) {
+        if (this.inflight) await this.inflight.catch(() => undefined);
+        const takers = this.takers;
+        this.takers = [];
+        if (!this.buffer.length && !this.closed) {
+          const p = this.lease(0, takers.length);
+          this.inflight = p;
+          try {
+            await p;
+          } catch (e) {
+            for (const t of takers) t.reject(e);
+            continue;
+          } finally {
+            if (this.inflight === p) this.inflight = null;
+          }
+        }
+        for (const t of takers) t.resolve(this.buffer.shift()?.lease ?? null);
+      }
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  /** Wait up to `seconds` for a job to be leasable; true if one is buffered. */
+  async wait(seconds: number): Promise<boolean> {
+    this.dropStale();
+    if (this.buffer.length) return true;
+    if (this.blockingDisconnected || this.closed) return false;
+    if (this.inflight) {
+      await this.inflight.catch(() => undefined);
+      if (this.buffer.length) return true;
+    }
+    const p = this.lease(seconds);
+    this.inflight = p;
+    try {
+      await p;
+    } catch (e) {
+      if (this.kicked) {
+        this.kicked = false;
+        return this.buffer.length > 0;
+      }
+      if (this.blockingDisconnected || this.closed) return false;
+      throw e;
+    } finally {
+      if (this.inflight === p) this.inflight = null;
+    }
+    return this.buffer.length > 0;
+  }
+
+  /** Leases to hand out next (held back stalled jobs, now reported). */
+  putBack(leases: Lease[]): void {
+    const now = Date.now();
+    this.buffer.unshift(...leases.map((lease) => ({ lease, at: now })));
+    if (this.abort) {
+      this.kicked = true; // wake a blocked wait(): there is work now
+      this.abort.abort();
+    }
+  }
+
+  private kicked = false;
+
+  interrupt(): void {
+    this.abort?.abort();
+  }
+
+  drainBuffer(): Lease[] {
+    const out = this.buffer.map((b) => b.lease);
+    this.buffer = [];
+    return out;
+  }
+}

@@ -1,0 +1,39 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { Queue, Worker } from "../src/index.js";
+import { connection, qname } from "./helpers.js";
+
+describe("add and process", () => {
+  const closers: { close(): Promise<unknown> }[] = [];
+  afterEach(async () => {
+    for (const c of closers.splice(0).reverse()) await c.close();
+  });
+
+  it("adds a job with a decimal id and a worker completes it", async () => {
+    const name = qname();
+    const queue = new Queue(name, { connection });
+    closers.push(queue);
+    const job = await queue.add("hello", { n: 1 });
+    expect(job.id).toBe("1");
+    const job2 = await queue.add("hello", { n: 2 });
+    expect(job2.id).toBe("2");
+    const seen: number[] = [];
+    const done = new Promise<void>((resolve) => {
+      const worker = new Worker(
+        name,
+        async (j) => {
+          seen.push(j.data.n);
+          return j.data.n * 10;
+        },
+        { connection },
+      );
+      closers.push(worker);
+      worker.on("completed", () => seen.length === 2 && resolve());
+    });
+    await done;
+    expect(seen.sort()).toEqual([1, 2]);
+    const got = await queue.getJob("1");
+    expect(got?.returnvalue).toBe(10);
+    expect(await got?.getState()).toBe("completed");
+    expect(got?.attemptsMade).toBe(1);
+  });
+});

@@ -1,0 +1,101 @@
+// Flows: FlowProducer trees on Loam flows (parents in waiting-children, children values,
+// dependency getters, failure flags) and children added by a running job.
+import { afterEach, describe, expect, it } from "vitest";
+import { FlowProducer, Queue, WaitingChildrenError, Worker } from "../src/index.js";
+import { connection, qname, until } from "./helpers.js";
+
+const closers: { close(): Promise<unknown> }[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0).reverse()) await c.close();
+});
+function track<T extends { close(): Promise<unknown> }>(x: T): T {
+  closers.push(x);
+  return x;
+}
+
+describe("flows", () => {
+  it("runs children first and gives the parent their values", async () => {
+    const parentQ = qname();
+    const childQ = qname();
+    const flow = track(new FlowProducer({ connection }));
+    const tree = await flow.add({
+      name: "parent",
+      queueName: parentQ,
+      data: {},
+      children: [
+        { name: "c1", queueName: childQ, data: { v: 1 } },
+        { name: "c2", queueName: childQ, data: { v: 2 } },
+      ],
+    });
+    const parentQueue = track(new Queue(parentQ, { connection }));
+    expect(await tree.job.getState()).toBe("waiting-children");
+    expect(await tree.job.getDependenciesCount()).toMatchObject({ unprocessed: 2 });
+    let values: Record<string, number> = {};
+    track(new Worker(childQ, async (j) => j.data.v * 10, { connection }));
+    track(new Worker(parentQ, async (j) => {
+      values = await j.getChildrenValues();
+      return "parent done";
+    }, { connection }));
+    await until(async () => (await parentQueue.getJobState(tree.job.id!)) === "completed", 8000);
+    expect(Object.values(values).sort()).toEqual([10, 20]);
+    for (const c of tree.children!) expect(values[`${childQ}:${c.job.id}`]).toBeDefined();
+    const deps = await tree.job.getDependencies();
+    expect(Object.keys(deps.processed!)).toHaveLength(2);
+  });
+
+  it("ignores a failed child with ignoreDependencyOnFailure and fails the parent with failParentOnFailure", async () => {
+    const q = qname();
+    const queue = track(new Queue(q, { connection }));
+    const flow = track(new FlowProducer({ connection }));
+    const ignored = await flow.add({
+      name: "p1", queueName: q, data: {},
+      children: [{ name: "bad", queueName: q, data: {}, opts: { ignoreDependencyOnFailure: true } }],
+    });
+    const failing = await flow.add({
+      name: "p2", queueName: q, data: {},
+      children: [{ name: "bad", queueName: q, data: {}, opts: { failParentOnFailure: true } }],
+    });
+    track(new Worker(q, async (j) => {
+      if (j.name === "bad") throw new Error("child broke");
+      return "ok";
+    }, { connection }));
+    await until(async () => (await queue.getJobState(ignored.job.id!)) === "completed", 8000);
+    const failures = await (await queue.getJob(ignored.job.id!))!.getIgnoredChildrenFailures();
+    expect(Object.values(failures)).toEqual(["child broke"]);
+    await until(async () => (await queue.getJobState(failing.job.id!)) === "failed", 8000);
+  });
+
+  it("keeps a parent waiting on a child that failed without flags, and runs it once the child is removed", async () => {
+    const q = qname();
+    const queue = track(new Queue(q, { connection }));
+    const flow = track(new FlowProducer({ connection }));
+    const tree = await flow.add({ name: "p", queueName: q, data: {}, children: [{ name: "bad", queueName: q, data: {} }] });
+    const child = tree.children![0].job;
+    track(new Worker(q, async (j) => {
+      if (j.name === "bad") throw new Error("no");
+      return "parent ran";
+    }, { connection }));
+    await until(async () => (await queue.getJobState(child.id!)) === "failed", 8000);
+    expect(await queue.getJobState(tree.job.id!)).toBe("waiting-children");
+    expect(await tree.job.getDependenciesCount()).toMatchObject({ unprocessed: 1 });
+    await child.remove();
+    await until(async () => (await queue.getJobState(tree.job.id!)) === "completed", 8000);
+  });
+
+  it("adds children from a running job and waits for them", async () => {
+    const q = qname();
+    const queue = track(new Queue(q, { connection }));
+    const parent = await queue.add("parent", { step: 0 });
+    track(new Worker(q, async (job, token) => {
+      if (job.name === "child") return "child value";
+      if (job.data.step === 0) {
+        await queue.add("child", {}, { parent: { id: job.id!, queue: job.queueQualifiedName } });
+        await job.updateData({ step: 1 });
+        if (await job.moveToWaitingChildren(token!)) throw new WaitingChildrenError();
+      }
+      return Object.values(await job.getChildrenValues());
+    }, { connection, concurrency: 2 }));
+    await until(async () => (await queue.getJobState(parent.id!)) === "completed", 8000);
+    expect((await queue.getJob(parent.id!))!.returnvalue).toEqual(["child value"]);
+  });
+});

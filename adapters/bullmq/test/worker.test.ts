@@ -1,0 +1,198 @@
+// Consumer-side groups: fetching (prefetch within concurrency), completing and failing
+// (coalesced), retries with backoff, moveToDelayed from the processor, manual rate
+// limiting, lock extension, stalled jobs reclaimed by the server, global concurrency.
+import { afterEach, describe, expect, it } from "vitest";
+import { DelayedError, Job, Queue, UnrecoverableError, Worker } from "../src/index.js";
+import { connection, qname, sleep, until } from "./helpers.js";
+
+const closers: { close(): Promise<unknown> }[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0).reverse()) await c.close();
+});
+
+function track<T extends { close(): Promise<unknown> }>(x: T): T {
+  closers.push(x);
+  return x;
+}
+
+describe("processing", () => {
+  it("processes many jobs at concurrency 20 with each job once", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    await queue.addBulk(Array.from({ length: 300 }, (_, i) => ({ name: "n", data: { i } })));
+    const seen = new Set<number>();
+    let dup = 0;
+    let active = 0;
+    let maxActive = 0;
+    const worker = track(
+      new Worker(
+        name,
+        async (job) => {
+          active++;
+          maxActive = Math.max(maxActive, active);
+          if (seen.has(job.data.i)) dup++;
+          seen.add(job.data.i);
+          await sleep(1);
+          active--;
+        },
+        { connection, concurrency: 20 },
+      ),
+    );
+    await until(async () => (await queue.getCompletedCount()) === 300, 10_000);
+    expect(seen.size).toBe(300);
+    expect(dup).toBe(0);
+    expect(maxActive).toBeLessThanOrEqual(20);
+    await worker.close();
+    expect(await queue.getActiveCount()).toBe(0);
+  });
+
+  it("retries with backoff, then fails with the reason and stacktrace", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    const job = await queue.add("f", {}, { attempts: 3, backoff: { type: "fixed", delay: 50 } });
+    let calls = 0;
+    const failed = new Promise<Job>((resolve) => {
+      const w = track(new Worker(name, async () => {
+        calls++;
+        throw new Error(`boom ${calls}`);
+      }, { connection }));
+      w.on("failed", (j) => j && j.attemptsMade === 3 && resolve(j));
+    });
+    await failed;
+    const got = (await queue.getJob(job.id!))!;
+    expect(calls).toBe(3);
+    expect(await got.getState()).toBe("failed");
+    expect(got.failedReason).toBe("boom 3");
+    expect(got.attemptsMade).toBe(3);
+    expect(got.stacktrace.length).toBeGreaterThan(0);
+  });
+
+  it("fails at once on UnrecoverableError", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    const job = await queue.add("f", {}, { attempts: 5 });
+    track(new Worker(name, async () => {
+      throw new UnrecoverableError("no way");
+    }, { connection }));
+    await until(async () => (await queue.getFailedCount()) === 1);
+    const got = (await queue.getJob(job.id!))!;
+    expect(got.failedReason).toBe("no way");
+    expect(got.attemptsMade).toBe(1);
+  });
+
+  it("moves a job to delayed from the processor without spending an attempt", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    const job = await queue.add("d", {});
+    let runs = 0;
+    track(new Worker(name, async (j, token) => {
+      runs++;
+      if (runs === 1) {
+        await j.moveToDelayed(Date.now() + 200, token);
+        throw new DelayedError();
+      }
+      return "later";
+    }, { connection }));
+    await until(async () => (await queue.getJobState(job.id!)) === "delayed");
+    await until(async () => (await queue.getJobState(job.id!)) === "completed", 5000);
+    expect(runs).toBe(2);
+    expect((await queue.getJob(job.id!))!.returnvalue).toBe("later");
+  });
+
+  it("rate-limits manually with worker.rateLimit and RateLimitError", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    await queue.add("a", {});
+    let runs = 0;
+    const worker = track(new Worker(name, async () => {
+      runs++;
+      if (runs === 1) {
+        await worker.rateLimit(300);
+        throw Worker.RateLimitError();
+      }
+    }, { connection }));
+    const start = Date.now();
+    await until(async () => (await queue.getCompletedCount()) === 1, 5000);
+    expect(runs).toBe(2);
+    expect(Date.now() - start).toBeGreaterThanOrEqual(250);
+  });
+
+  it("extends locks of long jobs and a lost lease is reclaimed as stalled", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    const job = await queue.add("long", {});
+    // A worker that takes the job and never finishes it: its lease lapses after the lock
+    // duration and the server's sweep puts the job back, where a second worker runs it.
+    const w1 = track(new Worker(name, null, { connection, lockDuration: 500 }));
+    const token = "tok-1";
+    const got = await w1.getNextJob(token);
+    expect(got!.id).toBe(job.id);
+    expect(await got!.extendLock(token, 500)).toBe(1);
+    expect(await got!.extendLock("other", 500)).toBe(0);
+    track(new Worker(name, async () => "second", { connection }));
+    await until(async () => (await queue.getJobState(job.id!)) === "completed", 8000);
+    const done = (await queue.getJob(job.id!))!;
+    expect(done.returnvalue).toBe("second");
+    expect(done.stalledCounter).toBeGreaterThanOrEqual(1);
+    await expect(got!.moveToCompleted("late", token, false)).rejects.toThrow();
+  });
+
+  it("fails a job stalled past maxStalledCount in the next worker, which reports the stall", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    const job = await queue.add("s", {});
+    const w1 = track(new Worker(name, null, { connection, lockDuration: 300, maxStalledCount: 0 }));
+    await w1.waitUntilReady();
+    expect((await w1.getNextJob("t1"))!.id).toBe(job.id);
+    const stalled: string[] = [];
+    const failed = new Promise<[any, Error]>((resolve) => {
+      const w2 = track(new Worker(name, async () => "never", { connection, maxStalledCount: 0, stalledInterval: 100 }));
+      w2.on("stalled", (id) => stalled.push(id));
+      w2.on("failed", (j, err) => resolve([j, err]));
+    });
+    const [j, err] = await failed;
+    expect(j.id).toBe(job.id);
+    expect(err.message).toBe("job stalled more than allowable limit");
+    expect(j.stalledCounter).toBe(1);
+    await until(() => stalled.includes(job.id!), 3000);
+  });
+
+  it("respects global concurrency across workers", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    await queue.setGlobalConcurrency(2);
+    await queue.addBulk(Array.from({ length: 12 }, () => ({ name: "n", data: {} })));
+    let active = 0;
+    let maxActive = 0;
+    const proc = async () => {
+      active++;
+      maxActive = Math.max(maxActive, active);
+      await sleep(30);
+      active--;
+    };
+    track(new Worker(name, proc, { connection, concurrency: 5 }));
+    track(new Worker(name, proc, { connection, concurrency: 5 }));
+    await until(async () => (await queue.getCompletedCount()) === 12, 8000);
+    expect(maxActive).toBeLessThanOrEqual(2);
+  });
+
+  it("applies the worker's removeOnComplete when the job has none", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    const kept = await queue.add("kept", {}, { removeOnComplete: false });
+    const gone = await queue.add("gone", {});
+    track(new Worker(name, async () => "x", { connection, removeOnComplete: { count: 0 } }));
+    await until(async () => (await queue.getJobState(kept.id!)) === "completed");
+    await until(async () => (await queue.getJob(gone.id!)) === undefined);
+  });
+
+  it("lists live workers", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    const w = track(new Worker(name, async () => {}, { connection, name: "w1" }));
+    await w.waitUntilReady();
+    expect(await queue.getWorkersCount()).toBeGreaterThanOrEqual(1);
+    await w.close();
+    expect(await queue.getWorkersCount()).toBe(0);
+  });
+});

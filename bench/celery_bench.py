@@ -1,0 +1,159 @@
+"""Celery on Loam next to Celery on Redis, same app, same worker settings, results on.
+
+For each broker+backend pair it starts a real Celery worker (prefork, `-c` processes,
+early acks, mingle/gossip/heartbeat off) that at first consumes nothing, then:
+
+  enqueue   one producer thread calls `add.delay(i, i)` N times (each call also
+            creates its AsyncResult, as applications do); jobs/s
+  drain     `control.add_consumer` points the worker at the filled queue; the time
+            until every result is stored and fetched; jobs/s ("steady": from the first
+            result to the last, without the time the worker takes to start on the queue)
+
+`loam dev` and `redis-server` are started here (free ports, temporary directories) and
+stopped by pid at the end. It measures; it asserts nothing.
+
+Run:  .venv/bin/python bench/celery_bench.py [-n 2000] [-c 4] [--only loam|redis]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+APP = textwrap.dedent(
+    """
+    import os
+    import loam_celery  # noqa: F401 - the loam:// alias
+    from celery import Celery
+
+    app = Celery("benchapp", broker=os.environ["BENCH_BROKER"], backend=os.environ["BENCH_BACKEND"])
+    app.conf.update(worker_prefetch_multiplier=4, result_expires=3600, broker_connection_retry_on_startup=True,
+                    worker_hijack_root_logger=False, task_default_queue="idle")
+
+    @app.task(name="benchapp.add")
+    def add(x, y):
+        return x + y
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(path: Path, needle: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while needle not in (path.read_text(errors="replace") if path.exists() else ""):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no {needle!r} in {path}:\n{path.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.05)
+
+
+def run_pair(name: str, broker: str, backend: str, n: int, concurrency: int, work: Path) -> dict[str, float]:
+    env = dict(os.environ, BENCH_BROKER=broker, BENCH_BACKEND=backend, PYTHONPATH=str(work))
+    celery = str(Path(sys.executable).with_name("celery"))
+    log = work / f"worker-{name}.log"
+    queue = f"bench-{name}-{int(time.time())}"
+    worker = subprocess.Popen(
+        [celery, "-A", "benchapp", "worker", "-l", "WARNING", "-c", str(concurrency), "-n", f"{name}@%h",
+         "-Q", "idle", "--without-mingle", "--without-gossip", "--without-heartbeat"],
+        cwd=work, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        os.environ.update(BENCH_BROKER=broker, BENCH_BACKEND=backend)
+        sys.modules.pop("benchapp", None)
+        import benchapp
+
+        app = benchapp.app
+        deadline = time.monotonic() + 30
+        while not app.control.ping(timeout=0.5):
+            if time.monotonic() > deadline or worker.poll() is not None:
+                raise RuntimeError(f"{name} worker did not answer:\n{log.read_text(errors='replace')[-2000:]}")
+        benchapp.add.apply_async((0, 0), queue=queue).forget()  # warm up the producer
+        t0 = time.perf_counter()
+        results = [benchapp.add.apply_async((i, i), queue=queue) for i in range(n)]
+        enqueue_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        app.control.add_consumer(queue, reply=True, timeout=5, limit=1)
+        t_added = time.perf_counter() - t1
+        results[0].get(timeout=120)
+        t_first = time.perf_counter() - t1
+        for r in results:
+            r.get(timeout=120)
+        drain_s = time.perf_counter() - t1
+        if os.environ.get("BENCH_VERBOSE"):
+            print(f"{name}: add_consumer {t_added:.3f}s, first result {t_first:.3f}s, all {drain_s:.3f}s")
+        assert results[-1].get() == 2 * (n - 1)
+        app.close()
+        return {"enqueue": n / enqueue_s, "drain": n / drain_s, "steady": (n - 1) / max(drain_s - t_first, 1e-9)}
+    finally:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-n", type=int, default=2000, help="tasks per run (default 2000)")
+    p.add_argument("-c", type=int, default=4, help="worker processes (default 4)")
+    p.add_argument("--only", choices=["loam", "redis"])
+    args = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="celery-bench-"))
+    (work / "benchapp.py").write_text(APP)
+    sys.path.insert(0, str(work))
+    procs: list[subprocess.Popen] = []
+    rows: dict[str, dict[str, float]] = {}
+    try:
+        if args.only != "redis":
+            port = free_port()
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "loam_gateway.dev", "--port", str(port), "--data", str(work / "loam")],
+                stdout=open(work / "loam.log", "wb"), stderr=subprocess.STDOUT,
+            ))  # fmt: skip
+            wait_for(work / "loam.log", "ready")
+            url = f"loam://127.0.0.1:{port}/bench"
+            rows["Celery on Loam"] = run_pair("loam", url, url, args.n, args.c, work)
+        if args.only != "loam":
+            if not shutil.which("redis-server"):
+                print("redis-server not found (apt-get install redis-server): Redis side skipped")
+            else:
+                port = free_port()
+                procs.append(subprocess.Popen(
+                    ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                    stdout=open(work / "redis.log", "wb"), stderr=subprocess.STDOUT,
+                ))  # fmt: skip
+                wait_for(work / "redis.log", "Ready to accept")
+                rows["Celery on Redis"] = run_pair("redis", f"redis://127.0.0.1:{port}/0",
+                                                   f"redis://127.0.0.1:{port}/1", args.n, args.c, work)  # fmt: skip
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{args.n} tasks, worker -c {args.c} (prefork, prefetch x4, early acks), results on\n")
+    print(f"{'':18} {'enqueue jobs/s':>15} {'drain jobs/s':>13} {'steady drain':>13}")
+    for name, r in rows.items():
+        print(f"{name:18} {r['enqueue']:>15,.0f} {r['drain']:>13,.0f} {r['steady']:>13,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
