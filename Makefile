@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROTO_OUT := libs/common/src/loam_common/gen
 
-.PHONY: venv dev test proto proto-check lint compose-check bench bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
+.PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
 
 PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway adapters/python adapters/celery
 
@@ -73,6 +73,14 @@ test: venv
 
 bench: venv
 	$(BIN)/python bench/core_bench.py
+
+# Celery's own integration suite against loam:// (adapters/celery/conformance/run.sh;
+# it fetches Celery's sdist and starts redis-server as the suite's side channel). CI runs
+# the bounded set below (~2 min); CELERY_IT="test_tasks test_canvas test_inspect
+# test_worker test_beat" is the whole of it (~12 min).
+CELERY_IT ?= test_inspect test_worker test_beat
+celery-conformance: venv
+	FILES="$(CELERY_IT)" adapters/celery/conformance/run.sh
 
 # Loam next to Celery (Redis, RabbitMQ) and BullMQ (Redis, Postgres): installs what is
 # missing (apt, pip, npm), starts and stops every system itself; bench/results/latest.*.

@@ -479,6 +479,13 @@ def markdown(report: dict[str, Any]) -> str:
                  "**median** (min–max). Before each driver run the harness waits until every service's "
                  "processes are idle (under 5 % of a core for a second), so no system pays for another's "
                  "leftover background work."), ""]  # fmt: skip
+    waits = report.get("idle_waits") or []
+    if waits:
+        longest = max(waits, key=lambda w: w["waited_s"])
+        busy = ", ".join(f"{n} {c:.0f} s" for n, c in longest["cpu_s"].items() if c >= 0.5) or "none"
+        out += [(f"Idle waits before the driver runs: median {statistics.median(w['waited_s'] for w in waits):.0f} s, "
+                 f"longest {longest['waited_s']:.0f} s (before {longest['before']}, round {longest['round']}; "
+                 f"CPU used meanwhile: {busy})."), ""]  # fmt: skip
     out.append("| system | client · worker | " + " | ".join(LABELS[f] for f in FIGURES) + " |")
     out.append("|---|---|" + "---:|" * len(FIGURES))
     for name, row in report["systems"].items():
@@ -839,7 +846,7 @@ def main(argv: list[str] | None = None) -> int:
         raw: dict[str, list[dict[str, Any]]] = {s.name: [] for s in active}
         errors: dict[str, list[str]] = {s.name: [] for s in active}
         load_rounds = []
-        settle_waits: list[float] = []
+        settle_waits: list[dict[str, Any]] = []
         for r in range(args.runs):
             load_rounds.append(loadavg())
             log(f"round {r + 1}/{args.runs}, load average {load_rounds[-1]}")
@@ -852,10 +859,15 @@ def main(argv: list[str] | None = None) -> int:
                         [c.replace(str(ROOT) + "/", "") for c in cmd]
                     )
                 # what the previous system left running (a server catching up) must not weigh on this one
-                waited = procstat.settle([p for svc in services.values() for p in svc.pids], max_wait=120)
-                settle_waits.append(round(waited, 1))
+                waited, used = procstat.settle_named(
+                    {n: svc.pids for n, svc in services.items()}, max_wait=120
+                )
+                settle_waits.append(
+                    {"before": s.name, "round": r + 1, "waited_s": round(waited, 1), "cpu_s": used}
+                )
                 if waited > 3:
-                    log(f"  waited {waited:.0f} s for the services to go idle")
+                    busy = ", ".join(f"{n} {c:.0f} s" for n, c in used.items() if c >= 0.5)
+                    log(f"  waited {waited:.0f} s for the services to go idle (CPU used meanwhile: {busy})")
                 t0 = time.monotonic()
                 try:
                     res = run_driver(cmd, env, args.timeout)
@@ -946,7 +958,7 @@ def main(argv: list[str] | None = None) -> int:
                 "smoke": args.smoke,
             },
             "commands": commands,
-            "idle_waits_s": settle_waits,
+            "idle_waits": settle_waits,
             "systems": systems,
             "ratios": ratio_rows(systems),
             "growth": growth,

@@ -62,3 +62,26 @@ def settle(roots: Iterable[int], max_wait: float = 300.0, window: float = 1.0) -
             break
         prev = cur
     return time.monotonic() - t0
+
+
+def settle_named(
+    trees: dict[str, list[int]], max_wait: float = 300.0, window: float = 1.0
+) -> tuple[float, dict]:
+    """`settle()` over several named trees at once; also returns the CPU seconds each one
+    used while it was waited for (who was busy)."""
+    trees = {k: [p for p in v if p] for k, v in trees.items()}
+    used = dict.fromkeys(trees, 0.0)
+    if not any(trees.values()) or not os.path.isdir("/proc"):
+        return 0.0, used
+    t0 = time.monotonic()
+    prev = {k: tree_cpu(v) for k, v in trees.items()}
+    while time.monotonic() - t0 < max_wait:
+        time.sleep(window)
+        cur = {k: tree_cpu(v) for k, v in trees.items()}
+        busy = {k: busy_cpu(prev[k], cur[k]) for k in trees}
+        for k, b in busy.items():
+            used[k] += b
+        if sum(busy.values()) < IDLE_CPU_S * window:
+            break
+        prev = cur
+    return time.monotonic() - t0, {k: round(v, 1) for k, v in used.items()}

@@ -185,15 +185,17 @@ def test_revoke_and_inspect_through_the_broadcast(app, start_worker):
 
     queue = q()
     worker = start_worker(queues=queue, concurrency=1)
-    busy = proj.sleeper.apply_async((2,), queue=queue)
-    waiting = proj.add.apply_async((1, 1), queue=queue, countdown=3)  # held by the server meanwhile
+    # Generous margins: the revoke must reach the worker before `waiting` falls due, even
+    # on a loaded machine.
+    busy = proj.sleeper.apply_async((6,), queue=queue)
+    waiting = proj.add.apply_async((1, 1), queue=queue, countdown=10)  # held by the server meanwhile
     insp = app.control.inspect(timeout=1.5)
     assert eventually(lambda: any(t["id"] == busy.id for ts in (insp.active() or {}).values() for t in ts), timeout=10)
     app.control.revoke(waiting.id)
     assert eventually(lambda: any(waiting.id in ids for ids in (insp.revoked() or {}).values()), timeout=10)
     with pytest.raises(TaskRevokedError):
-        waiting.get(timeout=15)
-    assert busy.get(timeout=10) == 2
+        waiting.get(timeout=30)
+    assert busy.get(timeout=20) == 6
     replies = app.control.ping(timeout=1.5)
     assert any(name.startswith("w") and "pong" in str(r) for reply in replies for name, r in reply.items())
     assert worker.proc.poll() is None
