@@ -24,15 +24,17 @@ from pathlib import Path
 
 from loam_common import tracing
 from loam_common.blobs import DirBlobStore
+from loam_common.loop import configure_logging
 from loam_common.store.runner import open_store
+from loam_queue_core.core import QueueCore
+from loam_queue_core.rpc import CoreRpc
+from loam_queue_core.server import run_server_main, serve
+from loam_relay.service import RelayService
+from loam_sweeper.service import SweeperService
+
 from loam_gateway.app import create_app
 from loam_gateway.auth import StoreAuthenticator, check_bind
 from loam_gateway.routing import Router
-from loam_queue_core.core import QueueCore
-from loam_queue_core.rpc import CoreRpc
-from loam_relay.service import RelayService
-from loam_sweeper.service import SweeperService
-from loam_queue_core.server import ServeError, run_async, serve
 
 log = logging.getLogger("loam.dev")
 
@@ -99,20 +101,13 @@ async def run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     try:
         check_bind(args.host, args.auth)
     except ValueError as e:
         print(f"loam dev: {e}", file=sys.stderr)
         return 2
-    try:
-        run_async(run(args))
-    except KeyboardInterrupt:
-        pass
-    except ServeError as e:
-        print(f"loam dev: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return run_server_main("loam dev", run(args))
 
 
 if __name__ == "__main__":

@@ -40,17 +40,18 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route
-
 from loam_common import metrics, tracing, validate
 from loam_common.blobs import open_blobs
 from loam_common.connect_errors import HTTP_STATUS, to_connect
 from loam_common.errors import InvalidArgument, JobsError, Unauthenticated
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
+from loam_common.loop import configure_logging
 from loam_common.store.runner import open_store
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import STREAMING, UNARY, CoreRpc
 
@@ -335,6 +336,19 @@ class ServeError(RuntimeError):
     """The server could not start (uvicorn logged why: most often the port is in use)."""
 
 
+def run_server_main(label: str, main: Any) -> int:
+    """Run one server process's coroutine to its end; the exit code of a service command
+    (0 after Ctrl-C or SIGTERM, 1 when it could not start)."""
+    try:
+        run_async(main)
+    except KeyboardInterrupt:
+        pass
+    except ServeError as e:
+        print(f"{label}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 async def serve(app: Any, host: str, port: int, *, on_ready=None, **kw: Any) -> None:
     """Run `app` until SIGINT/SIGTERM; `on_ready(server)` once it accepts connections."""
     server = QuietServer(uvicorn_config(app, host, port, **kw))
@@ -372,7 +386,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     token = os.environ.get("LOAM_INTERNAL_TOKEN") or None
     if token is None and not is_loopback(args.host):
         log.warning("no LOAM_INTERNAL_TOKEN: only loopback peers will be served, whatever --host says")
@@ -392,14 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             await store.close()
 
-    try:
-        run_async(run())
-    except KeyboardInterrupt:
-        pass
-    except ServeError as e:
-        print(f"loam queue-core: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return run_server_main("loam queue-core", run())
 
 
 if __name__ == "__main__":
