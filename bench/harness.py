@@ -482,7 +482,7 @@ def markdown(report: dict[str, Any]) -> str:
     waits = report.get("idle_waits") or []
     if waits:
         longest = max(waits, key=lambda w: w["waited_s"])
-        busy = ", ".join(f"{n} {c:.0f} s" for n, c in longest["cpu_s"].items() if c >= 0.5) or "none"
+        busy = ", ".join(f"{n} {c:.1f} s" for n, c in longest["cpu_s"].items() if c >= 0.1) or "none"
         out += [(f"Idle waits before the driver runs: median {statistics.median(w['waited_s'] for w in waits):.0f} s, "
                  f"longest {longest['waited_s']:.0f} s (before {longest['before']}, round {longest['round']}; "
                  f"CPU used meanwhile: {busy})."), ""]  # fmt: skip
@@ -508,8 +508,7 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("growth"):
         out += ["", "## Growth: per-call latency by backlog", "",
                 ("One queue grown to each level (bulk), then left until the store's processes are idle "
-                 "(the last column: the background work the fill left behind, e.g. Loam's relay on the "
-                 "outbox); then, per round: "
+                 "(the last column: how long the background work the fill left behind took); then, per round: "
                  f"{s['growth_samples']} single enqueues, then {s['growth_samples']} lease(1) + complete, "
                  "each call timed alone (p50 per round; median (min–max) of the rounds). BullMQ's lease is "
                  "`worker.getNextJob` (manual processing) and its complete `job.moveToCompleted`."), ""]  # fmt: skip
@@ -662,11 +661,17 @@ def node_pkg(dirpath: Path, name: str) -> str:
         return "not installed"
 
 
-def versions(services: dict[str, Service]) -> dict[str, str]:
+def git_state() -> str:
     commit = out_of(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
-    dirty = out_of(["git", "-C", str(ROOT), "status", "--porcelain"])
+    dirty = out_of(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
+    return f"{commit}{' + uncommitted changes' if dirty else ''}"
+
+
+def versions(services: dict[str, Service], git_start: str) -> dict[str, str]:
+    git_end = git_state()
+    moved = "" if git_end == git_start else f"; {git_end} by the end of the run"
     v = {
-        "loam": f"{pkg_version('loam')} (git {commit}{' + uncommitted changes' if dirty else ''})",
+        "loam": f"{pkg_version('loam')} (git {git_start} at the start{moved})",
         "python": platform.python_version(),
         "celery": pkg_version("celery"),
         "kombu": pkg_version("kombu"),
@@ -755,6 +760,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [BY_NAME[n.strip()] for n in args.systems.split(",") if n.strip()]
     started = dt.datetime.now(dt.UTC)
     load_start = loadavg()
+    git_start = git_state()  # the server and the drivers run the working tree as it is now
     notes: dict[str, str] = {}
     needs = {svc for s in wanted for svc in s.needs}
     if not args.no_install:
@@ -866,7 +872,7 @@ def main(argv: list[str] | None = None) -> int:
                     {"before": s.name, "round": r + 1, "waited_s": round(waited, 1), "cpu_s": used}
                 )
                 if waited > 3:
-                    busy = ", ".join(f"{n} {c:.0f} s" for n, c in used.items() if c >= 0.5)
+                    busy = ", ".join(f"{n} {c:.1f} s" for n, c in used.items() if c >= 0.1) or "none"
                     log(f"  waited {waited:.0f} s for the services to go idle (CPU used meanwhile: {busy})")
                 t0 = time.monotonic()
                 try:
@@ -946,7 +952,7 @@ def main(argv: list[str] | None = None) -> int:
                 "load_avg_rounds": load_rounds,
                 "load_avg_end": load_end,
             },
-            "versions": versions(services),
+            "versions": versions(services, git_start),
             "settings": {
                 "jobs": args.jobs,
                 "runs": args.runs,
