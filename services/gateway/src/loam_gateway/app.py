@@ -30,10 +30,11 @@ from loam_common.connect_errors import HTTP_STATUS, error_detail, to_connect
 from loam_common.errors import JobsError
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
 from loam_gateway.auth import Authenticator
-from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix
+from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix, strip_namespace
 from loam_gateway.rest import build_router
 from loam_gateway.rest_events import build_events_router
 from loam_gateway.routing import Router
+from loam_gateway.unary_lane import UnaryLane
 
 _STATUS_CODES = {404: "not_found", 405: "unimplemented", 401: "unauthenticated", 403: "permission_denied",
                  413: "resource_exhausted", 415: "invalid_argument"}  # fmt: skip
@@ -54,6 +55,20 @@ def _validation_message(exc: RequestValidationError) -> str:
         loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
         parts.append(f"{loc}: {e.get('msg', 'is invalid')}")
     return "; ".join(parts) or "invalid request"
+
+
+class GatewayApp(FastAPI):
+    """FastAPI, with the common Connect call served first by the `UnaryLane`, before
+    FastAPI's middleware; anything the lane does not take goes the usual way."""
+
+    unary_lane: UnaryLane | None = None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.unary_lane is not None:
+            lane_scope = strip_namespace(scope) if scope["path"].startswith("/ns/") else scope
+            if await self.unary_lane(lane_scope, receive, send):
+                return
+        await super().__call__(scope, receive, send)
 
 
 def create_app(
@@ -78,7 +93,7 @@ def create_app(
             if on_shutdown is not None:
                 await on_shutdown()
 
-    app = FastAPI(
+    app = GatewayApp(
         title="Loam Jobs",
         version="1",
         description=(
@@ -131,4 +146,5 @@ def create_app(
     connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access))
     app.mount(connect_app.path, connect_app)
     app.add_middleware(NamespacePrefix, connect_app=connect_app)
+    app.unary_lane = UnaryLane(connect_app)
     return tracing.instrument_asgi(app)

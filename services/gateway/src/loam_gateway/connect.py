@@ -112,14 +112,14 @@ class NamespacePrefix:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             if scope["path"].startswith("/ns/"):
-                scope = _strip_namespace(scope)
+                scope = strip_namespace(scope)
             if self.connect_prefix is not None and scope["path"].startswith(self.connect_prefix):
                 await self.connect_app(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
-def _strip_namespace(scope: dict) -> dict:
+def strip_namespace(scope: dict) -> dict:
     ns, sep, rest = scope["path"][4:].partition("/")
     if not (ns and sep):
         return scope

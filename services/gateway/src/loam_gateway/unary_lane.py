@@ -1,0 +1,160 @@
+"""The common Connect call, served without the general Connect app's per-request work.
+
+Almost every call a worker or producer makes is a Connect unary POST, binary or JSON,
+uncompressed, to a handler that answers in about a millisecond. The general app
+(`connectrpc`'s ASGI application) serves every shape Connect has: GET, compressed
+bodies, streams, gRPC and gRPC-Web, a deadline scope and a disconnect watch task per
+request. Profiled under `loam dev`, that machinery plus FastAPI's middleware was about
+a third of the server's CPU per call. This lane takes the common shape only and hands
+everything else to the general app, untouched:
+
+- same endpoints and handlers (the generated ones, so auth and errors are the same);
+- the same header checks (`connect-protocol-version`, `connect-timeout-ms`) and the
+  same error bodies and statuses (the general app's own error writer);
+- a long-poll `Lease` keeps its deadline and still watches for the client going away,
+  so a parked lease of a closed connection takes no jobs. Other calls wait on nothing
+  but the store, so they get no deadline scope: a client past its deadline has
+  already stopped waiting, and the work is the same either way.
+
+Responses are never compressed: identity is always acceptable to a Connect client,
+and these messages are small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from connectrpc._server_async import EndpointUnary, _ResponseSender
+from connectrpc._shared import decode_message
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+log = logging.getLogger("loam.gateway")
+
+_CODECS = {"application/proto": "proto", "application/json": "json"}
+_LONG_POLL = frozenset({"/loam.jobs.v1.JobsService/Lease"})
+
+
+class UnaryLane:
+    """`await lane(scope, receive, send)` serves the request and returns True, or
+    returns False before reading anything when the request is not the common shape."""
+
+    def __init__(self, connect_app: Any) -> None:
+        self.app = connect_app
+        self.endpoints: dict[str, Any] | None = None
+        self.codecs = {ct: connect_app._codecs[name] for ct, name in _CODECS.items()}
+        self.headers = {ct: [(b"content-type", ct.encode())] for ct in _CODECS}
+        self.read_max_bytes = connect_app._read_max_bytes
+
+    def _resolve(self) -> dict[str, Any]:
+        endpoints = self.app._resolve_endpoints(self.app._service)
+        self.endpoints = {p: e for p, e in endpoints.items() if isinstance(e, EndpointUnary)}
+        return self.endpoints
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> bool:
+        endpoint = (self.endpoints or self._resolve()).get(scope["path"])
+        if endpoint is None or scope["method"] != "POST":
+            return False
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        content_type = headers.get("content-type", "")
+        codec = self.codecs.get(content_type)
+        if codec is None or headers.get("content-encoding", "identity") != "identity":
+            return False
+        sender = _ResponseSender(send)
+        ctx = None
+        try:
+            ctx = LaneContext(headers)
+            body = await self._body(receive)
+            if body is None:
+                return True  # the client went away before its request was whole
+            request = decode_message(codec, body, endpoint.method.input)
+            if scope["path"] in _LONG_POLL and request.wait_ns:
+                response = await _unless_disconnected(endpoint.function(request, ctx), receive, ctx.timeout_ms)
+            else:
+                # No deadline scope here: these calls do not wait on anything but the
+                # store, and a client past its deadline has already stopped waiting.
+                response = await endpoint.function(request, ctx)
+            payload = codec.encode(response)
+        except TimeoutError:
+            await self.app._handle_error(ConnectError(Code.DEADLINE_EXCEEDED, "Request timed out"), None, None, sender)
+            return True
+        except Exception as e:  # noqa: BLE001 - every failure is answered in Connect's format
+            if not isinstance(e, ConnectError):
+                log.exception("unexpected error serving %s", scope["path"])
+            await self.app._handle_error(e, None, None, sender)
+            return True
+        headers = [*self.headers[content_type], (b"content-length", b"%d" % len(payload))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": payload, "more_body": False})
+        return True
+
+    async def _body(self, receive: Any) -> bytes | None:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body = message.get("body", b"")
+        if not message.get("more_body", False):
+            self._check_size(len(body))
+            return body
+        chunks = [body]
+        size = len(body)
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            self._check_size(size)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    def _check_size(self, size: int) -> None:
+        if self.read_max_bytes is not None and size > self.read_max_bytes:
+            raise ConnectError(Code.RESOURCE_EXHAUSTED, f"message is larger than configured max {self.read_max_bytes}")
+
+
+class LaneContext:
+    """What the handlers read of a request's context: its headers (lower-case names)
+    and its deadline. The checks are Connect's (`connect-protocol-version` must be 1,
+    `connect-timeout-ms` at most 10 digits)."""
+
+    __slots__ = ("request_headers", "timeout_ms")
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.request_headers = headers
+        version = headers.get("connect-protocol-version", "1")
+        if version != "1":
+            raise ConnectError(Code.INVALID_ARGUMENT, f"connect-protocol-version must be '1': got '{version}'")
+        timeout = headers.get("connect-timeout-ms")
+        self.timeout_ms = None
+        if timeout:
+            if len(timeout) > 10 or not (timeout.isascii() and timeout.isdigit()):
+                raise ConnectError(Code.INVALID_ARGUMENT, f"Invalid timeout header: '{timeout}'")
+            self.timeout_ms = int(timeout)
+
+
+async def _unless_disconnected(call: Any, receive: Any, timeout_ms: int | None) -> Any:
+    """Run `call`, cancelled if the client disconnects first (or the deadline passes)."""
+    task = asyncio.ensure_future(call)
+    watch = asyncio.ensure_future(_disconnected(receive))
+    try:
+        done, _ = await asyncio.wait({task, watch}, timeout=None if timeout_ms is None else timeout_ms / 1000,
+                                     return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        if task in done:
+            return task.result()
+        if watch in done:
+            raise ConnectError(Code.CANCELED, "Client disconnected")
+        raise TimeoutError
+    finally:
+        for t in (task, watch):
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(task, watch, return_exceptions=True)
+
+
+async def _disconnected(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
