@@ -314,6 +314,18 @@ async def test_change_delay_moves_the_due_time(store, core, clock, check_invaria
         await store.transact(admin.job_change_delay, NS, "q", job_id, SEC)
 
 
+async def test_a_queues_payload_limit_refuses_a_bigger_job_and_stores_nothing(store, core):
+    await create(store, payload_limit=100)
+    before = await stored(store)
+    with pytest.raises(PayloadTooLarge) as refused:
+        await core.enqueue(NS, "q", task(data=b"x" * 101), pb.EnqueueOpts())
+    assert (refused.value.size, refused.value.limit) == (101, 100)
+    with pytest.raises(PayloadTooLarge):  # in a bulk call, one too big refuses the call
+        await core.enqueue_bulk(NS, "q", [(task(data=b"ok"), None), (task(data=b"x" * 101), None)])
+    assert await stored(store) == before
+    assert (await core.enqueue(NS, "q", task(data=b"x" * 100), pb.EnqueueOpts())).created
+
+
 async def test_update_data_and_read_logs(store, core):
     await create(store, payload_limit=100)
     await enqueue(core)

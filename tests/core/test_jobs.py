@@ -716,6 +716,20 @@ async def test_long_poll_wakes_when_a_job_is_released(core, check_invariants):
     await check_invariants()
 
 
+async def test_long_poll_of_a_dead_letter_queue_wakes_when_a_job_is_dead_lettered(core, configure, check_invariants):
+    await configure("q", dead_letter_queue="q-dlq")
+    await enqueue(core)
+    job = await lease_one(core)
+    poll = asyncio.create_task(lease(core, "q-dlq", max_jobs=1, wait_ns=20 * SEC, worker="w2"))
+    async with asyncio.timeout(5):
+        while core.waiters.parked(NS, "q-dlq") == 0:
+            await asyncio.sleep(0.001)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err(), dead_letter=True))
+    (letter,) = await asyncio.wait_for(poll, 5)  # woken by the commit, not by the wait's end
+    assert letter.task.headers[dlq.ORIGIN_JOB] == job.id
+    await check_invariants("q", "q-dlq")
+
+
 async def test_long_poll_with_nothing_returns_empty(core):
     assert await lease(core, wait_ns=SEC // 5) == []
     assert core.waiters.parked(NS, "q") == 0

@@ -23,12 +23,9 @@ for them with the WaitChildren outcome (BullMQ's moveToWaitingChildren)."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import weakref
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from loam_common import keys, validate
 from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound
@@ -53,25 +50,6 @@ _REFUSED_OPTS = {
     "idempotency": "the flow id makes a submit idempotent",
     "dedup": "a deduplicated node would not be created; flows create every node",
 }
-
-
-# -- waking long-polls in other queues --------------------------------------------------------
-class _Wakeable(Protocol):
-    def wake(self, ns: str, queue: str, n: int = 1) -> None: ...
-
-
-_ready_listeners: weakref.WeakSet[_Wakeable] = weakref.WeakSet()
-
-
-def add_ready_listener(listener: _Wakeable) -> None:
-    """Have `listener.wake(ns, queue)` called after a commit that made a flow job ready
-    in a queue the caller did not write to (the queue core's long-poll waiters)."""
-    _ready_listeners.add(listener)
-
-
-def _notify_ready(ns: str, queue: str) -> None:
-    for listener in list(_ready_listeners):
-        listener.wake(ns, queue, 1)
 
 
 # -- submitting a flow --------------------------------------------------------------------------
@@ -355,7 +333,7 @@ def _release(pq: QueueTx, parent: pb.Job) -> None:
         pq.move(parent, S.DELAYED, "delayed")
     else:
         pq.move(parent, S.ready_state(parent.opts.priority), "waiting")
-        pq.tx.after_commit(functools.partial(_notify_ready, pq.ns, pq.name))
+        pq.wake_after_commit()
 
 
 def _fail_parent(pq: QueueTx, parent: pb.Job, message: str) -> None:

@@ -26,7 +26,7 @@ from loam_common.jobs.complete import (
 )
 from loam_common.jobs.enqueue import Enqueued, NewJob, check_opts, job_enqueue
 from loam_common.jobs.lease import job_lease
-from loam_common.jobs.queue import DEFAULT_PAYLOAD_LIMIT
+from loam_common.jobs.queue import DEFAULT_PAYLOAD_LIMIT, add_ready_listener
 from loam_common.metrics import PROCESS as METRICS, count_fenced
 from loam_common.store.runner import Store
 from loam_queue_core.waiters import Waiters
@@ -48,7 +48,7 @@ class QueueCore:
         self.payload_limit = payload_limit
         self.waiters = Waiters()
         self.hub = EventHub()  # Watch streams of this process (watch.py)
-        flows.add_ready_listener(self.waiters)  # a flow job made ready by a write to another queue
+        add_ready_listener(self.waiters)  # a job made ready by a write to another queue
 
     # -- producing -------------------------------------------------------------------
     async def enqueue(

@@ -37,6 +37,7 @@ def dead_letter(qt: QueueTx, job: pb.Job) -> str:
         dq.insert(copy)
         dq.emit("added", copy)
         dq.emit("waiting", copy, detail=f"dead letter from {qt.name}")
+        dq.wake_after_commit()  # a consumer of the dead-letter queue may be parked
     return copy.id
 
 
@@ -61,6 +62,7 @@ def redrive(dq: QueueTx, limit: int) -> int:
                 oq.insert(fresh)
                 oq.emit("added", fresh)
                 oq.emit("waiting", fresh, detail=f"redriven from {dq.name}")
+                oq.wake_after_commit()
             dq.remove(job, event="removed")
             moved += 1
         if moved >= limit:

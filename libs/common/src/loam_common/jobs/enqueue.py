@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loam_common import tracing, validate
-from loam_common.errors import AlreadyExists, IdempotencyConflict, InvalidArgument, JobsError
+from loam_common.errors import AlreadyExists, IdempotencyConflict, InvalidArgument, JobsError, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import dedup, states as S
 from loam_common.jobs.queue import QueueTx
@@ -139,6 +139,11 @@ def job_enqueue(tx: Txn, ns: str, queue: str, new_jobs: list[NewJob]) -> list[En
     its error in its slot and leaves no trace; the others go in."""
     out: list[Enqueued | JobsError] = []
     with QueueTx(tx, ns, queue) as qt:
+        limit = qt.cfg.payload_limit  # the queue's own; the server-wide one is checked before
+        if limit:
+            for nj in new_jobs:  # like any invalid input, one too big refuses the whole call
+                if nj.task.payload.size > limit:
+                    raise PayloadTooLarge(nj.task.payload.size, limit)
         for nj in new_jobs:
             # A savepoint only for a job that can be refused; released at once, so a
             # bulk batch never nests a thousand of them (SQLite copies pages per level).

@@ -12,7 +12,10 @@ Use it as a context manager; the shard metas it touched are written once on exit
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections.abc import Callable
+from typing import Protocol
 
 from loam_common import events, keys
 from loam_common.errors import InvalidState, NotFound
@@ -37,6 +40,26 @@ def default_config(queue: str, now_ns: int) -> pb.QueueConfig:
 def max_stalled(cfg: pb.QueueConfig) -> int:
     """BullMQ's maxStalledCount: 1 unless set; -1 means unlimited (Celery acks_late)."""
     return cfg.max_stalled if cfg.HasField("max_stalled") else 1
+
+
+# -- waking long-polls in other queues --------------------------------------------------------
+class _Wakeable(Protocol):
+    def wake(self, ns: str, queue: str, n: int = 1) -> None: ...
+
+
+_ready_listeners: weakref.WeakSet[_Wakeable] = weakref.WeakSet()
+
+
+def add_ready_listener(listener: _Wakeable) -> None:
+    """Have `listener.wake(ns, queue)` called after a commit that made a job ready in a
+    queue the caller did not write to (the queue core's long-poll waiters): a flow's
+    parent, a dead letter."""
+    _ready_listeners.add(listener)
+
+
+def _notify_ready(ns: str, queue: str) -> None:
+    for listener in list(_ready_listeners):
+        listener.wake(ns, queue, 1)
 
 
 class QueueTx:
@@ -116,6 +139,11 @@ class QueueTx:
             p._peers = self._peers
             self._peers[queue] = p
         return p
+
+    def wake_after_commit(self) -> None:
+        """Wake a long-poll of this queue once the transaction commits: for a job made
+        ready here by a write the caller made to another queue."""
+        self.tx.after_commit(functools.partial(_notify_ready, self.ns, self.name))
 
     # -- shard metas -----------------------------------------------------------------
     def meta(self, shard: int) -> pb.ShardMeta:
