@@ -676,6 +676,48 @@ async def test_payload_over_the_limit_is_refused_with_nothing_stored(store, blob
     assert not (tmp_path / "blobs").exists() or not any((tmp_path / "blobs").rglob("*"))
 
 
+async def test_a_big_data_report_goes_to_the_blob_store_and_the_old_blob_is_collected(core, store, blobs, job_of, tmp_path):
+    from loam_common import keys
+
+    e = await enqueue(core, data=b"small")
+    job = await lease_one(core)
+    big, bigger = os.urandom(20 * 1024), os.urandom(30 * 1024)
+    await core.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=big))
+    first = (await job_of(e.job_id)).task.payload
+    assert first.data == b"" and first.blob_ref and first.size == len(big)
+    assert await blobs.get(first.blob_ref) == big
+    await core.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=bigger))
+    second = (await job_of(e.job_id)).task.payload
+    assert second.blob_ref != first.blob_ref and await blobs.get(second.blob_ref) == bigger
+    gc = await store.snapshot(lambda tx: tx.get(keys.blob_gc(NS, first.blob_ref)))
+    assert gc is not None  # the replaced blob is marked for the sweeper to delete
+
+    with pytest.raises(Fenced):  # a stale epoch: nothing changes, its blob is not left behind
+        await core.report(NS, "q", job.id, job.epoch - 1, data=pb.Payload(data=os.urandom(40 * 1024)))
+    assert (await job_of(e.job_id)).task.payload == second
+    assert {p.name for p in (tmp_path / "blobs").rglob("*") if p.is_file()} == {
+        p.name for p in (tmp_path / "blobs").rglob("*") if p.is_file() and p.read_bytes() in (big, bigger)
+    }
+
+
+async def test_update_data_moves_a_big_payload_to_the_blob_store(core, blobs, job_of):
+    e = await enqueue(core, data=b"small")
+    data = os.urandom(20 * 1024)
+    await core.update_data(NS, "q", e.job_id, pb.Payload(data=data))
+    stored_payload = (await job_of(e.job_id)).task.payload
+    assert stored_payload.blob_ref and await blobs.get(stored_payload.blob_ref) == data
+    assert (await lease_one(core)).task.payload.data == data
+
+
+async def test_a_data_report_over_the_limit_is_refused(store, blobs, job_of):
+    core = QueueCore(store, blobs, payload_limit=64 * 1024)
+    e = await enqueue(core, data=b"small")
+    job = await lease_one(core)
+    with pytest.raises(PayloadTooLarge):
+        await core.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=b"z" * (64 * 1024 + 1)))
+    assert (await job_of(e.job_id)).task.payload.data == b"small"
+
+
 async def test_blob_of_a_refused_enqueue_is_deleted(core, tmp_path, check_invariants):
     await enqueue(core, data=b"small", job_key="k")
     with pytest.raises(AlreadyExists):

@@ -15,7 +15,7 @@ from loam_common import exchanges, flows, ids, results, schedules, tracing, vali
 from loam_common.blobs import INLINE_LIMIT, BlobStore, blob_ref
 from loam_common.errors import Fenced, InvalidArgument, JobsError, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
-from loam_common.jobs import states as S
+from loam_common.jobs import admin, states as S
 from loam_common.jobs.complete import (
     Completed,
     Outcome,
@@ -329,13 +329,44 @@ class QueueCore:
     ) -> None:
         if log_line is not None:
             validate.text("log_line", log_line, 64 * 1024)
+        if data is not None:
+            data = await self._payload_in_blob(ns, queue, job_id, data)
         # Store.transact passes positional arguments only: bind the keywords here.
         report = functools.partial(job_report_if_leased, progress=progress, log_line=log_line, data=data)
         try:
             await self.store.transact(report, ns, queue, job_id, epoch)
-        except Fenced:
-            await self._count_fenced(ns, queue, job_id)
+        except BaseException as e:
+            await self._drop_payload_blob(data)
+            if isinstance(e, Fenced):
+                await self._count_fenced(ns, queue, job_id)
             raise
+
+    async def update_data(self, ns: str, queue: str, job_id: str, data: pb.Payload) -> pb.Job:
+        """BullMQ's updateData: a new payload for the job, in any state."""
+        data = await self._payload_in_blob(ns, queue, job_id, data)
+        try:
+            return await self.store.transact(admin.job_update_data, ns, queue, job_id, data)
+        except BaseException:
+            await self._drop_payload_blob(data)
+            raise
+
+    async def _payload_in_blob(self, ns: str, queue: str, job_id: str, data: pb.Payload) -> pb.Payload:
+        """A replacement payload, checked like an enqueued one; over the inline limit it
+        goes to the blob store, as at enqueue, so the job record stays small."""
+        if data.blob_ref:
+            raise InvalidArgument("data.blob_ref", "is set by the server; send the data")
+        if len(data.data) > self.payload_limit:
+            raise PayloadTooLarge(len(data.data), self.payload_limit)
+        if len(data.data) <= INLINE_LIMIT or self.blobs is None:
+            return data
+        ref = blob_ref(ns, queue, job_id, f"payload-{ids.new_ulid()}")
+        await self.blobs.put(ref, data.data)
+        return pb.Payload(blob_ref=ref, content_type=data.content_type, size=len(data.data))
+
+    async def _drop_payload_blob(self, data: pb.Payload | None) -> None:
+        """A replacement payload's blob whose transaction did not commit is nobody's."""
+        if data is not None and data.blob_ref and self.blobs is not None:
+            await self.blobs.delete(data.blob_ref)
 
     # -- the result store's long-poll ------------------------------------------------------
     async def result_get(

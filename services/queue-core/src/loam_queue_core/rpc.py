@@ -436,7 +436,7 @@ class CoreRpc:
         elif kind == "change_delay":
             job = await self.store.transact(admin.job_change_delay, ns, queue, job_id, op.change_delay.delay_ns)
         elif kind == "update_data":
-            job = await self.store.transact(admin.job_update_data, ns, queue, job_id, op.update_data.data)
+            job = await self.core.update_data(ns, queue, job_id, op.update_data.data)
         elif kind == "progress":
             job = await self.store.transact(admin.job_set_progress, ns, queue, job_id, op.progress.progress)
         elif kind == "cancel":

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loam_common import keys, validate
-from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState, PayloadTooLarge
+from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import dedup, dlq, states as S
-from loam_common.jobs.queue import DEFAULT_PAYLOAD_LIMIT, DEFAULT_VISIBILITY_NS, QueueTx
+from loam_common.jobs.queue import DEFAULT_VISIBILITY_NS, QueueTx
 from loam_common.store.base import Txn
 
 BATCH = 1000
@@ -680,14 +680,8 @@ def job_change_delay(tx: Txn, ns: str, queue: str, job_id: str, delay_ns: int) -
 def job_update_data(tx: Txn, ns: str, queue: str, job_id: str, payload: pb.Payload) -> pb.Job:
     """BullMQ's updateData: replace the job's payload, in any state."""
     with _job_tx(tx, ns, queue) as qt:
-        limit = qt.cfg.payload_limit or DEFAULT_PAYLOAD_LIMIT
-        size = len(payload.data) or payload.size
-        if size > limit:
-            raise PayloadTooLarge(size, limit)
         job = qt.require_job(job_id)
-        if job.task.payload.blob_ref and job.task.payload.blob_ref != payload.blob_ref:
-            qt.tx.put(keys.blob_gc(qt.ns, job.task.payload.blob_ref), b"")  # the old payload's blob
-        job.task.payload.CopyFrom(payload)
+        qt.replace_payload(job, payload)
         qt.put_job(job)
         qt.emit("updated", job)  # no data: a payload can be MiBs
         return job

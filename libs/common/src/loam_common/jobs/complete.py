@@ -299,7 +299,7 @@ def job_report_if_leased(
         if log_line is not None:
             append_log(qt, job, log_line)
         if data is not None:
-            job.task.payload.CopyFrom(data)
+            qt.replace_payload(job, data)
         qt.put_job(job)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from loam_common import events, keys
-from loam_common.errors import InvalidState, NotFound
+from loam_common.errors import InvalidState, NotFound, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import events_pb2, types_pb2 as pb
 from loam_common.jobs import states as S
 from loam_common.store.base import Txn
@@ -229,6 +229,18 @@ class QueueTx:
 
     def put_job(self, job: pb.Job) -> None:
         self.tx.put(self.k.job(job.id), job.SerializeToString())
+
+    def replace_payload(self, job: pb.Job, payload: pb.Payload) -> None:
+        """Give `job` a new payload (BullMQ's updateData, a worker's data report): held
+        to the queue's payload limit; the old payload's blob, if any, is collected."""
+        limit = self.cfg.payload_limit or DEFAULT_PAYLOAD_LIMIT
+        size = len(payload.data) or payload.size
+        if size > limit:
+            raise PayloadTooLarge(size, limit)
+        old = job.task.payload.blob_ref
+        if old and old != payload.blob_ref:
+            self.tx.put(keys.blob_gc(self.ns, old), b"")
+        job.task.payload.CopyFrom(payload)
 
     def _index_key(self, job: pb.Job) -> bytes | None:
         st = job.state
