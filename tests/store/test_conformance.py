@@ -441,6 +441,13 @@ async def test_commit_unknown_is_resolved_by_the_commit_token(store, ns):
     assert await store.snapshot(get, key) == u64(2)
 
 
+async def test_a_transaction_that_wrote_nothing_writes_no_commit_token(store, ns):
+    await store.transact(put, ns + b"k", b"v")
+    before = await store.snapshot(_tokens)
+    assert await store.transact(get, ns + b"k") == b"v"  # e.g. a lease that found no job
+    assert await store.snapshot(_tokens) == before  # so an idle poller writes nothing
+
+
 # -- clock and commit tokens ------------------------------------------------------------
 
 

@@ -120,6 +120,11 @@ class Txn(abc.ABC):
         Optional: the group-commit runner releases each transition's savepoint so SQLite's
         savepoint stack stays one deep instead of growing with the batch."""
 
+    def has_writes(self) -> bool:
+        """Whether the transaction holds a put or a delete. The runner writes a commit
+        token only then: a transaction that wrote nothing has no outcome to resolve."""
+        return True  # a backend that cannot tell is treated as having written
+
     @abc.abstractmethod
     def commit(self) -> None:
         """Raises WriteConflict, RegionError or CommitUnknown."""

@@ -251,6 +251,9 @@ class MemoryTxn(Txn):
         del self._after[after_len:]
 
     # -- end ------------------------------------------------------------------------
+    def has_writes(self) -> bool:
+        return bool(self._writes)
+
     def commit(self) -> None:
         if not self._open:
             raise RuntimeError("transaction already finished")

@@ -267,6 +267,8 @@ class Store:
             tx.commit()
         except CommitUnknown:
             if token is None:
+                if self._tokens:
+                    return  # it wrote nothing: committed or not, nothing is lost
                 raise  # a backend without tokens must not report unknown outcomes
             if not self._token_committed(token):
                 raise _NotCommitted() from None
@@ -305,7 +307,7 @@ class Store:
                 result = fn(tx, *args)
             except StopIteration as e:
                 raise _deliverable(e) from e
-            self._commit(tx, self._put_token(tx) if self._tokens else None)
+            self._commit(tx, self._put_token(tx) if self._tokens and tx.has_writes() else None)
             done = True
             return result, tx._after_commit_list()
         finally:
@@ -376,7 +378,7 @@ class Store:
             after = tx._after_commit_list()
             for call in calls:
                 self._run_in_savepoint(tx, call, after)
-            self._commit(tx, self._put_token(tx) if self._tokens else None)
+            self._commit(tx, self._put_token(tx) if self._tokens and tx.has_writes() else None)
             done = True
         finally:
             if not done:

@@ -125,6 +125,7 @@ class TikvTxn(Txn):
         self._inner = inner
         self._read_only = read_only
         self._open = True
+        self._wrote = False
 
     def _call(self, coro: Any, *, at_commit: bool = False) -> Any:
         try:
@@ -172,11 +173,16 @@ class TikvTxn(Txn):
 
     def put(self, key: bytes, value: bytes) -> None:
         self._writable()
+        self._wrote = True
         self._call(self._inner.put(key, value))
 
     def delete(self, key: bytes) -> None:
         self._writable()
+        self._wrote = True
         self._call(self._inner.delete(key))
+
+    def has_writes(self) -> bool:
+        return self._wrote
 
     def lock_for_update(self, keys: Iterable[bytes]) -> None:
         self._writable()
