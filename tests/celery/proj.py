@@ -51,6 +51,11 @@ def add(x, y):
     return x + y
 
 
+@app.task(name="proj.fail")
+def fail(*args):
+    raise ValueError("proj.fail failed", *args)
+
+
 @app.task(name="proj.mark")
 def mark_task(kind, name=""):
     mark(kind, name)

@@ -122,6 +122,20 @@ def test_chain_group_chord(app, start_worker):
     assert chord(proj.add.s(i, i) for i in range(10))(proj.tsum.s()).get(timeout=10) == 90
 
 
+def test_a_failure_before_a_group_reaches_the_group_result(app, start_worker):
+    """The group after a failed chain step never runs: its members' results carry the
+    failure (as the steps after a failed one do), so waiting on the group raises it."""
+    import proj
+
+    start_worker(concurrency=2)
+    result = (proj.add.s(1, 1) | proj.fail.s() | group(proj.add.s(1), proj.add.s(1))).delay()
+    with pytest.raises(ValueError, match="proj.fail failed"):
+        result.get(timeout=15)
+    nested = (proj.fail.s(1) | group(proj.add.s(1), group(proj.add.s(2), proj.add.s(3) | proj.add.s(4)))).delay()
+    with pytest.raises(ValueError, match="proj.fail failed"):
+        nested.get(timeout=15)
+
+
 def test_chord_body_fires_once_under_concurrent_completion(app, start_worker, marks):
     import proj
 

@@ -13,6 +13,10 @@ result store (ResultGet/MGet/Set/Delete/Incr/Expire).
 - `AsyncResult.get` long-polls the task's key (ResultGet with `wait_ns`) instead of
   polling every `interval`.
 - GroupResult save/restore/delete are plain set/get/delete (the base class).
+- A failure in a chain is stored for the steps after it (Celery's `_fail_chain`) and,
+  here, also for the members of the groups among them, which never run: a caller
+  waiting on such a group gets the failure instead of waiting forever (Celery's Redis
+  backend waits forever there, celery#6437).
 
 The token comes from `result_backend_transport_options["token_env"]` (default
 LOAM_TOKEN); a URL with credentials is refused.
@@ -52,6 +56,33 @@ except ImportError:  # Celery < 5.7
 
 
 _join_deadline = threading.local()  # set while a chord body's join runs in this thread
+
+
+def _never_run_members(chain: Any) -> list[dict[str, Any]]:
+    """The tasks inside the group steps of `chain` (a failed task's remaining steps, as
+    dicts), through nested groups and chains, and inside the bodies of chord steps."""
+    out: list[dict[str, Any]] = []
+
+    def walk(sig: Any, inside_group: bool) -> None:
+        if not isinstance(sig, dict):
+            return
+        kind = sig.get("subtask_type")
+        kwargs = sig.get("kwargs") or {}
+        if kind in ("group", "chain"):
+            for task in kwargs.get("tasks") or ():
+                walk(task, inside_group or kind == "group")
+        elif kind == "chord":
+            walk(kwargs.get("body"), inside_group)
+        elif inside_group:
+            out.append(sig)
+
+    try:
+        steps = list(chain or ())
+    except TypeError:  # a request's chain may be a placeholder
+        return out
+    for step in steps:
+        walk(step, False)
+    return out
 
 
 def _k(key: bytes | str) -> str:
@@ -138,6 +169,25 @@ class LoamBackend(KeyValueStoreBackend):
         meta["task_id"] = bytes_to_str(task_id)
         self._set_with_state(self.get_key_for_task(task_id), self.encode(meta), state)
         return result
+
+    def _fail_chain(self, chain: Any, exc: Any, traceback: Any = None, store_result: bool = True,
+                    state: str = states.FAILURE) -> None:  # fmt: skip
+        """Celery (5.7+) stores the failure for every step after the failed one that has a
+        task id of its own; a group step has none its callers wait on (a GroupResult waits
+        on its members), so the members get it too. Only their results are stored: they
+        are no chord's parts, whatever the header around them counts."""
+        super()._fail_chain(chain, exc, traceback, store_result=store_result, state=state)
+        if not (store_result and state in states.PROPAGATE_STATES):
+            return
+        from celery.app.task import Context
+
+        for member in _never_run_members(chain):
+            ctx = Context(member)
+            ctx.update(ctx.options)
+            ctx.id = ctx.options.get("task_id")
+            ctx.group = ctx.options.get("group_id")
+            if ctx.id is not None:
+                self.store_result(ctx.id, exc, state, traceback=traceback, request=ctx)
 
     # -- waiting without polling ------------------------------------------------------------------
     def wait_for(self, task_id: str, timeout: float | None = None, interval: float = 0.5,
