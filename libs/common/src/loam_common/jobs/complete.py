@@ -9,6 +9,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
+from loam_common import keys
 from loam_common.errors import Fenced, InvalidArgument, InvalidState, JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import dlq, retention, states as S
@@ -133,6 +134,7 @@ def job_complete_many(
     """Batched Complete: one transaction for the whole batch, one answer per item; a
     refused item (fenced, unknown, not active) changes nothing and spoils nothing."""
     out: list[Completed | JobsError] = []
+    tx.prefetch([keys.QueueKeys(ns, queue).job(job_id) for queue, job_id, _e, _o in items])
     # One QueueTx per queue for the whole batch, shared as peers: a completion may move
     # a job of another queue (a flow parent), which a later item may complete too.
     root: QueueTx | None = None

@@ -161,6 +161,7 @@ def _take(
     visibility_ns: int = 0,
 ) -> int:
     taken = 0
+    qt.tx.prefetch([qt.k.job(job_id.decode()) for _key, job_id in entries[:want]])
     for _key, job_id in entries:
         if taken >= want:
             break

@@ -26,6 +26,7 @@ from loam_common.store.base import Txn
 DEFAULT_VISIBILITY_NS = 30_000_000_000
 DEFAULT_LOG_CAP = 1000
 DEFAULT_PAYLOAD_LIMIT = 64 * 1024 * 1024
+JobEvent = events_pb2.JobEvent
 # Job headers copied onto each of the job's events: the trace context, and the schedule
 # a tick job came from (schedules.HEADER_SCHEDULE), which Watch on a schedule filters by.
 EVENT_HEADERS = ("traceparent", "x-loam-schedule")
@@ -195,17 +196,13 @@ class QueueTx:
         m = self.meta(shard)
         m.outbox_seq += 1
         self._dirty.add(shard)
-        ev = events_pb2.JobEvent(
-            event=event, queue=self.name, shard=shard, seq=m.outbox_seq, time_ns=self.now, **fields
-        )
-        if job is not None:
-            ev.job_id = job.id
-            ev.state = job.state
-            ev.name = job.task.name
-            ev.attempt = job.attempt
-            ev.epoch = job.epoch
-            if job.opts.job_key:
-                ev.job_key = job.opts.job_key
+        if job is None:
+            ev = JobEvent(event=event, queue=self.name, shard=shard, seq=m.outbox_seq, time_ns=self.now, **fields)
+        else:
+            # One constructor call: on the hot path, cheaper than setting field by field.
+            ev = JobEvent(event=event, queue=self.name, shard=shard, seq=m.outbox_seq, time_ns=self.now,
+                          job_id=job.id, state=job.state, name=job.task.name, attempt=job.attempt,
+                          epoch=job.epoch, job_key=job.opts.job_key, **fields)  # fmt: skip
             if event == "delayed" and job.due_ns and not ev.detail:
                 ev.detail = str(job.due_ns // 1_000_000)  # BullMQ's `delay` field: the due time, ms
             headers = job.task.headers

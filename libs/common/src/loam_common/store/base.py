@@ -98,6 +98,10 @@ class Txn(abc.ABC):
         self, start: bytes, end: bytes, limit: int | None = None, reverse: bool = False
     ) -> list[tuple[bytes, bytes]]: ...
 
+    def prefetch(self, keys: Iterable[bytes]) -> None:
+        """A hint: these keys are about to be read one by one. A backend with a read
+        cache loads them in one round trip; the others ignore it."""
+
     @abc.abstractmethod
     def put(self, key: bytes, value: bytes) -> None: ...
 

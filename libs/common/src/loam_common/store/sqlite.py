@@ -14,6 +14,11 @@ What it owns: the connection pool, the transaction mapping onto SQLite, and the 
 - Savepoints are SQL savepoints named by depth (`sp0`, `sp1`...) so their statements stay
   in the statement cache, and they are taken lazily: a transition that writes nothing costs
   no SQL at all for its savepoint.
+- Writes are buffered (last write per key wins) and reach SQLite as one `executemany` of
+  puts and one of deletes: before a scan, a savepoint, a release and the commit. A
+  transition writes its job, index entries and outbox row this way in two statements
+  instead of five or more. A release flushes, so a failed write surfaces inside the
+  transition that made it, never in a later one.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class SqliteTxn(Txn):
         # key -> value or None (absent). A transition group reads the same hot keys (queue
         # config, shard meta) over and over; this makes each cost one SELECT per txn.
         self._cache: dict[bytes, bytes | None] = {}
+        self._buf: dict[bytes, bytes | None] = {}  # writes not yet sent to SQLite (None: delete)
         self._stack: list[_Savepoint] = []
         self._pending = 0  # savepoints at the top of the stack not yet issued to SQLite
         self._after: list = []
@@ -92,11 +98,16 @@ class SqliteTxn(Txn):
                 cache[k] = found.get(k)
         return {k: v for k in keys if (v := cache[k]) is not None}
 
+    def prefetch(self, keys: Iterable[bytes]) -> None:
+        self.batch_get(keys)  # fills the read cache
+
     def scan(
         self, start: bytes, end: bytes, limit: int | None = None, reverse: bool = False
     ) -> list[tuple[bytes, bytes]]:
         if start >= end or (limit is not None and limit <= 0):
             return []
+        if self._buf:
+            self._flush()
         sql = _SCAN_REV if reverse else _SCAN
         return self._conn.execute(sql, (start, end, -1 if limit is None else limit)).fetchall()
 
@@ -117,13 +128,21 @@ class SqliteTxn(Txn):
         self._writable(key)
         if type(value) is not bytes:
             raise TypeError(f"values are bytes, got {type(value).__name__}")
-        self._conn.execute(_PUT, (key, value))
+        self._buf[key] = value
         self._cache[key] = value
 
     def delete(self, key: bytes) -> None:
         self._writable(key)
-        self._conn.execute(_DEL, (key,))
+        self._buf[key] = None
         self._cache[key] = None
+
+    def _flush(self) -> None:
+        buf, self._buf = self._buf, {}
+        puts = [kv for kv in buf.items() if kv[1] is not None]
+        if puts:
+            self._conn.executemany(_PUT, puts)
+        if len(puts) < len(buf):
+            self._conn.executemany(_DEL, [(k,) for k, v in buf.items() if v is None])
 
     # -- savepoints -----------------------------------------------------------------
     def savepoint(self) -> object:
@@ -135,6 +154,8 @@ class SqliteTxn(Txn):
         return sp
 
     def _issue_pending_savepoints(self) -> None:
+        if self._buf:  # writes made before the savepoint belong outside it
+            self._flush()
         execute = self._conn.execute
         for sp in self._stack[len(self._stack) - self._pending :]:
             execute(_sql(_SAVEPOINT, "SAVEPOINT", sp.depth))
@@ -153,6 +174,9 @@ class SqliteTxn(Txn):
         del self._stack[sp.depth + 1 :]  # SQLite cancels the later savepoints the same way
         del self._after[sp.after_len :]
         if sp.live:
+            # Every buffered write came after the newest live savepoint (issuing one
+            # flushes), so after this one too: drop them unsent.
+            self._buf = {}
             self._conn.execute(_sql(_ROLLBACK_TO, "ROLLBACK TO", sp.depth))
             self._cache.clear()
         # else nothing was written since it was taken, so there is nothing to undo.
@@ -162,6 +186,8 @@ class SqliteTxn(Txn):
         sp = self._check(savepoint)
         del self._stack[sp.depth :]
         if sp.live:
+            if self._buf:
+                self._flush()
             self._conn.execute(_sql(_RELEASE, "RELEASE", sp.depth))
         self._pending = sum(1 for s in self._stack if not s.live)
 
@@ -172,6 +198,8 @@ class SqliteTxn(Txn):
         self._open = False
         conn = self._conn
         try:
+            if self._buf:
+                self._flush()
             conn.execute("ROLLBACK" if self._read_only else "COMMIT")
         except sqlite3.Error as e:
             # SQLite is local: a failed COMMIT is a known failure, not an unknown outcome.
