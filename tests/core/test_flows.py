@@ -368,6 +368,80 @@ async def test_a_child_failing_while_its_parent_runs_fails_the_parent_when_it_wa
     assert p.errors[-1].code == "child-failed" and "bad kid" in p.errors[-1].message
 
 
+async def test_ok_with_if_no_pending_children_is_refused_while_a_child_is_pending(core, job_of):
+    await core.enqueue(NS, "q", pb.TaskSpec(name="parent"))
+    (parent,) = await lease_all(core)
+    ref = pb.ParentRef(queue="q", job_id=parent.id)
+    await core.enqueue(NS, "kids", pb.TaskSpec(name="k"), pb.EnqueueOpts(parent=ref))
+    strict = Outcome.ok(pb.Payload(data=b"1"), if_no_pending_children=True)
+    with pytest.raises(InvalidState, match="pending dependencies"):
+        await core.complete(NS, "q", parent.id, parent.epoch, strict)
+    (res,) = await core.complete_many(NS, [("q", parent.id, parent.epoch, strict)])
+    assert isinstance(res, InvalidState)
+    assert (await job_of(parent.id)).state == S.ACTIVE  # still leased: it may fail or wait
+    (kid,) = await lease_all(core, ("kids",))
+    await ok(core, kid)
+    done = await core.complete(NS, "q", parent.id, parent.epoch, strict)
+    assert done.state == S.COMPLETED
+
+
+async def test_deferred_child_failure_sends_the_parent_to_a_worker_to_fail(core, job_of, configure):
+    await configure("children", defer_child_failure=True)
+    sub = await core.flow(
+        NS,
+        graph(
+            node("g", queue="leaves", policy=P.FAILURE_POLICY_FAIL_PARENT, job_key="gk"),
+            node("h", queue="leaves"),
+            node("c", "g", "h", queue="children"),
+        ),
+    )
+    jobs = {j.flow_node: j for j in await lease_all(core, ("leaves",))}
+    await fail(core, jobs["g"], "disk full")
+    c = await job_of(sub.jobs["c"], "children")
+    assert c.state == S.WAITING and c.deferred_failure == "child leaves:gk failed"
+    (lease,) = await lease_all(core, ("children",))
+    assert lease.id == sub.jobs["c"] and lease.deferred_failure == "child leaves:gk failed"
+
+
+async def test_a_flow_node_may_join_a_running_job_outside_the_flow(core, job_of):
+    await core.enqueue(NS, "q", pb.TaskSpec(name="parent"))
+    (parent,) = await lease_all(core)
+    ref = pb.ParentRef(queue="q", job_id=parent.id, fail_parent_on_failure=True)
+    sub = await core.flow(NS, graph(node("g", queue="leaves"), node("c", "g", queue="kids", parent=ref)))
+    p = await job_of(parent.id)
+    assert p.pending_children == 1
+    (g,) = await lease_all(core, ("leaves",))
+    await ok(core, g)
+    (c,) = await lease_all(core, ("kids",))
+    assert c.id == sub.jobs["c"]
+    await ok(core, c)
+    assert (await job_of(parent.id)).pending_children == 0
+
+
+async def test_join_existing_links_a_finished_or_live_job_to_a_new_parent(core, job_of):
+    done = await core.enqueue(NS, "q", pb.TaskSpec(name="done"), pb.EnqueueOpts(job_key="mon"))
+    (j,) = await lease_all(core)
+    await ok(core, j, b"42")
+    live = await core.enqueue(NS, "q", pb.TaskSpec(name="live"), pb.EnqueueOpts(job_key="tue"))
+
+    def existing(nid: str, key: str) -> jobs_pb2.FlowNode:
+        n = node(nid, job_key=key, job_key_keeps_first=True)
+        n.join_existing = True
+        return n
+
+    sub = await core.flow(NS, graph(node("p", "m", "t"), existing("m", "mon"), existing("t", "tue")))
+    assert sub.jobs["m"] == done.job_id and sub.jobs["t"] == live.job_id
+    p = await job_of(sub.jobs["p"])
+    assert p.state == S.WAITING_CHILDREN and p.pending_children == 1
+    assert values(await core.children_values(NS, "q", p.id))["m"] == ("processed", b"42")
+    (t,) = await lease_all(core)
+    await ok(core, t)
+    assert (await job_of(p.id)).state == S.WAITING
+    # a job still linked to a live parent cannot join another one
+    with pytest.raises(AlreadyExists):
+        await core.flow(NS, graph(node("p2", "t2"), existing("t2", "tue")))
+
+
 async def test_children_need_a_live_parent_and_a_refusal_writes_nothing(core, store):
     missing = pb.ParentRef(queue="q", job_id="01NOPE")
     with pytest.raises(NotFound):
@@ -440,7 +514,8 @@ async def test_job_key_on_a_node_must_be_free(core, store):
         ([node("a", "c"), node("b", "a"), node("c", "b")], "graph.nodes"),  # a cycle
         ([node("a", queue="no/slash")], "graph.nodes[0].queue"),
         ([node("a", priority=2**22)], "graph.nodes[0].opts.priority"),
-        ([node("a", parent=pb.ParentRef(queue="q", job_id="x"))], "graph.nodes[0].opts.parent"),
+        # a node another depends on is linked by depends_on, not by a parent of its own
+        ([node("a", parent=pb.ParentRef(queue="q", job_id="x")), node("b", "a")], "graph.nodes[0].opts.parent"),
         ([node("a", idempotency=pb.Idempotency(key="k"))], "graph.nodes[0].opts.idempotency"),
         ([node("a", dedup=pb.Dedup(id="d", mode=pb.DEDUP_MODE_SIMPLE))], "graph.nodes[0].opts.dedup"),
         ([node("a", policy=42)], "graph.nodes[0].on_failure"),

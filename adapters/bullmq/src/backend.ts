@@ -185,8 +185,10 @@ export class LoamQueueBackend extends EventEmitter {
     const msc = typeof this.opts.maxStalledCount === "number" ? this.opts.maxStalledCount : undefined;
     const cfg = await this.config();
     const wantStalled = msc ?? (cfg?.maxStalled ?? 1);
-    if (!cfg || !cfg.deferStalledFailure || (msc !== undefined && cfg.maxStalled !== msc)) {
-      const next = { ...(cfg ?? {}), maxStalled: wantStalled, deferStalledFailure: true };
+    // A parent failed by a child (failParentOnFailure) is failed by a worker too, as
+    // BullMQ does: it goes back to wait with the reason as its deferred failure.
+    if (!cfg || !cfg.deferStalledFailure || !cfg.deferChildFailure || (msc !== undefined && cfg.maxStalled !== msc)) {
+      const next = { ...(cfg ?? {}), maxStalled: wantStalled, deferStalledFailure: true, deferChildFailure: true };
       delete (next as any).$typeName;
       await this.queueOp({ case: "update", value: { config: next } });
     }
@@ -314,6 +316,7 @@ export class LoamQueueBackend extends EventEmitter {
     const { task, opts } = toLoam(job, jobId, parentKeyOpts?.parentKey);
     try {
       const r = await this.enqueuer().enqueue({ task, opts });
+      if (!r.created && opts.parent) await this.refuseNewParent(r.job, parentKeyOpts?.parentKey, opts.parent);
       return r.jobKey || String(jobId ?? "") || r.job;
     } catch (e) {
       const k = errKind(e);
@@ -322,6 +325,18 @@ export class LoamQueueBackend extends EventEmitter {
         throw R.finishedError({ code: R.ErrorCode.ParentJobNotExist, parentKey: parentKeyOpts?.parentKey, command: "addJob" });
       }
       throw e;
+    }
+  }
+
+  /** BullMQ's -7: an id taken by a job that is a child of another parent, which still
+   * exists, cannot be added under a new parent. */
+  private async refuseNewParent(job: string, parentKey: string | undefined, want: { queue?: string; jobId?: string }) {
+    const existing = await this.getJob(job);
+    for (const ref of existing?.parents ?? []) {
+      const p = await this.forQueue(ref.queue).getJob(ref.jobId);
+      if (!p) continue;
+      const same = ref.queue === want.queue && (p.id === want.jobId || p.opts?.jobKey === want.jobId);
+      if (!same) throw R.finishedError({ code: R.ErrorCode.ParentJobCannotBeReplaced, parentKey, command: "addJob" });
     }
   }
 
@@ -391,8 +406,11 @@ export class LoamQueueBackend extends EventEmitter {
     const nodes = entries.flatMap((e, i) => {
       if (skipped.has(i)) return [];
       const o = e.jobData.opts ?? {};
-      const { task, opts } = toLoam({ ...e.jobData, opts: { ...o, __flowNode: true } }, e.jobId, e.parentKeyOpts?.parentKey);
-      delete (opts as any).parent;
+      // A subtree under a job outside the flow (a step job's children) keeps its parent
+      // link: the server attaches the node to that job.
+      const outside = parentOf[i] === -2;
+      const { task, opts } = toLoam({ ...e.jobData, opts: outside ? o : { ...o, __flowNode: true } }, e.jobId, e.parentKeyOpts?.parentKey);
+      if (!outside) delete (opts as any).parent;
       delete (opts as any).dedup;
       // No flag: BullMQ's parent keeps waiting on a failed child (Loam's keep-waiting).
       let onFailure = o.failParentOnFailure ? FailurePolicy.FAIL_PARENT : FailurePolicy.KEEP_WAITING;
@@ -400,7 +418,9 @@ export class LoamQueueBackend extends EventEmitter {
       else if (o.ignoreDependencyOnFailure) onFailure = FailurePolicy.IGNORE_DEPENDENCY;
       else if (o.removeDependencyOnFailure) onFailure = FailurePolicy.REMOVE_DEPENDENCY;
       const dependsOn = entries.flatMap((c, j) => (parentOf[j] === i && !skipped.has(j) ? [nodeId(c.queueName, c.jobId)] : []));
-      return [{ id: nodeId(e.queueName, e.jobId), queue: e.queueName, task, opts, dependsOn, onFailure }];
+      // A leaf whose id is taken joins the flow as that job (BullMQ re-adding a child).
+      const joinExisting = !dependsOn.length && !outside;
+      return [{ id: nodeId(e.queueName, e.jobId), queue: e.queueName, task, opts, dependsOn, onFailure, joinExisting }];
     });
     if (nodes.length) await this.client.flow({ graph: { id: randomUUID(), nodes } });
     return results;
@@ -513,6 +533,9 @@ export class LoamQueueBackend extends EventEmitter {
       const msg = e instanceof Error ? e.message : String(e);
       if (kind === "not_found") throw R.finishedError({ code: R.ErrorCode.JobNotExist, jobId: h.key, command });
       if (kind === "fenced") throw R.finishedError({ code: R.ErrorCode.JobLockMismatch, jobId: h.key, command, state: "active" });
+      if (kind === "invalid_state" && /pending dependencies/.test(msg)) {
+        throw R.finishedError({ code: R.ErrorCode.JobPendingChildren, jobId: h.key, command });
+      }
       if (kind === "invalid_state") {
         throw R.finishedError({ code: R.ErrorCode.JobNotInState, jobId: h.key, command, state: "active" });
       }
@@ -554,15 +577,27 @@ export class LoamQueueBackend extends EventEmitter {
       rv = "null";
     }
     const k = keep(removeOnComplete ?? this.opts.removeOnComplete);
-    return this.finishAndFetch(
-      h!,
-      {
-        kind: { case: "ok", value: { result: { data: utf8(rv), contentType: "application/json" } } },
-        ...(k ? { retention: { completedCount: k.count, completedAgeNs: k.age } } : {}),
-      },
-      fetchNext,
-      token,
-    );
+    try {
+      return await this.finishAndFetch(
+        h!,
+        {
+          // BullMQ's -4: a job with children still pending cannot complete.
+          kind: { case: "ok", value: { result: { data: utf8(rv), contentType: "application/json" }, ifNoPendingChildren: true } },
+          ...(k ? { retention: { completedCount: k.count, completedAgeNs: k.age } } : {}),
+        },
+        fetchNext,
+        token,
+      );
+    } catch (e) {
+      // Refused, the job is still leased to this worker, which fails it next.
+      if (e instanceof Error && /has pending dependencies/.test(e.message)) this.holdAgain(h!);
+      throw e;
+    }
+  }
+
+  private holdAgain(h: Held): void {
+    this.s.book.set(h);
+    this.handed++;
   }
 
   async moveToFailed(job: any, failedReason: string, removeOnFail: any, token: string, fetchNext: boolean, fieldsToUpdate?: Record<string, any>) {
@@ -616,6 +651,11 @@ export class LoamQueueBackend extends EventEmitter {
         throw R.finishedError({ code: R.ErrorCode.JobNotInState, jobId, command: "moveToWaitingChildren", state: "active" });
       }
       throw R.finishedError({ code: R.ErrorCode.JobLockNotExist, jobId, command: "moveToWaitingChildren" });
+    }
+    // A child failed under failParentOnFailure while this job ran: BullMQ's -9, thrown
+    // while the job is still active, so the worker fails it with that message.
+    if ((await this.getJob(jobId))?.failedChild) {
+      throw R.finishedError({ code: R.ErrorCode.JobHasFailedChildren, jobId, command: "moveToWaitingChildren" });
     }
     const done = await this.finish(h, { kind: { case: "waitChildren", value: {} } }, "moveToWaitingChildren");
     if (done.state === JobState.FAILED) {

@@ -2,7 +2,7 @@
 // and resuming from a last event id (the Watch cursor).
 import { afterEach, describe, expect, it } from "vitest";
 import { Queue, QueueEvents, Worker } from "../src/index.js";
-import { connection, qname } from "./helpers.js";
+import { connection, qname, until } from "./helpers.js";
 
 const closers: { close(): Promise<unknown> }[] = [];
 afterEach(async () => {
@@ -33,6 +33,8 @@ describe("QueueEvents", () => {
     expect(await good.waitUntilFinished(events, 5000)).toEqual({ ok: 7 });
     await expect(bad.waitUntilFinished(events, 5000)).rejects.toThrow("bad job");
     expect(seen.added?.map((a) => a.jobId)).toEqual([good.id, bad.id]);
+    // The bad job may be seen failed (isFinished) before its `failed` event arrives.
+    await until(() => !!seen.failed, 5000);
     expect(seen.completed?.[0]).toMatchObject({ jobId: good.id, returnvalue: { ok: 7 } });
     expect(seen.failed?.[0]).toMatchObject({ jobId: bad.id, failedReason: "bad job" });
     expect(seen.progress?.[0]).toMatchObject({ jobId: good.id, data: { pct: 50 } });

@@ -98,4 +98,51 @@ describe("flows", () => {
     await until(async () => (await queue.getJobState(parent.id!)) === "completed", 8000);
     expect((await queue.getJob(parent.id!))!.returnvalue).toEqual(["child value"]);
   });
+
+  it("fails a parent of a failParentOnFailure child in a worker, with BullMQ's reason", async () => {
+    const q = qname();
+    const queue = track(new Queue(q, { connection }));
+    track(new Worker(q, async (j) => {
+      if (j.name === "bad") throw new Error("child broke");
+      return "ok";
+    }, { connection }));
+    const flow = track(new FlowProducer({ connection }));
+    const tree = await flow.add({
+      name: "p", queueName: q, data: {},
+      children: [{ name: "bad", queueName: q, data: {}, opts: { failParentOnFailure: true } }],
+    });
+    await until(async () => (await queue.getJobState(tree.job.id!)) === "failed", 8000);
+    const parent = (await queue.getJob(tree.job.id!))!;
+    expect(parent.failedReason).toBe(`child ${q}:${tree.children![0].job.id} failed`);
+    expect(parent.processedOn).toBeTypeOf("number"); // a worker took it: it failed from active
+  });
+
+  it("refuses to complete a job whose children are pending (BullMQ's -4)", async () => {
+    const q = qname();
+    const queue = track(new Queue(q, { connection }));
+    const job = await queue.add("parent", {});
+    const flow = track(new FlowProducer({ connection }));
+    track(new Worker(q, async (j) => {
+      await flow.add({ name: "child", queueName: `${q}-kids`, data: {}, opts: { parent: { id: j.id!, queue: j.queueQualifiedName } } });
+      return "done too early";
+    }, { connection }));
+    await until(async () => (await queue.getJobState(job.id!)) === "failed", 8000);
+    expect((await queue.getJob(job.id!))!.failedReason).toBe(`Job ${job.id} has pending dependencies. moveToFinished`);
+  });
+
+  it("links a child re-added with a new parent, completed or not", async () => {
+    const q = qname();
+    const queue = track(new Queue(q, { connection }));
+    const flow = track(new FlowProducer({ connection }));
+    await flow.add({ name: "mon", queueName: q, data: {}, opts: { jobId: "mon" } });
+    const worker = track(new Worker(q, async () => "v", { connection }));
+    await until(async () => (await queue.getJobState("mon")) === "completed", 8000);
+    await worker.close();
+    const tree = await flow.add({ name: "tue", queueName: q, data: {}, opts: { jobId: "tue" }, children: [{ name: "mon", queueName: q, data: {}, opts: { jobId: "mon" } }] });
+    expect(await tree.job.getState()).toBe("waiting");
+    expect(await tree.job.getDependenciesCount()).toMatchObject({ processed: 1, unprocessed: 0 });
+    await expect(queue.add("mon", {}, { jobId: "mon", parent: { id: "other", queue: q } })).rejects.toThrow(
+      `The parent job ${q}:other cannot be replaced. addJob`,
+    );
+  });
 });

@@ -46,7 +46,6 @@ _FLAG_OF = {
     pb.FAILURE_POLICY_KEEP_WAITING: "keep_waiting_on_failure",
 }
 _REFUSED_OPTS = {
-    "parent": "flow nodes are linked by depends_on",
     "idempotency": "the flow id makes a submit idempotent",
     "dedup": "a deduplicated node would not be created; flows create every node",
 }
@@ -77,7 +76,14 @@ def check_flow(spec: jobs_pb2.FlowSpec, field: str = "graph") -> None:
                 raise InvalidArgument(f"{f}.opts.{name}", why)
         if node.on_failure not in _FLAG_OF:
             raise InvalidArgument(f"{f}.on_failure", f"unknown failure policy {node.on_failure}")
+    depended_on = {dep for node in spec.nodes for dep in node.depends_on}
     for i, node in enumerate(spec.nodes):
+        if node.opts.HasField("parent") and node.id in depended_on:
+            # A node with no dependents may join a job outside the flow (BullMQ's flow
+            # under a running job); the others are linked by depends_on.
+            raise InvalidArgument(f"{field}.nodes[{i}].opts.parent", "flow nodes other nodes depend on are linked by depends_on")
+        if node.join_existing and node.depends_on:
+            raise InvalidArgument(f"{field}.nodes[{i}].join_existing", "applies to nodes without depends_on")
         seen = set()
         for j, dep in enumerate(node.depends_on):
             f = f"{field}.nodes[{i}].depends_on[{j}]"
@@ -149,6 +155,7 @@ def flow_submit(
     root = QueueTx(tx, ns, spec.nodes[0].queue)
     rec = pb.FlowRecord(id=flow_id, request_hash=rhash, created_ns=root.now)
     ready: set[str] = set()
+    joined: dict[str, str] = {}  # node id -> the existing job it joined as (join_existing)
     for i, (node, nj) in enumerate(zip(spec.nodes, news, strict=True)):
         qt = root.peer(node.queue)
 
@@ -161,23 +168,33 @@ def flow_submit(
 
         res = _enqueue_one(qt, NewJob(nj.job_id, nj.task, nj.opts, init=init))
         if not res.created:
-            raise AlreadyExists(
-                f"graph.nodes[{i}].opts.job_key {nj.opts.job_key!r} is taken by job {res.job_id}", res.job_id
-            )
+            if not node.join_existing:
+                raise AlreadyExists(
+                    f"graph.nodes[{i}].opts.job_key {nj.opts.job_key!r} is taken by job {res.job_id}", res.job_id
+                )
+            joined[node.id] = res.job_id
         if res.state in S.READY:
             ready.add(node.queue)
+        rec.jobs.add(node=node.id, queue=node.queue, job_id=res.job_id)
+    # The links, once every node's job exists (a joined child's id is known only now).
+    for node, nj in zip(spec.nodes, news, strict=True):
+        qt = root.peer(node.queue)
         for dep in node.depends_on:
             child, cj = by_id[dep]
+            child_id = joined.get(dep, cj.job_id)
             d = pb.Dependency(
                 queue=child.queue,
-                job_id=cj.job_id,
+                job_id=child_id,
                 node=dep,
                 state=pb.DEPENDENCY_STATE_PENDING,
                 job_key=cj.opts.job_key,
                 policy=child.on_failure or pb.FAILURE_POLICY_FAIL_PARENT,
             )
-            tx.put(qt.k.dependency(nj.job_id, child.queue, cj.job_id), d.SerializeToString())
-        rec.jobs.add(node=node.id, queue=node.queue, job_id=nj.job_id)
+            if dep in joined:
+                ref = pb.ParentRef(queue=node.queue, job_id=nj.job_id)
+                setattr(ref, _FLAG_OF[child.on_failure], True)
+                _join_parent(root.peer(child.queue), child_id, qt, ref, d)
+            tx.put(qt.k.dependency(nj.job_id, child.queue, child_id), d.SerializeToString())
     root.flush()
     tx.put(fkey, rec.SerializeToString())
     return Submitted(flow_id, {j.node: j.job_id for j in rec.jobs}, True, ready)
@@ -188,6 +205,39 @@ def flow_get(tx: Txn, ns: str, flow_id: str) -> pb.FlowRecord:
     if raw is None:
         raise NotFound(f"flow {flow_id!r} not found")
     return pb.FlowRecord.FromString(raw)
+
+
+def _join_parent(cq: QueueTx, child_id: str, pq: QueueTx, ref: pb.ParentRef, dep: pb.Dependency) -> None:
+    """An existing job joins a new flow as the dependency `dep` of `ref`'s job (BullMQ
+    re-adding a job id under a parent): counted at once if it completed, else pending.
+    A job still linked to another live parent cannot change parents."""
+    child = cq.require_job(child_id)
+    live = []
+    for old in child.parents:
+        if cq.peer(old.queue).get_job(old.job_id) is None:
+            continue  # that parent is gone: the link is stale
+        if (old.queue, old.job_id) != (ref.queue, ref.job_id):
+            raise AlreadyExists(
+                f"job {child_id} is a dependency of job {old.job_id} in queue {old.queue!r}; it cannot join another",
+                child_id,
+            )
+        live.append(old)
+    del child.parents[:]
+    child.parents.extend(live)
+    child.parents.append(ref)
+    cq.put_job(child)
+    if child.state != S.COMPLETED:
+        return
+    parent = pq.require_job(ref.job_id)
+    dep.state = pb.DEPENDENCY_STATE_PROCESSED
+    dep.value.CopyFrom(child.result)
+    dep.finished_ns = pq.now
+    parent.pending_children = max(parent.pending_children - 1, 0)
+    parent.children_completed += 1
+    if parent.pending_children == 0 and parent.state == S.WAITING_CHILDREN:
+        _release(pq, parent)
+    else:
+        pq.put_job(parent)
 
 
 # -- children added to a running job (BullMQ `opts.parent`) -------------------------------------
@@ -292,7 +342,7 @@ def on_job_finished(qt: QueueTx, job: pb.Job) -> None:
         else:
             qt.tx.put(dkey, dep.SerializeToString())
         if failure:
-            _fail_parent(pq, parent, failure)
+            _fail_parent(pq, parent, failure, f"child {qt.name}:{job.opts.job_key or job.id} failed")
         elif release and parent.state == S.WAITING_CHILDREN:
             _release(pq, parent)
         else:
@@ -336,10 +386,12 @@ def _release(pq: QueueTx, parent: pb.Job) -> None:
         pq.wake_after_commit()
 
 
-def _fail_parent(pq: QueueTx, parent: pb.Job, message: str) -> None:
+def _fail_parent(pq: QueueTx, parent: pb.Job, message: str, deferred: str) -> None:
     """A dependency failed under the fail policy. A running parent fails when it asks to
     wait for its children (it may still finish on its own); a waiting one fails now,
-    which in turn settles its own parents."""
+    which in turn settles its own parents. With the queue's defer_child_failure, a
+    waiting one goes to the front instead, carrying `deferred` for the worker to report
+    (BullMQ: the parent fails in a worker, so it emits `failed` from active)."""
     from loam_common.jobs import complete  # complete imports enqueue, which imports this lazily
 
     if parent.state in S.FINISHED:
@@ -349,6 +401,16 @@ def _fail_parent(pq: QueueTx, parent: pb.Job, message: str) -> None:
         if not parent.failed_child:
             parent.failed_child = message
         pq.put_job(parent)
+        return
+    if pq.cfg.defer_child_failure:
+        if not parent.deferred_failure:
+            parent.deferred_failure = deferred
+        if parent.state in S.READY:
+            pq.put_job(parent)
+        else:
+            parent.due_ns = 0
+            pq.move(parent, S.ready_state(parent.opts.priority), "waiting")
+            pq.wake_after_commit()
         return
     err = pb.JobError(code=CHILD_FAILED, message=message)
     complete._record_error(pq, parent, err)

@@ -31,10 +31,11 @@ class Outcome:
     until_ns: int = 0  # delay
     for_ns: int = 0  # rate_limited
     retention: pb.Retention | None = None  # replaces the job's if this outcome finishes it
+    if_no_pending_children: bool = False  # ok: refuse while a dependency is pending (BullMQ)
 
     @staticmethod
-    def ok(result: pb.Payload | None = None) -> Outcome:
-        return Outcome("ok", result=result)
+    def ok(result: pb.Payload | None = None, if_no_pending_children: bool = False) -> Outcome:
+        return Outcome("ok", result=result, if_no_pending_children=if_no_pending_children)
 
     @staticmethod
     def retry(error: pb.JobError, after_ns: int | None = None) -> Outcome:
@@ -106,6 +107,13 @@ def load_fenced(qt: QueueTx, job_id: str, epoch: int) -> pb.Job:
     return job
 
 
+def check_outcome_allowed(job: pb.Job, outcome: Outcome) -> None:
+    """Refusals that depend on the job, checked before any write (so a batched Ok still
+    needs no savepoint)."""
+    if outcome.kind == "ok" and outcome.if_no_pending_children and job.pending_children:
+        raise InvalidState(job.id, f"waiting on {job.pending_children} pending dependencies", "complete")
+
+
 def job_extend_if_leased(tx: Txn, ns: str, queue: str, job_id: str, epoch: int, by_ns: int) -> int:
     """Move the deadline to now + by, never past the job's timeout. Returns it."""
     with QueueTx(tx, ns, queue, create=False) as qt:
@@ -125,7 +133,9 @@ def job_complete_if_leased(
     tx: Txn, ns: str, queue: str, job_id: str, epoch: int, outcome: Outcome
 ) -> Completed:
     with QueueTx(tx, ns, queue, create=False) as qt:
-        return _complete(qt, load_fenced(qt, job_id, epoch), outcome)
+        job = load_fenced(qt, job_id, epoch)
+        check_outcome_allowed(job, outcome)
+        return _complete(qt, job, outcome)
 
 
 def job_complete_many(
@@ -143,6 +153,7 @@ def job_complete_many(
             qt = root.peer(queue, create=False) if root is not None else QueueTx(tx, ns, queue, create=False)
             root = root or qt
             job = load_fenced(qt, job_id, epoch)  # reads only: a refusal here has nothing to undo
+            check_outcome_allowed(job, outcome)
         except JobsError as e:
             out.append(e)
             continue
