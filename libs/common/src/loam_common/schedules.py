@@ -12,7 +12,16 @@ every tick at most once; a sweeper that was down fires the ticks it missed as th
 schedule's misfire policy says (docs/decisions/0008-schedules-in-the-core.md).
 
 Upsert by id: the same rule again changes nothing; a new rule replaces the old one in
-one transaction (its count starts again; it never fires an instant already fired)."""
+one transaction (its count starts again; it never fires an instant already fired).
+
+A schedule with `driver = SCHEDULE_DRIVER_ITERATIONS` (BullMQ's job schedulers) is never
+fired here: it has no due entry. The client computes each next time (BullMQ does its cron
+and `every` maths in the client, on the client's clock) and `schedule_iterate` stores it
+with the iteration's job, enqueued in the same transaction; the job of one iteration,
+once a worker takes it, advances the chain by one (`advance` with `if_next_ns`, so two
+workers finishing the same iteration advance it once). `last_job_id` is the current
+iteration, which drain and clean leave alone and `schedule_remove` takes away while it is
+still delayed, as BullMQ does."""
 
 from __future__ import annotations
 
@@ -21,10 +30,10 @@ from dataclasses import dataclass, field
 
 from loam_common import ids, keys, validate
 from loam_common.blobs import INLINE_LIMIT
-from loam_common.errors import InvalidArgument, JobsError, NotFound
+from loam_common.errors import AlreadyExists, InvalidArgument, JobsError, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.enqueue import NewJob, _enqueue_one, check_opts
+from loam_common.jobs.enqueue import Enqueued, NewJob, _enqueue_one, check_opts
 from loam_common.jobs.queue import QueueTx
 from loam_common.schedule_rules import MIN_EVERY_NS, Rule, parse_cron, parse_tz, rule_of
 from loam_common.store.base import Txn
@@ -50,13 +59,22 @@ def idempotency_key(schedule_id: str, tick_ns: int) -> str:
 
 
 # -- validation ------------------------------------------------------------------------------
+def iterated(rec: pb.ScheduleRecord) -> bool:
+    return rec.driver == pb.SCHEDULE_DRIVER_ITERATIONS
+
+
 def check_schedule(spec: jobs_pb2.ScheduleSpec, field: str = "spec") -> None:
     """Refuse a spec that cannot work, naming the field, before any transaction."""
     validate.text(f"{field}.id", spec.id, 1024, allow_empty=False)
+    if spec.driver not in pb.ScheduleDriver.values():
+        raise InvalidArgument(f"{field}.driver", f"unknown schedule driver {spec.driver}")
     if spec.cron and spec.every_ns:
         raise InvalidArgument(f"{field}.every_ns", "both cron and every_ns are set; a schedule has one rule")
     if not spec.cron and not spec.every_ns:
         raise InvalidArgument(f"{field}.cron", "set cron or every_ns")
+    if spec.driver == pb.SCHEDULE_DRIVER_ITERATIONS:
+        _check_iterated(spec, field)
+        return
     if spec.cron:
         parse_cron(spec.cron, f"{field}.cron")
         parse_tz(spec.tz, f"{field}.tz")
@@ -91,11 +109,53 @@ def check_schedule(spec: jobs_pb2.ScheduleSpec, field: str = "spec") -> None:
             raise InvalidArgument(f"{field}.opts.{name}", why)
 
 
+def _check_iterated(spec: jobs_pb2.ScheduleSpec, field: str) -> None:
+    """An iteration-driven rule is evaluated by its client (BullMQ accepts custom repeat
+    strategies, e.g. RRULE text in `pattern`) on the client's clock, so neither the rule
+    nor its dates are checked against this server's parser or clock."""
+    validate.text(f"{field}.cron", spec.cron, 1024)
+    validate.text(f"{field}.tz", spec.tz, 256)
+    for name in ("start_ns", "end_ns"):
+        validate.time_ns(f"{field}.{name}", getattr(spec, name))
+    for name in ("every_ns", "offset_ns"):
+        validate.duration_ns(f"{field}.{name}", getattr(spec, name))
+    validate.name(f"{field}.queue", spec.queue)
+    validate.text(f"{field}.task.name", spec.task.name, 256, allow_empty=False)
+    if len(spec.task.payload.data) > PAYLOAD_LIMIT:
+        raise InvalidArgument(f"{field}.task.payload", f"a template is limited to {PAYLOAD_LIMIT} bytes")
+    if spec.HasField("opts") and spec.opts.ByteSize():
+        raise InvalidArgument(f"{field}.opts", "an iteration's options travel with its job (iteration_opts)")
+
+
+def check_iteration(req: jobs_pb2.ScheduleRequest) -> None:
+    """The iteration fields of a ScheduleRequest; the spec is checked by check_schedule
+    unless the request only advances the chain."""
+    iterating = req.advance or req.spec.driver == pb.SCHEDULE_DRIVER_ITERATIONS
+    touched = req.next_ns or req.advance or req.if_next_ns or req.HasField("iteration_task") or req.replace_job_id
+    if touched and not iterating:
+        raise InvalidArgument("next_ns", "applies to spec.driver = SCHEDULE_DRIVER_ITERATIONS only")
+    if not iterating:
+        return
+    validate.text("spec.id", req.spec.id, 1024, allow_empty=False)
+    validate.time_ns("next_ns", req.next_ns)
+    validate.time_ns("if_next_ns", req.if_next_ns)
+    validate.text("replace_job_id", req.replace_job_id, 1024)
+    if req.HasField("iteration_task"):
+        validate.text("iteration_task.name", req.iteration_task.name, 256, allow_empty=False)
+        if len(req.iteration_task.payload.data) > PAYLOAD_LIMIT:
+            raise InvalidArgument("iteration_task.payload", f"an iteration is limited to {PAYLOAD_LIMIT} bytes")
+        check_opts(req.iteration_opts, "iteration_opts")
+        if not req.iteration_opts.job_key:
+            raise InvalidArgument("iteration_opts.job_key", "an iteration is named by its key")
+    elif req.HasField("iteration_opts"):
+        raise InvalidArgument("iteration_task", "iteration_opts without a task")
+
+
 def _normalized(spec: jobs_pb2.ScheduleSpec) -> pb.ScheduleRecord:
     """The record's fields 1-14 from a spec (same numbers), defaults made explicit so two
     specs meaning the same rule hash the same."""
     rec = pb.ScheduleRecord.FromString(spec.SerializeToString())
-    if rec.cron and not rec.tz:
+    if rec.cron and not rec.tz and not iterated(rec):  # the client's rule: its tz as given
         rec.tz = "UTC"
     if rec.misfire == pb.MISFIRE_POLICY_UNSPECIFIED:
         rec.misfire = pb.MISFIRE_POLICY_FIRE_LATEST
@@ -178,7 +238,7 @@ def _fire_due(tx: Txn, ns: str, rec: pb.ScheduleRecord, rule: Rule, now: int, ou
 
 def _save(tx: Txn, ns: str, rec: pb.ScheduleRecord) -> None:
     tx.put(keys.schedule(ns, rec.id), rec.SerializeToString())
-    if rec.next_ns:
+    if rec.next_ns and not iterated(rec):  # an iteration-driven schedule is never swept
         tx.put(keys.schedule_due(ns, rec.next_ns, rec.id), b"")
 
 
@@ -196,8 +256,8 @@ def sweep_schedules(tx: Txn, ns: str, limit: int = SWEEP_BATCH) -> Fired:
         if raw is None:
             continue  # removed; a stale entry
         rec = pb.ScheduleRecord.FromString(raw)
-        if rec.next_ns != keys.index_time(key, len(prefix)):
-            continue  # a stale entry; the record's own entry is elsewhere
+        if rec.next_ns != keys.index_time(key, len(prefix)) or iterated(rec):
+            continue  # a stale entry; the record's own entry is elsewhere, or it has none
         _fire_due(tx, ns, rec, rule_of(rec), now, out)
         _save(tx, ns, rec)
     return out
@@ -245,16 +305,121 @@ def schedule_upsert(tx: Txn, ns: str, spec: jobs_pb2.ScheduleSpec) -> Upserted:
 
 
 def schedule_remove(tx: Txn, ns: str, schedule_id: str) -> bool:
-    """Delete a schedule; jobs its ticks enqueued stay. False if there was none."""
+    """Delete a schedule; jobs its ticks enqueued stay, except an iteration-driven
+    schedule's next iteration while it is still delayed (BullMQ's removeJobScheduler).
+    False if there was none."""
     key = keys.schedule(ns, schedule_id)
     raw = tx.get(key)
     if raw is None:
         return False
     rec = pb.ScheduleRecord.FromString(raw)
-    if rec.next_ns:
+    if iterated(rec):
+        _remove_if(tx, ns, rec, rec.last_job_id, (S.DELAYED,))
+    elif rec.next_ns:
         tx.delete(keys.schedule_due(ns, rec.next_ns, schedule_id))
     tx.delete(key)
     return True
+
+
+# -- iteration-driven schedules (BullMQ's job schedulers) ------------------------------------
+@dataclass(frozen=True, slots=True)
+class Iterated:
+    schedule: pb.ScheduleRecord
+    changed: bool  # False: an advance that lost its guard or found its iteration taken
+    job: Enqueued | None  # the iteration's job
+    replaced: bool  # replace_job_id was still pending and was removed
+
+
+_PENDING = (S.WAITING, S.PRIORITIZED, S.DELAYED)
+
+
+def _remove_if(tx: Txn, ns: str, rec: pb.ScheduleRecord, job_id: str, states: tuple[int, ...]) -> bool:
+    if not job_id or tx.get(keys.QueueKeys(ns, rec.queue).config()) is None:
+        return False  # no job, or its queue was obliterated
+    with QueueTx(tx, ns, rec.queue, create=False) as qt:
+        job = qt.get_job(job_id)
+        if job is None or job.state not in states or job.task.headers.get(HEADER_SCHEDULE) != rec.id:
+            return False
+        qt.remove(job, event="removed")
+        return True
+
+
+def _take_key(tx: Txn, ns: str, rec: pb.ScheduleRecord, job_key: str) -> None:
+    """A replaced cron rule whose next iteration falls on one this schedule already
+    started (a worker holds it, or it finished) gets the key: BullMQ writes the new
+    iteration over the old one's id. The old job keeps running under its own id. (An
+    `every` rule's client moves on to the next free slot instead.)"""
+    k = keys.QueueKeys(ns, rec.queue)
+    held = tx.get(k.job_key(job_key))
+    if held is None:
+        return
+    with QueueTx(tx, ns, rec.queue, create=False) as qt:
+        job = qt.get_job(held.decode())
+        if job is not None and job.task.headers.get(HEADER_SCHEDULE) == rec.id and job.state not in _PENDING:
+            tx.delete(k.job_key(job_key))
+
+
+def is_current_iteration(tx: Txn, ns: str, job: pb.Job) -> bool:
+    """Whether `job` is the pending iteration of an iteration-driven schedule: drain and
+    clean leave it, as BullMQ does, or the chain would stop."""
+    sid = job.task.headers.get(HEADER_SCHEDULE)
+    if not sid:
+        return False
+    raw = tx.get(keys.schedule(ns, sid))
+    if raw is None:
+        return False
+    rec = pb.ScheduleRecord.FromString(raw)
+    return iterated(rec) and rec.last_job_id == job.id
+
+
+def schedule_iterate(tx: Txn, ns: str, req: jobs_pb2.ScheduleRequest) -> Iterated:
+    """Upsert an iteration-driven schedule, or advance it by one (`req.advance`), and
+    enqueue the iteration's job in the same transaction (checked by `check_iteration`
+    and, for an upsert, `check_schedule`)."""
+    now = tx.now_ns()
+    key = keys.schedule(ns, req.spec.id)
+    raw = tx.get(key)
+    old = pb.ScheduleRecord.FromString(raw) if raw is not None else None
+    replaced = False
+    if req.advance:
+        if old is None or not iterated(old) or (req.if_next_ns and old.next_ns != req.if_next_ns):
+            return Iterated(old or pb.ScheduleRecord(id=req.spec.id), False, None, False)
+        rec = pb.ScheduleRecord()
+        rec.CopyFrom(old)
+        rec.count += 1
+    else:
+        rec = _normalized(req.spec)
+        rec.rule_hash = _rule_hash(rec)
+        rec.created_ns = old.created_ns if old is not None else now
+        # BullMQ's iteration count starts at 1 and an upsert keeps it.
+        rec.count = old.count if old is not None and iterated(old) else 1
+        if old is not None:
+            rec.last_tick_ns, rec.last_job_id = old.last_tick_ns, old.last_job_id
+            if old.next_ns and not iterated(old):
+                tx.delete(keys.schedule_due(ns, old.next_ns, old.id))
+        replaced = _remove_if(tx, ns, rec, req.replace_job_id, _PENDING)
+        if replaced and req.iteration_opts.job_key and not rec.every_ns:
+            _take_key(tx, ns, rec, req.iteration_opts.job_key)
+    rec.updated_ns = now
+    rec.next_ns = req.next_ns
+    job = None
+    if req.HasField("iteration_task"):
+        task = pb.TaskSpec()
+        task.CopyFrom(req.iteration_task)
+        task.headers[HEADER_SCHEDULE] = rec.id
+        task.headers[HEADER_TICK] = str(req.next_ns)
+        opts = pb.EnqueueOpts()
+        opts.CopyFrom(req.iteration_opts)
+        with QueueTx(tx, ns, rec.queue) as qt:
+            job = _enqueue_one(qt, NewJob(ids.new_ulid(), task, opts))
+        if not job.created:
+            if req.advance:  # another producer made this iteration already
+                return Iterated(old, False, job, False)
+            raise AlreadyExists(f"job key {opts.job_key!r} is taken by job {job.job_id}", job.job_id)
+        rec.last_job_id = job.job_id
+        rec.last_tick_ns = req.next_ns
+    _save(tx, ns, rec)
+    return Iterated(rec, True, job, replaced)
 
 
 def schedule_get(tx: Txn, ns: str, schedule_id: str) -> pb.ScheduleRecord:

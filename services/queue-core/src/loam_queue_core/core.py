@@ -414,6 +414,18 @@ class QueueCore:
             self.waiters.wake(ns, queue, 1)
         return up
 
+    async def schedule_iterate(self, ns: str, req: jobs_pb2.ScheduleRequest) -> schedules.Iterated:
+        """An iteration-driven schedule (BullMQ's job schedulers): upsert it or advance
+        it by one, with the iteration's job in the same transaction."""
+        validate.name("namespace", ns)
+        schedules.check_iteration(req)
+        if not req.advance:
+            schedules.check_schedule(req.spec)
+        it = await self.store.transact(schedules.schedule_iterate, ns, req)
+        if it.job is not None and it.job.created:
+            self._woke(ns, it.schedule.queue, it.job)
+        return it
+
     async def unschedule(self, ns: str, schedule_id: str) -> bool:
         validate.name("namespace", ns)
         validate.text("id", schedule_id, 1024, allow_empty=False)

@@ -19,7 +19,7 @@ from typing import Any
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from loam_common import events, exchanges, keys, results, validate
+from loam_common import events, exchanges, keys, results, schedules, validate
 from loam_common.errors import InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import jobs_connect, jobs_pb2 as J, types_pb2 as pb
 from loam_common.jobs import admin, states as S
@@ -75,7 +75,7 @@ def outcome_from_proto(o: J.Outcome, field: str = "outcome") -> Outcome:
 def _outcome_kind(o: J.Outcome, field: str) -> Outcome:
     kind = o.WhichOneof("kind")
     if kind == "ok":
-        return Outcome.ok(o.ok.result if o.ok.HasField("result") else None, o.ok.if_no_pending_children)
+        return Outcome.ok(o.ok.result if o.ok.HasField("result") else None)
     if kind == "retry":
         r = o.retry
         return Outcome.retry(r.error if r.HasField("error") else None, r.after_ns if r.HasField("after_ns") else None)
@@ -223,6 +223,14 @@ class CoreRpc:
 
     # -- schedules and flows -------------------------------------------------------------
     async def schedule(self, ns: str, req: J.ScheduleRequest) -> J.ScheduleResponse:
+        if req.advance or req.spec.driver == pb.SCHEDULE_DRIVER_ITERATIONS:
+            it = await self.core.schedule_iterate(ns, req)
+            return J.ScheduleResponse(
+                id=req.spec.id, schedule=it.schedule, changed=it.changed,
+                iteration_job_id=it.job.job_id if it.job is not None else "", replaced=it.replaced,
+            )
+        if req.next_ns or req.if_next_ns or req.HasField("iteration_task") or req.replace_job_id:
+            schedules.check_iteration(req)  # refuses iteration fields on a server-driven schedule
         up = await self.core.schedule(ns, req.spec)
         return J.ScheduleResponse(id=up.schedule.id, schedule=up.schedule, changed=up.changed)
 

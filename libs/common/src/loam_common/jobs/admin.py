@@ -323,22 +323,24 @@ def _job_at(qt: QueueTx, prefix: bytes, key: bytes, value: bytes) -> pb.Job | No
     return job
 
 
-def _each_entry(qt: QueueTx, prefix: bytes, limit: int, consume: bool = True):
+def _each_entry(qt: QueueTx, prefix: bytes, limit: int, consume: bool = True, keep=None):
     """Yield (key, job) from an index in key order until `limit` jobs were yielded or
     the index is exhausted. With `consume` the caller takes every yielded job out of
     this index, so each page is scanned from the start again until one comes back
     empty: that also finds entries the removals let in anywhere in the index (a
-    subject's next job)."""
+    subject's next job). Jobs `keep(job)` is true for are skipped, and stay."""
     start, end, seen = prefix, keys.prefix_end(prefix), 0
     while seen < limit:
         page = min(limit - seen, 500)
         rows = qt.tx.scan(start, end, limit=page)
+        took = 0
         for key, value in rows:
             job = _job_at(qt, prefix, key, value)
-            if job is not None:
+            if job is not None and not (keep is not None and keep(job)):
                 seen += 1
+                took += 1
                 yield key, job
-        if not consume:
+        if not consume or (rows and not took):  # a page of kept jobs: go past it
             if len(rows) < page:
                 return
             start = rows[-1][0] + b"\x00"
@@ -359,12 +361,20 @@ def queue_drain(tx: Txn, ns: str, queue: str, delayed: bool = False, limit: int 
         removed = 0
         # Removing a subject's in-flight job admits its next one to the ready index,
         # so a prefix is scanned again until it is empty.
+        # A job scheduler's pending iteration stays (BullMQ), or its chain would stop.
+        keep = _current_iteration(qt)
         for prefix in prefixes:
-            for _key, job in _each_entry(qt, prefix, limit - removed):
+            for _key, job in _each_entry(qt, prefix, limit - removed, keep=keep):
                 qt.remove(job, event=None)
                 removed += 1
         qt.emit("drained", detail="delayed" if delayed else "", data=str(removed).encode())
         return removed
+
+
+def _current_iteration(qt: QueueTx):
+    from loam_common import schedules  # schedules enqueues, so it imports the jobs package
+
+    return lambda job: schedules.is_current_iteration(qt.tx, qt.ns, job)
 
 
 def _clean_sources(qt: QueueTx, state: int) -> list[tuple[bytes, bool]]:
@@ -399,10 +409,11 @@ def queue_clean(tx: Txn, ns: str, queue: str, state: int, grace_ns: int, limit: 
             else:  # no time order: look at up to MAX_BATCH entries
                 entries = _each_entry(qt, prefix, MAX_BATCH, consume=False)
                 jobs = (j for _, j in entries if j.created_ns <= cutoff)
+            keep = _current_iteration(qt)
             for job in jobs:
                 if len(removed) >= limit:
                     break
-                if job.state == state:
+                if job.state == state and not keep(job):
                     qt.remove(job, event=None)
                     removed.append(job.id)
         qt.emit("cleaned", detail=S.name(state), data=str(len(removed)).encode())

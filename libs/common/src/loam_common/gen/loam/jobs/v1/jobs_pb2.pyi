@@ -200,12 +200,10 @@ class ExtendResponse(_message.Message):
 class Outcome(_message.Message):
     __slots__ = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_limited", "retention")
     class Ok(_message.Message):
-        __slots__ = ("result", "if_no_pending_children")
+        __slots__ = ("result",)
         RESULT_FIELD_NUMBER: _ClassVar[int]
-        IF_NO_PENDING_CHILDREN_FIELD_NUMBER: _ClassVar[int]
         result: _types_pb2.Payload
-        if_no_pending_children: bool
-        def __init__(self, result: _Optional[_Union[_types_pb2.Payload, _Mapping]] = ..., if_no_pending_children: _Optional[bool] = ...) -> None: ...
+        def __init__(self, result: _Optional[_Union[_types_pb2.Payload, _Mapping]] = ...) -> None: ...
     class Retry(_message.Message):
         __slots__ = ("error", "after_ns")
         ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -315,7 +313,7 @@ class ReportResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ScheduleSpec(_message.Message):
-    __slots__ = ("id", "cron", "tz", "every_ns", "limit", "start_ns", "end_ns", "offset_ns", "immediately", "queue", "task", "opts", "misfire", "misfire_grace_ns")
+    __slots__ = ("id", "cron", "tz", "every_ns", "limit", "start_ns", "end_ns", "offset_ns", "immediately", "queue", "task", "opts", "misfire", "misfire_grace_ns", "driver")
     ID_FIELD_NUMBER: _ClassVar[int]
     CRON_FIELD_NUMBER: _ClassVar[int]
     TZ_FIELD_NUMBER: _ClassVar[int]
@@ -330,6 +328,7 @@ class ScheduleSpec(_message.Message):
     OPTS_FIELD_NUMBER: _ClassVar[int]
     MISFIRE_FIELD_NUMBER: _ClassVar[int]
     MISFIRE_GRACE_NS_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_FIELD_NUMBER: _ClassVar[int]
     id: str
     cron: str
     tz: str
@@ -344,23 +343,40 @@ class ScheduleSpec(_message.Message):
     opts: _types_pb2.EnqueueOpts
     misfire: _types_pb2.MisfirePolicy
     misfire_grace_ns: int
-    def __init__(self, id: _Optional[str] = ..., cron: _Optional[str] = ..., tz: _Optional[str] = ..., every_ns: _Optional[int] = ..., limit: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., offset_ns: _Optional[int] = ..., immediately: _Optional[bool] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., misfire: _Optional[_Union[_types_pb2.MisfirePolicy, str]] = ..., misfire_grace_ns: _Optional[int] = ...) -> None: ...
+    driver: _types_pb2.ScheduleDriver
+    def __init__(self, id: _Optional[str] = ..., cron: _Optional[str] = ..., tz: _Optional[str] = ..., every_ns: _Optional[int] = ..., limit: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., offset_ns: _Optional[int] = ..., immediately: _Optional[bool] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., misfire: _Optional[_Union[_types_pb2.MisfirePolicy, str]] = ..., misfire_grace_ns: _Optional[int] = ..., driver: _Optional[_Union[_types_pb2.ScheduleDriver, str]] = ...) -> None: ...
 
 class ScheduleRequest(_message.Message):
-    __slots__ = ("spec",)
+    __slots__ = ("spec", "next_ns", "advance", "if_next_ns", "iteration_task", "iteration_opts", "replace_job_id")
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    NEXT_NS_FIELD_NUMBER: _ClassVar[int]
+    ADVANCE_FIELD_NUMBER: _ClassVar[int]
+    IF_NEXT_NS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_TASK_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_OPTS_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     spec: ScheduleSpec
-    def __init__(self, spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ...) -> None: ...
+    next_ns: int
+    advance: bool
+    if_next_ns: int
+    iteration_task: _types_pb2.TaskSpec
+    iteration_opts: _types_pb2.EnqueueOpts
+    replace_job_id: str
+    def __init__(self, spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., next_ns: _Optional[int] = ..., advance: _Optional[bool] = ..., if_next_ns: _Optional[int] = ..., iteration_task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., iteration_opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., replace_job_id: _Optional[str] = ...) -> None: ...
 
 class ScheduleResponse(_message.Message):
-    __slots__ = ("id", "schedule", "changed")
+    __slots__ = ("id", "schedule", "changed", "iteration_job_id", "replaced")
     ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     CHANGED_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_FIELD_NUMBER: _ClassVar[int]
     id: str
     schedule: _types_pb2.ScheduleRecord
     changed: bool
-    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[_types_pb2.ScheduleRecord, _Mapping]] = ..., changed: _Optional[bool] = ...) -> None: ...
+    iteration_job_id: str
+    replaced: bool
+    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[_types_pb2.ScheduleRecord, _Mapping]] = ..., changed: _Optional[bool] = ..., iteration_job_id: _Optional[str] = ..., replaced: _Optional[bool] = ...) -> None: ...
 
 class UnscheduleRequest(_message.Message):
     __slots__ = ("id",)
@@ -403,22 +419,20 @@ class ListSchedulesResponse(_message.Message):
     def __init__(self, schedules: _Optional[_Iterable[_Union[_types_pb2.ScheduleRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class FlowNode(_message.Message):
-    __slots__ = ("id", "queue", "task", "opts", "depends_on", "on_failure", "join_existing")
+    __slots__ = ("id", "queue", "task", "opts", "depends_on", "on_failure")
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     OPTS_FIELD_NUMBER: _ClassVar[int]
     DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
     ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
-    JOIN_EXISTING_FIELD_NUMBER: _ClassVar[int]
     id: str
     queue: str
     task: _types_pb2.TaskSpec
     opts: _types_pb2.EnqueueOpts
     depends_on: _containers.RepeatedScalarFieldContainer[str]
     on_failure: _types_pb2.FailurePolicy
-    join_existing: bool
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., on_failure: _Optional[_Union[_types_pb2.FailurePolicy, str]] = ..., join_existing: _Optional[bool] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., on_failure: _Optional[_Union[_types_pb2.FailurePolicy, str]] = ...) -> None: ...
 
 class FlowSpec(_message.Message):
     __slots__ = ("id", "nodes")

@@ -47,6 +47,12 @@ class MisfirePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MISFIRE_POLICY_SKIP: _ClassVar[MisfirePolicy]
     MISFIRE_POLICY_FIRE_ALL: _ClassVar[MisfirePolicy]
 
+class ScheduleDriver(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCHEDULE_DRIVER_UNSPECIFIED: _ClassVar[ScheduleDriver]
+    SCHEDULE_DRIVER_SERVER: _ClassVar[ScheduleDriver]
+    SCHEDULE_DRIVER_ITERATIONS: _ClassVar[ScheduleDriver]
+
 class FailurePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FAILURE_POLICY_UNSPECIFIED: _ClassVar[FailurePolicy]
@@ -88,6 +94,9 @@ MISFIRE_POLICY_UNSPECIFIED: MisfirePolicy
 MISFIRE_POLICY_FIRE_LATEST: MisfirePolicy
 MISFIRE_POLICY_SKIP: MisfirePolicy
 MISFIRE_POLICY_FIRE_ALL: MisfirePolicy
+SCHEDULE_DRIVER_UNSPECIFIED: ScheduleDriver
+SCHEDULE_DRIVER_SERVER: ScheduleDriver
+SCHEDULE_DRIVER_ITERATIONS: ScheduleDriver
 FAILURE_POLICY_UNSPECIFIED: FailurePolicy
 FAILURE_POLICY_FAIL_PARENT: FailurePolicy
 FAILURE_POLICY_CONTINUE_PARENT: FailurePolicy
@@ -348,7 +357,7 @@ class RateLimit(_message.Message):
     def __init__(self, max: _Optional[int] = ..., duration_ns: _Optional[int] = ..., sharded: _Optional[bool] = ...) -> None: ...
 
 class QueueConfig(_message.Message):
-    __slots__ = ("name", "visibility_ns", "attempts", "backoff", "max_stalled", "rate_limit", "concurrency", "retention", "dead_letter_queue", "dead_letter_on_exhausted", "shards", "paused", "created_ns", "log_cap", "payload_limit", "defer_stalled_failure", "defer_child_failure")
+    __slots__ = ("name", "visibility_ns", "attempts", "backoff", "max_stalled", "rate_limit", "concurrency", "retention", "dead_letter_queue", "dead_letter_on_exhausted", "shards", "paused", "created_ns", "log_cap", "payload_limit", "defer_stalled_failure")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VISIBILITY_NS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -365,7 +374,6 @@ class QueueConfig(_message.Message):
     LOG_CAP_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_LIMIT_FIELD_NUMBER: _ClassVar[int]
     DEFER_STALLED_FAILURE_FIELD_NUMBER: _ClassVar[int]
-    DEFER_CHILD_FAILURE_FIELD_NUMBER: _ClassVar[int]
     name: str
     visibility_ns: int
     attempts: int
@@ -382,8 +390,7 @@ class QueueConfig(_message.Message):
     log_cap: int
     payload_limit: int
     defer_stalled_failure: bool
-    defer_child_failure: bool
-    def __init__(self, name: _Optional[str] = ..., visibility_ns: _Optional[int] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., max_stalled: _Optional[int] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., concurrency: _Optional[int] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., dead_letter_queue: _Optional[str] = ..., dead_letter_on_exhausted: _Optional[bool] = ..., shards: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ns: _Optional[int] = ..., log_cap: _Optional[int] = ..., payload_limit: _Optional[int] = ..., defer_stalled_failure: _Optional[bool] = ..., defer_child_failure: _Optional[bool] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., visibility_ns: _Optional[int] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., max_stalled: _Optional[int] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., concurrency: _Optional[int] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., dead_letter_queue: _Optional[str] = ..., dead_letter_on_exhausted: _Optional[bool] = ..., shards: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ns: _Optional[int] = ..., log_cap: _Optional[int] = ..., payload_limit: _Optional[int] = ..., defer_stalled_failure: _Optional[bool] = ...) -> None: ...
 
 class ShardMeta(_message.Message):
     __slots__ = ("next_seq", "outbox_seq", "counts", "enqueued_total", "leased_total", "stalled_total", "fenced_total", "completed_total")
@@ -546,7 +553,7 @@ class ServiceMember(_message.Message):
     def __init__(self, id: _Optional[str] = ..., expires_ns: _Optional[int] = ..., started_ns: _Optional[int] = ...) -> None: ...
 
 class ScheduleRecord(_message.Message):
-    __slots__ = ("id", "cron", "tz", "every_ns", "limit", "start_ns", "end_ns", "offset_ns", "immediately", "queue", "task", "opts", "misfire", "misfire_grace_ns", "next_ns", "last_tick_ns", "last_job_id", "count", "created_ns", "updated_ns", "rule_hash", "last_error")
+    __slots__ = ("id", "cron", "tz", "every_ns", "limit", "start_ns", "end_ns", "offset_ns", "immediately", "queue", "task", "opts", "misfire", "misfire_grace_ns", "driver", "next_ns", "last_tick_ns", "last_job_id", "count", "created_ns", "updated_ns", "rule_hash", "last_error")
     ID_FIELD_NUMBER: _ClassVar[int]
     CRON_FIELD_NUMBER: _ClassVar[int]
     TZ_FIELD_NUMBER: _ClassVar[int]
@@ -561,6 +568,7 @@ class ScheduleRecord(_message.Message):
     OPTS_FIELD_NUMBER: _ClassVar[int]
     MISFIRE_FIELD_NUMBER: _ClassVar[int]
     MISFIRE_GRACE_NS_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_FIELD_NUMBER: _ClassVar[int]
     NEXT_NS_FIELD_NUMBER: _ClassVar[int]
     LAST_TICK_NS_FIELD_NUMBER: _ClassVar[int]
     LAST_JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -583,6 +591,7 @@ class ScheduleRecord(_message.Message):
     opts: EnqueueOpts
     misfire: MisfirePolicy
     misfire_grace_ns: int
+    driver: ScheduleDriver
     next_ns: int
     last_tick_ns: int
     last_job_id: str
@@ -591,7 +600,7 @@ class ScheduleRecord(_message.Message):
     updated_ns: int
     rule_hash: bytes
     last_error: str
-    def __init__(self, id: _Optional[str] = ..., cron: _Optional[str] = ..., tz: _Optional[str] = ..., every_ns: _Optional[int] = ..., limit: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., offset_ns: _Optional[int] = ..., immediately: _Optional[bool] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., misfire: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ns: _Optional[int] = ..., next_ns: _Optional[int] = ..., last_tick_ns: _Optional[int] = ..., last_job_id: _Optional[str] = ..., count: _Optional[int] = ..., created_ns: _Optional[int] = ..., updated_ns: _Optional[int] = ..., rule_hash: _Optional[bytes] = ..., last_error: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., cron: _Optional[str] = ..., tz: _Optional[str] = ..., every_ns: _Optional[int] = ..., limit: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., offset_ns: _Optional[int] = ..., immediately: _Optional[bool] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., misfire: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ns: _Optional[int] = ..., driver: _Optional[_Union[ScheduleDriver, str]] = ..., next_ns: _Optional[int] = ..., last_tick_ns: _Optional[int] = ..., last_job_id: _Optional[str] = ..., count: _Optional[int] = ..., created_ns: _Optional[int] = ..., updated_ns: _Optional[int] = ..., rule_hash: _Optional[bytes] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class Dependency(_message.Message):
     __slots__ = ("queue", "job_id", "node", "state", "value", "error", "finished_ns", "job_key", "policy")
