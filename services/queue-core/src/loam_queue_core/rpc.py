@@ -75,7 +75,7 @@ def outcome_from_proto(o: J.Outcome, field: str = "outcome") -> Outcome:
 def _outcome_kind(o: J.Outcome, field: str) -> Outcome:
     kind = o.WhichOneof("kind")
     if kind == "ok":
-        return Outcome.ok(o.ok.result if o.ok.HasField("result") else None)
+        return Outcome.ok(o.ok.result if o.ok.HasField("result") else None, o.ok.if_no_pending_children)
     if kind == "retry":
         r = o.retry
         return Outcome.retry(r.error if r.HasField("error") else None, r.after_ns if r.HasField("after_ns") else None)

@@ -200,10 +200,12 @@ class ExtendResponse(_message.Message):
 class Outcome(_message.Message):
     __slots__ = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_limited", "retention")
     class Ok(_message.Message):
-        __slots__ = ("result",)
+        __slots__ = ("result", "if_no_pending_children")
         RESULT_FIELD_NUMBER: _ClassVar[int]
+        IF_NO_PENDING_CHILDREN_FIELD_NUMBER: _ClassVar[int]
         result: _types_pb2.Payload
-        def __init__(self, result: _Optional[_Union[_types_pb2.Payload, _Mapping]] = ...) -> None: ...
+        if_no_pending_children: bool
+        def __init__(self, result: _Optional[_Union[_types_pb2.Payload, _Mapping]] = ..., if_no_pending_children: _Optional[bool] = ...) -> None: ...
     class Retry(_message.Message):
         __slots__ = ("error", "after_ns")
         ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -419,20 +421,22 @@ class ListSchedulesResponse(_message.Message):
     def __init__(self, schedules: _Optional[_Iterable[_Union[_types_pb2.ScheduleRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class FlowNode(_message.Message):
-    __slots__ = ("id", "queue", "task", "opts", "depends_on", "on_failure")
+    __slots__ = ("id", "queue", "task", "opts", "depends_on", "on_failure", "join_existing")
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     OPTS_FIELD_NUMBER: _ClassVar[int]
     DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
     ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    JOIN_EXISTING_FIELD_NUMBER: _ClassVar[int]
     id: str
     queue: str
     task: _types_pb2.TaskSpec
     opts: _types_pb2.EnqueueOpts
     depends_on: _containers.RepeatedScalarFieldContainer[str]
     on_failure: _types_pb2.FailurePolicy
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., on_failure: _Optional[_Union[_types_pb2.FailurePolicy, str]] = ...) -> None: ...
+    join_existing: bool
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., on_failure: _Optional[_Union[_types_pb2.FailurePolicy, str]] = ..., join_existing: _Optional[bool] = ...) -> None: ...
 
 class FlowSpec(_message.Message):
     __slots__ = ("id", "nodes")
