@@ -22,12 +22,10 @@ import {
   type Dependency,
   JobSchema,
   type Job as LoamJob,
-  type ScheduleRecord,
 } from "./gen/loam/jobs/v1/types_pb.js";
 import { errKind, isNotFound, stateInMessage } from "./errors.js";
 import { EventReader } from "./events.js";
 import {
-  H_SCHEDULE,
   bullId,
   keep,
   ms,
@@ -41,6 +39,8 @@ import {
 } from "./jobs.js";
 import * as R from "./redis-shape.js";
 import { Enqueuer } from "./producer-path.js";
+import { Schedulers } from "./schedulers.js";
+import { promoteDue, rememberDelayed } from "./client-clock.js";
 import { CompleteFailed, Completer, Fetcher, LeaseBook, type CompleteInit, type Held } from "./worker-path.js";
 
 /** State shared by every backend on one connection. */
@@ -96,12 +96,6 @@ const COUNT_FIELD: Record<string, keyof NonNullable<QueueAdminResponse["counts"]
 const MAX_RANGE = 10_000;
 const CREATES = new Set(["setConcurrency", "setRateLimit", "pause", "resume", "update", "rateLimitFor"]);
 const LIST_TYPES = new Set(["wait", "waiting", "paused", "active"]);
-const SCHED = "bullmq:";
-
-function scheduleId(queue: string, id: string): string {
-  return `${SCHED}${queue}:${id}`;
-}
-
 /** BullMQ's dependency categories from a Loam dependency: a child failed under
  * continueParentOnFailure is "ignored" in BullMQ, like ignoreDependencyOnFailure. */
 function bucket(d: Dependency): "processed" | "unprocessed" | "failed" | "ignored" | "" {
@@ -117,11 +111,6 @@ function bucket(d: Dependency): "processed" | "unprocessed" | "failed" | "ignore
     default:
       return "";
   }
-}
-
-function dropUndefined<T extends object>(o: T): T {
-  for (const k of Object.keys(o) as (keyof T)[]) if (o[k] === undefined) delete o[k];
-  return o;
 }
 
 export class LoamQueueBackend extends EventEmitter {
@@ -317,7 +306,9 @@ export class LoamQueueBackend extends EventEmitter {
     try {
       const r = await this.enqueuer().enqueue({ task, opts });
       if (!r.created && opts.parent) await this.refuseNewParent(r.job, parentKeyOpts?.parentKey, opts.parent);
-      return r.jobKey || String(jobId ?? "") || r.job;
+      const id = r.jobKey || String(jobId ?? "") || r.job;
+      if (r.created && opts.notBefore) rememberDelayed(this.conn.key, this.queueName, id, Number(job.opts?.delay ?? job.delay ?? 0));
+      return id;
     } catch (e) {
       const k = errKind(e);
       if (k === "already_exists" && jobId) return String(jobId); // BullMQ: the existing job wins
@@ -486,6 +477,7 @@ export class LoamQueueBackend extends EventEmitter {
 
   async moveToActive(token: string, name?: string): Promise<any[]> {
     await this.ready();
+    await promoteDue(this.conn.key, this.queueName, (id) => this.promote(id));
     if (this.rateLimitUntil > Date.now()) return this.noJob();
     if (this.stalledHeld.length) this.releaseOverdueHeld();
     for (;;) {
@@ -806,6 +798,7 @@ export class LoamQueueBackend extends EventEmitter {
   }
 
   async remove(jobId: string, removeChildren: boolean): Promise<number> {
+    await this.schedulers().refuseRemoval(String(jobId));
     try {
       await this.jobOp(jobId, { case: "remove", value: { children: !!removeChildren } });
       return 1;
@@ -1216,119 +1209,66 @@ export class LoamQueueBackend extends EventEmitter {
     return 0;
   }
 
-  // -- job schedulers (Loam schedules) -----------------------------------------------------------
-  async addJobScheduler(
+  // -- job schedulers (schedulers.ts) -------------------------------------------------------------
+  private sched: Schedulers | null = null;
+
+  private schedulers(): Schedulers {
+    if (!this.sched) {
+      this.sched = new Schedulers({
+        client: this.client,
+        queueName: this.queueName,
+        connKey: this.conn.key,
+        getJob: (id) => this.getJob(id),
+        isPaused: () => this.hasQueueMetaField("paused"),
+      });
+    }
+    return this.sched;
+  }
+
+  addJobScheduler(
     jobSchedulerId: string,
     nextMillis: number,
     templateData: string,
     templateOpts: any,
     opts: any,
     delayedJobOpts: any,
-    _producerId?: string,
+    producerId?: string,
   ): Promise<[string, number]> {
-    const { task, opts: eopts } = toLoam(
-      { name: opts.name ?? jobSchedulerId, data: templateData, opts: { ...(templateOpts ?? {}), ...(delayedJobOpts ?? {}), delay: 0, jobId: undefined }, timestamp: Date.now() },
-      "x",
-    );
-    delete (eopts as any).jobKey;
-    delete (eopts as any).jobKeyFromCounter;
-    delete (eopts as any).notBefore;
-    delete (eopts as any).parent;
-    delete (eopts as any).dedup;
-    const spec: any = dropUndefined({
-      id: scheduleId(this.queueName, jobSchedulerId),
-      cron: opts.pattern || undefined,
-      tz: opts.pattern ? opts.tz || undefined : undefined,
-      everyNs: opts.every ? ns(Number(opts.every)) : undefined,
-      limit: opts.limit ? Number(opts.limit) : undefined,
-      startNs: opts.startDate ? ns(Number(opts.startDate)) : undefined,
-      endNs: opts.endDate ? ns(Number(opts.endDate)) : undefined,
-      offsetNs: opts.offset ? ns(Number(opts.offset)) : undefined,
-      // BullMQ runs an `every` scheduler's first job at once (`immediately` or not).
-      immediately: (!!templateOpts?.repeat?.immediately || !!opts.every) && !opts.startDate,
-      queue: this.queueName,
-      task,
-      opts: eopts,
-    });
-    const r = await this.client.schedule({ spec });
-    const next = r.schedule?.nextNs ? ms(r.schedule.nextNs) : nextMillis;
-    return [`repeat:${jobSchedulerId}:${next}`, Math.max(0, next - Date.now())];
+    return this.schedulers().addJobScheduler(jobSchedulerId, nextMillis, templateData, templateOpts, opts, delayedJobOpts, producerId);
   }
 
-  async updateJobSchedulerNextMillis(): Promise<string | null> {
-    return null; // Loam fires each tick itself; nothing for the worker to enqueue
+  updateJobSchedulerNextMillis(
+    jobSchedulerId: string,
+    nextMillis: number,
+    templateData: string,
+    delayedJobOpts: any,
+    producerId?: string,
+  ): Promise<string | null> {
+    return this.schedulers().updateJobSchedulerNextMillis(jobSchedulerId, nextMillis, templateData, delayedJobOpts, producerId);
   }
 
-  async removeJobScheduler(jobSchedulerId: string): Promise<number> {
-    const r = await this.client.unschedule({ id: scheduleId(this.queueName, jobSchedulerId) });
-    return r.removed ? 0 : 1; // removeJobScheduler.lua: 0 removed, 1 not found
+  removeJobScheduler(jobSchedulerId: string): Promise<number> {
+    return this.schedulers().removeJobScheduler(jobSchedulerId);
   }
 
-  private async schedule(id: string): Promise<ScheduleRecord | undefined> {
-    try {
-      return (await this.client.getSchedule({ id: scheduleId(this.queueName, id) })).schedule;
-    } catch (e) {
-      if (isNotFound(e)) return undefined;
-      throw e;
-    }
+  getJobScheduler(id: string): Promise<[any, string | null]> {
+    return this.schedulers().getJobScheduler(id);
   }
 
-  private schedulerFields(rec: ScheduleRecord): R.SchedulerFields {
-    const h = rec.task?.headers ?? {};
-    return {
-      name: rec.task?.name ?? "",
-      iterationCount: rec.count,
-      limit: rec.limit || undefined,
-      startDate: rec.startNs ? ms(rec.startNs) : undefined,
-      endDate: rec.endNs ? ms(rec.endNs) : undefined,
-      tz: rec.cron ? rec.tz : undefined,
-      pattern: rec.cron || undefined,
-      every: rec.everyNs ? ms(rec.everyNs) : undefined,
-      offset: rec.offsetNs ? ms(rec.offsetNs) : undefined,
-      data: new TextDecoder().decode(rec.task?.payload?.data ?? new Uint8Array()) || "{}",
-      opts: h["bullmq-opts"] ?? "{}",
-    };
+  isJobScheduler(id: string): Promise<boolean> {
+    return this.schedulers().isJobScheduler(id);
   }
 
-  async getJobScheduler(id: string): Promise<[any, string | null]> {
-    const rec = await this.schedule(id);
-    if (!rec) return [null, null];
-    const hash = R.schedulerHash(this.schedulerFields(rec));
-    return [Object.entries(hash).flat(), rec.nextNs ? String(ms(rec.nextNs)) : null];
+  getJobSchedulerData(key: string): Promise<Record<string, string>> {
+    return this.schedulers().getJobSchedulerData(key);
   }
 
-  async isJobScheduler(id: string): Promise<boolean> {
-    return !!(await this.schedule(id));
+  getJobSchedulersRange(start: number, end: number, asc: boolean): Promise<string[]> {
+    return this.schedulers().getJobSchedulersRange(start, end, asc);
   }
 
-  async getJobSchedulerData(key: string): Promise<Record<string, string>> {
-    const rec = await this.schedule(key);
-    return rec ? R.schedulerHash(this.schedulerFields(rec)) : {};
-  }
-
-  private async schedules(): Promise<ScheduleRecord[]> {
-    const prefix = scheduleId(this.queueName, "");
-    const out: ScheduleRecord[] = [];
-    let pageToken = "";
-    do {
-      const r = await this.client.listSchedules({ pageSize: 1000, pageToken });
-      out.push(...r.schedules.filter((s) => s.id.startsWith(prefix)));
-      pageToken = r.nextPageToken;
-    } while (pageToken);
-    return out;
-  }
-
-  async getJobSchedulersRange(start: number, end: number, asc: boolean): Promise<string[]> {
-    const prefix = scheduleId(this.queueName, "");
-    const recs = (await this.schedules()).map((r) => [r.id.slice(prefix.length), ms(r.nextNs)] as [string, number]);
-    recs.sort((a, b) => (asc ? a[1] - b[1] : b[1] - a[1]));
-    const n = recs.length;
-    const hi = end < 0 ? end + n : end;
-    return R.withScores(recs.slice(Math.max(start, 0), hi + 1));
-  }
-
-  async getJobSchedulersCount(): Promise<number> {
-    return (await this.schedules()).length;
+  getJobSchedulersCount(): Promise<number> {
+    return this.schedulers().getJobSchedulersCount();
   }
 
   // -- events -----------------------------------------------------------------------------------

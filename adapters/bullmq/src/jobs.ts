@@ -96,7 +96,9 @@ export function toLoam(job: JobJsonIn, jobId: string | undefined, parentKey?: st
   }
   else opts.jobKeyFromCounter = true;
   const delay = Number(o.delay ?? job.delay ?? 0);
-  if (delay > 0) opts.notBefore = { kind: { case: "atNs", value: ns((job.timestamp ?? Date.now()) + delay) } };
+  // Relative, so the server holds the job for `delay` by its clock from now: the
+  // producer's clock may differ from the server's (a skewed host, fake timers in tests).
+  if (delay > 0) opts.notBefore = { kind: { case: "delayNs", value: ns(delay) } };
   const priority = Number(o.priority ?? 0);
   if (priority > 0) opts.priority = priority;
   else if (o.lifo) opts.lifo = true;

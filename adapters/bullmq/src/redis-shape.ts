@@ -159,7 +159,7 @@ export function schedulerHash(f: SchedulerFields): Record<string, string> {
   if (f.tz) h.tz = f.tz;
   if (f.pattern) h.pattern = f.pattern;
   if (f.every) h.every = String(f.every);
-  if (f.offset) h.offset = String(f.offset);
+  if (f.offset !== undefined) h.offset = String(f.offset); // BullMQ stores 0 too
   if (f.data !== undefined) h.data = f.data;
   if (f.opts !== undefined) h.opts = f.opts;
   return h;
