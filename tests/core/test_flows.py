@@ -442,6 +442,21 @@ async def test_join_existing_links_a_finished_or_live_job_to_a_new_parent(core, 
         await core.flow(NS, graph(node("p2", "t2"), existing("t2", "tue")))
 
 
+async def test_a_retried_child_is_pending_again_for_a_parent_that_has_not_started(core, store, job_of):
+    sub = await core.flow(NS, graph(node("a", policy=P.FAILURE_POLICY_IGNORE_DEPENDENCY), node("b"), node("p", "a", "b")))
+    jobs = {j.flow_node: j for j in await lease_all(core)}
+    await ok(core, jobs["b"])
+    await fail(core, jobs["a"])
+    assert await state(job_of, sub.jobs["p"]) == S.WAITING  # released: a ignored, b done
+    await store.transact(admin.job_retry, NS, "q", sub.jobs["a"])
+    p = await job_of(sub.jobs["p"])
+    assert p.state == S.WAITING_CHILDREN and p.pending_children == 1
+    assert values(await core.children_values(NS, "q", p.id))["a"] == ("pending", b"")
+    await store.transact(admin.job_retry, NS, "q", sub.jobs["b"])  # a completed one too
+    assert (await job_of(p.id)).pending_children == 2
+    assert await run_waves(core) == [["a", "b"], ["p"]]
+
+
 async def test_children_need_a_live_parent_and_a_refusal_writes_nothing(core, store):
     missing = pb.ParentRef(queue="q", job_id="01NOPE")
     with pytest.raises(NotFound):

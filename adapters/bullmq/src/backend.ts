@@ -812,7 +812,13 @@ export class LoamQueueBackend extends EventEmitter {
   async removeUnprocessedChildren(jobId: string): Promise<void> {
     const deps = (await this.jobOp(jobId, { case: "children", value: {} }).catch(() => undefined))?.children ?? [];
     for (const d of deps) {
-      if (d.state === 1) await this.forQueue(d.queue).remove(d.jobKey || d.jobId, true).catch(() => 0);
+      if (d.state !== DependencyState.PENDING) continue;
+      // A failed child stays pending for a parent that waits on it (no failure flag), and
+      // a running one is locked: BullMQ removes neither.
+      const child = this.forQueue(d.queue);
+      const j = await child.getJob(d.jobId);
+      if (!j || j.state === JobState.ACTIVE || stateName(j.state) === "failed" || j.state === JobState.COMPLETED) continue;
+      await child.remove(d.jobKey || d.jobId, true).catch(() => 0);
     }
   }
 

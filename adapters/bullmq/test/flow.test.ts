@@ -130,6 +130,33 @@ describe("flows", () => {
     expect((await queue.getJob(job.id!))!.failedReason).toBe(`Job ${job.id} has pending dependencies. moveToFinished`);
   });
 
+  it("counts a retried child as pending again and keeps failed children on removeUnprocessedChildren", async () => {
+    const q = qname();
+    const queue = track(new Queue(q, { connection }));
+    const flow = track(new FlowProducer({ connection }));
+    const tree = await flow.add({
+      name: "p", queueName: `${q}-parent`, data: {},
+      children: [
+        { name: "bad", queueName: q, data: {} },
+        { name: "ignored", queueName: q, data: {}, opts: { ignoreDependencyOnFailure: true } },
+        { name: "later", queueName: q, data: {}, opts: { delay: 60_000 } },
+      ],
+    });
+    const [bad, ignored, later] = tree.children!.map((c) => c.job);
+    const worker = track(new Worker(q, async () => {
+      throw new Error("no");
+    }, { connection }));
+    await until(async () => (await queue.getJobState(bad.id!)) === "failed" && (await queue.getJobState(ignored.id!)) === "failed", 8000);
+    await worker.close();
+    expect(await tree.job.getDependenciesCount()).toMatchObject({ ignored: 1, unprocessed: 2 });
+    await (await queue.getJob(ignored.id!))!.retry("failed");
+    expect(await tree.job.getDependenciesCount()).toMatchObject({ ignored: 0, unprocessed: 3 });
+    await tree.job.removeUnprocessedChildren();
+    expect(await queue.getJobState(later.id!)).toBe("unknown");
+    expect(await queue.getJobState(ignored.id!)).toBe("unknown");
+    expect(await queue.getJobState(bad.id!)).toBe("failed"); // failed, though still pending for the parent
+  });
+
   it("links a child re-added with a new parent, completed or not", async () => {
     const q = qname();
     const queue = track(new Queue(q, { connection }));

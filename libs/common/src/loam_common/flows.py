@@ -349,6 +349,36 @@ def on_job_finished(qt: QueueTx, job: pb.Job) -> None:
             pq.put_job(parent)
 
 
+def on_job_retried(qt: QueueTx, job: pb.Job) -> None:
+    """A finished dependency runs again (BullMQ's job.retry): each parent still waiting
+    counts it as pending once more, and one it had released that has not started yet
+    waits for it again. A parent that runs or finished, or forgot it, is left alone."""
+    for ref in job.parents:
+        pq = qt.peer(ref.queue)
+        dkey = pq.k.dependency(ref.job_id, qt.name, job.id)
+        raw = qt.tx.get(dkey)
+        parent = pq.get_job(ref.job_id) if raw is not None else None
+        if parent is None or parent.state == S.ACTIVE or parent.state in S.FINISHED:
+            continue
+        dep = pb.Dependency.FromString(raw)  # type: ignore[arg-type]
+        if dep.state == pb.DEPENDENCY_STATE_PENDING:
+            continue
+        if dep.state == pb.DEPENDENCY_STATE_PROCESSED:
+            parent.children_completed = max(parent.children_completed - 1, 0)
+        else:
+            parent.children_failed = max(parent.children_failed - 1, 0)
+        dep.state = pb.DEPENDENCY_STATE_PENDING
+        dep.ClearField("value")
+        dep.ClearField("error")
+        dep.finished_ns = 0
+        qt.tx.put(dkey, dep.SerializeToString())
+        parent.pending_children += 1
+        if parent.state in S.READY:
+            pq.move(parent, S.WAITING_CHILDREN, "waiting-children")
+        else:
+            pq.put_job(parent)
+
+
 def _forget(pq: QueueTx, parent: pb.Job, dkey: bytes) -> None:
     """Drop a pending dependency (keep-waiting policy, the child removed); a parent left
     with nothing pending runs."""

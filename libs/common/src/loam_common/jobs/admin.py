@@ -436,6 +436,10 @@ def _reset_for_retry(job: pb.Job, keep_attempts: bool = False) -> None:
 
 
 def _retry(qt: QueueTx, job: pb.Job, keep_attempts: bool = False) -> None:
+    if job.parents:
+        from loam_common import flows  # flows imports this package's modules
+
+        flows.on_job_retried(qt, job)
     _reset_for_retry(job, keep_attempts)
     if job.opts.subject:
         # QueueTx.move does not re-claim a subject when a finished job comes back.
