@@ -12,12 +12,17 @@ early acks, mingle/gossip/heartbeat off) that at first consumes nothing, then:
 `loam dev` and `redis-server` are started here (free ports, temporary directories) and
 stopped by pid at the end. It measures; it asserts nothing.
 
-Run:  .venv/bin/python bench/celery_bench.py [-n 2000] [-c 4] [--only loam|redis]
+Run:  .venv/bin/python bench/celery_bench.py [-n 2000] [-c 4] [--only loam|redis] [--calls]
+
+`--calls` also counts the server calls the loam:// side makes per task, by method, in
+every process (producer, worker, pool processes); the counting costs a little speed.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import os
 import shutil
 import signal
@@ -42,6 +47,29 @@ APP = textwrap.dedent(
     @app.task(name="benchapp.add")
     def add(x, y):
         return x + y
+
+    if os.environ.get("BENCH_CALLS"):  # --calls: count the SDK's server calls per method, per process
+        import collections, json, loam.client
+        from celery.signals import worker_process_shutdown, worker_shutdown
+
+        calls = collections.Counter()
+        _call = loam.client.Client._call
+
+        def dump(*args, **kwargs):
+            path = os.path.join(os.environ["BENCH_CALLS"], f"{os.getpid()}.json")
+            with open(path + ".tmp", "w") as f:
+                json.dump(calls, f)
+            os.replace(path + ".tmp", path)
+
+        async def counted(self, method, request, **kwargs):
+            calls[getattr(method, "__name__", "?")] += 1
+            if sum(calls.values()) % 200 == 0:  # a pool process may end without a signal
+                dump()
+            return await _call(self, method, request, **kwargs)
+
+        loam.client.Client._call = counted
+        worker_process_shutdown.connect(dump, weak=False)
+        worker_shutdown.connect(dump, weak=False)
     """
 )
 
@@ -60,8 +88,13 @@ def wait_for(path: Path, needle: str, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
-def run_pair(name: str, broker: str, backend: str, n: int, concurrency: int, work: Path) -> dict[str, float]:
+def run_pair(name: str, broker: str, backend: str, n: int, concurrency: int, work: Path,
+             calls: Path | None = None) -> dict[str, float]:  # fmt: skip
     env = dict(os.environ, BENCH_BROKER=broker, BENCH_BACKEND=backend, PYTHONPATH=str(work))
+    os.environ.pop("BENCH_CALLS", None)
+    if calls is not None:
+        calls.mkdir(parents=True, exist_ok=True)
+        env["BENCH_CALLS"] = os.environ["BENCH_CALLS"] = str(calls)
     celery = str(Path(sys.executable).with_name("celery"))
     log = work / f"worker-{name}.log"
     queue = f"bench-{name}-{int(time.time())}"
@@ -96,6 +129,8 @@ def run_pair(name: str, broker: str, backend: str, n: int, concurrency: int, wor
             print(f"{name}: add_consumer {t_added:.3f}s, first result {t_first:.3f}s, all {drain_s:.3f}s")
         assert results[-1].get() == 2 * (n - 1)
         app.close()
+        if calls is not None:
+            benchapp.dump()
         return {"enqueue": n / enqueue_s, "drain": n / drain_s, "steady": (n - 1) / max(drain_s - t_first, 1e-9)}
     finally:
         if worker.poll() is None:
@@ -112,12 +147,15 @@ def main() -> int:
     p.add_argument("-n", type=int, default=2000, help="tasks per run (default 2000)")
     p.add_argument("-c", type=int, default=4, help="worker processes (default 4)")
     p.add_argument("--only", choices=["loam", "redis"])
+    p.add_argument("--calls", action="store_true",
+                   help="also count the loam:// side's server calls per task, by method (all processes)")  # fmt: skip
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="celery-bench-"))
     (work / "benchapp.py").write_text(APP)
     sys.path.insert(0, str(work))
     procs: list[subprocess.Popen] = []
     rows: dict[str, dict[str, float]] = {}
+    per_method: collections.Counter[str] = collections.Counter()
     try:
         if args.only != "redis":
             port = free_port()
@@ -127,7 +165,12 @@ def main() -> int:
             ))  # fmt: skip
             wait_for(work / "loam.log", "ready")
             url = f"loam://127.0.0.1:{port}/bench"
-            rows["Celery on Loam"] = run_pair("loam", url, url, args.n, args.c, work)
+            calls = work / "calls" if args.calls else None
+            rows["Celery on Loam"] = run_pair("loam", url, url, args.n, args.c, work, calls)
+            if calls is not None:
+                per_method = collections.Counter()
+                for f in calls.glob("*.json"):
+                    per_method.update(json.loads(f.read_text()))
         if args.only != "loam":
             if not shutil.which("redis-server"):
                 print("redis-server not found (apt-get install redis-server): Redis side skipped")
@@ -152,6 +195,12 @@ def main() -> int:
     print(f"{'':18} {'enqueue jobs/s':>15} {'drain jobs/s':>13} {'steady drain':>13}")
     for name, r in rows.items():
         print(f"{name:18} {r['enqueue']:>15,.0f} {r['drain']:>13,.0f} {r['steady']:>13,.0f}")
+    if per_method:
+        total = sum(per_method.values())
+        print(f"\nCelery on Loam, server calls per task (all processes, warm-up and control included): "
+              f"{total / args.n:.2f}")  # fmt: skip
+        for method, count in per_method.most_common():
+            print(f"  {method:24} {count / args.n:6.3f}")
     return 0
 
 

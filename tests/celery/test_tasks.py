@@ -122,6 +122,28 @@ def test_chain_group_chord(app, start_worker):
     assert chord(proj.add.s(i, i) for i in range(10))(proj.tsum.s()).get(timeout=10) == 90
 
 
+def test_many_results_waited_in_turn_are_each_tasks_own(app, start_worker):
+    """Waiting on results one after another reads later ones ahead (backend.py): each
+    `get` still answers its own task, in any order, failures included."""
+    import proj
+
+    start_worker(concurrency=4)
+    results = [proj.fail.s(i) if i % 7 == 3 else proj.add.s(i, i) for i in range(120)]
+    sent = [sig.delay() for sig in results]
+    for order in (sent[:60], list(reversed(sent[60:]))):
+        for r in order:
+            i = sent.index(r)
+            if i % 7 == 3:
+                with pytest.raises(ValueError, match="proj.fail failed"):
+                    r.get(timeout=20)
+            else:
+                assert r.get(timeout=20) == 2 * i
+    again = sent[11]
+    assert again.get(timeout=5) == 22  # read before: from Celery's own cache or the store
+    again.forget()
+    assert app.AsyncResult(again.id).state == "PENDING"
+
+
 def test_a_failure_before_a_group_reaches_the_group_result(app, start_worker):
     """The group after a failed chain step never runs: its members' results carry the
     failure (as the steps after a failed one do), so waiting on the group raises it."""

@@ -11,7 +11,9 @@ result store (ResultGet/MGet/Set/Delete/Incr/Expire).
   done marker (`<chord key>.done`) make the body fire once, and fire on a re-run of the
   claiming task if it died between claiming and publishing the body.
 - `AsyncResult.get` long-polls the task's key (ResultGet with `wait_ns`) instead of
-  polling every `interval`.
+  polling every `interval`; its first look at a result also reads the results of tasks
+  published after it from this process, so waiting on many in turn costs one call for
+  many (`_ReadAhead`).
 - GroupResult save/restore/delete are plain set/get/delete (the base class).
 - A failure in a chain is stored for the steps after it (Celery's `_fail_chain`) and,
   here, also for the members of the groups among them, which never run: a caller
@@ -24,6 +26,8 @@ LOAM_TOKEN); a URL with credentials is refused.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import threading
 import time
 from typing import Any
@@ -43,6 +47,9 @@ logger = get_logger(__name__)
 
 MGET_BATCH = 1000
 LONG_POLL_S = 10.0  # one ResultGet wait; the server caps it at 30 s
+READ_AHEAD_MIN, READ_AHEAD_MAX = 4, 128  # results read together with an awaited one (_ReadAhead)
+PUBLISHED_KEEP = 10_000  # published ids remembered for reading ahead
+AHEAD_KEEP = 1_000  # finished results read ahead and kept for their own get
 
 
 try:
@@ -112,6 +119,86 @@ class _Retrying:
         return call
 
 
+class _ReadAhead:
+    """Reads the results of tasks this process published together with the one a `get`
+    waits for, so a process that waits on many results in turn makes one call for many
+    (Redis's backend gets the same from subscribing at publish time).
+
+    - Published ids are kept in order (the newest PUBLISHED_KEEP). Waiting on one drops
+      it and every id published before it: results are mostly awaited in the order they
+      were sent, and an older one awaited later is read on its own, as without this.
+    - The first look at a result is one ResultMGet of it and of up to `n` ids published
+      after it; finished results among those are kept (the newest AHEAD_KEEP) for their
+      own `get`, which then makes no call. `n` doubles while most of them were finished
+      and halves otherwise.
+    - When the awaited result was not finished at the first look, the caller is ahead of
+      the workers: the next gets long-poll at once (1, 2, 4, ... up to 8 of them in a
+      row) instead of looking first, so a caller that keeps up makes one call per result.
+
+    Only finished results (SUCCESS, FAILURE, REVOKED) are kept, and only until their `get`
+    or `forget`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._published: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._ahead: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self._n = READ_AHEAD_MIN
+        self._misses = 0  # first looks in a row that found the awaited result unfinished
+        self._skip = 0  # gets left that long-poll without a first look
+
+    def published(self, task_id: str) -> None:
+        with self._lock:
+            self._published[task_id] = None
+            if len(self._published) > PUBLISHED_KEEP:
+                self._published.popitem(last=False)
+
+    def drop(self, task_id: str) -> None:
+        with self._lock:
+            self._ahead.pop(task_id, None)
+            self._published.pop(task_id, None)
+
+    def first_look(self, backend: LoamBackend, task_id: str) -> dict[str, Any] | None:
+        """The finished result of `task_id` if it was read ahead or is finished now, else
+        None (the caller long-polls)."""
+        with self._lock:
+            meta = self._ahead.pop(task_id, None)
+            if meta is not None:
+                return meta
+            if task_id in self._published:
+                while self._published:
+                    tid, _ = self._published.popitem(last=False)
+                    if tid == task_id:
+                        break
+            if self._skip > 0:
+                self._skip -= 1
+                return None
+            ahead = list(itertools.islice(self._published, self._n))
+        keys = [task_id, *ahead]
+        values = backend.mget([backend.get_key_for_task(k) for k in keys])
+        metas: dict[str, dict[str, Any]] = {}
+        for tid, value in zip(keys, values, strict=True):
+            if value is not None:
+                meta = backend.decode_result(value)
+                if meta["status"] in states.READY_STATES:
+                    metas[tid] = meta
+        with self._lock:
+            for tid in ahead:
+                if tid in metas and tid in self._published:
+                    del self._published[tid]
+                    self._ahead[tid] = metas[tid]
+            while len(self._ahead) > AHEAD_KEEP:
+                self._ahead.popitem(last=False)
+            if ahead:
+                done = sum(1 for tid in ahead if tid in metas)
+                self._n = min(self._n * 2, READ_AHEAD_MAX) if 2 * done > len(ahead) else max(self._n // 2, READ_AHEAD_MIN)
+            if task_id in metas:
+                self._misses = 0
+                return metas[task_id]
+            self._misses = min(self._misses + 1, 4)
+            self._skip = 1 << (self._misses - 1)
+        return None
+
+
 class LoamBackend(KeyValueStoreBackend):
     supports_autoexpire = True
     supports_native_join = True
@@ -122,6 +209,7 @@ class LoamBackend(KeyValueStoreBackend):
         super().__init__(app=app, url=url, **kwargs)
         options = dict(self.app.conf.get("result_backend_transport_options") or {})
         self.settings = Settings.from_url(url or self.app.conf.result_backend or "loam://", options)
+        self._reader = _ReadAhead()
 
     @property
     def client(self) -> Any:
@@ -190,18 +278,32 @@ class LoamBackend(KeyValueStoreBackend):
                 self.store_result(ctx.id, exc, state, traceback=traceback, request=ctx)
 
     # -- waiting without polling ------------------------------------------------------------------
+    def on_task_call(self, producer: Any, task_id: str) -> dict[str, Any]:
+        """A task published from here with its result kept: a later `get` may read its
+        result together with the one it waits for (`wait_for`)."""
+        self._reader.published(task_id)
+        return {}
+
+    def forget(self, task_id: str) -> None:
+        self._reader.drop(task_id)
+        super().forget(task_id)
+
     def wait_for(self, task_id: str, timeout: float | None = None, interval: float = 0.5,
                  no_ack: bool = True, on_interval: Any = None) -> dict[str, Any]:  # fmt: skip
         self._ensure_not_eager()
+        task_id = bytes_to_str(task_id)
+        meta = self._reader.first_look(self, task_id)
+        if meta is not None:
+            return meta
         if timeout is None and getattr(_join_deadline, "at", None) is not None:
             timeout = max(_join_deadline.at - time.monotonic(), 0.0)
         key = _k(self.get_key_for_task(task_id))
         deadline = None if timeout is None else time.monotonic() + timeout
-        version = -1  # first call: answer at once
+        version = 0  # absent: the first call waits for the key to be written, else answers at once
         while True:
             left = None if deadline is None else deadline - time.monotonic()
-            wait = 0.0 if version < 0 else LONG_POLL_S if left is None else max(min(left, LONG_POLL_S), 0.0)
-            value, version = self.client.result_wait(key, max(version, 0), wait=wait, raw=True)
+            wait = LONG_POLL_S if left is None else max(min(left, LONG_POLL_S), 0.0)
+            value, version = self.client.result_wait(key, version, wait=wait, raw=True)
             if value is not None:
                 meta = self.decode_result(value.data)
                 if meta["status"] in states.READY_STATES:

@@ -6,7 +6,11 @@ than a transaction.
   queue is in flight at a time, carrying everything that piled up meanwhile, so a
   queue's messages keep their order. `(id, retries)` job keys make a retried bulk
   harmless.
-- An ack joins the pending completions; one CompleteBatch is in flight at a time.
+- An ack joins the pending completions and is sent `ack_linger` (default 10 ms) later
+  with every ack that arrived meanwhile, in one CompleteBatch; one is in flight at a
+  time. Waiting a few milliseconds turns a worker's acks into a few calls a second
+  instead of one per handful of tasks; an ack lost with a crashing worker only means a
+  redelivery, which at-least-once delivery allows anyway (docs/decisions/0015).
 - `wait()` returns once everything handed over has been answered by the server. It
   runs before a reject or release (so they follow the acks and publishes before them),
   when the transport closes, at process exit, and after each task in a worker's pool
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import threading
 from typing import Any
@@ -31,6 +36,7 @@ from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 log = logging.getLogger("loam_celery.pipeline")
 
 BATCH = 1000
+ACK_LINGER_S = 0.01
 _LOST = (Fenced, NotFound, InvalidState)
 
 
@@ -42,8 +48,13 @@ class Pipeline:
         self._flushing: set[str] = set()
         self._acks: list[jpb.CompleteRequest] = []
         self._acking = False
-        self._outstanding = 0
+        # Handed over / answered, per stream (the acks, each queue's publishes): each is
+        # answered in order, so wait() knows when what was handed over before it is done.
+        self._handed: dict[str | None, int] = {}
+        self._answered: dict[str | None, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # asyncio keeps only weak references
+        self.ack_linger = ACK_LINGER_S
+        self._hurry: asyncio.Event | None = None  # set by wait(): send the acks now
 
     def _start(self, coro_fn: Any, *args: Any) -> None:
         loop = self.client.loop
@@ -59,7 +70,7 @@ class Pipeline:
     def publish(self, queue: str, task: pb.TaskSpec, opts: pb.EnqueueOpts) -> None:
         with self._cond:
             self._pending.setdefault(queue, []).append(jpb.BulkItem(task=task, opts=opts))
-            self._outstanding += 1
+            self._handed[queue] = self._handed.get(queue, 0) + 1
             start = queue not in self._flushing
             if start:
                 self._flushing.add(queue)
@@ -89,14 +100,14 @@ class Pipeline:
                 log.error("%d message(s) for %s were not published: %s", len(batch), queue, e)
             finally:
                 with self._cond:
-                    self._outstanding -= len(batch)
+                    self._answered[queue] = self._answered.get(queue, 0) + len(batch)
                     self._cond.notify_all()
 
     # -- acks ----------------------------------------------------------------------------------
     def complete(self, token: jpb.LeaseToken, outcome: jpb.Outcome) -> None:
         with self._cond:
             self._acks.append(jpb.CompleteRequest(token=token, outcome=outcome))
-            self._outstanding += 1
+            self._handed[None] = self._handed.get(None, 0) + 1
             start = not self._acking
             self._acking = True
         if start:
@@ -104,6 +115,12 @@ class Pipeline:
 
     async def _flush_acks(self) -> None:
         while True:
+            if self.ack_linger > 0 and len(self._acks) < BATCH:
+                if self._hurry is None:
+                    self._hurry = asyncio.Event()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._hurry.wait(), self.ack_linger)
+                self._hurry.clear()
             with self._cond:
                 batch, self._acks = self._acks[:BATCH], self._acks[BATCH:]
                 if not batch:
@@ -122,16 +139,27 @@ class Pipeline:
                 log.error("%d ack(s) were not sent (the jobs will be redelivered): %s", len(batch), e)
             finally:
                 with self._cond:
-                    self._outstanding -= len(batch)
+                    self._answered[None] = self._answered.get(None, 0) + len(batch)
                     self._cond.notify_all()
+
+    def _set_hurry(self) -> None:
+        if self._hurry is not None:
+            self._hurry.set()
 
     # -- waiting -------------------------------------------------------------------------------
     def wait(self, timeout: float | None = 30.0) -> bool:
-        """Until everything handed over is answered; False if `timeout` ran out first."""
+        """Until everything handed over before this call is answered (acks waiting out
+        their linger are sent at once); False if `timeout` ran out first."""
         if threading.current_thread() is getattr(self.client, "_thread", None):
             return False  # on the loop itself: nothing to wait for safely
         with self._cond:
-            return self._cond.wait_for(lambda: self._outstanding == 0, timeout)
+            targets = {k: n for k, n in self._handed.items() if self._answered.get(k, 0) < n}
+            if not targets:
+                return True
+            if None in targets:
+                self.client.loop.call_soon_threadsafe(self._set_hurry)
+            return self._cond.wait_for(lambda: all(self._answered.get(k, 0) >= n for k, n in targets.items()),
+                                       timeout)  # fmt: skip
 
 
 _pipelines: dict[int, Pipeline] = {}

@@ -8,7 +8,7 @@ one.
 | publish to a named exchange        | ExchangePublish: routed by the bindings in the store  |
 | `queue_bind`                       | ExchangeBind (TTL = the queue's `x-expires`, renewed) |
 | fetching                           | one long-poll Lease over every consumed queue, `max` = the free prefetch slots: from a fetcher thread feeding Celery's event loop through a pipe, or in `drain_events` for plain kombu callers |
-| `basic_ack`                        | Complete(Ok)                                          |
+| `basic_ack`                        | Complete(Ok), batched after `ack_linger` (pipeline.py) |
 | `basic_reject(requeue=True)`       | Complete(Release)                                     |
 | `basic_reject(requeue=False)`      | Complete(Fail, dead-letter if the queue has a DLQ)    |
 | `basic_recover`, `_restore`, close | Complete(Release) for each unacked message            |
@@ -31,7 +31,8 @@ never blocks delivery, and a revoke or an inspect is handled while every process
 Transport options: `visibility_timeout` (s, default 60), `token_env` (default
 LOAM_TOKEN), `priority_order` ("redis" or "amqp"), `expires_grace` (s, default 3600),
 `polling_interval` (the longest single long-poll, s, default 1), `confirm_publish`
-(default False: publishes and acks go in the background, batched; see pipeline.py), `ssl`.
+(default False: publishes and acks go in the background, batched; see pipeline.py),
+`ack_linger` (s, default 0.01: how long an ack waits for others to share its call), `ssl`.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 
 from loam_celery import messages
 from loam_celery.connection import Settings, client_for, declare_queue
-from loam_celery.pipeline import Pipeline, pipeline_for, wait_all
+from loam_celery.pipeline import ACK_LINGER_S, Pipeline, pipeline_for, wait_all
 
 log = logging.getLogger("loam_celery.transport")
 
@@ -261,6 +262,7 @@ class Transport(virtual.Transport):
                                             userid=client.userid, password=client.password)  # fmt: skip
         self.visibility_timeout = float(opts.get("visibility_timeout") or DEFAULT_VISIBILITY_TIMEOUT)
         self.confirm_publish = bool(opts.get("confirm_publish", False))
+        self.ack_linger = float(opts.get("ack_linger", ACK_LINGER_S))
         self.queue_message_ttl: dict[str, int] = {}
         self.queue_expires: dict[str, int] = {}
         self._declared: set[str] = set()
@@ -358,7 +360,9 @@ class Transport(virtual.Transport):
 
     @cached_property
     def pipeline(self) -> Pipeline:
-        return pipeline_for(self.loam)
+        p = pipeline_for(self.loam)
+        p.ack_linger = self.ack_linger
+        return p
 
     def ack_tag(self, tag: str) -> None:
         """Complete(Ok) in the background, batched with the other acks (pipeline.py)."""
