@@ -477,11 +477,12 @@ export class LoamQueueBackend extends EventEmitter {
 
   async moveToActive(token: string, name?: string): Promise<any[]> {
     await this.ready();
-    await promoteDue(this.conn.key, this.queueName, (id) => this.promote(id));
     if (this.rateLimitUntil > Date.now()) return this.noJob();
     if (this.stalledHeld.length) this.releaseOverdueHeld();
     for (;;) {
       const l = await this.fetch().take();
+      // Nothing ready: delayed jobs due by this process's clock may be (client-clock.ts).
+      if (!l && (await promoteDue(this.conn.key, this.queueName, (id) => this.promote(id)))) continue;
       if (!l) return this.noJob();
       if (!this.holdIfStalled(l)) return this.hand(l, token, name);
     }

@@ -38,10 +38,11 @@ export function rememberDelayed(conn: string, queue: string, jobId: string, dela
   m.set(jobId, { wall: Date.now() + delayMs, mono: mono + delayMs });
 }
 
-/** Before a fetch: promote what this clock says is due and the server does not yet. */
-export async function promoteDue(conn: string, queue: string, promote: (jobId: string) => Promise<unknown>): Promise<void> {
+/** When a fetch found nothing ready: promote what this clock says is due and the server
+ * does not yet; how many were. */
+export async function promoteDue(conn: string, queue: string, promote: (jobId: string) => Promise<unknown>): Promise<number> {
   const m = bucket(conn, queue, false);
-  if (!m || !m.size) return;
+  if (!m || !m.size) return 0;
   const wall = Date.now();
   const mono = performance.now();
   const due: [string, number][] = [];
@@ -54,5 +55,9 @@ export async function promoteDue(conn: string, queue: string, promote: (jobId: s
   }
   if (!m.size) pending.delete(`${conn}\0${queue}`);
   due.sort((a, b) => a[1] - b[1]); // in the order they fell due, as a promotion sweep would
-  for (const [id] of due) await promote(id).catch(() => undefined); // taken, removed or promoted meanwhile
+  let promoted = 0;
+  for (const [id] of due) {
+    if (await promote(id).then(() => true, () => false)) promoted++; // else taken, removed or promoted meanwhile
+  }
+  return promoted;
 }

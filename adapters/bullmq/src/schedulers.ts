@@ -10,7 +10,7 @@
 import { JobState, ScheduleDriver, type Job as LoamJob, type ScheduleRecord } from "./gen/loam/jobs/v1/types_pb.js";
 import type { JobsClient } from "./connection.js";
 import { errKind, isNotFound } from "./errors.js";
-import { H_OPTS, ms, ns, toLoam, utf8 } from "./jobs.js";
+import { H_OPTS, H_SCHEDULE, ms, ns, toLoam, utf8 } from "./jobs.js";
 import * as R from "./redis-shape.js";
 import { rememberDelayed } from "./client-clock.js";
 
@@ -166,7 +166,7 @@ export class Schedulers {
       if (
         old &&
         PENDING.has(old.state) &&
-        old.task?.headers?.["x-loam-schedule"] === scheduleId(this.q, schedulerId) &&
+        old.task?.headers?.[H_SCHEDULE] === scheduleId(this.q, schedulerId) &&
         !(old.state === JobState.WAITING && (await this.h.isPaused()))
       ) {
         replace = old.id;
