@@ -109,6 +109,41 @@ async def test_bad_schedules_name_their_field(api):
     assert e.value.field == "spec.tz"
 
 
+async def test_an_iteration_driven_schedule_is_never_fired_by_the_server(api):
+    """BullMQ's job schedulers: the client enqueues each iteration with the record, the
+    worker that takes one advances the chain once; the sweeper leaves it alone."""
+    q, sid = unique("chain"), unique("bullmq")
+    tpl = pb.TaskSpec(name="tick", payload=pb.Payload(data=b"{}"))
+    spec = J.ScheduleSpec(id=sid, every_ns=200 * MS, queue=q, task=tpl, driver=pb.SCHEDULE_DRIVER_ITERATIONS)
+
+    def step(next_ms: int, delay_ns: int = 0, **fields) -> J.ScheduleRequest:
+        opts = pb.EnqueueOpts(job_key=f"repeat:{sid}:{next_ms}")
+        if delay_ns:
+            opts.not_before.delay_ns = delay_ns
+        return J.ScheduleRequest(
+            spec=J.ScheduleSpec(id=sid) if fields.get("advance") else spec, next_ns=next_ms * MS,
+            iteration_task=tpl, iteration_opts=opts, **fields,
+        )
+
+    r = await api.call("schedule", step(1000))
+    assert r.changed and r.iteration_job_id and r.schedule.count == 1
+    assert r.schedule.driver == pb.SCHEDULE_DRIVER_ITERATIONS
+    (first,) = await api.lease(q)
+    assert first.task.headers["x-loam-schedule"] == sid and first.opts.job_key == f"repeat:{sid}:1000"
+    adv = step(1200, 60 * SEC, advance=True, if_next_ns=1000 * MS)
+    assert (await api.call("schedule", adv)).changed is True
+    assert (await api.call("schedule", adv)).changed is False  # a second worker: no second advance
+    assert not await api.lease(q, wait_ns=SEC)  # one second of sweeps: nothing fired by the server
+    got = (await api.call("get_schedule", J.GetScheduleRequest(id=sid))).schedule
+    assert (got.count, got.next_ns) == (2, 1200 * MS)
+    with pytest.raises(E.AlreadyExists):  # the iteration's key is taken
+        await api.call("schedule", step(1200))
+    server = J.ScheduleRequest(spec=J.ScheduleSpec(id=unique("srv"), every_ns=SEC, queue=q, task=tpl), next_ns=1)
+    with pytest.raises(E.InvalidArgument):
+        await api.call("schedule", server)
+    assert (await api.call("unschedule", J.UnscheduleRequest(id=sid))).removed is True
+
+
 async def test_chord_flow_with_children_values(api):
     q, fid = unique("flow"), unique("chord")
 
