@@ -243,9 +243,11 @@ async def test_flow_refusals(client: Client) -> None:
     with pytest.raises(errors.InvalidArgument) as e:
         await client.flow([FlowNode("a", "q", "a", depends_on=["b"]), FlowNode("b", "q", "b", depends_on=["a"])])
     assert e.value.field == "graph.nodes"
-    with pytest.raises(errors.InvalidArgument) as e:
-        await client.flow([FlowNode("a", "q", "a", parent=("q", "x"))])
+    with pytest.raises(errors.InvalidArgument) as e:  # a node others depend on is linked by depends_on
+        await client.flow([FlowNode("a", "q", "a", parent=("q", "x")), FlowNode("b", "q", "b", depends_on=["a"])])
     assert e.value.field == "graph.nodes[0].opts.parent"
+    with pytest.raises(errors.NotFound):  # a node nothing depends on may join a job outside the flow
+        await client.flow([FlowNode("a", "q", "a", parent=("q", "x"))])
     with pytest.raises(errors.NotFound):
         await client.get_flow("no-such-flow")
     with pytest.raises(TypeError):
