@@ -16,25 +16,35 @@ SEC = 1_000_000_000
 ITER = pb.SCHEDULE_DRIVER_ITERATIONS
 
 
-def request(sid: str = "s", *, next_ns: int, key: str | None = None, delay_ns: int = 0, **fields) -> jobs_pb2.ScheduleRequest:
+def template() -> pb.TaskSpec:
+    return pb.TaskSpec(name="tpl", payload=pb.Payload(data=b'{"a":1}'))
+
+
+def request(
+    sid: str = "s", *, next_ns: int, key: str | None = None, delay_ns: int = 0, **fields
+) -> jobs_pb2.ScheduleRequest:
     advance = fields.pop("advance", False)
     if_next_ns = fields.pop("if_next_ns", 0)
     replace = fields.pop("replace_job_id", "")
-    spec = jobs_pb2.ScheduleSpec(id=sid, queue="q", task=pb.TaskSpec(name="tpl", payload=pb.Payload(data=b'{"a":1}')), driver=ITER)
+    spec = jobs_pb2.ScheduleSpec(id=sid, queue="q", task=template(), driver=ITER)
     if not fields:
         spec.every_ns = 5 * SEC
     for k, v in fields.items():
         setattr(spec, k, v)
-    req = jobs_pb2.ScheduleRequest(spec=spec, next_ns=next_ns, advance=advance, if_next_ns=if_next_ns, replace_job_id=replace)
+    req = jobs_pb2.ScheduleRequest(
+        spec=spec, next_ns=next_ns, advance=advance, if_next_ns=if_next_ns, replace_job_id=replace
+    )
     if key is not None:
-        req.iteration_task.CopyFrom(pb.TaskSpec(name="tpl", payload=pb.Payload(data=b'{"a":1}')))
+        req.iteration_task.CopyFrom(template())
         req.iteration_opts.job_key = key
         if delay_ns:
             req.iteration_opts.not_before.delay_ns = delay_ns
     return req
 
 
-async def test_upsert_stores_the_chain_and_its_iteration_and_the_sweeper_leaves_it(core, clock, sweep, jobs_of, check_invariants):
+async def test_upsert_stores_the_chain_and_its_iteration_and_the_sweeper_leaves_it(
+    core, clock, sweep, jobs_of, check_invariants
+):
     it = await core.schedule_iterate(NS, request(next_ns=1000 * SEC, key="repeat:s:1000000", delay_ns=5 * SEC))
     assert it.changed and it.job is not None and it.job.created
     rec = await core.schedule_get(NS, "s")
@@ -52,7 +62,8 @@ async def test_upsert_stores_the_chain_and_its_iteration_and_the_sweeper_leaves_
 
 async def test_a_rule_the_server_cannot_parse_or_dates_in_the_past_are_the_clients(core):
     # A custom repeat strategy (RRULE text) on a client clock years behind the server's.
-    req = request(next_ns=1_486_481_042 * SEC, key="repeat:s:1486481042000", cron="RRULE:FREQ=SECONDLY;INTERVAL=2", end_ns=1_486_481_100 * SEC)
+    rrule, end = "RRULE:FREQ=SECONDLY;INTERVAL=2", 1_486_481_100 * SEC
+    req = request(next_ns=1_486_481_042 * SEC, key="repeat:s:1486481042000", cron=rrule, end_ns=end)
     it = await core.schedule_iterate(NS, req)
     assert it.schedule.cron.startswith("RRULE") and it.schedule.next_ns == 1_486_481_042 * SEC
 
@@ -125,7 +136,8 @@ async def test_server_driven_schedules_refuse_the_iteration_fields(core):
 
 
 async def test_a_replaced_cron_rule_may_take_the_key_of_an_iteration_a_worker_holds(core, jobs_of):
-    first = await core.schedule_iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000", cron="*/10 * * * * *"))
+    cron = "*/10 * * * * *"
+    first = await core.schedule_iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000", cron=cron))
     await core.lease(NS, ["q"], "w", 1, 0)
     adv = request(next_ns=20 * SEC, key="repeat:s:20000", delay_ns=SEC, advance=True, if_next_ns=10 * SEC)
     second = await core.schedule_iterate(NS, adv)
@@ -134,11 +146,11 @@ async def test_a_replaced_cron_rule_may_take_the_key_of_an_iteration_a_worker_ho
         await core.schedule_iterate(NS, every)
     it = await core.schedule_iterate(
         NS,
-        request(next_ns=10 * SEC, key="repeat:s:10000", delay_ns=SEC, replace_job_id=second.job.job_id, cron="*/10 * * * * *"),
+        request(next_ns=10 * SEC, key="repeat:s:10000", delay_ns=SEC, replace_job_id=second.job.job_id, cron=cron),
     )
     assert it.replaced and it.job.created and it.job.job_id != first.job.job_id
     jobs = await jobs_of()
     assert jobs[first.job.job_id].state == S.ACTIVE and jobs[it.job.job_id].state == S.DELAYED
     # Without a replaced iteration, a taken key refuses the upsert.
     with pytest.raises(AlreadyExists):
-        await core.schedule_iterate(NS, request(next_ns=20 * SEC, key="repeat:s:10000", cron="*/10 * * * * *"))
+        await core.schedule_iterate(NS, request(next_ns=20 * SEC, key="repeat:s:10000", cron=cron))

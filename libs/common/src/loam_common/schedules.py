@@ -131,7 +131,9 @@ def check_iteration(req: jobs_pb2.ScheduleRequest) -> None:
     """The iteration fields of a ScheduleRequest; the spec is checked by check_schedule
     unless the request only advances the chain."""
     iterating = req.advance or req.spec.driver == pb.SCHEDULE_DRIVER_ITERATIONS
-    touched = req.next_ns or req.advance or req.if_next_ns or req.HasField("iteration_task") or req.replace_job_id
+    touched = (
+        req.next_ns or req.advance or req.if_next_ns or req.replace_job_id or req.HasField("iteration_task")
+    )
     if touched and not iterating:
         raise InvalidArgument("next_ns", "applies to spec.driver = SCHEDULE_DRIVER_ITERATIONS only")
     if not iterating:
@@ -143,7 +145,8 @@ def check_iteration(req: jobs_pb2.ScheduleRequest) -> None:
     if req.HasField("iteration_task"):
         validate.text("iteration_task.name", req.iteration_task.name, 256, allow_empty=False)
         if len(req.iteration_task.payload.data) > PAYLOAD_LIMIT:
-            raise InvalidArgument("iteration_task.payload", f"an iteration is limited to {PAYLOAD_LIMIT} bytes")
+            limit = f"an iteration is limited to {PAYLOAD_LIMIT} bytes"
+            raise InvalidArgument("iteration_task.payload", limit)
         check_opts(req.iteration_opts, "iteration_opts")
         if not req.iteration_opts.job_key:
             raise InvalidArgument("iteration_opts.job_key", "an iteration is named by its key")
