@@ -31,6 +31,7 @@ from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.connect_client import jobs_client
 
 from loam import options, payloads
+from loam.blocking import BlockingJobsClient
 from loam.errors import JobsError, Unavailable, from_connect, from_item
 from loam.flows import Flow, FlowNode, flow_spec
 from loam.views import Child, Completed, Enqueued, FlowInfo, JobInfo, LeasedJob, Page, ScheduleInfo, state_value
@@ -144,6 +145,7 @@ class Client:
         retries: int = RETRIES,
         idempotent: bool = True,
         http_transport: Any = None,
+        blocking: bool = False,
     ) -> None:
         self.url = (url or os.environ.get("LOAM_URL") or DEFAULT_URL).rstrip("/")
         self.token = token if token is not None else os.environ.get("LOAM_TOKEN") or None
@@ -158,6 +160,14 @@ class Client:
         if self.namespace:
             headers[NAMESPACE_HEADER] = self.namespace
         self._headers = headers
+        self._worker_id: str | None = None
+        #: `blocking` (what SyncClient uses): every call is made in the caller's thread
+        #: (loam.blocking) and the coroutines complete without suspending.
+        self._blocking = blocking
+        if blocking:
+            self._transport = self._http = None
+            self._rpc: Any = BlockingJobsClient(self.url)
+            return
         # One connection pool per client, closed with it, deep enough for a worker's
         # concurrent leases, extends and completions (pyqwest keeps 2 idle by default).
         # `http_transport`: any pyqwest Transport (with `aclose`), e.g. a pure-Python one in
@@ -167,7 +177,6 @@ class Client:
         # No request compression: the payloads are small protobufs and gzip costs more
         # CPU per job than it saves on a local network.
         self._rpc = jobs_client(self.url, timeout_ms=_ms(timeout), http_client=self._http)
-        self._worker_id: str | None = None
 
     def __repr__(self) -> str:
         return f"Client({self.url!r}, namespace={self.namespace!r})"
@@ -179,6 +188,9 @@ class Client:
         await self.close()
 
     async def close(self) -> None:
+        if self._blocking:
+            self._rpc.close()
+            return
         await self._rpc.close()
         await self._transport.aclose()
 
@@ -192,9 +204,11 @@ class Client:
     # -- transport -------------------------------------------------------------------
     async def _call(self, method: Callable[..., Awaitable[T]], request: Any, *, timeout: float | None = None) -> T:
         try:
+            if self._blocking:
+                return method(request, headers=self._headers, timeout_ms=_ms(timeout))  # type: ignore[return-value]
             return await method(request, headers=self._headers, timeout_ms=_ms(timeout))
         except ConnectError as e:
-            task = asyncio.current_task()
+            task = None if self._blocking else asyncio.current_task()
             if e.code is Code.CANCELED and task is not None and task.cancelling():
                 raise asyncio.CancelledError from None  # connectrpc turns our cancel into an error
             raise from_connect(e) from None
@@ -209,7 +223,10 @@ class Client:
             except Unavailable:
                 if attempt == self.retries:
                     raise
-                await asyncio.sleep(delay)
+                if self._blocking:
+                    time.sleep(delay)
+                else:
+                    await asyncio.sleep(delay)
                 delay *= 3
         raise AssertionError("unreachable")
 
@@ -718,44 +735,72 @@ class Client:
 
 
 class SyncClient:
-    """The same calls as `Client`, blocking: each runs on one `Client` on an event loop
-    in a background thread (the sync surface wraps the async client; it does not copy
-    it). Use from threads freely; do not call it from inside its own loop."""
+    """The same calls as `Client`, blocking. Unary calls run in the caller's thread on a
+    blocking `Client` (loam.blocking: a kept-alive connection per thread); streams, and
+    code that needs the async client (`aclient`, `loop`, `run`), use one `Client` on an
+    event loop in a background thread, started on first use. The sync surface wraps the
+    async client; it does not copy it. Use from threads freely; do not call it from
+    inside its own loop."""
 
     def __init__(self, url: str | None = None, **kwargs: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="loam-sync-client", daemon=True)
-        self._thread.start()
+        self._args = (url, kwargs)
+        self._direct = Client(url, **{k: v for k, v in kwargs.items() if k != "http_transport"}, blocking=True)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._aclient: Client | None = None
+        self._start_lock = threading.Lock()
         self._closed = False
 
-        async def make() -> Client:
-            return Client(url, **kwargs)
+    def _started(self) -> asyncio.AbstractEventLoop:
+        with self._start_lock:
+            if self._closed:
+                raise RuntimeError("this SyncClient is closed")
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, name="loam-sync-client", daemon=True)
+                self._thread.start()
+                url, kwargs = self._args
 
-        #: the async client underneath, for code that runs on `loop`
-        self.aclient: Client = self.run(make())
+                async def make() -> Client:
+                    return Client(url, **kwargs)
+
+                self._aclient = asyncio.run_coroutine_threadsafe(make(), loop).result()
+                self._loop = loop
+            return self._loop
+
+    @property
+    def aclient(self) -> Client:
+        """The async client underneath, for code that runs on `loop`."""
+        self._started()
+        assert self._aclient is not None
+        return self._aclient
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
+        return self._started()
 
     def run(self, coro: Awaitable[T]) -> T:
         """Run a coroutine on this client's loop and wait for its result."""
         if self._closed:
             raise RuntimeError("this SyncClient is closed")
+        loop = self._started()
         if threading.current_thread() is self._thread:
             raise RuntimeError("SyncClient called from its own event loop; use .aclient there")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()  # type: ignore[arg-type]
 
     def close(self) -> None:
         if self._closed:
             return
         try:
-            self.run(self.aclient.close())
+            self._direct._rpc.close()
+            if self._loop is not None and self._aclient is not None:
+                asyncio.run_coroutine_threadsafe(self._aclient.close(), self._loop).result()
         finally:
             self._closed = True
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-            self._loop.close()
+            if self._loop is not None and self._thread is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=10)
+                self._loop.close()
 
     def __enter__(self) -> SyncClient:
         return self
@@ -764,10 +809,15 @@ class SyncClient:
         self.close()
 
     def __repr__(self) -> str:
-        return f"SyncClient({self.aclient.url!r}, namespace={self.aclient.namespace!r})"
+        return f"SyncClient({self._direct.url!r}, namespace={self._direct.namespace!r})"
 
-    url = property(lambda self: self.aclient.url)
-    namespace = property(lambda self: self.aclient.namespace)
+    url = property(lambda self: self._direct.url)
+    namespace = property(lambda self: self._direct.namespace)
+
+
+# Unary methods that wait on something else than their server call (the REST listing):
+# they run on the loop.
+_ON_THE_LOOP = frozenset({"list_queues"})
 
 
 def _blocking(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -788,9 +838,25 @@ def _blocking(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
         return gen
 
+    if name in _ON_THE_LOOP:
+
+        @functools.wraps(fn)
+        def on_loop(self: SyncClient, *args: Any, **kwargs: Any) -> Any:
+            return self.run(getattr(self.aclient, name)(*args, **kwargs))
+
+        return on_loop
+
     @functools.wraps(fn)
     def call(self: SyncClient, *args: Any, **kwargs: Any) -> Any:
-        return self.run(getattr(self.aclient, name)(*args, **kwargs))
+        if self._closed:
+            raise RuntimeError("this SyncClient is closed")
+        coro = getattr(self._direct, name)(*args, **kwargs)
+        try:
+            coro.send(None)  # a blocking Client's coroutine runs to its end here
+        except StopIteration as done:
+            return done.value
+        coro.close()
+        raise RuntimeError(f"SyncClient.{name} waited on something other than its server call")
 
     return call
 

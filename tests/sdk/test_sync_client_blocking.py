@@ -1,0 +1,73 @@
+"""SyncClient's unary calls run in the caller's thread (loam.blocking): typed errors,
+many threads at once, a forked child using the client its parent used, and no
+background loop unless something needs it."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from loam import SyncClient, errors
+
+
+def _loop_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "loam-sync-client"]
+
+
+def test_unary_calls_need_no_background_loop_and_errors_are_typed(url: str, ns: str) -> None:
+    before = len(_loop_threads())
+    with SyncClient(url, namespace=ns) as c:
+        job = c.enqueue("q", "t", {"n": 1})
+        (leased,) = c.lease("q", max=1)
+        assert leased.id == job.id and leased.payload == {"n": 1}
+        c.complete(leased)
+        with pytest.raises(errors.InvalidState):
+            c.complete(leased)  # completed already
+        with pytest.raises(errors.InvalidArgument) as bad:
+            c.enqueue("not a queue name!", "t")
+        assert bad.value.field == "queue"
+        assert len(_loop_threads()) == before  # nothing needed the async client
+        assert [s.id for s in c.iter_schedules()] == []  # a stream: that starts it
+        assert len(_loop_threads()) == before + 1
+    assert len(_loop_threads()) == before
+
+
+def test_threads_share_one_sync_client(url: str, ns: str) -> None:
+    with SyncClient(url, namespace=ns) as c:
+        failures: list[BaseException] = []
+
+        def work(t: int) -> None:
+            try:
+                for i in range(20):
+                    c.result_set(f"k{t}-{i}", {"t": t, "i": i})
+                    assert c.result_get(f"k{t}-{i}") == {"t": t, "i": i}
+            except BaseException as e:  # noqa: BLE001 - reported below
+                failures.append(e)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(30)
+        assert not failures
+        assert c.result_mget([f"k{t}-19" for t in range(8)]) == [{"t": t, "i": 19} for t in range(8)]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_a_forked_child_uses_the_parents_client(url: str, ns: str) -> None:
+    with SyncClient(url, namespace=ns) as c:
+        c.result_set("parent", 1)  # the parent's connection is open now
+        pid = os.fork()
+        if pid == 0:  # the child: its own connection, never the parent's socket
+            code = 1
+            try:
+                c.result_set("child", 2)
+                code = 0 if c.result_get("child") == 2 and c.result_get("parent") == 1 else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert c.result_get("child") == 2  # and the parent's connection still works
