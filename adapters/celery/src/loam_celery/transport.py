@@ -279,7 +279,7 @@ class Transport(virtual.Transport):
 
     @cached_property
     def worker_id(self) -> str:
-        return self.loam.aclient.worker
+        return self.loam.worker
 
     def driver_version(self) -> str:
         from loam_celery import __version__

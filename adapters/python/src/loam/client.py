@@ -765,6 +765,7 @@ class SyncClient:
                     return Client(url, **kwargs)
 
                 self._aclient = asyncio.run_coroutine_threadsafe(make(), loop).result()
+                self._aclient._worker_id = self._direct.worker  # one worker id for both
                 self._loop = loop
             return self._loop
 
@@ -813,6 +814,7 @@ class SyncClient:
 
     url = property(lambda self: self._direct.url)
     namespace = property(lambda self: self._direct.namespace)
+    worker = property(lambda self: self._direct.worker, doc="This client's default worker id for leases.")
 
 
 # Unary methods that wait on something else than their server call (the REST listing):
