@@ -9,7 +9,7 @@ import pytest
 from loam_common import schedules
 from loam_common.errors import AlreadyExists, InvalidArgument
 from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
-from loam_common.jobs import admin, states as S
+from loam_common.jobs import admin, states as S, sweeps
 
 NS = "acme"
 SEC = 1_000_000_000
@@ -154,3 +154,32 @@ async def test_a_replaced_cron_rule_may_take_the_key_of_an_iteration_a_worker_ho
     # Without a replaced iteration, a taken key refuses the upsert.
     with pytest.raises(AlreadyExists):
         await core.schedule_iterate(NS, request(next_ns=20 * SEC, key="repeat:s:10000", cron=cron))
+
+
+async def test_an_upsert_guarded_by_what_it_read_changes_nothing_after_another_write(core, clock, jobs_of):
+    fresh = request(next_ns=10 * SEC, key="repeat:s:10000")
+    fresh.if_updated_ns = 0  # no record yet
+    first = await core.schedule_iterate(NS, fresh)
+    assert first.changed
+    clock.advance(SEC)
+    late = request(next_ns=11 * SEC, key="repeat:s:11000")
+    late.if_updated_ns = 0  # read before the first write: refused, read again
+    assert not (await core.schedule_iterate(NS, late)).changed
+    late.if_updated_ns = first.schedule.updated_ns
+    late.replace_job_id = first.job.job_id
+    again = await core.schedule_iterate(NS, late)
+    assert again.changed and again.replaced
+    assert [j.opts.job_key for j in (await jobs_of()).values()] == ["repeat:s:11000"]
+
+
+async def test_an_iteration_is_never_failed_for_stalling(core, store, clock, jobs_of, configure):
+    await configure("q", ns=NS, max_stalled=0)
+    it = await core.schedule_iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
+    plain = await core.enqueue(NS, "q", pb.TaskSpec(name="plain"))
+    for _ in range(2):
+        await core.lease(NS, ["q"], "w", 2, 0, visibility_ns=SEC)
+        clock.advance(2 * SEC)
+        await store.transact(sweeps.sweep_stalled, NS, "q", 0)
+    jobs = await jobs_of()
+    assert jobs[it.job.job_id].state != S.FAILED and jobs[it.job.job_id].stalled == 2
+    assert jobs[plain.job_id].state == S.FAILED  # an ordinary job stalled past the limit

@@ -15,6 +15,8 @@ import * as R from "./redis-shape.js";
 import { rememberDelayed } from "./client-clock.js";
 
 const PREFIX = "bullmq:";
+const RACED = Symbol("raced");
+const MAX_UPSERT_TRIES = 5;
 /** BullMQ walks this many `every` slots past taken ones before giving up (-11). */
 const MAX_SLOT_SCANS = 32;
 const PENDING = new Set([JobState.WAITING, JobState.PRIORITIZED, JobState.DELAYED]);
@@ -91,14 +93,20 @@ export class Schedulers {
     return this.h.queueName;
   }
 
-  async record(id: string): Promise<ScheduleRecord | undefined> {
+  /** The Loam schedule of a scheduler id, whatever drives it. */
+  private async stored(id: string): Promise<ScheduleRecord | undefined> {
     try {
-      const rec = (await this.h.client.getSchedule({ id: scheduleId(this.q, id) })).schedule;
-      return rec && rec.driver === ScheduleDriver.ITERATIONS ? rec : undefined;
+      return (await this.h.client.getSchedule({ id: scheduleId(this.q, id) })).schedule;
     } catch (e) {
       if (isNotFound(e)) return undefined;
       throw e;
     }
+  }
+
+  /** The scheduler: a schedule its iterations drive (one the server fires is not one). */
+  async record(id: string): Promise<ScheduleRecord | undefined> {
+    const rec = await this.stored(id);
+    return rec && rec.driver === ScheduleDriver.ITERATIONS ? rec : undefined;
   }
 
   private iteration(name: string, data: string, delayedJobOpts: any, jobId: string, delay: number, now: number, schedulerId: string) {
@@ -132,16 +140,27 @@ export class Schedulers {
     return serially(this.lockKey(schedulerId), () => this.upsert(schedulerId, nextMillis, templateData, templateOpts, opts, delayedJobOpts));
   }
 
-  private async upsert(
+  /** Another process changed the scheduler between our read and our write: read again
+   * (the write is guarded by what was read; the last try goes unguarded). */
+  private async upsert(id: string, next: number, data: string, tplOpts: any, opts: any, jobOpts: any): Promise<[string, number]> {
+    for (let attempt = 1; ; attempt++) {
+      const r = await this.upsertOnce(id, next, data, tplOpts, opts, jobOpts, attempt < MAX_UPSERT_TRIES);
+      if (r !== RACED) return r;
+    }
+  }
+
+  private async upsertOnce(
     schedulerId: string,
     nextMillis: number,
     templateData: string,
     templateOpts: any,
     opts: any,
     delayedJobOpts: any,
-  ): Promise<[string, number]> {
+    guarded = true,
+  ): Promise<[string, number] | typeof RACED> {
     const now = Date.now();
-    const rec = await this.record(schedulerId);
+    const stored = await this.stored(schedulerId);
+    const rec = stored?.driver === ScheduleDriver.ITERATIONS ? stored : undefined;
     const prev = rec ? ms(rec.nextNs) : undefined;
     const every = opts.every ? Number(opts.every) : 0;
     const givenOffset = opts.offset ?? delayedJobOpts?.repeat?.offset; // null: none given
@@ -196,13 +215,15 @@ export class Schedulers {
       const delay = Math.max(0, nextMillis - now);
       const { task, opts: iopts } = this.iteration(name, templateData, delayedJobOpts, jobId, delay, now, schedulerId);
       try {
-        await this.h.client.schedule({
+        const r = await this.h.client.schedule({
           spec: spec as any,
           nextNs: ns(nextMillis),
           iterationTask: task,
           iterationOpts: { ...iopts, jobKeyKeepsFirst: false },
           replaceJobId: replace,
+          ifUpdatedNs: guarded ? (stored?.updatedNs ?? 0n) : undefined,
         });
+        if (!r.changed) return RACED;
         rememberDelayed(this.h.connKey, this.q, jobId, delay);
         return [jobId, delay];
       } catch (e) {

@@ -76,4 +76,17 @@ describe("job schedulers", () => {
     expect(done.length).toBeLessThanOrEqual(n + 1); // at most the one a worker had taken
     expect(await queue.getDelayedCount()).toBe(0);
   });
+
+  it("converges when producers in different processes upsert one scheduler at once", async () => {
+    const name = qname();
+    // Two connections to the same server and namespace, as two processes would have
+    // (the same process serialises its own upserts of one scheduler).
+    const url = process.env.LOAM_JOBS_URL!;
+    const a = new Queue(name, { connection: { url } });
+    const b = new Queue(name, { connection: { url: url.replace("127.0.0.1", "localhost") } });
+    closers.push(a, b);
+    await Promise.all([a, b, a, b].map((q) => q.upsertJobScheduler("race", { every: 60_000 }, { name: "r" })));
+    expect(await a.getJobSchedulersCount()).toBe(1);
+    expect(await a.getJobCountByTypes("waiting", "delayed")).toBe(1);
+  });
 });

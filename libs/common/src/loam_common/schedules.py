@@ -141,6 +141,7 @@ def check_iteration(req: jobs_pb2.ScheduleRequest) -> None:
     validate.text("spec.id", req.spec.id, 1024, allow_empty=False)
     validate.time_ns("next_ns", req.next_ns)
     validate.time_ns("if_next_ns", req.if_next_ns)
+    validate.time_ns("if_updated_ns", req.if_updated_ns)
     validate.text("replace_job_id", req.replace_job_id, 1024)
     if req.HasField("iteration_task"):
         validate.text("iteration_task.name", req.iteration_task.name, 256, allow_empty=False)
@@ -391,6 +392,8 @@ def schedule_iterate(tx: Txn, ns: str, req: jobs_pb2.ScheduleRequest) -> Iterate
         rec.CopyFrom(old)
         rec.count += 1
     else:
+        if req.HasField("if_updated_ns") and (old.updated_ns if old is not None else 0) != req.if_updated_ns:
+            return Iterated(old or pb.ScheduleRecord(id=req.spec.id), False, None, False)  # read again
         rec = _normalized(req.spec)
         rec.rule_hash = _rule_hash(rec)
         rec.created_ns = old.created_ns if old is not None else now

@@ -34,6 +34,8 @@ def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) 
             job.stalled += 1
             qt.meta_for_update(job.shard).stalled_total += 1  # loam_jobs_stalled_total
             limit_stalled = max_stalled(qt.cfg)
+            if limit_stalled >= 0 and job.stalled > limit_stalled and _of_a_job_scheduler(tx, ns, job):
+                limit_stalled = -1  # BullMQ: a job scheduler's iteration is never failed for stalling
             if limit_stalled >= 0 and job.stalled > limit_stalled and qt.cfg.defer_stalled_failure:
                 job.deferred_failure = STALLED_MESSAGE  # the next lease fails it (BullMQ)
             elif limit_stalled >= 0 and job.stalled > limit_stalled:
@@ -44,6 +46,17 @@ def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) 
             qt.move(job, S.ready_state(job.opts.priority), "stalled")
             qt.emit("waiting", job)
         return len(expired)
+
+
+def _of_a_job_scheduler(tx: Txn, ns: str, job: pb.Job) -> bool:
+    """Whether an iteration-driven schedule that still exists made `job`."""
+    from loam_common import schedules  # schedules enqueues, so it imports the jobs package
+
+    sid = job.task.headers.get(schedules.HEADER_SCHEDULE)
+    if not sid:
+        return False
+    raw = tx.get(keys.schedule(ns, sid))
+    return raw is not None and schedules.iterated(pb.ScheduleRecord.FromString(raw))
 
 
 def sweep_delayed(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) -> int:

@@ -349,7 +349,7 @@ class ScheduleSpec(_message.Message):
     def __init__(self, id: _Optional[str] = ..., cron: _Optional[str] = ..., tz: _Optional[str] = ..., every_ns: _Optional[int] = ..., limit: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., offset_ns: _Optional[int] = ..., immediately: _Optional[bool] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., misfire: _Optional[_Union[_types_pb2.MisfirePolicy, str]] = ..., misfire_grace_ns: _Optional[int] = ..., driver: _Optional[_Union[_types_pb2.ScheduleDriver, str]] = ...) -> None: ...
 
 class ScheduleRequest(_message.Message):
-    __slots__ = ("spec", "next_ns", "advance", "if_next_ns", "iteration_task", "iteration_opts", "replace_job_id")
+    __slots__ = ("spec", "next_ns", "advance", "if_next_ns", "iteration_task", "iteration_opts", "replace_job_id", "if_updated_ns")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     NEXT_NS_FIELD_NUMBER: _ClassVar[int]
     ADVANCE_FIELD_NUMBER: _ClassVar[int]
@@ -357,6 +357,7 @@ class ScheduleRequest(_message.Message):
     ITERATION_TASK_FIELD_NUMBER: _ClassVar[int]
     ITERATION_OPTS_FIELD_NUMBER: _ClassVar[int]
     REPLACE_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    IF_UPDATED_NS_FIELD_NUMBER: _ClassVar[int]
     spec: ScheduleSpec
     next_ns: int
     advance: bool
@@ -364,7 +365,8 @@ class ScheduleRequest(_message.Message):
     iteration_task: _types_pb2.TaskSpec
     iteration_opts: _types_pb2.EnqueueOpts
     replace_job_id: str
-    def __init__(self, spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., next_ns: _Optional[int] = ..., advance: _Optional[bool] = ..., if_next_ns: _Optional[int] = ..., iteration_task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., iteration_opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., replace_job_id: _Optional[str] = ...) -> None: ...
+    if_updated_ns: int
+    def __init__(self, spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., next_ns: _Optional[int] = ..., advance: _Optional[bool] = ..., if_next_ns: _Optional[int] = ..., iteration_task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., iteration_opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., replace_job_id: _Optional[str] = ..., if_updated_ns: _Optional[int] = ...) -> None: ...
 
 class ScheduleResponse(_message.Message):
     __slots__ = ("id", "schedule", "changed", "iteration_job_id", "replaced")
