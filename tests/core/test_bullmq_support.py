@@ -204,3 +204,28 @@ async def test_a_deferred_stalled_failure_rides_on_the_next_lease(core, configur
     assert (job.state, job.deferred_failure) == (S.WAITING, "job stalled more than allowable limit")
     [again] = await core.lease(NS, ["q"], "w", 1)
     assert lease_from_job(again).deferred_failure == "job stalled more than allowable limit"
+
+
+async def test_a_retry_that_resets_the_attempts_marks_the_epoch_and_leases_carry_it(core, store):
+    from loam_queue_core.rpc import lease_from_job
+
+    r = await core.enqueue(NS, "q", task())
+    [job] = await core.lease(NS, ["q"], "w", 1)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(pb.JobError(code="e", message="boom")))
+    reset = await store.transact(admin.job_retry, NS, "q", r.job_id)
+    assert reset.retry_epoch == job.epoch  # leases after this one are the new starts
+    [again] = await core.lease(NS, ["q"], "w", 1)
+    lease = lease_from_job(again)
+    assert (lease.retry_epoch, lease.token.epoch) == (job.epoch, job.epoch + 1)
+    assert lease.last_error.message == "boom"  # a retried job brings its last error
+
+
+async def test_a_retry_to_ready_comes_after_the_delayed_jobs_already_due(core, clock):
+    first = await core.enqueue(NS, "q", task("first"), pb.EnqueueOpts(attempts=2))
+    [job] = await core.lease(NS, ["q"], "w", 1)
+    delayed = pb.EnqueueOpts(not_before=pb.Delay(delay_ns=SEC))
+    due = [(await core.enqueue(NS, "q", task(f"d{i}"), delayed)).job_id for i in range(2)]
+    clock.advance(2 * SEC)  # due, and no sweep has promoted them yet
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(pb.JobError(code="e", message="x"), 0))
+    order = [j.id for j in await core.lease(NS, ["q"], "w", 3)]
+    assert order == [*due, first.job_id]

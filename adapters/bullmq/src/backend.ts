@@ -457,6 +457,8 @@ export class LoamQueueBackend extends EventEmitter {
       createdNs: l.createdNs,
       processedNs: BigInt(Date.now()) * 1_000_000n,
       epoch: l.token!.epoch,
+      retryEpoch: l.retryEpoch,
+      errors: l.lastError ? [l.lastError] : [],
       parents: l.parent ? [l.parent] : [],
       deferredFailure: l.deferredFailure,
     });

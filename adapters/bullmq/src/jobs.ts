@@ -199,16 +199,24 @@ export function toJobJson(j: LoamJob, extra?: { processedBy?: string }): any {
     opts,
     progress: parseJson(text(j.progress), 0),
     attemptsMade: attemptsMade(j),
-    attemptsStarted: j.attempt + j.stalled + (j.processedNs || j.state === JobState.ACTIVE ? 1 : 0),
+    // Every lease bumps the epoch (so does a stalled reclaim): that counts the starts that
+    // spent no attempt too (moveToDelayed, moveToWaitingChildren, back to wait).
+    attemptsStarted: Math.max(
+      j.attempt + j.stalled + (j.processedNs || j.state === JobState.ACTIVE ? 1 : 0),
+      Number(j.epoch - j.retryEpoch) - j.stalled,
+    ),
     stalledCounter: j.stalled,
     timestamp: Number(h[H_TS] ?? 0) || ms(j.createdNs),
-    // BullMQ keeps the last delay it applied: a retry's backoff, or the delay given.
+    // BullMQ keeps the last delay it applied (a retry's backoff, or the delay given)
+    // until the job is promoted, which sets it to 0.
     delay:
-      j.attempt === 0 && !j.errors.length
-        ? Number(opts.delay ?? 0)
-        : j.state === JobState.DELAYED && j.dueNs && j.stateNs
-          ? ms(j.dueNs - j.stateNs)
-          : 0,
+      j.state !== JobState.DELAYED && j.state !== JobState.WAITING_CHILDREN
+        ? 0
+        : j.attempt === 0 && !j.errors.length
+          ? Number(opts.delay ?? 0)
+          : j.state === JobState.DELAYED && j.dueNs && j.stateNs
+            ? ms(j.dueNs - j.stateNs)
+            : 0,
     priority: j.opts?.priority ?? 0,
     failedReason: "",
     returnvalue: text(j.result?.data) || "null",
@@ -217,7 +225,9 @@ export function toJobJson(j: LoamJob, extra?: { processedBy?: string }): any {
   if (j.finishedNs) json.finishedOn = ms(j.finishedNs);
   if (j.errors.length) {
     const last = j.errors[j.errors.length - 1];
-    json.failedReason = last.message;
+    // job.retry() clears BullMQ's failedReason; Loam keeps the error history and resets
+    // processedNs, so a retried job that has not run since shows no reason.
+    if (j.processedNs || stateName(j.state) === "failed") json.failedReason = last.message;
     json.stacktrace = last.stacktrace || "[]";
   }
   if (j.deferredFailure) json.deferredFailure = j.deferredFailure;

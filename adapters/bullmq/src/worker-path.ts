@@ -125,7 +125,8 @@ const MAX_WAIT_S = 30;
  */
 export class Fetcher {
   private buffer: Buffered[] = [];
-  private inflight: Promise<void> | null = null;
+  private inflight: Promise<void> | null = null; // a Lease that does not wait
+  private blockingInflight: Promise<void> | null = null; // wait()'s long poll
   private abort: AbortController | null = null;
   blockingDisconnected = false;
   closed = false;
@@ -154,7 +155,7 @@ export class Fetcher {
     this.release(stale.map((b) => b.lease));
   }
 
-  private async lease(waitS: number, atLeast = 1): Promise<void> {
+  private async lease(waitS: number, atLeast = 1, max?: number): Promise<void> {
     const ac = waitS > 0 ? new AbortController() : null;
     if (ac) this.abort = ac;
     try {
@@ -162,7 +163,7 @@ export class Fetcher {
         {
           queues: [this.o.queue],
           worker: this.o.worker,
-          max: Math.max(atLeast, this.want()),
+          max: max ?? Math.max(atLeast, this.want()),
           waitNs: BigInt(Math.round(Math.min(waitS, MAX_WAIT_S) * 1e9)),
           visibilityNs: this.o.visibilityNs,
         },
@@ -203,7 +204,10 @@ export class Fetcher {
         const takers = this.takers;
         this.takers = [];
         if (!this.buffer.length && !this.closed) {
-          const p = this.lease(0, takers.length);
+          // Not behind a long poll (the worker's wait for a job): a finished job's fetch
+          // of the next must not wait out the drain delay. The poll asked for the free
+          // slots then, so ask only for these takers' beside it.
+          const p = this.blockingInflight ? this.lease(0, takers.length, takers.length) : this.lease(0, takers.length);
           this.inflight = p;
           try {
             await p;
@@ -226,12 +230,13 @@ export class Fetcher {
     this.dropStale();
     if (this.buffer.length) return true;
     if (this.blockingDisconnected || this.closed) return false;
-    if (this.inflight) {
-      await this.inflight.catch(() => undefined);
+    for (const other of [this.inflight, this.blockingInflight]) {
+      if (!other) continue;
+      await other.catch(() => undefined);
       if (this.buffer.length) return true;
     }
     const p = this.lease(seconds);
-    this.inflight = p;
+    this.blockingInflight = p;
     try {
       await p;
     } catch (e) {
@@ -242,7 +247,7 @@ export class Fetcher {
       if (this.blockingDisconnected || this.closed) return false;
       throw e;
     } finally {
-      if (this.inflight === p) this.inflight = null;
+      if (this.blockingInflight === p) this.blockingInflight = null;
     }
     return this.buffer.length > 0;
   }

@@ -96,7 +96,46 @@ describe("processing", () => {
     await until(async () => (await queue.getJobState(job.id!)) === "delayed");
     await until(async () => (await queue.getJobState(job.id!)) === "completed", 5000);
     expect(runs).toBe(2);
-    expect((await queue.getJob(job.id!))!.returnvalue).toBe("later");
+    const done = (await queue.getJob(job.id!))!;
+    expect(done.returnvalue).toBe("later");
+    expect([done.attemptsMade, done.attemptsStarted, done.delay]).toEqual([1, 2, 0]); // promoted: no delay left
+  });
+
+  it("clears failedReason on job.retry and keeps it on an automatic retry", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    const job = await queue.add("r", {}, { attempts: 2 });
+    let runs = 0;
+    let reasonOnRetry: string | undefined;
+    const worker = track(new Worker(name, async (j) => {
+      runs++;
+      if (runs === 2) reasonOnRetry = j.failedReason;
+      if (runs <= 2) throw new Error(`run ${runs}`);
+      return "ok";
+    }, { connection }));
+    await until(async () => (await queue.getJobState(job.id!)) === "failed", 5000);
+    expect(reasonOnRetry).toBe("run 1"); // BullMQ keeps the reason while it retries
+    await worker.pause();
+    const failed = (await queue.getJob(job.id!))!;
+    await failed.retry("failed", { resetAttemptsMade: true, resetAttemptsStarted: true });
+    const retried = (await queue.getJob(job.id!))!;
+    expect([retried.failedReason, retried.attemptsMade, retried.attemptsStarted]).toEqual([undefined, 0, 0]);
+    worker.resume();
+    await until(async () => (await queue.getJobState(job.id!)) === "completed", 5000);
+  });
+
+  it("emits completed at once when the queue is left empty (not after the idle poll)", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    const worker = track(new Worker(name, async () => sleep(50), { connection, concurrency: 2, drainDelay: 5 }));
+    await worker.waitUntilReady();
+    const t0 = Date.now();
+    const done = new Promise<number>((resolve) => {
+      let n = 0;
+      worker.on("completed", () => ++n === 3 && resolve(Date.now() - t0));
+    });
+    await queue.addBulk([1, 2, 3].map((i) => ({ name: "j", data: { i } })));
+    expect(await done).toBeLessThan(2000);
   });
 
   it("rate-limits manually with worker.rateLimit and RateLimitError", async () => {

@@ -106,7 +106,10 @@ def lease_from_job(job: pb.Job) -> J.Lease:
         opts=job.opts,
         created_ns=job.created_ns,
         deferred_failure=job.deferred_failure,
+        retry_epoch=job.retry_epoch,
     )
+    if job.errors:
+        lease.last_error.CopyFrom(job.errors[-1])
     if job.opts.HasField("parent"):
         lease.parent.CopyFrom(job.opts.parent)
     elif job.parents:  # a flow node: its first dependent (a BullMQ tree has one)

@@ -427,6 +427,7 @@ def _reset_for_retry(job: pb.Job, keep_attempts: bool = False) -> None:
     if not keep_attempts:
         job.attempt = 0
         job.stalled = 0
+        job.retry_epoch = job.epoch
     elif job.state == S.COMPLETED or job.attempt < job.attempts_max:
         job.attempt += 1  # the finished run was an attempt too (BullMQ's attemptsMade)
     job.processed_ns = 0

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from loam_common import keys
 from loam_common.errors import Fenced, InvalidArgument, InvalidState, JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import dlq, retention, states as S
+from loam_common.jobs import dlq, lease, retention, states as S
 from loam_common.jobs.queue import DEFAULT_LOG_CAP, QueueTx
 from loam_common.store.base import Txn
 
@@ -270,6 +270,10 @@ def _retry_or_fail(qt: QueueTx, job: pb.Job, error: pb.JobError, after_ns: int |
     if after_ns is None:
         backoff = job.opts.backoff if job.opts.HasField("backoff") else qt.cfg.backoff
         after_ns = backoff_delay(backoff, job.attempt)
+    if not after_ns:
+        # Delayed jobs already due go first, as in BullMQ's retry: they were due before
+        # this job came back.
+        lease.promote_due(qt, job.shard)
     _requeue(qt, job, qt.now + after_ns if after_ns else 0)
     return Completed(job.state)
 

@@ -154,7 +154,7 @@ class ChildrenSummary(_message.Message):
     def __init__(self, pending: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("token", "task", "attempt", "stalled", "deadline_ns", "parent", "children", "opts", "created_ns", "deferred_failure")
+    __slots__ = ("token", "task", "attempt", "stalled", "deadline_ns", "parent", "children", "opts", "created_ns", "deferred_failure", "retry_epoch", "last_error")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +165,8 @@ class Lease(_message.Message):
     OPTS_FIELD_NUMBER: _ClassVar[int]
     CREATED_NS_FIELD_NUMBER: _ClassVar[int]
     DEFERRED_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     token: LeaseToken
     task: _types_pb2.TaskSpec
     attempt: int
@@ -175,7 +177,9 @@ class Lease(_message.Message):
     opts: _types_pb2.EnqueueOpts
     created_ns: int
     deferred_failure: str
-    def __init__(self, token: _Optional[_Union[LeaseToken, _Mapping]] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., deadline_ns: _Optional[int] = ..., parent: _Optional[_Union[_types_pb2.ParentRef, _Mapping]] = ..., children: _Optional[_Union[ChildrenSummary, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., created_ns: _Optional[int] = ..., deferred_failure: _Optional[str] = ...) -> None: ...
+    retry_epoch: int
+    last_error: _types_pb2.JobError
+    def __init__(self, token: _Optional[_Union[LeaseToken, _Mapping]] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., deadline_ns: _Optional[int] = ..., parent: _Optional[_Union[_types_pb2.ParentRef, _Mapping]] = ..., children: _Optional[_Union[ChildrenSummary, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., created_ns: _Optional[int] = ..., deferred_failure: _Optional[str] = ..., retry_epoch: _Optional[int] = ..., last_error: _Optional[_Union[_types_pb2.JobError, _Mapping]] = ...) -> None: ...
 
 class LeaseResponse(_message.Message):
     __slots__ = ("leases",)
