@@ -165,6 +165,18 @@ async def test_rate_limit_for_blocks_leases_and_zero_lifts_it(core, store, clock
     assert len(await core.lease(NS, ["q"], "w", 1)) == 1
 
 
+async def test_rate_limit_for_replaces_the_open_window(core, store, clock, configure):
+    await configure("q", ns=NS, rate_limit=pb.RateLimit(max=1, duration_ns=SEC))
+    for _ in range(3):
+        await core.enqueue(NS, "q", task())
+    assert len(await core.lease(NS, ["q"], "w", 5)) == 1  # the window is used up for 1 s
+    await store.transact(admin.queue_rate_limit_for, NS, "q", SEC // 1000)
+    ttl, _ = await store.snapshot(admin.queue_rate_window, NS, "q")
+    assert ttl == SEC // 1000  # BullMQ's rateLimit(1): 1 ms, not what was left of the window
+    clock.advance(SEC // 100)
+    assert len(await core.lease(NS, ["q"], "w", 5)) == 1  # a fresh window, with its own max
+
+
 async def test_keep_waiting_policy_waits_on_a_failed_child_and_forgets_a_removed_one(core, store, job_of, check_invariants):
     keep = {"queue": "p", "job_id": "P", "keep_waiting_on_failure": True}
     parent = await core.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
@@ -229,3 +241,11 @@ async def test_a_retry_to_ready_comes_after_the_delayed_jobs_already_due(core, c
     await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(pb.JobError(code="e", message="x"), 0))
     order = [j.id for j in await core.lease(NS, ["q"], "w", 3)]
     assert order == [*due, first.job_id]
+
+
+async def test_a_released_job_keeps_its_place(core):
+    ids = [(await core.enqueue(NS, "q", task(f"j{i}"), pb.EnqueueOpts(priority=10))).job_id for i in range(3)]
+    [first] = await core.lease(NS, ["q"], "w", 1)
+    assert first.id == ids[0]
+    await core.complete(NS, "q", first.id, first.epoch, Outcome.release())
+    assert [j.id for j in await core.lease(NS, ["q"], "w", 3)] == ids  # not behind the others

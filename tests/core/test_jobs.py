@@ -268,6 +268,26 @@ async def test_dedup_debounce_replace_takes_the_newest_data_and_delay(core, cloc
     await check_invariants()
 
 
+async def test_dedup_replace_job_takes_the_place_of_a_delayed_job(core, clock, job_of, jobs_of, check_invariants):
+    d = dd(pb.DEDUP_MODE_THROTTLE, ttl_ns=5 * SEC, replace_job=True)
+    later = pb.Delay(delay_ns=5 * SEC)
+    first = await enqueue(core, data=b"v1", dedup=d, not_before=later)
+    clock.advance(2 * SEC)
+    second = await enqueue(core, data=b"v2", dedup=d, not_before=later)
+    assert second.created and second.job_id != first.job_id
+    assert await job_of(first.job_id) is None  # removed, not updated
+    clock.advance(5 * SEC)  # due; the id expired 5 s after the first add, not the second
+    job = await lease_one(core)
+    assert (job.id, job.task.payload.data) == (second.job_id, b"v2")
+    third = await enqueue(core, data=b"v3", dedup=d, not_before=later)
+    assert third.created and len(await jobs_of()) == 2
+    # Past delayed, a duplicate is dropped: no replacement, no second job.
+    simple = dd(replace_job=True)
+    a = await enqueue(core, queue="s", dedup=simple)
+    assert (await enqueue(core, queue="s", dedup=simple)).job_id == a.job_id
+    await check_invariants()
+
+
 @pytest.mark.parametrize("extend", [False, True])
 async def test_dedup_debounce_extend_moves_the_ttl(core, clock, extend, check_invariants):
     d = dd(pb.DEDUP_MODE_DEBOUNCE, ttl_ns=5 * SEC, extend=extend)

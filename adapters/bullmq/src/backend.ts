@@ -124,7 +124,6 @@ export class LoamQueueBackend extends EventEmitter {
   private fetcher: Fetcher | null = null;
   private reader: EventReader | null = null;
   private handed = 0;
-  private rateLimitUntil = 0;
   private names: string[] = [];
   private readonly workerId: string;
 
@@ -472,14 +471,15 @@ export class LoamQueueBackend extends EventEmitter {
     return R.activeTuple(toJobJson(job, { processedBy: name ?? this.opts.name }), key);
   }
 
+  /** Nothing to hand out. A rate limit is the server's to keep (any process may lift
+   * it), so no TTL: the worker's next wait is a long poll the server ends when a job can
+   * be leased. */
   private noJob(): any[] {
-    const ttl = this.rateLimitUntil - Date.now();
-    return R.activeTuple(null, "", ttl > 0 ? ttl : 0, 0);
+    return R.activeTuple(null, "", 0, 0);
   }
 
   async moveToActive(token: string, name?: string): Promise<any[]> {
     await this.ready();
-    if (this.rateLimitUntil > Date.now()) return this.noJob();
     if (this.stalledHeld.length) this.releaseOverdueHeld();
     for (;;) {
       const l = await this.fetch().take();
@@ -1203,13 +1203,11 @@ export class LoamQueueBackend extends EventEmitter {
    * worker and getRateLimitTtl see it). */
   async setRateLimit(expireTimeMs: number): Promise<void> {
     const ms_ = Math.max(0, Math.round(expireTimeMs));
-    this.rateLimitUntil = Date.now() + ms_;
     if (ms_) await this.queueOp({ case: "rateLimitFor", value: { forNs: ns(ms_) } });
   }
 
   async removeRateLimitKey(): Promise<number> {
     const had = (await this.getRateLimitTtl()) > 0;
-    this.rateLimitUntil = 0;
     await this.queueOp({ case: "rateLimitFor", value: { forNs: 0n } }).catch(() => undefined);
     return had ? 1 : 0;
   }

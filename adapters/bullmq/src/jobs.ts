@@ -114,13 +114,15 @@ export function toLoam(job: JobJsonIn, jobId: string | undefined, parentKey?: st
   const dd = o.deduplication;
   if (dd?.id) {
     const ttl = dd.ttl ? ns(dd.ttl) : 0n;
-    const debounce = !!(ttl && (dd.extend || dd.replace));
+    const debounce = !!(ttl && dd.extend);
     opts.dedup = {
       id: String(dd.id),
       mode: debounce ? DedupMode.DEBOUNCE : ttl ? DedupMode.THROTTLE : DedupMode.SIMPLE,
       ttlNs: ttl,
-      extend: debounce && !!dd.extend,
-      replace: debounce && !!dd.replace && delay > 0,
+      extend: !!(ttl && dd.extend),
+      // BullMQ's replace: a new job takes the place of a delayed one (a new id), which
+      // is Loam's replace_job, not debounce's replace (the delayed job keeps its id).
+      replaceJob: !!dd.replace,
       keepLastIfActive: !!dd.keepLastIfActive,
     };
   }

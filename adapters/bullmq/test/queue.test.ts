@@ -58,6 +58,19 @@ describe("adding", () => {
     await queue.add("a", { n: 3 }, { deduplication: { id: "k" } });
     expect(await queue.count()).toBe(2);
   });
+
+  it("replaces a delayed job with replace, and returns a running one's id without a new job", async () => {
+    const dedup = { deduplication: { id: "r", ttl: 60_000, replace: true }, delay: 60_000 };
+    const a = await queue.add("a", { n: 1 }, dedup);
+    const b = await queue.add("a", { n: 2 }, dedup);
+    expect(b.id).not.toBe(a.id);
+    expect(await queue.getJob(a.id!)).toBeUndefined();
+    expect(await queue.getDeduplicationJobId("r")).toBe(b.id);
+    await queue.promoteJobs();
+    const c = await queue.add("a", { n: 3 }, dedup); // b is waiting now: c is dropped
+    expect(c.id).toBe(b.id);
+    expect(await queue.count()).toBe(1);
+  });
 });
 
 describe("moving jobs by id", () => {

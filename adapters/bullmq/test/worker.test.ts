@@ -215,6 +215,18 @@ describe("processing", () => {
     expect(maxActive).toBeLessThanOrEqual(2);
   });
 
+  it("processes at once when another client removes the rate limit a worker set", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    const worker = track(new Worker(name, async () => "ok", { connection, autorun: false, limiter: { max: 1, duration: 1000 } }));
+    await worker.rateLimit(10_000);
+    expect(await queue.getRateLimitTtl()).toBeGreaterThan(9000);
+    await queue.removeRateLimitKey();
+    const job = await queue.add("j", {});
+    void worker.run();
+    await until(async () => (await queue.getJobState(job.id!)) === "completed", 3000);
+  });
+
   it("applies the worker's removeOnComplete when the job has none", async () => {
     const name = qname();
     const queue = track(new Queue(name, { connection }));

@@ -221,7 +221,13 @@ def queue_rate_limit_for(tx: Txn, ns: str, queue: str, for_ns: int) -> None:
         raw = tx.get(key)
         rt = pb.QueueRuntime.FromString(raw) if raw else pb.QueueRuntime()
         if for_ns:
-            rt.blocked_until_ns = max(rt.blocked_until_ns, qt.now + for_ns)
+            # BullMQ's rateLimit(ms) replaces the limiter's window: full, ending in `ms`
+            # (shorter or longer than the one open), after which a fresh window starts.
+            rt.blocked_until_ns = qt.now + for_ns
+            rl = qt.cfg.rate_limit
+            if rl.max and rl.duration_ns:
+                rt.window_start_ns = rt.blocked_until_ns - rl.duration_ns
+                rt.used = rl.max
         else:
             rt.blocked_until_ns = 0
             rt.window_start_ns = 0

@@ -213,8 +213,8 @@ def _complete_one(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
     if kind == "fail":
         _record_error(qt, job, outcome.error)
         return Completed(_fail(qt, job, outcome.error, outcome.dead_letter))
-    if kind == "release":
-        _requeue(qt, job, qt.now + outcome.after_ns if outcome.after_ns else 0)
+    if kind == "release":  # handed back unprocessed: it keeps its place (BullMQ, RabbitMQ)
+        _requeue(qt, job, qt.now + outcome.after_ns if outcome.after_ns else 0, keep_place=True)
         return Completed(job.state)
     if kind == "delay":
         _requeue(qt, job, outcome.until_ns)
@@ -235,19 +235,19 @@ def _complete_one(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
         rt = pb.QueueRuntime.FromString(raw) if raw else pb.QueueRuntime()
         rt.blocked_until_ns = max(rt.blocked_until_ns, qt.now + outcome.for_ns)
         qt.tx.put(rt_key, rt.SerializeToString())
-        _requeue(qt, job, 0)
+        _requeue(qt, job, 0, keep_place=True)
         return Completed(job.state)
     raise InvalidArgument("outcome", f"unknown outcome {kind!r}")
 
 
-def _requeue(qt: QueueTx, job: pb.Job, due_ns: int) -> None:
+def _requeue(qt: QueueTx, job: pb.Job, due_ns: int, keep_place: bool = False) -> None:
     """Back to waiting (or delayed until `due_ns`) without spending an attempt."""
     if due_ns > qt.now:
         job.due_ns = due_ns
         qt.move(job, S.DELAYED, "delayed")
     else:
         job.due_ns = 0
-        qt.move(job, S.ready_state(job.opts.priority), "waiting")
+        qt.move(job, S.ready_state(job.opts.priority), "waiting", keep_place=keep_place)
 
 
 def _record_error(qt: QueueTx, job: pb.Job, error: pb.JobError | None) -> None:

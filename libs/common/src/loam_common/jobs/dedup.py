@@ -36,6 +36,16 @@ def check(qt: QueueTx, nj: NewJob) -> Enqueued | None:
     job = qt.get_job(rec.job_id)
     if job is None or (job.state in S.FINISHED and not rec.expires_ns):
         return None
+    if d.replace_job and job.state == S.DELAYED:
+        # BullMQ's replace: the delayed job goes, this one is enqueued in its place and
+        # the id points at it, for what was left of its expiry unless extend renews it.
+        qt.emit("deduplicated", job, detail=d.id)
+        qt.remove(job, event="removed")
+        expires = qt.now + d.ttl_ns if d.extend and d.ttl_ns else rec.expires_ns
+        qt.tx.put(qt.k.dedup(d.id), pb.DedupRecord(job_id=nj.job_id, expires_ns=expires).SerializeToString())
+        return None
+    if d.replace_job and not (d.keep_last_if_active and job.state == S.ACTIVE):
+        return Enqueued(job.id, False, job.state, job.opts.job_key)  # BullMQ: no event here
     changed = False
     if d.mode == pb.DEDUP_MODE_DEBOUNCE and d.extend and d.ttl_ns:
         rec.expires_ns = qt.now + d.ttl_ns
@@ -63,6 +73,9 @@ def check(qt: QueueTx, nj: NewJob) -> Enqueued | None:
 
 def record(qt: QueueTx, nj: NewJob) -> None:
     d = nj.opts.dedup
+    raw = qt.tx.get(qt.k.dedup(d.id))
+    if raw is not None and pb.DedupRecord.FromString(raw).job_id == nj.job_id:
+        return  # check() wrote it (replace_job keeps the replaced job's expiry)
     rec = pb.DedupRecord(job_id=nj.job_id, expires_ns=qt.now + d.ttl_ns if d.ttl_ns else 0)
     qt.tx.put(qt.k.dedup(d.id), rec.SerializeToString())
 

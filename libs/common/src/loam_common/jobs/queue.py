@@ -280,8 +280,10 @@ class QueueTx:
         if event:
             self.emit(event, job)
 
-    def move(self, job: pb.Job, to: int, event: str | None, **event_fields) -> None:
-        """Move a stored job to `to`: index, counts, record and outbox in one go."""
+    def move(self, job: pb.Job, to: int, event: str | None, *, keep_place: bool = False, **event_fields) -> None:
+        """Move a stored job to `to`: index, counts, record and outbox in one go. A job
+        made ready goes to the back of its band, or with `keep_place` (a leased job handed
+        back unprocessed) where it was when it was leased."""
         frm = job.state
         if to not in S.ALLOWED.get(frm, ()):
             raise InvalidState(job.id, S.name(frm), f"move to {S.name(to)}")
@@ -289,7 +291,7 @@ class QueueTx:
         self._count(job.shard, frm, -1)
         job.state = to
         job.state_ns = self.now
-        if to in S.READY:
+        if to in S.READY and not (keep_place and job.seq):
             job.seq = self.next_seq(job.shard)
         if to == S.ACTIVE:
             self.meta_for_update(job.shard).leased_total += 1

@@ -147,20 +147,22 @@ class Idempotency(_message.Message):
     def __init__(self, key: _Optional[str] = ..., ttl_ns: _Optional[int] = ...) -> None: ...
 
 class Dedup(_message.Message):
-    __slots__ = ("id", "mode", "ttl_ns", "replace", "extend", "keep_last_if_active")
+    __slots__ = ("id", "mode", "ttl_ns", "replace", "extend", "keep_last_if_active", "replace_job")
     ID_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     TTL_NS_FIELD_NUMBER: _ClassVar[int]
     REPLACE_FIELD_NUMBER: _ClassVar[int]
     EXTEND_FIELD_NUMBER: _ClassVar[int]
     KEEP_LAST_IF_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_JOB_FIELD_NUMBER: _ClassVar[int]
     id: str
     mode: DedupMode
     ttl_ns: int
     replace: bool
     extend: bool
     keep_last_if_active: bool
-    def __init__(self, id: _Optional[str] = ..., mode: _Optional[_Union[DedupMode, str]] = ..., ttl_ns: _Optional[int] = ..., replace: _Optional[bool] = ..., extend: _Optional[bool] = ..., keep_last_if_active: _Optional[bool] = ...) -> None: ...
+    replace_job: bool
+    def __init__(self, id: _Optional[str] = ..., mode: _Optional[_Union[DedupMode, str]] = ..., ttl_ns: _Optional[int] = ..., replace: _Optional[bool] = ..., extend: _Optional[bool] = ..., keep_last_if_active: _Optional[bool] = ..., replace_job: _Optional[bool] = ...) -> None: ...
 
 class Delay(_message.Message):
     __slots__ = ("delay_ns", "at_ns")
