@@ -5,6 +5,7 @@ background loop unless something needs it."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 
 import pytest
@@ -71,3 +72,25 @@ def test_a_forked_child_uses_the_parents_client(url: str, ns: str) -> None:
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         assert c.result_get("child") == 2  # and the parent's connection still works
+
+
+class _Interrupted(Exception):
+    pass
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
+def test_a_call_interrupted_midway_leaves_the_thread_a_working_connection(url: str, ns: str) -> None:
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    with SyncClient(url, namespace=ns) as c:
+        c.result_set("before", 1)
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(_Interrupted):
+                c.result_wait("absent", wait=5)  # a long-poll, cut short while it waits
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        assert c.result_get("before") == 1

@@ -121,6 +121,12 @@ class BlockingJobsClient:
             except OSError as e:
                 self._drop()
                 raise ConnectError(Code.UNAVAILABLE, f"{type(e).__name__}: {e}") from e
+            except BaseException:
+                # Interrupted mid-call (a signal handler's exception, a test timeout, a
+                # KeyboardInterrupt): the answer was not read, and a connection left
+                # waiting for it refuses every later request of this thread.
+                self._drop()
+                raise
         if resp.will_close:
             self._drop()
         if resp.status == 200:
