@@ -285,6 +285,16 @@ async def test_remove_refuses_an_active_job_unless_forced(store, core, check_inv
     await check_invariants()
 
 
+async def test_remove_takes_an_active_job_whose_lease_lapsed(store, core, clock, check_invariants):
+    await enqueue(core)
+    job = (await lease(core))[0]
+    clock.advance(job.deadline_ns - clock.now_ns() + 1)  # the lock expired; no sweep yet
+    await store.transact(admin.job_remove, NS, "q", job.id)
+    with pytest.raises(NotFound):
+        await store.transact(admin.job_get, NS, "q", job.id)
+    await check_invariants()
+
+
 # -- priority, delay, data, logs ----------------------------------------------------------------------
 async def test_change_priority_reorders_ready_jobs(store, core, check_invariants, events_of):
     a = await enqueue(core, priority=1)

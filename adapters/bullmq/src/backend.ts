@@ -836,7 +836,7 @@ export class LoamQueueBackend extends EventEmitter {
 
   async removeDeduplicationKey(deduplicationId: string, jobId: string): Promise<number> {
     const cur = await this.getDeduplicationJobId(deduplicationId);
-    if (cur !== null && cur !== String(jobId)) return 0;
+    if (cur !== String(jobId)) return 0; // expired, or another job's now
     return this.deleteDeduplicationKey(deduplicationId);
   }
 

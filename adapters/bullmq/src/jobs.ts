@@ -113,7 +113,8 @@ export function toLoam(job: JobJsonIn, jobId: string | undefined, parentKey?: st
   }
   const dd = o.deduplication;
   if (dd?.id) {
-    const ttl = dd.ttl ? ns(dd.ttl) : 0n;
+    // keepLastIfActive: BullMQ's key has no expiry; it goes when the job finishes.
+    const ttl = dd.ttl && !dd.keepLastIfActive ? ns(dd.ttl) : 0n;
     const debounce = !!(ttl && dd.extend);
     opts.dedup = {
       id: String(dd.id),

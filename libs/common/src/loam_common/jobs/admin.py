@@ -592,15 +592,21 @@ def job_get(tx: Txn, ns: str, queue: str, job_id: str) -> pb.Job:
 
 
 def job_remove(tx: Txn, ns: str, queue: str, job_id: str, force: bool = False, children: bool = False) -> None:
-    """Delete a job and its logs. An active job is refused, as BullMQ refuses a locked
-    one, unless `force` (its worker's complete then gets NotFound). With `children`, its
-    dependencies that have not started go too, recursively (BullMQ's removeChildren)."""
+    """Delete a job and its logs. An active job whose lease still runs is refused, as
+    BullMQ refuses a locked one, unless `force` (its worker's complete then gets
+    NotFound); one whose lease lapsed is no longer held (BullMQ: the lock expired). With
+    `children`, its dependencies that have not started go too, recursively (BullMQ's
+    removeChildren)."""
     with _job_tx(tx, ns, queue) as qt:
         job = qt.require_job(job_id)
-        if job.state == S.ACTIVE and not force:
+
+        def held(j: pb.Job) -> bool:
+            return j.state == S.ACTIVE and j.deadline_ns > qt.now
+
+        if held(job) and not force:
             raise InvalidState(job_id, "active", "remove a job a worker holds; let it finish, or force")
         tree = _tree(qt, job) if children else []
-        locked = next((j for q, j in tree if j.state == S.ACTIVE), None)
+        locked = next((j for q, j in tree if held(j)), None)
         if locked is not None:
             raise InvalidState(locked.id, "active", "remove a tree holding a job a worker holds")
         qt.remove(job, event="removed")  # first: its dependency records go, so no child settles it
