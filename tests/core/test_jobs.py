@@ -612,6 +612,33 @@ async def test_stalled_job_goes_back_to_waiting_then_fails_past_max_stalled(
     await check_invariants()
 
 
+async def test_the_sweeper_applies_retention_by_age_and_leaves_idle_queues_without_a_write(
+    core, store, configure, clock, sweep, jobs_of, check_invariants, monkeypatch
+):
+    await configure("q", retention=pb.Retention(completed_age_ns=10 * SEC))
+    await configure("idle")
+    for _ in range(2):
+        await enqueue(core)
+        await core.complete(NS, "q", (job := await lease_one(core)).id, job.epoch, Outcome.ok())
+    await enqueue(core, "idle")
+    writes = 0
+    transact = store.transact
+
+    async def counted(*args, **kwargs):
+        nonlocal writes
+        writes += 1
+        return await transact(*args, **kwargs)
+
+    monkeypatch.setattr(store, "transact", counted)
+    assert (await sweep()).retained == 0
+    assert writes == 0  # nothing due anywhere: the pass only read
+    assert len(await jobs_of()) == 2
+    clock.advance(11 * SEC)
+    assert (await sweep()).retained == 2
+    assert await jobs_of() == {} and len(await jobs_of("idle")) == 1
+    await check_invariants("q", "idle")
+
+
 async def test_max_stalled_minus_one_is_unlimited(core, configure, clock, sweep, job_of, check_invariants):
     await configure("q", visibility_ns=10 * SEC, max_stalled=-1)
     e = await enqueue(core)

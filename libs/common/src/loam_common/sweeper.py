@@ -63,16 +63,22 @@ class Sweeper:
         rep = SweepReport()
         namespaces = await self.store.snapshot(sweeps.list_namespaces)
         for ns in namespaces:
-            if self.owns(ns, "", 0):  # first, so the queues below see the jobs ticks enqueued
+            ns_due = await self.store.snapshot(sweeps.namespace_due, ns) if self.owns(ns, "", 0) else None
+            if ns_due is not None and ns_due.schedules:  # first: the queues below see the ticks' jobs
                 try:
                     await self._fire_schedules(ns, rep)
                 except OwnershipLost:
                     rep.lost.add((ns, "", 0))
-            for queue in await self.store.snapshot(sweeps.list_queues, ns):
-                await self._sweep_queue(ns, queue, rep)
-            if self.owns(ns, "", 0):
+            queues = await self.store.snapshot(sweeps.list_queues, ns)
+            # One read for the namespace first: most queues have nothing due most passes,
+            # and a sweep transaction that finds nothing still costs a trip through the writer.
+            for queue, due in zip(queues, await self.store.snapshot(sweeps.due_many, ns, queues), strict=True):
+                if due is not None:
+                    await self._sweep_queue(ns, queue, due, rep)
+            if ns_due is not None:
                 try:
-                    rep.results += await self._drain(self._sweep_results, ns, fence=self._fence(ns, "", 0))
+                    if ns_due.results:
+                        rep.results += await self._drain(self._sweep_results, ns, fence=self._fence(ns, "", 0))
                     rep.blobs += await self._collect_blobs(ns)
                 except OwnershipLost:
                     rep.lost.add((ns, "", 0))
@@ -83,31 +89,37 @@ class Sweeper:
                 self.on_ready(ns, queue)
         return rep
 
-    async def _sweep_queue(self, ns: str, queue: str, rep: SweepReport) -> None:
-        shards = await self.store.snapshot(sweeps.queue_shards, ns, queue)
+    async def _sweep_queue(self, ns: str, queue: str, due: sweeps.Due, rep: SweepReport) -> None:
         owned_any = False
-        for shard in range(shards):
+        for shard in range(due.shards):
             if not self.owns(ns, queue, shard):
                 continue
             owned_any = True
+            if shard not in due.stalled and shard not in due.delayed:
+                continue
             fence = self._fence(ns, queue, shard)
             try:
-                stalled = await self._drain(sweeps.sweep_stalled, ns, queue, shard, fence=fence)
-                rep.stalled += stalled
-                if stalled:
-                    rep.woke.add((ns, queue))
-                promoted = await self._drain(sweeps.sweep_delayed, ns, queue, shard, fence=fence)
-                rep.promoted += promoted
-                if promoted:
-                    rep.woke.add((ns, queue))
+                if shard in due.stalled:
+                    stalled = await self._drain(sweeps.sweep_stalled, ns, queue, shard, fence=fence)
+                    rep.stalled += stalled
+                    if stalled:
+                        rep.woke.add((ns, queue))
+                if shard in due.delayed:
+                    promoted = await self._drain(sweeps.sweep_delayed, ns, queue, shard, fence=fence)
+                    rep.promoted += promoted
+                    if promoted:
+                        rep.woke.add((ns, queue))
             except OwnershipLost:
                 rep.lost.add((ns, queue, shard))
-        if owned_any and self.owns(ns, queue, 0) and (ns, queue, 0) not in rep.lost:
+        queue_wide = due.retention or due.idempotency
+        if queue_wide and owned_any and self.owns(ns, queue, 0) and (ns, queue, 0) not in rep.lost:
             # queue-wide sweeps run with shard 0
             fence = self._fence(ns, queue, 0)
             try:
-                rep.retained += await self._once(sweeps.sweep_retention, ns, queue, fence=fence)
-                rep.idempotency += await self._drain(sweeps.sweep_idempotency, ns, queue, fence=fence)
+                if due.retention:
+                    rep.retained += await self._once(sweeps.sweep_retention, ns, queue, fence=fence)
+                if due.idempotency:
+                    rep.idempotency += await self._drain(sweeps.sweep_idempotency, ns, queue, fence=fence)
             except OwnershipLost:
                 rep.lost.add((ns, queue, 0))
 

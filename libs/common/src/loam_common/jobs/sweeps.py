@@ -4,6 +4,8 @@ a batch was full. The sweeper service owns the loop and the shard ownership."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from loam_common import keys
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import complete, lease, retention, states as S
@@ -91,6 +93,65 @@ def list_namespaces(tx: Txn) -> list[str]:
 def list_queues(tx: Txn, ns: str) -> list[str]:
     prefix = keys.queue_registry(ns)
     return [keys.queue_from_registry_key(ns, k) for k, _ in tx.scan(prefix, keys.prefix_end(prefix))]
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """Which sweeps of a queue would find work now (`due`)."""
+
+    shards: int
+    stalled: frozenset[int]  # shards with a lease past its deadline
+    delayed: frozenset[int]  # shards with a delayed job due
+    retention: bool  # finished jobs past the queue's age or count limits
+    idempotency: bool  # idempotency records expired
+
+
+def due(tx: Txn, ns: str, queue: str) -> Due | None:
+    """What the sweeps of `queue` would find, from the head of each index they read, in
+    one snapshot; None if the queue is gone. An idle queue then costs the sweeper one
+    read a pass instead of a write transaction per sweep and shard."""
+    raw = tx.get(keys.QueueKeys(ns, queue).config())
+    if raw is None:
+        return None
+    qt = QueueTx(tx, ns, queue, create=False)
+    k, now, shards = qt.k, qt.now, max(qt.cfg.shards, 1)
+
+    def head_before(prefix: bytes, t: int) -> bool:
+        return bool(tx.scan(prefix, prefix + keys.U64.pack(max(t, 0)), limit=1))
+
+    stalled = frozenset(s for s in range(shards) if head_before(k.active_shard(s), now))
+    delayed = frozenset(s for s in range(shards) if head_before(k.delayed_shard(s), now + 1))
+    retained = False
+    for state in (S.COMPLETED, S.FAILED):
+        count, age = retention._policy(qt, None, state)
+        for s in range(shards):
+            if (age is not None and head_before(k.state_shard(state, s), now - age)) or (
+                count is not None and qt.meta(s).counts[state] > count
+            ):
+                retained = True
+    idempotency = head_before(k.idempotency_expiry_all(), now)
+    return Due(shards, stalled, delayed, retained, idempotency)
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceDue:
+    schedules: bool  # a schedule tick is due
+    results: bool  # a result record expired
+
+
+def namespace_due(tx: Txn, ns: str) -> NamespaceDue:
+    """`due` for the namespace-wide sweeps: schedule ticks and result expiry."""
+    now = tx.now_ns()
+    ticks, expired = keys.schedule_due_all(ns), keys.result_expiry_all(ns)
+    return NamespaceDue(
+        schedules=bool(tx.scan(ticks, ticks + keys.U64.pack(now + 1), limit=1)),
+        results=bool(tx.scan(expired, expired + keys.U64.pack(now + 1), limit=1)),
+    )
+
+
+def due_many(tx: Txn, ns: str, queues: list[str]) -> list[Due | None]:
+    """`due` for several queues in one snapshot (a sweeper pass over a namespace)."""
+    return [due(tx, ns, q) for q in queues]
 
 
 def queue_shards(tx: Txn, ns: str, queue: str) -> int:
