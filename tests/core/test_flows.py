@@ -572,3 +572,13 @@ async def test_a_parent_made_ready_in_another_queue_wakes_its_long_poll(core):
     await ok(core, a)
     (p,) = await asyncio.wait_for(poll, 5)
     assert p.flow_node == "p" and time.monotonic() - started < 5
+
+
+async def test_a_clean_that_removes_the_last_pending_child_removes_its_parent_in_that_queue(core, store, job_of):
+    keep = P.FAILURE_POLICY_KEEP_WAITING
+    sub = await core.flow(NS, graph(node("a", policy=keep), node("b", policy=keep), node("p", "a", "b")))
+    other = await core.flow(NS, graph(node("x", policy=keep), node("o", "x", queue="parents")))
+    await store.transact(admin.queue_clean, NS, "q", S.WAITING, 0, 0)
+    assert await job_of(sub.jobs["p"]) is None  # BullMQ's hard removal: the parent went too
+    # A parent in another queue is not the clean's to remove: it runs without the child.
+    assert await state(job_of, other.jobs["o"], "parents") == S.WAITING

@@ -23,6 +23,8 @@ for them with the WaitChildren outcome (BullMQ's moveToWaitingChildren)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 from collections import deque
 from dataclasses import dataclass, field
@@ -379,14 +381,31 @@ def on_job_retried(qt: QueueTx, job: pb.Job) -> None:
             pq.put_job(parent)
 
 
+_CLEANING: contextvars.ContextVar[str] = contextvars.ContextVar("flows_cleaning", default="")
+
+
+@contextlib.contextmanager
+def cleaning(queue: str):
+    """Removals by a clean of `queue` (BullMQ's hard removal): a parent in that queue
+    left with nothing pending goes too, instead of running without the children."""
+    token = _CLEANING.set(queue)
+    try:
+        yield
+    finally:
+        _CLEANING.reset(token)
+
+
 def _forget(pq: QueueTx, parent: pb.Job, dkey: bytes) -> None:
     """Drop a pending dependency (keep-waiting policy, the child removed); a parent left
-    with nothing pending runs."""
+    with nothing pending runs (or, cleaned with its queue, is removed)."""
     pq.tx.delete(dkey)
     parent.pending_children = max(parent.pending_children - 1, 0)
     parent.children = max(parent.children - 1, 0)
     if parent.pending_children == 0 and parent.state == S.WAITING_CHILDREN:
-        _release(pq, parent)
+        if _CLEANING.get() == pq.name:
+            pq.remove(parent, event="removed")
+        else:
+            _release(pq, parent)
     else:
         pq.put_job(parent)
 

@@ -420,7 +420,10 @@ def queue_clean(tx: Txn, ns: str, queue: str, state: int, grace_ns: int, limit: 
                 if len(removed) >= limit:
                     break
                 if job.state == state and not keep(job):
-                    qt.remove(job, event=None)
+                    from loam_common import flows  # flows imports this package's modules
+
+                    with flows.cleaning(queue):
+                        qt.remove(job, event=None)
                     removed.append(job.id)
         qt.emit("cleaned", detail=S.name(state), data=str(len(removed)).encode())
         return removed
