@@ -39,6 +39,7 @@ import {
 } from "./jobs.js";
 import * as R from "./redis-shape.js";
 import { Enqueuer } from "./producer-path.js";
+import { toBullQueue, toLoamQueue } from "./queue-names.js";
 import { Schedulers } from "./schedulers.js";
 import { promoteDue, rememberDelayed } from "./client-clock.js";
 import { CompleteFailed, Completer, Fetcher, LeaseBook, type CompleteInit, type Held } from "./worker-path.js";
@@ -135,13 +136,16 @@ export class LoamQueueBackend extends EventEmitter {
     private readonly owner = true,
   ) {
     super();
-    this.qualifiedName = queueName;
-    this.keys = R.keysMap(queueName);
+    // BullMQ sees its own name; every Loam call uses the mapped one (queue-names.ts).
+    const bullName = toBullQueue(queueName);
+    this.queueName = toLoamQueue(bullName);
+    this.qualifiedName = bullName;
+    this.keys = R.keysMap(bullName);
     this.client = conn.client;
     this.s = sharedOf(conn);
     this.workerId = `${opts.name ?? "bullmq"}:${randomUUID().slice(0, 8)}`;
     if (fo.withBlockingConnection && queueName) {
-      this.register(opts.name ? R.clientName(queueName, `:w:${opts.name}`) : R.clientName(queueName));
+      this.register(opts.name ? R.clientName(bullName, `:w:${opts.name}`) : R.clientName(bullName));
     }
   }
 
@@ -410,7 +414,7 @@ export class LoamQueueBackend extends EventEmitter {
       const dependsOn = entries.flatMap((c, j) => (parentOf[j] === i && !skipped.has(j) ? [nodeId(c.queueName, c.jobId)] : []));
       // A leaf whose id is taken joins the flow as that job (BullMQ re-adding a child).
       const joinExisting = !dependsOn.length && !outside;
-      return [{ id: nodeId(e.queueName, e.jobId), queue: e.queueName, task, opts, dependsOn, onFailure, joinExisting }];
+      return [{ id: nodeId(e.queueName, e.jobId), queue: toLoamQueue(e.queueName), task, opts, dependsOn, onFailure, joinExisting }];
     });
     if (nodes.length) await this.client.flow({ graph: { id: randomUUID(), nodes } });
     return results;
@@ -1044,7 +1048,7 @@ export class LoamQueueBackend extends EventEmitter {
     const deps = (await this.jobOp(jobId, { case: "children", value: {} }).catch(() => undefined))?.children ?? [];
     const picked = deps.filter((d) => bucket(d) === (kind === "processed" ? "processed" : "unprocessed"));
     const all = picked.map((d) => ({
-      id: R.nodeKey(d.queue, d.jobKey || d.jobId),
+      id: R.nodeKey(toBullQueue(d.queue), d.jobKey || d.jobId),
       ...(kind === "processed" ? { v: JSON.parse(new TextDecoder().decode(d.value?.data ?? utf8("null")) || "null") } : {}),
     }));
     const total = all.length;
@@ -1074,7 +1078,7 @@ export class LoamQueueBackend extends EventEmitter {
 
   async getDependencies(jobId: string, opts: any): Promise<any> {
     const deps = await this.deps(jobId);
-    const key = (d: any) => R.nodeKey(d.queue, d.jobKey || d.jobId);
+    const key = (d: any) => R.nodeKey(toBullQueue(d.queue), d.jobKey || d.jobId);
     const out: any = {};
     const page = (o: any, items: any[]) => {
       const cursor = Number(o?.cursor ?? 0);
@@ -1110,13 +1114,13 @@ export class LoamQueueBackend extends EventEmitter {
   async getProcessedChildrenValues(jobId: string): Promise<Record<string, string>> {
     const deps = await this.deps(jobId);
     return Object.fromEntries(
-      deps.filter((d) => bucket(d) === "processed").map((d) => [R.nodeKey(d.queue, d.jobKey || d.jobId), new TextDecoder().decode(d.value?.data ?? utf8("null")) || "null"]),
+      deps.filter((d) => bucket(d) === "processed").map((d) => [R.nodeKey(toBullQueue(d.queue), d.jobKey || d.jobId), new TextDecoder().decode(d.value?.data ?? utf8("null")) || "null"]),
     );
   }
 
   async getIgnoredChildrenFailures(jobId: string): Promise<Record<string, string>> {
     const deps = await this.deps(jobId);
-    return Object.fromEntries(deps.filter((d) => bucket(d) === "ignored").map((d) => [R.nodeKey(d.queue, d.jobKey || d.jobId), d.error?.message ?? ""]));
+    return Object.fromEntries(deps.filter((d) => bucket(d) === "ignored").map((d) => [R.nodeKey(toBullQueue(d.queue), d.jobKey || d.jobId), d.error?.message ?? ""]));
   }
 
   async getMetrics(type: "completed" | "failed", _start?: number, _end?: number): Promise<[string[], string[], number]> {

@@ -14,6 +14,7 @@ import {
   type TaskSpec,
 } from "./gen/loam/jobs/v1/types_pb.js";
 import { nodeKey, queueOfQualified } from "./redis-shape.js";
+import { toLoamQueue } from "./queue-names.js";
 
 export const H_OPTS = "bullmq-opts";
 export const H_TS = "bullmq-ts";
@@ -129,7 +130,7 @@ export function toLoam(job: JobJsonIn, jobId: string | undefined, parentKey?: st
   }
   if (parent?.id && !o.__flowNode) {
     opts.parent = {
-      queue: queueOfQualified(parent.queue ?? parent.queueKey),
+      queue: toLoamQueue(queueOfQualified(parent.queue ?? parent.queueKey)),
       jobId: String(parent.id),
       failParentOnFailure: !!o.failParentOnFailure,
       continueParentOnFailure: !!o.continueParentOnFailure,

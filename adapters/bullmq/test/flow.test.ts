@@ -157,6 +157,19 @@ describe("flows", () => {
     expect(await queue.getJobState(bad.id!)).toBe("failed"); // failed, though still pending for the parent
   });
 
+  it("runs a flow across queues whose names Loam would refuse (mapped both ways)", async () => {
+    const parentQ = `parent "${qname()}" \\ é`;
+    const childQ = `child ${qname()}\n`;
+    const flow = track(new FlowProducer({ connection }));
+    const tree = await flow.add({ name: "p", queueName: parentQ, data: {}, children: [{ name: "c", queueName: childQ, data: {} }] });
+    track(new Worker(childQ, async () => 7, { connection }));
+    track(new Worker(parentQ, async (j) => Object.keys(await j.getChildrenValues()), { connection }));
+    const parentQueue = track(new Queue(parentQ, { connection }));
+    await until(async () => (await parentQueue.getJobState(tree.job.id!)) === "completed", 8000);
+    expect((await parentQueue.getJob(tree.job.id!))!.returnvalue).toEqual([`${childQ}:${tree.children![0].job.id}`]);
+    expect(await parentQueue.getJobCounts("completed")).toEqual({ completed: 1 });
+  });
+
   it("links a child re-added with a new parent, completed or not", async () => {
     const q = qname();
     const queue = track(new Queue(q, { connection }));
