@@ -206,3 +206,15 @@ async def test_the_loop_runs_on_wake(store, core, configure, event_log_of):
 def test_fence_is_a_value():
     f = Fence("relay", "a", 3, NS, "q", 1)
     assert f.shard_id == (NS, "q", 1)
+
+
+async def test_an_idle_relay_backs_off_and_comes_back_with_the_first_rows(store, core):
+    relay = RelayService(store, "relay-a", interval=0.1, idle_interval=1.0)
+    waits = []
+    for _ in range(6):  # nothing to copy: 0.2, 0.4, 0.8, then capped at 1 s
+        await relay.run_once()
+        waits.append(relay.interval)
+    assert waits == [0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+    await _traffic(core, "q", 1)
+    assert (await relay.run_once()).copied > 0
+    assert relay.interval == 0.1  # rows to copy: the short interval again

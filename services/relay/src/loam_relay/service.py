@@ -11,11 +11,11 @@
    by sequence),
 3. every `trim_every_s` (store clock), deletes the events older than `retention_ns`.
 
-Latency: `wake()` runs a pass at once (in `loam dev` the relay runs in process and is
-woken by the writes); a separate relay process polls every `interval` (100 ms by
-default): the outbox is read with one short scan per owned shard, so an idle pass
-costs a snapshot and no write. Readers never wait for the relay anyway:
-`events.events_after` reads the rows not yet relayed from the outbox.
+Latency: a pass every `interval` (100 ms by default) while passes find rows to copy,
+backing off to `idle_interval` (1 s) while they find none; `wake()` runs one at once.
+The outbox is read with one short scan per owned shard, so an idle pass costs a
+snapshot and no write. Readers never wait for the relay anyway: `events.events_after`
+reads the rows not yet relayed from the outbox.
 """
 
 from __future__ import annotations
@@ -58,8 +58,15 @@ class RelayService(Loop):
         trim_every_s: float = 60.0,
         batch: int = events.BATCH,
         one_transaction: bool = True,
+        idle_interval: float = 1.0,
     ) -> None:
         super().__init__(interval)
+        # Passes that find nothing to copy back off, doubling the wait up to
+        # `idle_interval`; one that copies goes back to `interval`. An idle server then
+        # reads every shard's outbox once a second, not ten times. Nobody waits for the
+        # relay (readers see the outbox too), so the back-off delays only the copy.
+        self.base_interval = interval
+        self.idle_interval = max(idle_interval, interval)
         self.store = store
         self.owner_id = owner_id
         self.ownership = ShardOwnership(store, KIND, owner_id, ttl_ns)
@@ -95,6 +102,8 @@ class RelayService(Loop):
             log.info("relay %s: lost %s to another relay", self.owner_id, shard_id)
             self.ownership.lost(shard_id)
         self.copied += rep.copied
+        busy = rep.copied or rep.trimmed
+        self.interval = self.base_interval if busy else min(self.interval * 2, self.idle_interval)
         return rep
 
     async def _relay_shard(self, fence: Fence) -> int:
