@@ -96,6 +96,8 @@ class Pipeline:
                         log.error("publish to %s refused: %s", queue, r)
             except asyncio.CancelledError:
                 raise
+            except AlreadyExists as e:  # a batch of one may be refused as a whole
+                log.debug("message for %s was published before: %s", queue, e)
             except Exception as e:  # noqa: BLE001 - reported; nothing else can be done here
                 log.error("%d message(s) for %s were not published: %s", len(batch), queue, e)
             finally:
