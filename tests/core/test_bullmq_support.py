@@ -6,6 +6,8 @@ and removing a job with its pending children."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin
 from loam_common.jobs import states as S
@@ -249,3 +251,29 @@ async def test_a_released_job_keeps_its_place(core):
     assert first.id == ids[0]
     await core.complete(NS, "q", first.id, first.epoch, Outcome.release())
     assert [j.id for j in await core.lease(NS, ["q"], "w", 3)] == ids  # not behind the others
+
+
+async def test_per_minute_metrics_by_the_workers_clock(core, store):
+    from loam_common.jobs.complete import queue_metrics
+
+    minute = 60_000
+    t0 = 1_486_459_440_000  # on a minute boundary, as the worker's clock says
+    # (the worker's time of each finish, the outcome): two in the first minute, one two
+    # minutes later, then a failure
+    finishes = [(t0, "ok"), (t0 + 1_000, "ok"), (t0 + 2 * minute + 5, "ok"), (t0 + 3 * minute, "fail")]
+    for at_ms, kind in finishes:
+        await core.enqueue(NS, "q", task())
+        [job] = await core.lease(NS, ["q"], "w", 1)
+        out = Outcome.ok() if kind == "ok" else Outcome.fail(pb.JobError(code="e", message="x"))
+        out = dataclasses.replace(out, metrics=(at_ms, 10))
+        await core.complete(NS, "q", job.id, job.epoch, out)
+    done = await store.snapshot(queue_metrics, NS, "q", "completed")
+    # 2 jobs before the minute turned, then a minute with none (newest first)
+    assert (done.count, list(done.points), done.prev_count, done.prev_ms) == (3, [0, 2], 2, t0 + 2 * minute + 5)
+    failed = await store.snapshot(queue_metrics, NS, "q", "failed")
+    assert (failed.count, list(failed.points)) == (1, [])
+    await core.enqueue(NS, "q", task())
+    [job] = await core.lease(NS, ["q"], "w", 1)
+    await core.complete(NS, "q", job.id, job.epoch, dataclasses.replace(Outcome.ok(), metrics=(t0 + 60 * minute, 3)))
+    capped = await store.snapshot(queue_metrics, NS, "q", "completed")
+    assert list(capped.points) == [0, 0, 1]  # at most max_data_points, the newest kept

@@ -583,6 +583,7 @@ export class LoamQueueBackend extends EventEmitter {
           // BullMQ's -4: a job with children still pending cannot complete.
           kind: { case: "ok", value: { result: { data: utf8(rv), contentType: "application/json" }, ifNoPendingChildren: true } },
           ...(k ? { retention: { completedCount: k.count, completedAgeNs: k.age } } : {}),
+          ...this.metricsPoint(),
         },
         fetchNext,
         token,
@@ -592,6 +593,13 @@ export class LoamQueueBackend extends EventEmitter {
       if (e instanceof Error && /has pending dependencies/.test(e.message)) this.holdAgain(h!);
       throw e;
     }
+  }
+
+  /** The worker's `metrics` option: the finish counts in the queue's per-minute
+   * metrics, at this process's time (BullMQ's scripts take the worker's timestamp). */
+  private metricsPoint(): { metrics?: { atMs: bigint; maxDataPoints: number } } {
+    const max = Number(this.opts.metrics?.maxDataPoints ?? 0);
+    return max > 0 ? { metrics: { atMs: BigInt(Date.now()), maxDataPoints: Math.min(max, 100_000) } } : {};
   }
 
   private holdAgain(h: Held): void {
@@ -610,6 +618,7 @@ export class LoamQueueBackend extends EventEmitter {
     const outcome: CompleteInit["outcome"] = {
       kind: exhausted ? { case: "retry", value: { error } } : { case: "fail", value: { error } },
       ...(k ? { retention: { failedCount: k.count, failedAgeNs: k.age } } : {}),
+      ...this.metricsPoint(),
     };
     return this.finishAndFetch(h!, outcome, fetchNext, token);
   }
@@ -1123,9 +1132,17 @@ export class LoamQueueBackend extends EventEmitter {
     return Object.fromEntries(deps.filter((d) => bucket(d) === "ignored").map((d) => [R.nodeKey(toBullQueue(d.queue), d.jobKey || d.jobId), d.error?.message ?? ""]));
   }
 
-  async getMetrics(type: "completed" | "failed", _start?: number, _end?: number): Promise<[string[], string[], number]> {
-    const c = await this.counts();
-    return R.metricsTuple(Number(c?.[type] ?? 0), []);
+  async getMetrics(type: "completed" | "failed", start = 0, end = -1): Promise<[string[], string[], number]> {
+    const r = await this.queueOp({ case: "metrics", value: { kind: type } }).catch((e) => {
+      if (isNotFound(e)) return undefined;
+      throw e;
+    });
+    const m = r?.metrics;
+    const points = (m?.points ?? []).map(Number);
+    const n = points.length;
+    const lo = start < 0 ? Math.max(start + n, 0) : start; // LRANGE's indexes
+    const hi = end < 0 ? end + n : Math.min(end, n - 1);
+    return R.metricsTuple(Number(m?.count ?? 0), points.slice(lo, hi + 1), n, Number(m?.prevMs ?? 0), Number(m?.prevCount ?? 0));
   }
 
   // -- queue meta ---------------------------------------------------------------------------

@@ -171,6 +171,6 @@ export function withScores(items: [string, number][]): string[] {
 }
 
 /** getMetrics' reply: `[[count, prevTS, prevCount], points newest first, points returned]`. */
-export function metricsTuple(count: number, points: number[]): [string[], string[], number] {
-  return [[String(count), "0", "0"], points.map(String), points.length];
+export function metricsTuple(count: number, points: number[], total = points.length, prevTs = 0, prevCount = 0): [string[], string[], number] {
+  return [[String(count), String(prevTs), String(prevCount)], points.map(String), total];
 }

@@ -227,6 +227,19 @@ describe("processing", () => {
     await until(async () => (await queue.getJobState(job.id!)) === "completed", 3000);
   });
 
+  it("collects per-minute metrics with the metrics option", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    track(new Worker(name, async (j) => {
+      if (j.data.bad) throw new Error("bad");
+    }, { connection, metrics: { maxDataPoints: 60 } }));
+    await queue.addBulk([{}, {}, { bad: true }].map((data) => ({ name: "m", data })));
+    await until(async () => (await queue.getMetrics("completed")).meta.count === 2 && (await queue.getMetrics("failed")).meta.count === 1, 5000);
+    const m = await queue.getMetrics("completed");
+    expect(m.meta.prevTS).toBeGreaterThan(0); // the first job opened the first minute
+    expect(m.count).toBe(m.data.length);
+  });
+
   it("applies the worker's removeOnComplete when the job has none", async () => {
     const name = qname();
     const queue = track(new Queue(name, { connection }));

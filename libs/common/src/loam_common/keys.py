@@ -29,6 +29,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `Q sq/<len u16><subject><seq u64>`          | job id               | the subject's backlog, FIFO    |
 | `Q w/<worker id>`                           | Worker               | last seen, for Workers         |
 | `Q dep/<parent id>/<child queue>/<child id>`| Dependency           | a parent's children (flows.py) |
+| `Q met/<kind>`                              | MetricsRecord        | per-minute completed / failed  |
 | `t/<ns>/gc/<blob ref>`                      | empty                | blobs to delete (sweeper)      |
 | `t/<ns>/res/<key>`                          | ResultRecord         | result store                   |
 | `t/<ns>/resm/<len u16><key><member>`        | empty                | incr-with-member members       |
@@ -241,6 +242,10 @@ class QueueKeys:
 
     def worker(self, worker_id: str) -> bytes:
         return self.q + b"w/" + worker_id.encode()
+
+    def metrics(self, kind: str) -> bytes:
+        """`kind`: "completed" or "failed" (BullMQ's metrics)."""
+        return self.q + b"met/" + kind.encode()
 
     def workers(self) -> bytes:
         return self.q + b"w/"

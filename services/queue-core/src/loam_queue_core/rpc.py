@@ -23,7 +23,7 @@ from loam_common import events, exchanges, keys, results, schedules, validate
 from loam_common.errors import InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import jobs_connect, jobs_pb2 as J, types_pb2 as pb
 from loam_common.jobs import admin, states as S
-from loam_common.jobs.complete import Completed, Outcome
+from loam_common.jobs.complete import Completed, Outcome, queue_metrics
 from loam_common.jobs.enqueue import Enqueued
 from loam_common.jobs.query import job_query
 from loam_common.store.base import Txn
@@ -69,6 +69,9 @@ def outcome_from_proto(o: J.Outcome, field: str = "outcome") -> Outcome:
     out = _outcome_kind(o, field)
     if o.HasField("retention"):
         out = dataclasses.replace(out, retention=o.retention)
+    if o.HasField("metrics"):
+        validate.in_range(f"{field}.metrics.max_data_points", o.metrics.max_data_points, 1, 100_000)
+        out = dataclasses.replace(out, metrics=(o.metrics.at_ms, o.metrics.max_data_points))
     return out
 
 
@@ -350,6 +353,14 @@ class CoreRpc:
         self.core.wake_all(ns, queue)
         return J.QueueAdminResponse(config=cfg)
 
+    async def _q_metrics(self, ns: str, queue: str, op: J.QueueOp.Metrics) -> J.QueueAdminResponse:
+        res = await self._q_counts(ns, queue, op)
+        if op.kind:
+            if op.kind not in ("completed", "failed"):
+                raise InvalidArgument("op.metrics.kind", "is completed or failed")
+            res.metrics.CopyFrom(await self.store.snapshot(queue_metrics, ns, queue, op.kind))
+        return res
+
     async def _q_workers(self, ns: str, queue: str, op: Any) -> J.QueueAdminResponse:
         workers = await self.store.snapshot(admin.queue_workers, ns, queue, 0)
         return J.QueueAdminResponse(workers=workers)
@@ -385,7 +396,7 @@ class CoreRpc:
         "set_concurrency": _q_set_concurrency,
         "rate_limit_for": _q_rate_limit_for,
         "workers": _q_workers,
-        "metrics": _q_counts,
+        "metrics": _q_metrics,
         "redrive_dead_letters": _q_redrive,
         "trim_events": _q_trim_events,
     }

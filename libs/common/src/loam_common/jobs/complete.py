@@ -32,6 +32,7 @@ class Outcome:
     for_ns: int = 0  # rate_limited
     retention: pb.Retention | None = None  # replaces the job's if this outcome finishes it
     if_no_pending_children: bool = False  # ok: refuse while a dependency is pending (BullMQ)
+    metrics: tuple[int, int] | None = None  # (at_ms, max_data_points): count it (BullMQ)
 
     @staticmethod
     def ok(result: pb.Payload | None = None, if_no_pending_children: bool = False) -> Outcome:
@@ -182,11 +183,41 @@ def _complete(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
     done = _complete_one(qt, job, outcome)
     if done.state in S.FINISHED:
         _emit_if_idle(qt)
+        if outcome.metrics is not None and done.state in (S.COMPLETED, S.FAILED):
+            collect_metrics(qt, "completed" if done.state == S.COMPLETED else "failed", *outcome.metrics)
     totals = qt.meta_for_update(job.shard).completed_total  # loam_jobs_completed_total{outcome}
     totals[outcome.kind] = totals[outcome.kind] + 1
     return Completed(
         done.state, done.moved, job.task.name, qt.now - job.lease_started_ns, job.task.headers.get("traceparent", "")
     )
+
+
+MINUTE_MS = 60_000
+
+
+def collect_metrics(qt: QueueTx, kind: str, at_ms: int, max_points: int) -> None:
+    """BullMQ's per-minute metrics: count the job; when the minute (by the worker's
+    clock) moved on since the last data point, close a point with the jobs counted since,
+    and a zero for each minute without any, newest first, keeping `max_points`."""
+    key = qt.k.metrics(kind)
+    raw = qt.tx.get(key)
+    rec = pb.MetricsRecord.FromString(raw) if raw else None
+    if rec is None:  # the first job opens the first minute
+        qt.tx.put(key, pb.MetricsRecord(count=1, prev_ms=at_ms).SerializeToString())
+        return
+    count = rec.count  # before this job, as BullMQ's script reads it
+    rec.count += 1
+    n = min(at_ms // MINUTE_MS - rec.prev_ms // MINUTE_MS, max_points)
+    if n > 0:
+        points = [0] * (n - 1) + [count - rec.prev_count] + list(rec.points)
+        del rec.points[:]
+        rec.points.extend(points[:max_points])
+        rec.prev_count, rec.prev_ms = count, at_ms
+    qt.tx.put(key, rec.SerializeToString())
+
+
+def queue_metrics(tx: Txn, ns: str, queue: str, kind: str) -> pb.MetricsRecord:
+    return pb.MetricsRecord.FromString(tx.get(keys.QueueKeys(ns, queue).metrics(kind)) or b"")
 
 
 def _emit_if_idle(qt: QueueTx) -> None:

@@ -202,7 +202,7 @@ class ExtendResponse(_message.Message):
     def __init__(self, deadline_ns: _Optional[int] = ...) -> None: ...
 
 class Outcome(_message.Message):
-    __slots__ = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_limited", "retention")
+    __slots__ = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_limited", "retention", "metrics")
     class Ok(_message.Message):
         __slots__ = ("result", "if_no_pending_children")
         RESULT_FIELD_NUMBER: _ClassVar[int]
@@ -242,6 +242,13 @@ class Outcome(_message.Message):
         FOR_NS_FIELD_NUMBER: _ClassVar[int]
         for_ns: int
         def __init__(self, for_ns: _Optional[int] = ...) -> None: ...
+    class Metrics(_message.Message):
+        __slots__ = ("at_ms", "max_data_points")
+        AT_MS_FIELD_NUMBER: _ClassVar[int]
+        MAX_DATA_POINTS_FIELD_NUMBER: _ClassVar[int]
+        at_ms: int
+        max_data_points: int
+        def __init__(self, at_ms: _Optional[int] = ..., max_data_points: _Optional[int] = ...) -> None: ...
     OK_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
     FAIL_FIELD_NUMBER: _ClassVar[int]
@@ -250,6 +257,7 @@ class Outcome(_message.Message):
     WAIT_CHILDREN_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
     ok: Outcome.Ok
     retry: Outcome.Retry
     fail: Outcome.Fail
@@ -258,7 +266,8 @@ class Outcome(_message.Message):
     wait_children: Outcome.WaitChildren
     rate_limited: Outcome.RateLimited
     retention: _types_pb2.Retention
-    def __init__(self, ok: _Optional[_Union[Outcome.Ok, _Mapping]] = ..., retry: _Optional[_Union[Outcome.Retry, _Mapping]] = ..., fail: _Optional[_Union[Outcome.Fail, _Mapping]] = ..., release: _Optional[_Union[Outcome.Release, _Mapping]] = ..., delay: _Optional[_Union[Outcome.Delay, _Mapping]] = ..., wait_children: _Optional[_Union[Outcome.WaitChildren, _Mapping]] = ..., rate_limited: _Optional[_Union[Outcome.RateLimited, _Mapping]] = ..., retention: _Optional[_Union[_types_pb2.Retention, _Mapping]] = ...) -> None: ...
+    metrics: Outcome.Metrics
+    def __init__(self, ok: _Optional[_Union[Outcome.Ok, _Mapping]] = ..., retry: _Optional[_Union[Outcome.Retry, _Mapping]] = ..., fail: _Optional[_Union[Outcome.Fail, _Mapping]] = ..., release: _Optional[_Union[Outcome.Release, _Mapping]] = ..., delay: _Optional[_Union[Outcome.Delay, _Mapping]] = ..., wait_children: _Optional[_Union[Outcome.WaitChildren, _Mapping]] = ..., rate_limited: _Optional[_Union[Outcome.RateLimited, _Mapping]] = ..., retention: _Optional[_Union[_types_pb2.Retention, _Mapping]] = ..., metrics: _Optional[_Union[Outcome.Metrics, _Mapping]] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
     __slots__ = ("token", "outcome")
@@ -637,8 +646,10 @@ class QueueOp(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
     class Metrics(_message.Message):
-        __slots__ = ()
-        def __init__(self) -> None: ...
+        __slots__ = ("kind",)
+        KIND_FIELD_NUMBER: _ClassVar[int]
+        kind: str
+        def __init__(self, kind: _Optional[str] = ...) -> None: ...
     class RedriveDeadLetters(_message.Message):
         __slots__ = ("limit",)
         LIMIT_FIELD_NUMBER: _ClassVar[int]
@@ -723,20 +734,22 @@ class QueueAdminRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., op: _Optional[_Union[QueueOp, _Mapping]] = ...) -> None: ...
 
 class QueueAdminResponse(_message.Message):
-    __slots__ = ("config", "counts", "affected", "workers", "rate_limit_ttl_ns", "rate_limit_used")
+    __slots__ = ("config", "counts", "affected", "workers", "rate_limit_ttl_ns", "rate_limit_used", "metrics")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     AFFECTED_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMIT_TTL_NS_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMIT_USED_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
     config: _types_pb2.QueueConfig
     counts: QueueCounts
     affected: int
     workers: _containers.RepeatedCompositeFieldContainer[_types_pb2.Worker]
     rate_limit_ttl_ns: int
     rate_limit_used: int
-    def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., counts: _Optional[_Union[QueueCounts, _Mapping]] = ..., affected: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[_types_pb2.Worker, _Mapping]]] = ..., rate_limit_ttl_ns: _Optional[int] = ..., rate_limit_used: _Optional[int] = ...) -> None: ...
+    metrics: _types_pb2.MetricsRecord
+    def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., counts: _Optional[_Union[QueueCounts, _Mapping]] = ..., affected: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[_types_pb2.Worker, _Mapping]]] = ..., rate_limit_ttl_ns: _Optional[int] = ..., rate_limit_used: _Optional[int] = ..., metrics: _Optional[_Union[_types_pb2.MetricsRecord, _Mapping]] = ...) -> None: ...
 
 class JobOp(_message.Message):
     __slots__ = ("get", "remove", "retry", "promote", "change_priority", "change_delay", "update_data", "logs", "cancel", "remove_dedup_key", "children", "progress", "add_log", "clear_logs", "get_dedup", "remove_child_dependency")

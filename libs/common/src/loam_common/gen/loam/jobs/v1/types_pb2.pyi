@@ -472,6 +472,18 @@ class DedupRecord(_message.Message):
     pending_opts: EnqueueOpts
     def __init__(self, job_id: _Optional[str] = ..., expires_ns: _Optional[int] = ..., pending_job_id: _Optional[str] = ..., pending_task: _Optional[_Union[TaskSpec, _Mapping]] = ..., pending_opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ...) -> None: ...
 
+class MetricsRecord(_message.Message):
+    __slots__ = ("count", "prev_ms", "prev_count", "points")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    PREV_MS_FIELD_NUMBER: _ClassVar[int]
+    PREV_COUNT_FIELD_NUMBER: _ClassVar[int]
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    prev_ms: int
+    prev_count: int
+    points: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, count: _Optional[int] = ..., prev_ms: _Optional[int] = ..., prev_count: _Optional[int] = ..., points: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class ResultRecord(_message.Message):
     __slots__ = ("value", "expires_ns", "members", "version")
     VALUE_FIELD_NUMBER: _ClassVar[int]
