@@ -12,7 +12,11 @@ early acks, mingle/gossip/heartbeat off) that at first consumes nothing, then:
 `loam dev` and `redis-server` are started here (free ports, temporary directories) and
 stopped by pid at the end. It measures; it asserts nothing.
 
-Run:  .venv/bin/python bench/celery_bench.py [-n 2000] [-c 4] [--only loam|redis] [--calls]
+Run:  .venv/bin/python bench/celery_bench.py [-n 2000] [-c 4] [--rounds 1] [--only loam|redis] [--calls]
+
+`--rounds R` runs R rounds, alternating which system goes first, and prints each figure's
+median (min-max) and the Loam/Redis ratio of each round's pair, then their median: on a
+busy machine a pair run back to back is fairer than two medians taken apart.
 
 `--calls` also counts the server calls the loam:// side makes per task, by method, in
 every process (producer, worker, pool processes); the counting costs a little speed.
@@ -27,6 +31,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,14 +95,15 @@ def wait_for(path: Path, needle: str, timeout: float = 30) -> None:
 
 def run_pair(name: str, broker: str, backend: str, n: int, concurrency: int, work: Path,
              calls: Path | None = None) -> dict[str, float]:  # fmt: skip
-    env = dict(os.environ, BENCH_BROKER=broker, BENCH_BACKEND=backend, PYTHONPATH=str(work))
+    pythonpath = os.pathsep.join(filter(None, [str(work), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, BENCH_BROKER=broker, BENCH_BACKEND=backend, PYTHONPATH=pythonpath)
     os.environ.pop("BENCH_CALLS", None)
     if calls is not None:
         calls.mkdir(parents=True, exist_ok=True)
         env["BENCH_CALLS"] = os.environ["BENCH_CALLS"] = str(calls)
     celery = str(Path(sys.executable).with_name("celery"))
     log = work / f"worker-{name}.log"
-    queue = f"bench-{name}-{int(time.time())}"
+    queue = f"bench-{name}-{time.time_ns()}"
     worker = subprocess.Popen(
         [celery, "-A", "benchapp", "worker", "-l", "WARNING", "-c", str(concurrency), "-n", f"{name}@%h",
          "-Q", "idle", "--without-mingle", "--without-gossip", "--without-heartbeat"],
@@ -142,11 +148,20 @@ def run_pair(name: str, broker: str, backend: str, n: int, concurrency: int, wor
                 worker.wait()
 
 
+def _spread(values: list[float], fmt: str = "{:,.0f}") -> str:
+    """The median, with min-max when there is more than one value."""
+    mid = statistics.median(values)
+    if len(values) == 1:
+        return fmt.format(mid)
+    return f"{fmt.format(mid)} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", type=int, default=2000, help="tasks per run (default 2000)")
     p.add_argument("-c", type=int, default=4, help="worker processes (default 4)")
     p.add_argument("--only", choices=["loam", "redis"])
+    p.add_argument("--rounds", type=int, default=1, help="rounds, alternating which system goes first (default 1)")
     p.add_argument("--calls", action="store_true",
                    help="also count the loam:// side's server calls per task, by method (all processes)")  # fmt: skip
     args = p.parse_args()
@@ -154,8 +169,9 @@ def main() -> int:
     (work / "benchapp.py").write_text(APP)
     sys.path.insert(0, str(work))
     procs: list[subprocess.Popen] = []
-    rows: dict[str, dict[str, float]] = {}
+    rows: dict[str, list[dict[str, float]]] = {}
     per_method: collections.Counter[str] = collections.Counter()
+    systems: dict[str, tuple[str, str, str]] = {}  # row -> (name, broker, backend)
     try:
         if args.only != "redis":
             port = free_port()
@@ -165,12 +181,7 @@ def main() -> int:
             ))  # fmt: skip
             wait_for(work / "loam.log", "ready")
             url = f"loam://127.0.0.1:{port}/bench"
-            calls = work / "calls" if args.calls else None
-            rows["Celery on Loam"] = run_pair("loam", url, url, args.n, args.c, work, calls)
-            if calls is not None:
-                per_method = collections.Counter()
-                for f in calls.glob("*.json"):
-                    per_method.update(json.loads(f.read_text()))
+            systems["Celery on Loam"] = ("loam", url, url)
         if args.only != "loam":
             if not shutil.which("redis-server"):
                 print("redis-server not found (apt-get install redis-server): Redis side skipped")
@@ -181,8 +192,14 @@ def main() -> int:
                     stdout=open(work / "redis.log", "wb"), stderr=subprocess.STDOUT,
                 ))  # fmt: skip
                 wait_for(work / "redis.log", "Ready to accept")
-                rows["Celery on Redis"] = run_pair("redis", f"redis://127.0.0.1:{port}/0",
-                                                   f"redis://127.0.0.1:{port}/1", args.n, args.c, work)  # fmt: skip
+                systems["Celery on Redis"] = ("redis", f"redis://127.0.0.1:{port}/0", f"redis://127.0.0.1:{port}/1")
+        for i in range(args.rounds):
+            # Alternate who goes first, so neither always meets the other's leftovers.
+            for row, (name, broker, backend) in sorted(systems.items(), reverse=bool(i % 2)):
+                calls = work / f"calls-{i}" if args.calls and name == "loam" else None
+                rows.setdefault(row, []).append(run_pair(name, broker, backend, args.n, args.c, work, calls))
+                for f in calls.glob("*.json") if calls is not None else ():
+                    per_method.update(json.loads(f.read_text()))
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -191,16 +208,23 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{args.n} tasks, worker -c {args.c} (prefork, prefetch x4, early acks), results on\n")
-    print(f"{'':18} {'enqueue jobs/s':>15} {'drain jobs/s':>13} {'steady drain':>13}")
-    for name, r in rows.items():
-        print(f"{name:18} {r['enqueue']:>15,.0f} {r['drain']:>13,.0f} {r['steady']:>13,.0f}")
+    metrics = ("enqueue", "drain", "steady")
+    rounds = f", median of {args.rounds} rounds (min-max)" if args.rounds > 1 else ""
+    print(f"\n{args.n} tasks, worker -c {args.c} (prefork, prefetch x4, early acks), results on{rounds}\n")
+    print(f"{'':18} {'enqueue jobs/s':>22} {'drain jobs/s':>22} {'steady drain':>22}")
+    for row, runs in rows.items():
+        print(f"{row:18} " + " ".join(f"{_spread([r[m] for r in runs]):>22}" for m in metrics))
+    if len(rows) == 2 and args.rounds > 0:
+        loam, redis = rows["Celery on Loam"], rows["Celery on Redis"]
+        ratios = [_spread([a[m] / b[m] for a, b in zip(loam, redis, strict=True)], "{:.2f}x") for m in metrics]
+        print(f"{'Loam / Redis':18} " + " ".join(f"{r:>22}" for r in ratios) + "   (per round, then median)")
     if per_method:
         total = sum(per_method.values())
+        tasks = args.n * args.rounds
         print(f"\nCelery on Loam, server calls per task (all processes, warm-up and control included): "
-              f"{total / args.n:.2f}")  # fmt: skip
+              f"{total / tasks:.2f}")  # fmt: skip
         for method, count in per_method.most_common():
-            print(f"  {method:24} {count / args.n:6.3f}")
+            print(f"  {method:24} {count / tasks:6.3f}")
     return 0
 
 
