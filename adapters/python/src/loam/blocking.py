@@ -22,7 +22,6 @@ import functools
 import http.client
 import json
 import os
-import socket
 import ssl
 import threading
 from typing import Any
@@ -115,7 +114,7 @@ class BlockingJobsClient:
                 self._drop()
                 if not reused:
                     raise ConnectError(Code.UNAVAILABLE, f"{type(e).__name__}: {e}") from e
-            except (TimeoutError, socket.timeout) as e:
+            except TimeoutError as e:
                 self._drop()  # the answer may still come: this connection is out of step
                 raise ConnectError(Code.DEADLINE_EXCEEDED, "Request timed out") from e
             except OSError as e:

@@ -80,7 +80,7 @@ class UnaryLane:
         except TimeoutError:
             await self.app._handle_error(ConnectError(Code.DEADLINE_EXCEEDED, "Request timed out"), None, None, sender)
             return True
-        except Exception as e:  # noqa: BLE001 - every failure is answered in Connect's format
+        except Exception as e:  # every failure is answered in Connect's format
             if not isinstance(e, ConnectError):
                 log.exception("unexpected error serving %s", scope["path"])
             await self.app._handle_error(e, None, None, sender)
