@@ -10,7 +10,7 @@ import pytest
 from loam_common import keys
 from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import admin, states as S
+from loam_common.jobs import admin, job_admin, states as S
 from loam_common.jobs.complete import Outcome
 from loam_common.store import RESERVED_PREFIX
 
@@ -70,7 +70,7 @@ async def test_counts_follow_every_kind_of_move(store, core, clock, check_invari
     await ok(core, a)
     await fail(core, b)
     canceled = await enqueue(core)
-    await store.transact(admin.job_cancel, NS, "q", canceled)
+    await store.transact(job_admin.job_cancel, NS, "q", canceled)
 
     assert await counts(store) == {
         "waiting": 1, "prioritized": 2, "delayed": 1, "active": 1,
@@ -105,7 +105,7 @@ async def test_drain_removes_ready_jobs_and_delayed_ones_only_when_asked(store, 
     assert await store.transact(admin.queue_drain, NS, "q", True) == 1
     assert await counts(store) == {"active": 1}
     with pytest.raises(NotFound):
-        await store.transact(admin.job_get, NS, "q", delayed)
+        await store.transact(job_admin.job_get, NS, "q", delayed)
     await ok(core, active)  # the running job was left alone
     await check_invariants()
 
@@ -192,7 +192,7 @@ async def test_obliterate_in_batches_stays_paused_until_done(store, core):
         assert (await store.transact(admin.queue_counts, NS, "q")).paused
     assert calls > 1
     with pytest.raises(NotFound):
-        await store.transact(admin.job_get, NS, "q", "anything")
+        await store.transact(job_admin.job_get, NS, "q", "anything")
 
 
 # -- retry, cancel, promote, remove ------------------------------------------------------------------
@@ -200,16 +200,16 @@ async def test_retry_of_a_failed_job_starts_its_attempts_over(store, core, check
     await enqueue(core, attempts=1)
     job = (await lease(core))[0]
     await fail(core, job)
-    assert (await store.transact(admin.job_get, NS, "q", job.id)).state == S.FAILED
+    assert (await store.transact(job_admin.job_get, NS, "q", job.id)).state == S.FAILED
 
-    retried = await store.transact(admin.job_retry, NS, "q", job.id)
+    retried = await store.transact(job_admin.job_retry, NS, "q", job.id)
     assert retried.state == S.WAITING and retried.attempt == 0 and not retried.finished_ns
     again = (await lease(core))[0]
     assert again.id == job.id and again.epoch > job.epoch
     await ok(core, again)
-    assert (await store.transact(admin.job_get, NS, "q", job.id)).state == S.COMPLETED
+    assert (await store.transact(job_admin.job_get, NS, "q", job.id)).state == S.COMPLETED
     with pytest.raises(InvalidState):  # only finished jobs retry
-        await store.transact(admin.job_retry, NS, "q", await enqueue(core))
+        await store.transact(job_admin.job_retry, NS, "q", await enqueue(core))
     await check_invariants()
 
 
@@ -236,23 +236,23 @@ async def test_cancel_before_start_and_refuse_a_running_job(store, core, events_
     assert job.id == running
 
     for job_id in (waiting, delayed):
-        canceled = await store.transact(admin.job_cancel, NS, "q", job_id, "not needed")
+        canceled = await store.transact(job_admin.job_cancel, NS, "q", job_id, "not needed")
         assert canceled.state == S.CANCELED and canceled.errors[-1].message == "not needed"
         assert (await event_names(events_of, job_id=job_id))[-1] == "canceled"
     with pytest.raises(InvalidState) as e:
-        await store.transact(admin.job_cancel, NS, "q", running)
+        await store.transact(job_admin.job_cancel, NS, "q", running)
     assert "worker" in e.value.message
-    assert (await store.transact(admin.job_get, NS, "q", running)).state == S.ACTIVE
+    assert (await store.transact(job_admin.job_get, NS, "q", running)).state == S.ACTIVE
     await ok(core, job)
     with pytest.raises(InvalidState):
-        await store.transact(admin.job_cancel, NS, "q", running)  # finished
+        await store.transact(job_admin.job_cancel, NS, "q", running)  # finished
     await check_invariants()
 
 
 async def test_cancel_frees_the_subject_for_the_next_job(store, core, check_invariants):
     first = await enqueue(core, subject="s")
     second = await enqueue(core, subject="s")
-    await store.transact(admin.job_cancel, NS, "q", first)
+    await store.transact(job_admin.job_cancel, NS, "q", first)
     assert [j.id for j in await lease(core)] == [second]
     await check_invariants()
 
@@ -261,12 +261,12 @@ async def test_promote_refuses_a_job_that_is_not_delayed_and_changes_nothing(sto
     waiting = await enqueue(core)
     before = await stored(store)
     with pytest.raises(InvalidState) as e:
-        await store.transact(admin.job_promote, NS, "q", waiting)
+        await store.transact(job_admin.job_promote, NS, "q", waiting)
     assert e.value.from_state == "waiting"
     assert await stored(store) == before
 
     delayed = await enqueue(core, not_before=pb.Delay(delay_ns=3600 * SEC))
-    promoted = await store.transact(admin.job_promote, NS, "q", delayed)
+    promoted = await store.transact(job_admin.job_promote, NS, "q", delayed)
     assert promoted.state == S.WAITING and promoted.due_ns == 0
     assert await event_names(events_of, job_id=delayed) == ["added", "delayed", "promoted", "waiting"]
     assert [j.id for j in await lease(core, n=5)] == [waiting, delayed]
@@ -276,12 +276,12 @@ async def test_remove_refuses_an_active_job_unless_forced(store, core, check_inv
     await enqueue(core)
     job = (await lease(core))[0]
     with pytest.raises(InvalidState):
-        await store.transact(admin.job_remove, NS, "q", job.id)
-    await store.transact(admin.job_remove, NS, "q", job.id, True)
+        await store.transact(job_admin.job_remove, NS, "q", job.id)
+    await store.transact(job_admin.job_remove, NS, "q", job.id, True)
     with pytest.raises(NotFound):
-        await store.transact(admin.job_get, NS, "q", job.id)
+        await store.transact(job_admin.job_get, NS, "q", job.id)
     with pytest.raises(NotFound):
-        await store.transact(admin.job_remove, NS, "q", job.id)
+        await store.transact(job_admin.job_remove, NS, "q", job.id)
     await check_invariants()
 
 
@@ -289,9 +289,9 @@ async def test_remove_takes_an_active_job_whose_lease_lapsed(store, core, clock,
     await enqueue(core)
     job = (await lease(core))[0]
     clock.advance(job.deadline_ns - clock.now_ns() + 1)  # the lock expired; no sweep yet
-    await store.transact(admin.job_remove, NS, "q", job.id)
+    await store.transact(job_admin.job_remove, NS, "q", job.id)
     with pytest.raises(NotFound):
-        await store.transact(admin.job_get, NS, "q", job.id)
+        await store.transact(job_admin.job_get, NS, "q", job.id)
     await check_invariants()
 
 
@@ -300,28 +300,28 @@ async def test_change_priority_reorders_ready_jobs(store, core, check_invariants
     a = await enqueue(core, priority=1)
     b = await enqueue(core, priority=2)
     c = await enqueue(core)
-    await store.transact(admin.job_change_priority, NS, "q", c, 3)
-    await store.transact(admin.job_change_priority, NS, "q", b, 0)
+    await store.transact(job_admin.job_change_priority, NS, "q", c, 3)
+    await store.transact(job_admin.job_change_priority, NS, "q", b, 0)
     assert await counts(store) == {"waiting": 1, "prioritized": 2}
     assert "priority-changed" in await event_names(events_of, job_id=b)
     await check_invariants()
     assert [j.id for j in await lease(core, n=5)] == [b, a, c]
     with pytest.raises(InvalidArgument):
-        await store.transact(admin.job_change_priority, NS, "q", a, 2**21)
+        await store.transact(job_admin.job_change_priority, NS, "q", a, 2**21)
     with pytest.raises(InvalidArgument):
-        await store.transact(admin.job_change_priority, NS, "q", a, 2, True)
+        await store.transact(job_admin.job_change_priority, NS, "q", a, 2, True)
 
 
 async def test_change_delay_moves_the_due_time(store, core, clock, check_invariants):
     job_id = await enqueue(core, not_before=pb.Delay(delay_ns=3600 * SEC))
-    changed = await store.transact(admin.job_change_delay, NS, "q", job_id, 5 * SEC)
+    changed = await store.transact(job_admin.job_change_delay, NS, "q", job_id, 5 * SEC)
     assert changed.state == S.DELAYED and changed.due_ns == clock.now_ns() + 5 * SEC
     await check_invariants()
     assert await lease(core) == []
     clock.advance(5 * SEC)
     assert [j.id for j in await lease(core)] == [job_id]
     with pytest.raises(InvalidState):
-        await store.transact(admin.job_change_delay, NS, "q", job_id, SEC)
+        await store.transact(job_admin.job_change_delay, NS, "q", job_id, SEC)
 
 
 async def test_a_queues_payload_limit_refuses_a_bigger_job_and_stores_nothing(store, core):
@@ -342,25 +342,25 @@ async def test_update_data_and_read_logs(store, core):
     job = (await lease(core))[0]
     for i in range(5):
         await core.report(NS, "q", job.id, job.epoch, log_line=f"line {i}")
-    updated = await store.transact(admin.job_update_data, NS, "q", job.id, pb.Payload(data=b"new"))
+    updated = await store.transact(job_admin.job_update_data, NS, "q", job.id, pb.Payload(data=b"new"))
     assert updated.task.payload.data == b"new"
     with pytest.raises(PayloadTooLarge):
-        await store.transact(admin.job_update_data, NS, "q", job.id, pb.Payload(data=b"x" * 101))
+        await store.transact(job_admin.job_update_data, NS, "q", job.id, pb.Payload(data=b"x" * 101))
 
-    logs = await store.transact(admin.job_logs, NS, "q", job.id)
+    logs = await store.transact(job_admin.job_logs, NS, "q", job.id)
     assert logs.count == 5 and [entry.line for entry in logs.lines] == [f"line {i}" for i in range(5)]
-    logs = await store.transact(admin.job_logs, NS, "q", job.id, 1, 2)
+    logs = await store.transact(job_admin.job_logs, NS, "q", job.id, 1, 2)
     assert [entry.line for entry in logs.lines] == ["line 1", "line 2"]
-    logs = await store.transact(admin.job_logs, NS, "q", job.id, 0, 1, False)
+    logs = await store.transact(job_admin.job_logs, NS, "q", job.id, 0, 1, False)
     assert [entry.line for entry in logs.lines] == ["line 4", "line 3"]
 
 
 async def test_remove_dedup_key_lets_a_duplicate_in(store, core):
     first = await enqueue(core, dedup=pb.Dedup(id="d", mode=pb.DEDUP_MODE_SIMPLE))
     assert await enqueue(core, dedup=pb.Dedup(id="d", mode=pb.DEDUP_MODE_SIMPLE)) == first
-    assert await store.transact(admin.job_remove_dedup_key, NS, "q", "d") is True
+    assert await store.transact(job_admin.job_remove_dedup_key, NS, "q", "d") is True
     assert await enqueue(core, dedup=pb.Dedup(id="d", mode=pb.DEDUP_MODE_SIMPLE)) != first
-    assert await store.transact(admin.job_remove_dedup_key, NS, "q", "nope") is False
+    assert await store.transact(job_admin.job_remove_dedup_key, NS, "q", "nope") is False
 
 
 # -- workers, metrics, dead letters --------------------------------------------------------------------
@@ -457,8 +457,8 @@ async def test_shards_cannot_change_while_the_queue_holds_jobs(store, core):
         (admin.queue_workers,),
         (admin.queue_metrics,),
         (admin.queue_redrive_dead_letters,),
-        (admin.job_get, "01J00000000000000000000000"),
-        (admin.job_cancel, "01J00000000000000000000000"),
+        (job_admin.job_get, "01J00000000000000000000000"),
+        (job_admin.job_cancel, "01J00000000000000000000000"),
     ],
 )
 async def test_admin_on_an_unknown_queue_is_not_found_and_creates_nothing(store, op):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import admin
+from loam_common.jobs import admin, job_admin
 from loam_common.jobs import states as S
 from loam_common.jobs.complete import Outcome
 
@@ -63,16 +63,16 @@ async def test_a_lease_takes_the_visibility_the_worker_asks_for(core, clock):
 
 async def test_progress_and_logs_from_any_client(core, store, events_of):
     r = await core.enqueue(NS, "q", task())
-    job = await store.transact(admin.job_set_progress, NS, "q", r.job_id, b'{"pct": 5}')
+    job = await store.transact(job_admin.job_set_progress, NS, "q", r.job_id, b'{"pct": 5}')
     assert job.progress == b'{"pct": 5}'
     assert [e.event for e in await events_of("q", r.job_id)][-1] == "progress"
     for i in range(4):
-        n = await store.transact(admin.job_add_log, NS, "q", r.job_id, f"line {i}", 3)
+        n = await store.transact(job_admin.job_add_log, NS, "q", r.job_id, f"line {i}", 3)
     assert n == 3
-    logs = await store.snapshot(admin.job_logs, NS, "q", r.job_id)
+    logs = await store.snapshot(job_admin.job_logs, NS, "q", r.job_id)
     assert [l.line for l in logs.lines] == ["line 1", "line 2", "line 3"]
-    assert await store.transact(admin.job_clear_logs, NS, "q", r.job_id, 1) == 1
-    logs = await store.snapshot(admin.job_logs, NS, "q", r.job_id)
+    assert await store.transact(job_admin.job_clear_logs, NS, "q", r.job_id, 1) == 1
+    logs = await store.snapshot(job_admin.job_logs, NS, "q", r.job_id)
     assert [l.line for l in logs.lines] == ["line 3"]
 
 
@@ -86,14 +86,14 @@ async def test_remove_with_children_takes_the_tree_unless_a_job_of_it_is_active(
     ]
     [running] = await core.lease(NS, ["c"], "w", 1)
     try:
-        await store.transact(admin.job_remove, NS, "p", parent.job_id, False, True)
+        await store.transact(job_admin.job_remove, NS, "p", parent.job_id, False, True)
     except InvalidState:
         pass
     else:
         raise AssertionError("a tree with an active job was removed")
     assert await job_of(parent.job_id, "p") is not None
     await core.complete(NS, "c", running.id, running.epoch, Outcome.ok())  # processed children go too
-    await store.transact(admin.job_remove, NS, "p", parent.job_id, False, True)
+    await store.transact(job_admin.job_remove, NS, "p", parent.job_id, False, True)
     assert await job_of(parent.job_id, "p") is None
     assert [await job_of(k.job_id, "c") for k in kids] == [None, None]
     await check_invariants("p", "c")
@@ -104,10 +104,10 @@ async def test_remove_child_dependency_releases_a_parent_left_with_nothing_pendi
     [leased] = await core.lease(NS, ["p"], "w", 1)
     child = await core.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key="K", parent=pb.ParentRef(queue="p", job_id="P")))
     await core.complete(NS, "p", leased.id, leased.epoch, Outcome.wait_children())
-    assert await store.transact(admin.job_remove_child_dependency, NS, "c", child.job_id)
+    assert await store.transact(job_admin.job_remove_child_dependency, NS, "c", child.job_id)
     assert (await job_of(parent.job_id, "p")).state == S.WAITING
     assert not (await job_of(child.job_id, "c")).parents
-    assert not await store.transact(admin.job_remove_child_dependency, NS, "c", child.job_id)
+    assert not await store.transact(job_admin.job_remove_child_dependency, NS, "c", child.job_id)
 
 
 async def test_a_taken_key_keeps_the_first_job_when_asked(core, events_of):
@@ -121,13 +121,13 @@ async def test_a_taken_key_keeps_the_first_job_when_asked(core, events_of):
 
 async def test_the_job_a_dedup_id_points_at(core, store):
     r = await core.enqueue(NS, "q", task(), pb.EnqueueOpts(job_key="d1", dedup=pb.Dedup(id="x")))
-    job = await store.snapshot(admin.job_get_dedup, NS, "q", "x")
+    job = await store.snapshot(job_admin.job_get_dedup, NS, "q", "x")
     assert job.id == r.job_id
-    await store.transact(admin.job_remove_dedup_key, NS, "q", "x")
+    await store.transact(job_admin.job_remove_dedup_key, NS, "q", "x")
     from loam_common.errors import NotFound
 
     try:
-        await store.snapshot(admin.job_get_dedup, NS, "q", "x")
+        await store.snapshot(job_admin.job_get_dedup, NS, "q", "x")
     except NotFound:
         pass
     else:
@@ -138,15 +138,15 @@ async def test_retry_can_keep_the_attempts_spent(core, store):
     r = await core.enqueue(NS, "q", task())
     [job] = await core.lease(NS, ["q"], "w", 1)
     await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(pb.JobError(code="e", message="x")))
-    kept = await store.transact(admin.job_retry, NS, "q", r.job_id, True)
+    kept = await store.transact(job_admin.job_retry, NS, "q", r.job_id, True)
     assert kept.attempt == 1  # exhausted by its retry: that run is counted already
     [job] = await core.lease(NS, ["q"], "w", 1)
     await core.complete(NS, "q", job.id, job.epoch, Outcome.ok())
-    again = await store.transact(admin.job_retry, NS, "q", r.job_id, True)
+    again = await store.transact(job_admin.job_retry, NS, "q", r.job_id, True)
     assert again.attempt == 2  # a completed run counts as an attempt when kept
     [job] = await core.lease(NS, ["q"], "w", 1)
     await core.complete(NS, "q", job.id, job.epoch, Outcome.ok())
-    reset = await store.transact(admin.job_retry, NS, "q", r.job_id)
+    reset = await store.transact(job_admin.job_retry, NS, "q", r.job_id)
     assert reset.attempt == 0
 
 
@@ -190,7 +190,7 @@ async def test_keep_waiting_policy_waits_on_a_failed_child_and_forgets_a_removed
     await core.complete(NS, "c", ja.id, ja.epoch, Outcome.fail(pb.JobError(code="e", message="boom")))
     p = await job_of(parent.job_id, "p")
     assert (p.state, p.pending_children) == (S.WAITING_CHILDREN, 2)  # the failed child still counts
-    await store.transact(admin.job_remove, NS, "c", a.job_id)  # removed: forgotten
+    await store.transact(job_admin.job_remove, NS, "c", a.job_id)  # removed: forgotten
     await core.complete(NS, "c", jb.id, jb.epoch, Outcome.ok())
     assert (await job_of(parent.job_id, "p")).state == S.WAITING
     await check_invariants("p", "c")
@@ -226,7 +226,7 @@ async def test_a_retry_that_resets_the_attempts_marks_the_epoch_and_leases_carry
     r = await core.enqueue(NS, "q", task())
     [job] = await core.lease(NS, ["q"], "w", 1)
     await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(pb.JobError(code="e", message="boom")))
-    reset = await store.transact(admin.job_retry, NS, "q", r.job_id)
+    reset = await store.transact(job_admin.job_retry, NS, "q", r.job_id)
     assert reset.retry_epoch == job.epoch  # leases after this one are the new starts
     [again] = await core.lease(NS, ["q"], "w", 1)
     lease = lease_from_job(again)

@@ -15,7 +15,7 @@ import pytest
 
 from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
-from loam_common.jobs import admin, states as S
+from loam_common.jobs import admin, job_admin, states as S
 from loam_common.jobs.complete import Outcome
 from loam_common.store import RESERVED_PREFIX
 
@@ -282,14 +282,14 @@ async def test_a_child_failed_by_the_stalled_sweep_fails_its_parent(core, clock,
 # -- removing and cancelling parts of a flow -------------------------------------------------------------------
 async def test_removing_a_pending_child_fails_its_parent_under_the_default_policy(core, store, job_of):
     sub = await core.flow(NS, graph(node("a"), node("b"), node("p", "a", "b")))
-    await store.transact(admin.job_remove, NS, "q", sub.jobs["a"])
+    await store.transact(job_admin.job_remove, NS, "q", sub.jobs["a"])
     p = await job_of(sub.jobs["p"])
     assert p.state == S.FAILED and p.errors[-1].message == f"child q:{sub.jobs['a']} (node 'a') was removed"
 
 
 async def test_removing_a_child_under_remove_dependency_lets_the_parent_go_on(core, store, job_of):
     sub = await core.flow(NS, graph(node("a", policy=P.FAILURE_POLICY_REMOVE_DEPENDENCY), node("b"), node("p", "a", "b")))
-    await store.transact(admin.job_remove, NS, "q", sub.jobs["a"])
+    await store.transact(job_admin.job_remove, NS, "q", sub.jobs["a"])
     (b,) = await lease_all(core)
     await ok(core, b)
     assert await state(job_of, sub.jobs["p"]) == S.WAITING
@@ -297,14 +297,14 @@ async def test_removing_a_child_under_remove_dependency_lets_the_parent_go_on(co
 
 async def test_cancelling_a_child_fails_its_parent_with_the_reason(core, store, job_of):
     sub = await core.flow(NS, graph(node("a"), node("p", "a")))
-    await store.transact(admin.job_cancel, NS, "q", sub.jobs["a"], "not needed")
+    await store.transact(job_admin.job_cancel, NS, "q", sub.jobs["a"], "not needed")
     p = await job_of(sub.jobs["p"])
     assert p.state == S.FAILED and p.errors[-1].message.endswith("was canceled: not needed")
 
 
 async def test_removing_a_parent_drops_its_records_and_children_finish_alone(core, store, job_of, check_invariants):
     sub = await core.flow(NS, graph(node("a"), node("p", "a"), node("top", "p")))
-    await store.transact(admin.job_remove, NS, "q", sub.jobs["p"])
+    await store.transact(job_admin.job_remove, NS, "q", sub.jobs["p"])
     assert not [k for k, _ in await stored(store) if b"/dep/" + sub.jobs["p"].encode() in k]
     assert (await job_of(sub.jobs["top"])).state == S.FAILED  # its own dependent does not wait forever
     (a,) = await lease_all(core)
@@ -448,11 +448,11 @@ async def test_a_retried_child_is_pending_again_for_a_parent_that_has_not_starte
     await ok(core, jobs["b"])
     await fail(core, jobs["a"])
     assert await state(job_of, sub.jobs["p"]) == S.WAITING  # released: a ignored, b done
-    await store.transact(admin.job_retry, NS, "q", sub.jobs["a"])
+    await store.transact(job_admin.job_retry, NS, "q", sub.jobs["a"])
     p = await job_of(sub.jobs["p"])
     assert p.state == S.WAITING_CHILDREN and p.pending_children == 1
     assert values(await core.children_values(NS, "q", p.id))["a"] == ("pending", b"")
-    await store.transact(admin.job_retry, NS, "q", sub.jobs["b"])  # a completed one too
+    await store.transact(job_admin.job_retry, NS, "q", sub.jobs["b"])  # a completed one too
     assert (await job_of(p.id)).pending_children == 2
     assert await run_waves(core) == [["a", "b"], ["p"]]
 

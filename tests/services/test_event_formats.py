@@ -117,7 +117,7 @@ async def test_every_job_gets_a_traceparent_and_a_given_one_is_kept(store, core,
     given = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
     a = await core.enqueue(NS, "q", pb.TaskSpec(name="t", headers={"traceparent": given}))
     b = await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
-    (ja, jb) = [await store.snapshot(lambda tx, i=i: __import__("loam_common.jobs.admin", fromlist=["x"]).job_get(tx, NS, "q", i))
+    (ja, jb) = [await store.snapshot(lambda tx, i=i: __import__("loam_common.jobs.job_admin", fromlist=["x"]).job_get(tx, NS, "q", i))
                 for i in (a.job_id, b.job_id)]  # fmt: skip
     assert ja.task.headers["traceparent"] == given
     assert TRACEPARENT.match(jb.task.headers["traceparent"]) and tracing.valid_traceparent(jb.task.headers["traceparent"])

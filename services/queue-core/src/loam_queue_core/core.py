@@ -15,7 +15,7 @@ from loam_common import exchanges, flows, ids, results, schedules, tracing, vali
 from loam_common.blobs import INLINE_LIMIT, BlobStore, blob_ref
 from loam_common.errors import Fenced, InvalidArgument, JobsError, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
-from loam_common.jobs import admin, states as S
+from loam_common.jobs import job_admin, states as S
 from loam_common.jobs.complete import (
     Completed,
     Outcome,
@@ -345,7 +345,7 @@ class QueueCore:
         """BullMQ's updateData: a new payload for the job, in any state."""
         data = await self._payload_in_blob(ns, queue, job_id, data)
         try:
-            return await self.store.transact(admin.job_update_data, ns, queue, job_id, data)
+            return await self.store.transact(job_admin.job_update_data, ns, queue, job_id, data)
         except BaseException:
             await self._drop_payload_blob(data)
             raise

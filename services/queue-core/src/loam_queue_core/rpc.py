@@ -22,7 +22,7 @@ from connectrpc.errors import ConnectError
 from loam_common import events, exchanges, keys, results, schedules, validate
 from loam_common.errors import InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import jobs_connect, jobs_pb2 as J, types_pb2 as pb
-from loam_common.jobs import admin, states as S
+from loam_common.jobs import admin, job_admin, states as S
 from loam_common.jobs.complete import Completed, Outcome, queue_metrics
 from loam_common.jobs.enqueue import Enqueued
 from loam_common.jobs.query import job_query
@@ -418,51 +418,51 @@ class CoreRpc:
         if kind is None:
             raise InvalidArgument("op", f"set one of {', '.join(J.JobOp.DESCRIPTOR.oneofs_by_name['op'].fields_by_name)}")
         if kind == "remove_dedup_key":  # names a dedup id, not a job
-            existed = await self.store.transact(admin.job_remove_dedup_key, ns, queue, op.remove_dedup_key.dedup_id)
+            existed = await self.store.transact(job_admin.job_remove_dedup_key, ns, queue, op.remove_dedup_key.dedup_id)
             return J.JobAdminResponse(removed=existed)
         if kind == "get_dedup":  # names a dedup id, not a job
-            job = await self.store.snapshot(admin.job_get_dedup, ns, queue, op.get_dedup.dedup_id)
+            job = await self.store.snapshot(job_admin.job_get_dedup, ns, queue, op.get_dedup.dedup_id)
             return J.JobAdminResponse(job=job)
         job_id = await self.store.snapshot(_resolve_job, ns, queue, _job_id(req.job, "job"))
         if kind == "get":
-            return J.JobAdminResponse(job=await self.store.snapshot(admin.job_get, ns, queue, job_id))
+            return J.JobAdminResponse(job=await self.store.snapshot(job_admin.job_get, ns, queue, job_id))
         if kind == "logs":
             lo = op.logs
             # BullMQ's getJobLogs range, `end` inclusive; end 0 = through the last line.
-            logs = await self.store.snapshot(admin.job_logs, ns, queue, job_id, lo.start, lo.end or -1)
+            logs = await self.store.snapshot(job_admin.job_logs, ns, queue, job_id, lo.start, lo.end or -1)
             return J.JobAdminResponse(logs=logs.lines, log_count=logs.count)
         if kind == "remove":
-            await self.store.transact(admin.job_remove, ns, queue, job_id, False, op.remove.children)
+            await self.store.transact(job_admin.job_remove, ns, queue, job_id, False, op.remove.children)
             return J.JobAdminResponse(removed=True)
         if kind == "remove_child_dependency":
-            removed = await self.store.transact(admin.job_remove_child_dependency, ns, queue, job_id)
+            removed = await self.store.transact(job_admin.job_remove_child_dependency, ns, queue, job_id)
             if removed:
                 self.core.wake_all(ns, queue)
             return J.JobAdminResponse(removed=removed)
         if kind == "add_log":
             al = op.add_log
-            n = await self.store.transact(admin.job_add_log, ns, queue, job_id, al.line, al.keep)
+            n = await self.store.transact(job_admin.job_add_log, ns, queue, job_id, al.line, al.keep)
             return J.JobAdminResponse(log_count=n)
         if kind == "clear_logs":
-            n = await self.store.transact(admin.job_clear_logs, ns, queue, job_id, op.clear_logs.keep)
+            n = await self.store.transact(job_admin.job_clear_logs, ns, queue, job_id, op.clear_logs.keep)
             return J.JobAdminResponse(log_count=n)
         if kind == "children":  # BullMQ getChildrenValues / getDependencies
             return J.JobAdminResponse(children=await self.core.children_values(ns, queue, job_id))
         if kind == "retry":
-            job = await self.store.transact(admin.job_retry, ns, queue, job_id, op.retry.keep_attempts)
+            job = await self.store.transact(job_admin.job_retry, ns, queue, job_id, op.retry.keep_attempts)
         elif kind == "promote":
-            job = await self.store.transact(admin.job_promote, ns, queue, job_id)
+            job = await self.store.transact(job_admin.job_promote, ns, queue, job_id)
         elif kind == "change_priority":
             cp = op.change_priority
-            job = await self.store.transact(admin.job_change_priority, ns, queue, job_id, cp.priority, cp.lifo)
+            job = await self.store.transact(job_admin.job_change_priority, ns, queue, job_id, cp.priority, cp.lifo)
         elif kind == "change_delay":
-            job = await self.store.transact(admin.job_change_delay, ns, queue, job_id, op.change_delay.delay_ns)
+            job = await self.store.transact(job_admin.job_change_delay, ns, queue, job_id, op.change_delay.delay_ns)
         elif kind == "update_data":
             job = await self.core.update_data(ns, queue, job_id, op.update_data.data)
         elif kind == "progress":
-            job = await self.store.transact(admin.job_set_progress, ns, queue, job_id, op.progress.progress)
+            job = await self.store.transact(job_admin.job_set_progress, ns, queue, job_id, op.progress.progress)
         elif kind == "cancel":
-            job = await self.store.transact(admin.job_cancel, ns, queue, job_id, "")
+            job = await self.store.transact(job_admin.job_cancel, ns, queue, job_id, "")
         else:  # a JobOp added to the proto and not mapped here
             raise InvalidArgument("op", f"{kind} is not supported by this server")
         if job.state in S.READY:

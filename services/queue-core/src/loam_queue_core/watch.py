@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from loam_common import cloudevents, events, flows, keys, schedules, validate
 from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import events_pb2, jobs_pb2 as J
-from loam_common.jobs import admin
+from loam_common.jobs import admin, job_admin
 from loam_common.store.base import Txn
 
 POLL_S = float(os.environ.get("LOAM_WATCH_POLL_S", "1.0"))
@@ -186,7 +186,7 @@ def _resolve(tx: Txn, ns: str, t: Target) -> list[J.WatchResponse]:
         by_key = tx.get(keys.QueueKeys(ns, t.queues[0]).job_key(t.job_id))
         if tx.get(keys.QueueKeys(ns, t.queues[0]).job(t.job_id)) is None and by_key is not None:
             t.job_id = by_key.decode()  # a job key names the job
-        job = admin.job_get(tx, ns, t.queues[0], t.job_id)  # NotFound if there is none
+        job = job_admin.job_get(tx, ns, t.queues[0], t.job_id)  # NotFound if there is none
         return [J.WatchResponse(snapshot=job)]
     if t.kind == "queue":
         try:
@@ -204,7 +204,7 @@ def _resolve(tx: Txn, ns: str, t: Target) -> list[J.WatchResponse]:
     out = [J.WatchResponse(flow=rec)]
     for j in rec.jobs:
         try:
-            out.append(J.WatchResponse(snapshot=admin.job_get(tx, ns, j.queue, j.job_id)))
+            out.append(J.WatchResponse(snapshot=job_admin.job_get(tx, ns, j.queue, j.job_id)))
         except NotFound:
             pass  # removed by retention: its events say so
     return out
