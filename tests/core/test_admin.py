@@ -308,8 +308,6 @@ async def test_change_priority_reorders_ready_jobs(store, core, check_invariants
     assert [j.id for j in await lease(core, n=5)] == [b, a, c]
     with pytest.raises(InvalidArgument):
         await store.transact(job_admin.job_change_priority, NS, "q", a, 2**21)
-    with pytest.raises(InvalidArgument):
-        await store.transact(job_admin.job_change_priority, NS, "q", a, 2, True)
 
 
 async def test_change_delay_moves_the_due_time(store, core, clock, check_invariants):
@@ -334,6 +332,16 @@ async def test_a_queues_payload_limit_refuses_a_bigger_job_and_stores_nothing(st
         await core.enqueue_bulk(NS, "q", [(task(data=b"ok"), None), (task(data=b"x" * 101), None)])
     assert await stored(store) == before
     assert (await core.enqueue(NS, "q", task(data=b"x" * 100), pb.EnqueueOpts())).created
+
+
+async def test_change_priority_with_lifo_puts_the_job_first_of_its_priority(store, core, check_invariants):
+    first, second, third = [await enqueue(core, priority=3) for _ in range(3)]
+    await store.transact(job_admin.job_change_priority, NS, "q", third, 3, True)
+    await store.transact(job_admin.job_change_priority, NS, "q", second, 3, True)
+    await enqueue(core, priority=2)  # a better priority still comes first
+    await check_invariants()
+    order = [j.id for j in await lease(core, n=4)]
+    assert order[1:] == [second, third, first]  # LIFO within priority 3: the newest first
 
 
 async def test_update_data_and_read_logs(store, core):

@@ -793,7 +793,7 @@ export class LoamQueueBackend extends EventEmitter {
   }
 
   async changePriority(jobId: string, priority = 0, lifo = false): Promise<void> {
-    await this.byId(jobId, { case: "changePriority", value: { priority, lifo: priority ? false : lifo } }, "changePriority");
+    await this.byId(jobId, { case: "changePriority", value: { priority, lifo } }, "changePriority");
   }
 
   async updateData(job: any, data: any): Promise<void> {

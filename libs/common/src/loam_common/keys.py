@@ -48,7 +48,9 @@ not a tenant (a token record is what tells us the tenant, so it cannot live insi
 Encoding version 1. Band 0 is the FIFO band (served first), band 1 the prioritized.
 In the FIFO band the u32 slot is a lane instead of a priority: lane 0 holds LIFO jobs
 under `2^64 - 1 - seq` (newest first), lane 1 plain FIFO jobs under `seq`, so a LIFO
-job is served before every FIFO job, as BullMQ serves it next.
+job is served before every FIFO job, as BullMQ serves it next. In the prioritized band a
+LIFO job (BullMQ's changePriority with lifo) sits under `<prio><0 u64><2^64 - 1 - seq>`:
+sequences start at 1, so it comes before every other job of its priority, newest first.
 """
 
 from __future__ import annotations
@@ -152,7 +154,8 @@ class QueueKeys:
 
     def ready(self, shard: int, priority: int, seq: int, lifo: bool) -> bytes:
         if priority:
-            return self.q + b"r/" + bytes((shard, PRIORITY_BAND)) + U32.pack(priority) + U64.pack(seq)
+            base = self.q + b"r/" + bytes((shard, PRIORITY_BAND)) + U32.pack(priority)
+            return base + (U64.pack(0) + U64.pack(MAX_U64 - seq) if lifo else U64.pack(seq))
         lane, order = (LIFO_LANE, MAX_U64 - seq) if lifo else (FIFO_LANE, seq)
         return self.q + b"r/" + bytes((shard, FIFO_BAND)) + U32.pack(lane) + U64.pack(order)
 

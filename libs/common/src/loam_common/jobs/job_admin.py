@@ -149,12 +149,10 @@ def job_promote(tx: Txn, ns: str, queue: str, job_id: str) -> pb.Job:
 def job_change_priority(
     tx: Txn, ns: str, queue: str, job_id: str, priority: int, lifo: bool = False
 ) -> pb.Job:
-    """BullMQ's changePriority: a ready job is re-queued in its new band (behind the
-    jobs already at that priority); in any other state the new priority applies when
-    the job is next ready."""
+    """BullMQ's changePriority: a ready job is re-queued in its new band, behind the jobs
+    already at that priority, or with `lifo` ahead of them; in any other state the new
+    priority applies when the job is next ready."""
     validate.in_range("priority", priority, 0, validate.PRIORITY_LIMIT)
-    if priority and lifo:
-        raise InvalidArgument("lifo", "LIFO applies to the FIFO band only; drop priority or lifo")
     with _job_tx(tx, ns, queue) as qt:
         job = qt.require_job(job_id)
 
