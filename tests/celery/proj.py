@@ -56,6 +56,16 @@ def fail(*args):
     raise ValueError("proj.fail failed", *args)
 
 
+@app.task(name="proj.replace_with_add", bind=True)
+def replace_with_add(self, x):
+    raise self.replace(add.s(x, 1))
+
+
+@app.task(name="proj.replace_with_add_late", bind=True, acks_late=True)
+def replace_with_add_late(self, x):
+    raise self.replace(add.s(x, 1))
+
+
 @app.task(name="proj.mark")
 def mark_task(kind, name=""):
     mark(kind, name)

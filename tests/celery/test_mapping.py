@@ -30,6 +30,13 @@ def test_task_id_and_retries_make_the_job_key():
     assert task.name == "kombu.message" and not opts.job_key
 
 
+def test_a_replacement_under_the_same_id_gets_a_job_key_of_its_own():
+    _, opts = messages.to_job(_msg(replaced_task_nesting=0), now_ns=NOW)
+    assert opts.job_key == "t1:0"
+    _, opts = messages.to_job(_msg(replaced_task_nesting=2), now_ns=NOW)
+    assert opts.job_key == "t1:0:r2"
+
+
 def test_eta_and_expires():
     eta = dt.datetime.fromtimestamp(NOW / SEC + 30, dt.UTC).isoformat()
     exp = dt.datetime.fromtimestamp(NOW / SEC + 60, dt.UTC).isoformat()

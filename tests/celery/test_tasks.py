@@ -144,6 +144,16 @@ def test_many_results_waited_in_turn_are_each_tasks_own(app, start_worker):
     assert app.AsyncResult(again.id).state == "PENDING"
 
 
+def test_a_task_replaced_under_its_own_id_runs_the_replacement(app, start_worker):
+    """Task.replace publishes the replacement with the task's id from inside the task,
+    while the task's own message is still leased (always so under acks_late)."""
+    import proj
+
+    start_worker(concurrency=2)
+    assert proj.replace_with_add.delay(1).get(timeout=10) == 2
+    assert proj.replace_with_add_late.delay(2).get(timeout=10) == 3
+
+
 def test_a_failure_before_a_group_reaches_the_group_result(app, start_worker):
     """The group after a failed chain step never runs: its members' results carry the
     failure (as the steps after a failed one do), so waiting on the group raises it."""

@@ -6,7 +6,11 @@ JSON with content type `application/x-kombu+json`. Loam reads a few fields:
 - header `task` -> the job's name (other kombu messages: `kombu.message`);
 - headers `id` + `retries` -> `job_key` `<id>:<retries>`: `Task.retry` publishes a new
   message with the same id, so the id alone would collide with the original while it is
-  still active; the same (id, retries) published twice is one job;
+  still active; the same (id, retries) published twice is one job. `Task.replace` also
+  publishes its replacement under the task's id, from inside the task (before its ack
+  has reached the server, and always before it under `acks_late`), with the header
+  `replaced_task_nesting` one higher: a nesting above 0 is part of the key
+  (`<id>:<retries>:r<nesting>`);
 - header `eta` -> `not_before`: the worker gets the task when it is due and never holds
   it, so an ETA longer than the visibility timeout runs once;
 - header `expires` -> `expires` (plus `expires_grace` for Celery tasks, so that a worker
@@ -89,6 +93,9 @@ def to_job(
     task_id = headers.get("id")
     if task_id:
         opts.job_key = f"{task_id}:{headers.get('retries') or 0}"
+        nesting = headers.get("replaced_task_nesting") or 0
+        if nesting:
+            opts.job_key += f":r{nesting}"
     eta = _time_ns(headers.get("eta"))
     if eta is not None and eta > now:
         opts.not_before.at_ns = eta
