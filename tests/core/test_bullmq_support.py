@@ -157,6 +157,25 @@ async def test_an_outcome_can_bring_the_retention(core, job_of):
     assert await job_of(r.job_id) is None
 
 
+async def test_retention_ages_go_by_the_workers_clock_when_the_outcome_brings_it(core, jobs_of, check_invariants):
+    """BullMQ judges removeOnComplete {age} by the worker's timestamp: a worker whose clock
+    says 1 s passed between finishes keeps only the jobs of the last `age` seconds, though
+    the store's clock did not move."""
+    keep_3s = pb.Retention(completed_age_ns=3 * SEC)
+    for i in range(6):
+        await core.enqueue(NS, "q", task())
+        [job] = await core.lease(NS, ["q"], "w", 1)
+        await core.complete(NS, "q", job.id, job.epoch, Outcome("ok", retention=keep_3s, clock_ns=i * SEC))
+    left = await jobs_of()
+    assert sorted(j.finished_ns for j in left.values()) == [3 * SEC, 4 * SEC, 5 * SEC]  # 2 s is 3 s old
+    await check_invariants()
+    # Without the worker's clock, ages go by the store's: nothing here is 3 s old.
+    await core.enqueue(NS, "q", task())
+    [job] = await core.lease(NS, ["q"], "w", 1)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome("ok", retention=keep_3s))
+    assert len(await jobs_of()) == 4
+
+
 async def test_rate_limit_for_blocks_leases_and_zero_lifts_it(core, store, clock):
     await core.enqueue(NS, "q", task())
     await store.transact(admin.queue_rate_limit_for, NS, "q", 2 * SEC)

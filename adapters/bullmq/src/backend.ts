@@ -99,6 +99,13 @@ const CREATES = new Set(["setConcurrency", "setRateLimit", "pause", "resume", "u
 const LIST_TYPES = new Set(["wait", "waiting", "paused", "active"]);
 /** BullMQ's dependency categories from a Loam dependency: a child failed under
  * continueParentOnFailure is "ignored" in BullMQ, like ignoreDependencyOnFailure. */
+/** With an age to keep by, the finish carries this process's clock: BullMQ's scripts
+ * judge `removeOnComplete/Fail: {age}` by the worker's timestamp, and so does the core
+ * when it is given one (Outcome.clock_ms). */
+function clockFor(k: { age?: bigint } | undefined): { clockMs?: bigint } {
+  return k?.age !== undefined ? { clockMs: BigInt(Date.now()) } : {};
+}
+
 function bucket(d: Dependency): "processed" | "unprocessed" | "failed" | "ignored" | "" {
   switch (d.state) {
     case DependencyState.PENDING:
@@ -583,6 +590,7 @@ export class LoamQueueBackend extends EventEmitter {
           // BullMQ's -4: a job with children still pending cannot complete.
           kind: { case: "ok", value: { result: { data: utf8(rv), contentType: "application/json" }, ifNoPendingChildren: true } },
           ...(k ? { retention: { completedCount: k.count, completedAgeNs: k.age } } : {}),
+          ...clockFor(k),
           ...this.metricsPoint(),
         },
         fetchNext,
@@ -618,6 +626,7 @@ export class LoamQueueBackend extends EventEmitter {
     const outcome: CompleteInit["outcome"] = {
       kind: exhausted ? { case: "retry", value: { error } } : { case: "fail", value: { error } },
       ...(k ? { retention: { failedCount: k.count, failedAgeNs: k.age } } : {}),
+      ...clockFor(k),
       ...this.metricsPoint(),
     };
     return this.finishAndFetch(h!, outcome, fetchNext, token);

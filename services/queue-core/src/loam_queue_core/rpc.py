@@ -72,6 +72,9 @@ def outcome_from_proto(o: J.Outcome, field: str = "outcome") -> Outcome:
     if o.HasField("metrics"):
         validate.in_range(f"{field}.metrics.max_data_points", o.metrics.max_data_points, 1, 100_000)
         out = dataclasses.replace(out, metrics=(o.metrics.at_ms, o.metrics.max_data_points))
+    if o.HasField("clock_ms"):
+        validate.in_range(f"{field}.clock_ms", o.clock_ms, 0, validate.MAX_TIME_NS // 1_000_000)
+        out = dataclasses.replace(out, clock_ns=o.clock_ms * 1_000_000)
     return out
 
 

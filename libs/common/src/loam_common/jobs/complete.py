@@ -33,6 +33,7 @@ class Outcome:
     retention: pb.Retention | None = None  # replaces the job's if this outcome finishes it
     if_no_pending_children: bool = False  # ok: refuse while a dependency is pending (BullMQ)
     metrics: tuple[int, int] | None = None  # (at_ms, max_data_points): count it (BullMQ)
+    clock_ns: int | None = None  # the worker's clock: the finished time and retention ages go by it (BullMQ)
 
     @staticmethod
     def ok(result: pb.Payload | None = None, if_no_pending_children: bool = False) -> Outcome:
@@ -237,13 +238,16 @@ def _complete_one(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
         if outcome.result is not None:
             job.result.CopyFrom(outcome.result)
         qt.move(job, S.COMPLETED, "completed", data=job.result.data)
-        retention.on_finished(qt, job)
+        if outcome.clock_ns is not None:
+            job.finished_ns = outcome.clock_ns
+            qt.put_job(job)
+        retention.on_finished(qt, job, outcome.clock_ns)
         return Completed(job.state)
     if kind == "retry":
         return _retry_or_fail(qt, job, outcome.error, outcome.after_ns)
     if kind == "fail":
         _record_error(qt, job, outcome.error)
-        return Completed(_fail(qt, job, outcome.error, outcome.dead_letter))
+        return Completed(_fail(qt, job, outcome.error, outcome.dead_letter, clock_ns=outcome.clock_ns))
     if kind == "release":  # handed back unprocessed: it keeps its place (BullMQ, RabbitMQ)
         _requeue(qt, job, qt.now + outcome.after_ns if outcome.after_ns else 0, keep_place=True)
         return Completed(job.state)
@@ -309,17 +313,21 @@ def _retry_or_fail(qt: QueueTx, job: pb.Job, error: pb.JobError, after_ns: int |
     return Completed(job.state)
 
 
-def _fail(qt: QueueTx, job: pb.Job, error: pb.JobError, dead_letter: bool, exhausted: bool = False) -> int:
+def _fail(qt: QueueTx, job: pb.Job, error: pb.JobError, dead_letter: bool, exhausted: bool = False,
+          clock_ns: int | None = None) -> int:  # fmt: skip
     err = pb.JobError()
     err.CopyFrom(error)
     qt.move(job, S.FAILED, "failed", error=err)
+    if clock_ns is not None:  # the worker's clock (BullMQ): see Outcome.clock_ns
+        job.finished_ns = clock_ns
+        qt.put_job(job)
     if exhausted:
         qt.emit("retries-exhausted", job, error=err)
     cfg = qt.cfg
     if cfg.dead_letter_queue and (dead_letter or (exhausted and cfg.dead_letter_on_exhausted)):
         dlq.dead_letter(qt, job)
     else:
-        retention.on_finished(qt, job)
+        retention.on_finished(qt, job, clock_ns)
     return job.state
 
 

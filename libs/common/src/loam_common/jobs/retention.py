@@ -29,22 +29,34 @@ def _policy(qt: QueueTx, job: pb.Job | None, state: int) -> tuple[int | None, in
     return count, age
 
 
-def on_finished(qt: QueueTx, job: pb.Job) -> None:
+def on_finished(qt: QueueTx, job: pb.Job, clock_ns: int | None = None) -> None:
+    """`clock_ns`: the finishing worker's clock (BullMQ), by which ages are judged then."""
     if job.state not in (S.COMPLETED, S.FAILED):
         return
     count, age = _policy(qt, job, job.state)
     if count == 0:
         qt.remove(job, event=None)
         return
-    trim(qt, job.state, job.shard, count, age)
+    trim(qt, job.state, job.shard, count, age, clock_ns)
 
 
-def trim(qt: QueueTx, state: int, shard: int, count: int | None, age_ns: int | None) -> int:
-    """Remove the oldest finished jobs of one shard beyond `count` or older than `age`."""
+def trim(
+    qt: QueueTx, state: int, shard: int, count: int | None, age_ns: int | None, clock_ns: int | None = None
+) -> int:
+    """Remove the oldest finished jobs of one shard beyond `count` or older than `age`:
+    by the store's clock and the index's times, or with `clock_ns` by that clock and the
+    jobs' finished times (BullMQ judges ages by the worker's timestamp)."""
     prefix = qt.k.state_shard(state, shard)
     end = keys.prefix_end(prefix)
     removed = 0
-    if age_ns is not None:
+    if age_ns is not None and clock_ns is not None:
+        cutoff = clock_ns - age_ns
+        for key, _ in qt.tx.scan(prefix, end, limit=TRIM_BATCH):  # oldest first
+            job = qt.get_job(keys.index_job_id(key, len(prefix)))
+            if job is not None and job.finished_ns > cutoff:
+                break
+            removed += _remove_entry(qt, key, len(prefix))
+    elif age_ns is not None:
         cutoff = qt.now - age_ns
         for key, _ in qt.tx.scan(prefix, prefix + keys.U64.pack(max(cutoff, 0)), limit=TRIM_BATCH):
             removed += _remove_entry(qt, key, len(prefix))

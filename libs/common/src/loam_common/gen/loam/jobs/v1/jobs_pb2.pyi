@@ -202,7 +202,7 @@ class ExtendResponse(_message.Message):
     def __init__(self, deadline_ns: _Optional[int] = ...) -> None: ...
 
 class Outcome(_message.Message):
-    __slots__ = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_limited", "retention", "metrics")
+    __slots__ = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_limited", "retention", "metrics", "clock_ms")
     class Ok(_message.Message):
         __slots__ = ("result", "if_no_pending_children")
         RESULT_FIELD_NUMBER: _ClassVar[int]
@@ -258,6 +258,7 @@ class Outcome(_message.Message):
     RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_MS_FIELD_NUMBER: _ClassVar[int]
     ok: Outcome.Ok
     retry: Outcome.Retry
     fail: Outcome.Fail
@@ -267,7 +268,8 @@ class Outcome(_message.Message):
     rate_limited: Outcome.RateLimited
     retention: _types_pb2.Retention
     metrics: Outcome.Metrics
-    def __init__(self, ok: _Optional[_Union[Outcome.Ok, _Mapping]] = ..., retry: _Optional[_Union[Outcome.Retry, _Mapping]] = ..., fail: _Optional[_Union[Outcome.Fail, _Mapping]] = ..., release: _Optional[_Union[Outcome.Release, _Mapping]] = ..., delay: _Optional[_Union[Outcome.Delay, _Mapping]] = ..., wait_children: _Optional[_Union[Outcome.WaitChildren, _Mapping]] = ..., rate_limited: _Optional[_Union[Outcome.RateLimited, _Mapping]] = ..., retention: _Optional[_Union[_types_pb2.Retention, _Mapping]] = ..., metrics: _Optional[_Union[Outcome.Metrics, _Mapping]] = ...) -> None: ...
+    clock_ms: int
+    def __init__(self, ok: _Optional[_Union[Outcome.Ok, _Mapping]] = ..., retry: _Optional[_Union[Outcome.Retry, _Mapping]] = ..., fail: _Optional[_Union[Outcome.Fail, _Mapping]] = ..., release: _Optional[_Union[Outcome.Release, _Mapping]] = ..., delay: _Optional[_Union[Outcome.Delay, _Mapping]] = ..., wait_children: _Optional[_Union[Outcome.WaitChildren, _Mapping]] = ..., rate_limited: _Optional[_Union[Outcome.RateLimited, _Mapping]] = ..., retention: _Optional[_Union[_types_pb2.Retention, _Mapping]] = ..., metrics: _Optional[_Union[Outcome.Metrics, _Mapping]] = ..., clock_ms: _Optional[int] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
     __slots__ = ("token", "outcome")
