@@ -897,6 +897,9 @@ async def test_bulk_enqueue_refuses_bad_input_whole_and_isolates_key_clashes(cor
     assert isinstance(res[1], AlreadyExists)
     assert res[0].created and res[2].created
     assert len(await jobs_of()) == 3
+    # A bulk call of one job answers the same way: its error in its slot, not raised.
+    (alone,) = await core.enqueue_bulk(NS, "q", [(task(data=b"c"), pb.EnqueueOpts(job_key="taken"))])
+    assert isinstance(alone, AlreadyExists) and len(await jobs_of()) == 3
     await check_invariants()
 
 

@@ -64,3 +64,15 @@ def test_other_failures():
 def test_http_status_is_connects():
     for code, status in _error_to_http_status.items():
         assert HTTP_STATUS[code.value] == status.code
+
+
+@pytest.mark.parametrize("error,fields", CASES, ids=lambda c: type(c).__name__ if isinstance(c, E.JobsError) else "")
+def test_an_error_rebuilds_from_its_args_and_pickles(error, fields):
+    """Celery serializes a task's exception as its type and `args` and rebuilds it with
+    `type(e)(*e.args)`; pickle does the same."""
+    import pickle
+
+    for again in (type(error)(*error.args), pickle.loads(pickle.dumps(error))):
+        assert type(again) is type(error) and str(again) == str(error) == error.message
+        for name, value in fields.items():
+            assert getattr(again, name) == value

@@ -5,12 +5,19 @@ from __future__ import annotations
 
 
 class JobsError(Exception):
+    """`args` are the constructor's arguments, so `type(e)(*e.args)` rebuilds an error
+    (pickle, and Celery's exception serialization, rebuild exceptions that way); `str(e)`
+    is the message."""
+
     code = "internal"
     retryable = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class InvalidArgument(JobsError):
@@ -19,6 +26,7 @@ class InvalidArgument(JobsError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
         self.field = field
+        self.args = (field, problem)
 
 
 class NotFound(JobsError):
@@ -31,6 +39,7 @@ class AlreadyExists(JobsError):
     def __init__(self, message: str, existing: str) -> None:
         super().__init__(message)
         self.existing = existing
+        self.args = (message, existing)
 
 
 class IdempotencyConflict(JobsError):
@@ -42,6 +51,7 @@ class IdempotencyConflict(JobsError):
             "use a new key for a new request"
         )
         self.key = key
+        self.args = (key,)
 
 
 class Fenced(JobsError):
@@ -55,6 +65,7 @@ class Fenced(JobsError):
         self.job_id = job_id
         self.epoch = epoch
         self.current_epoch = current_epoch
+        self.args = (job_id, epoch, current_epoch)
 
 
 class InvalidState(JobsError):
@@ -65,6 +76,7 @@ class InvalidState(JobsError):
         self.job_id = job_id
         self.from_state = from_state
         self.to = to
+        self.args = (job_id, from_state, to)
 
 
 class QueuePaused(JobsError):
@@ -79,6 +91,7 @@ class RateLimited(JobsError):
     def __init__(self, message: str, retry_after_ns: int) -> None:
         super().__init__(message)
         self.retry_after_ns = retry_after_ns
+        self.args = (message, retry_after_ns)
 
 
 class PayloadTooLarge(JobsError):
@@ -88,6 +101,7 @@ class PayloadTooLarge(JobsError):
         super().__init__(f"payload of {size} bytes is over the limit of {limit} bytes")
         self.size = size
         self.limit = limit
+        self.args = (size, limit)
 
 
 class Unavailable(JobsError):

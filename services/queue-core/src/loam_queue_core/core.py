@@ -82,7 +82,7 @@ class QueueCore:
         )
         spans = [_enqueue_span(queue, n) for n in news] if tracing.tracer is not None else ()
         try:
-            results = await self.store.transact(job_enqueue, ns, queue, news)
+            results = await self.store.transact(job_enqueue, ns, queue, news, True)
         except BaseException:
             await self._drop_blobs(news, None)
             raise

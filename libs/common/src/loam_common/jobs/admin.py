@@ -476,7 +476,6 @@ class Obliterated:
 def _queue_refused(queue: str, why: str, action: str) -> InvalidState:
     err = InvalidState(queue, why, action)
     err.message = f"queue {queue!r} {why}; cannot {action}"
-    err.args = (err.message,)
     return err
 
 

@@ -134,9 +134,12 @@ def _shard(qt: QueueTx, job: NewJob) -> int:
     return zlib.crc32(basis.encode()) % shards
 
 
-def job_enqueue(tx: Txn, ns: str, queue: str, new_jobs: list[NewJob]) -> list[Enqueued | JobsError]:
-    """Enqueue jobs into one queue in one transaction. A refused job (key clash) gets
-    its error in its slot and leaves no trace; the others go in."""
+def job_enqueue(
+    tx: Txn, ns: str, queue: str, new_jobs: list[NewJob], bulk: bool = False
+) -> list[Enqueued | JobsError]:
+    """Enqueue jobs into one queue in one transaction. In a bulk call (`bulk`, or more
+    than one job) a refused job (key clash) gets its error in its slot and leaves no
+    trace, and the others go in; a single enqueue raises it."""
     out: list[Enqueued | JobsError] = []
     with QueueTx(tx, ns, queue) as qt:
         limit = qt.cfg.payload_limit  # the queue's own; the server-wide one is checked before
@@ -147,7 +150,7 @@ def job_enqueue(tx: Txn, ns: str, queue: str, new_jobs: list[NewJob]) -> list[En
         for nj in new_jobs:
             # A savepoint only for a job that can be refused; released at once, so a
             # bulk batch never nests a thousand of them (SQLite copies pages per level).
-            sp = tx.savepoint() if len(new_jobs) > 1 and _refusable(nj) else None
+            sp = tx.savepoint() if (bulk or len(new_jobs) > 1) and _refusable(nj) else None
             try:
                 out.append(_enqueue_one(qt, nj))
                 if sp is not None:
