@@ -63,7 +63,6 @@ class UnaryLane:
         if codec is None or headers.get("content-encoding", "identity") != "identity":
             return False
         sender = _ResponseSender(send)
-        ctx = None
         try:
             ctx = LaneContext(headers)
             body = await self._body(receive)
@@ -85,8 +84,8 @@ class UnaryLane:
                 log.exception("unexpected error serving %s", scope["path"])
             await self.app._handle_error(e, None, None, sender)
             return True
-        headers = [*self.headers[content_type], (b"content-length", b"%d" % len(payload))]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        response_headers = [*self.headers[content_type], (b"content-length", b"%d" % len(payload))]
+        await send({"type": "http.response.start", "status": 200, "headers": response_headers})
         await send({"type": "http.response.body", "body": payload, "more_body": False})
         return True
 
