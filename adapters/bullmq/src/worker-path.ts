@@ -8,6 +8,7 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { JobsClient } from "./connection.js";
 import { CompleteRequestSchema, type Lease } from "./gen/loam/jobs/v1/jobs_pb.js";
+import { Coalescer } from "./coalesce.js";
 import { kindOf } from "./errors.js";
 
 export interface Held {
@@ -50,56 +51,26 @@ export class CompleteFailed extends Error {
   }
 }
 
-interface Pending {
-  item: CompleteInit;
-  resolve: (v: { state: number; moved: boolean }) => void;
-  reject: (e: unknown) => void;
-}
-
 const MAX_BATCH = 1000;
 
 /** Coalesces Complete calls: at most one CompleteBatch in flight per client. */
 export class Completer {
-  private pending: Pending[] = [];
-  private flushing = false;
-  private scheduled = false;
+  private readonly batches: Coalescer<CompleteInit, { state: number; moved: boolean }>;
 
-  constructor(private readonly client: JobsClient) {}
-
-  complete(item: CompleteInit): Promise<{ state: number; moved: boolean }> {
-    return new Promise((resolve, reject) => {
-      this.pending.push({ item, resolve, reject });
-      if (!this.flushing && !this.scheduled) {
-        this.scheduled = true;
-        setImmediate(() => {
-          this.scheduled = false;
-          void this.flush();
-        });
-      }
+  constructor(client: JobsClient) {
+    this.batches = new Coalescer<CompleteInit, { state: number; moved: boolean }>(MAX_BATCH, "CompleteBatch", async (items) => {
+      const res = await client.completeBatch({ items });
+      return items.map((_, i) => {
+        const r = res.results[i]?.result;
+        if (r?.case === "completed") return { state: r.value.state, moved: r.value.moved };
+        if (r?.case === "error") return new CompleteFailed(r.value.code, r.value.message);
+        return undefined;
+      });
     });
   }
 
-  private async flush(): Promise<void> {
-    if (this.flushing) return;
-    this.flushing = true;
-    try {
-      while (this.pending.length) {
-        const batch = this.pending.splice(0, MAX_BATCH);
-        try {
-          const res = await this.client.completeBatch({ items: batch.map((p) => p.item) });
-          batch.forEach((p, i) => {
-            const r = res.results[i]?.result;
-            if (r?.case === "completed") p.resolve({ state: r.value.state, moved: r.value.moved });
-            else if (r?.case === "error") p.reject(new CompleteFailed(r.value.code, r.value.message));
-            else p.reject(new Error("CompleteBatch: no result for an item"));
-          });
-        } catch (e) {
-          for (const p of batch) p.reject(e);
-        }
-      }
-    } finally {
-      this.flushing = false;
-    }
+  complete(item: CompleteInit): Promise<{ state: number; moved: boolean }> {
+    return this.batches.add(item);
   }
 }
 
