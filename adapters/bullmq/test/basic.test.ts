@@ -1,17 +1,14 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Queue, Worker } from "../src/index.js";
-import { connection, qname } from "./helpers.js";
+import { closeAfterEach, connection, qname } from "./helpers.js";
 
 describe("add and process", () => {
-  const closers: { close(): Promise<unknown> }[] = [];
-  afterEach(async () => {
-    for (const c of closers.splice(0).reverse()) await c.close();
-  });
+  const track = closeAfterEach();
 
   it("adds a job with a decimal id and a worker completes it", async () => {
     const name = qname();
     const queue = new Queue(name, { connection });
-    closers.push(queue);
+    track(queue);
     const job = await queue.add("hello", { n: 1 });
     expect(job.id).toBe("1");
     const job2 = await queue.add("hello", { n: 2 });
@@ -26,7 +23,7 @@ describe("add and process", () => {
         },
         { connection },
       );
-      closers.push(worker);
+      track(worker);
       worker.on("completed", () => seen.length === 2 && resolve());
     });
     await done;

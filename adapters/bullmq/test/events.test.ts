@@ -1,17 +1,10 @@
 // QueueEvents on Loam's Watch: BullMQ's event names and fields, job.waitUntilFinished,
 // and resuming from a last event id (the Watch cursor).
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Queue, QueueEvents, Worker } from "../src/index.js";
-import { connection, qname, until } from "./helpers.js";
+import { closeAfterEach, connection, qname, until } from "./helpers.js";
 
-const closers: { close(): Promise<unknown> }[] = [];
-afterEach(async () => {
-  for (const c of closers.splice(0).reverse()) await c.close();
-});
-function track<T extends { close(): Promise<unknown> }>(x: T): T {
-  closers.push(x);
-  return x;
-}
+const track = closeAfterEach();
 
 describe("QueueEvents", () => {
   it("emits added, active, progress, completed and failed with BullMQ's fields", async () => {

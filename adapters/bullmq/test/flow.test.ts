@@ -1,17 +1,10 @@
 // Flows: FlowProducer trees on Loam flows (parents in waiting-children, children values,
 // dependency getters, failure flags) and children added by a running job.
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { FlowProducer, Queue, WaitingChildrenError, Worker } from "../src/index.js";
-import { connection, qname, until } from "./helpers.js";
+import { closeAfterEach, connection, qname, until } from "./helpers.js";
 
-const closers: { close(): Promise<unknown> }[] = [];
-afterEach(async () => {
-  for (const c of closers.splice(0).reverse()) await c.close();
-});
-function track<T extends { close(): Promise<unknown> }>(x: T): T {
-  closers.push(x);
-  return x;
-}
+const track = closeAfterEach();
 
 describe("flows", () => {
   it("runs children first and gives the parent their values", async () => {

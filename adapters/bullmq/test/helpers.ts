@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { afterEach } from "vitest";
 
 export const connection = {}; // LOAM_JOBS_URL from the global setup
 
@@ -16,3 +17,18 @@ export async function until(f: () => Promise<boolean> | boolean, ms = 5000, step
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+type Closable = { close(): Promise<unknown> };
+
+/** Closes what a test opened, newest first, after each test of the file (or describe)
+ * that calls it; returns `track(x)`, which registers `x` and hands it back. */
+export function closeAfterEach(): <T extends Closable>(x: T) => T {
+  const closers: Closable[] = [];
+  afterEach(async () => {
+    for (const c of closers.splice(0).reverse()) await c.close();
+  });
+  return (x) => {
+    closers.push(x);
+    return x;
+  };
+}

@@ -1,21 +1,18 @@
 // Job schedulers on Loam schedules (iteration-driven, as in BullMQ): upsert with every /
 // pattern, read back, list, remove; the chain of iteration jobs a worker drives.
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Queue, Worker, type Job } from "../src/index.js";
 import { connect } from "../src/connection.js";
 import { ScheduleDriver } from "../src/gen/loam/jobs/v1/types_pb.js";
-import { connection, qname, sleep, until } from "./helpers.js";
+import { closeAfterEach, connection, qname, sleep, until } from "./helpers.js";
 
-const closers: { close(): Promise<unknown> }[] = [];
-afterEach(async () => {
-  for (const c of closers.splice(0).reverse()) await c.close();
-});
+const track = closeAfterEach();
 
 describe("job schedulers", () => {
   it("fires an `every` scheduler, reads it back, lists and removes it", async () => {
     const name = qname();
     const queue = new Queue(name, { connection });
-    closers.push(queue);
+    track(queue);
     await queue.upsertJobScheduler("tick", { every: 300 }, { name: "tick-job", data: { k: 1 } });
     await queue.upsertJobScheduler("nightly", { pattern: "0 3 * * *", tz: "Europe/Paris" }, { name: "n" });
     const s = await queue.getJobScheduler("tick");
@@ -30,7 +27,7 @@ describe("job schedulers", () => {
       seen.push(j.data);
       expect(j.repeatJobKey).toBe("tick");
     }, { connection });
-    closers.push(worker);
+    track(worker);
     await until(() => seen.length >= 2, 5000);
     expect(seen[0]).toEqual({ k: 1 });
     expect(await queue.removeJobScheduler("tick")).toBe(true);
@@ -41,7 +38,7 @@ describe("job schedulers", () => {
   it("chains iterations as delayed jobs `repeat:<id>:<millis>`, each advanced once by the worker that takes it", async () => {
     const name = qname();
     const queue = new Queue(name, { connection });
-    closers.push(queue);
+    track(queue);
     const first = await queue.upsertJobScheduler("tick", { every: 250 }, { name: "tick-job", data: { k: 2 } });
     expect(first!.id).toMatch(/^repeat:tick:\d+$/);
     // The scheduler is a Loam schedule the server shows but does not fire itself.
@@ -58,7 +55,7 @@ describe("job schedulers", () => {
       const w = new Worker(name, async (j) => {
         done.push(j);
       }, { connection, concurrency: 2 });
-      closers.push(w);
+      track(w);
     }
     await until(() => done.length >= 4, 8000);
     const ids = done.map((j) => j.id!);
@@ -84,7 +81,7 @@ describe("job schedulers", () => {
     const url = process.env.LOAM_JOBS_URL!;
     const a = new Queue(name, { connection: { url } });
     const b = new Queue(name, { connection: { url: url.replace("127.0.0.1", "localhost") } });
-    closers.push(a, b);
+    track(a, b);
     await Promise.all([a, b, a, b].map((q) => q.upsertJobScheduler("race", { every: 60_000 }, { name: "r" })));
     expect(await a.getJobSchedulersCount()).toBe(1);
     expect(await a.getJobCountByTypes("waiting", "delayed")).toBe(1);

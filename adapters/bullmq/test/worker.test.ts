@@ -1,19 +1,11 @@
 // Consumer-side groups: fetching (prefetch within concurrency), completing and failing
 // (coalesced), retries with backoff, moveToDelayed from the processor, manual rate
 // limiting, lock extension, stalled jobs reclaimed by the server, global concurrency.
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { DelayedError, Job, Queue, UnrecoverableError, Worker } from "../src/index.js";
-import { connection, qname, sleep, until } from "./helpers.js";
+import { closeAfterEach, connection, qname, sleep, until } from "./helpers.js";
 
-const closers: { close(): Promise<unknown> }[] = [];
-afterEach(async () => {
-  for (const c of closers.splice(0).reverse()) await c.close();
-});
-
-function track<T extends { close(): Promise<unknown> }>(x: T): T {
-  closers.push(x);
-  return x;
-}
+const track = closeAfterEach();
 
 describe("processing", () => {
   it("processes many jobs at concurrency 20 with each job once", async () => {
