@@ -20,8 +20,13 @@ result store (ResultGet/MGet/Set/Delete/Incr/Expire).
   waiting on such a group gets the failure instead of waiting forever (Celery's Redis
   backend waits forever there, celery#6437).
 
-The token comes from `result_backend_transport_options["token_env"]` (default
-LOAM_TOKEN); a URL with credentials is refused.
+- The SUCCESS of a task acked before it ran is written behind: the pool process goes on
+  to its next task while a thread of its own sends the result (write_behind.py).
+  `acks_late` tasks, and every task with the option `write_behind` False, store theirs
+  before the task reports back.
+
+Options (`result_backend_transport_options`): `token_env` (default LOAM_TOKEN; a URL
+with credentials is refused), `write_behind` (default True), `timeout`, `ssl`.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ from kombu.utils.encoding import bytes_to_str, ensure_bytes
 
 from loam.errors import Unavailable
 
-from loam_celery.connection import Settings, client_for
+from loam_celery.connection import ImproperlyConfigured, Settings, client_for
+from loam_celery.write_behind import WriteBehind
 
 logger = get_logger(__name__)
 
@@ -97,16 +103,20 @@ def _k(key: bytes | str) -> str:
 
 
 class _Retrying:
-    """The client's calls, each tried again on Unavailable (twice, with backoff): every
-    result-store call is idempotent (sets, reads, deletes, member counts)."""
+    """The client's calls, each after this process's results written behind (so it comes
+    after them) and tried again on Unavailable (twice, with backoff): every result-store
+    call is idempotent (sets, reads, deletes, member counts)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, behind: WriteBehind, timeout: float) -> None:
         self._client = client
+        self._behind = behind
+        self._timeout = timeout
 
     def __getattr__(self, name: str) -> Any:
         fn = getattr(self._client, name)
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            self._behind.flush(self._timeout)
             for delay in (0.1, 0.5, None):
                 try:
                     return fn(*args, **kwargs)
@@ -210,10 +220,19 @@ class LoamBackend(KeyValueStoreBackend):
         options = dict(self.app.conf.get("result_backend_transport_options") or {})
         self.settings = Settings.from_url(url or self.app.conf.result_backend or "loam://", options)
         self._reader = _ReadAhead()
+        self._behind = WriteBehind(self._send_behind)
+        self._write_behind = options.get("write_behind", True)
+        if not isinstance(self._write_behind, bool):
+            raise ImproperlyConfigured(f"result_backend_transport_options: write_behind must be True or False, "
+                                       f"not {self._write_behind!r}")  # fmt: skip
 
     @property
     def client(self) -> Any:
-        return _Retrying(client_for(self.settings))  # per process: a forked pool child gets its own
+        # per process: a forked pool child gets its own
+        return _Retrying(client_for(self.settings), self._behind, self.settings.timeout)
+
+    def _send_behind(self, key: str, value: bytes, ttl: float | None) -> None:
+        client_for(self.settings).result_set(key, value, ttl=ttl)
 
     def _ttl(self, seconds: Any) -> float | None:
         return float(seconds) if seconds else None
@@ -250,13 +269,27 @@ class LoamBackend(KeyValueStoreBackend):
                       request: Any = None, **kwargs: Any) -> Any:  # fmt: skip
         """Celery reads the key first so that nothing overwrites a SUCCESS; a SUCCESS
         itself may replace one (a re-run's equally valid result), so it skips that read:
-        one call per task instead of two."""
+        one call per task instead of two. The SUCCESS of a task acked before it ran is
+        written behind (write_behind.py): its pool process does not wait for it."""
         if state != states.SUCCESS:
             return super()._store_result(task_id, result, state, traceback, request, **kwargs)
         meta = self._get_result_meta(result=result, state=state, traceback=traceback, request=request)
         meta["task_id"] = bytes_to_str(task_id)
-        self._set_with_state(self.get_key_for_task(task_id), self.encode(meta), state)
+        key, value = self.get_key_for_task(task_id), self.encode(meta)
+        if self._acked_before_run(request):
+            self._behind.put(_k(key), ensure_bytes(value), self._ttl(self.expires))
+        else:
+            self._set_with_state(key, value, state)
         return result
+
+    def _acked_before_run(self, request: Any) -> bool:
+        """A worker ran this task under an early ack: a crash while it ran would have lost
+        it anyway, so its result may follow the task. Under `acks_late` the result is
+        stored before the task reports back, so an acked task always has its result."""
+        if not self._write_behind or request is None or getattr(request, "is_eager", False) or not getattr(request, "delivery_info", None):
+            return False
+        task = self.app.tasks.get(getattr(request, "task", None) or "")
+        return task is not None and not task.acks_late and not task.reject_on_worker_lost
 
     def _fail_chain(self, chain: Any, exc: Any, traceback: Any = None, store_result: bool = True,
                     state: str = states.FAILURE) -> None:  # fmt: skip
