@@ -54,16 +54,18 @@ def test_a_result_handed_over_while_the_server_is_down_is_stored_when_it_is_back
         strict_backend.store_result(req.id, 1, states.SUCCESS, request=req)
 
     backend = _app(port).backend
-    reqs = [_worker_request(backend, "early") for _ in range(3)]
+    reqs = [_worker_request(backend, "early") for _ in range(4)]
+    reqs[2].id = "x" * 2000  # a key the server refuses: only this write is lost
     for i, r in enumerate(reqs):  # early ack: returns at once, the server being down
         backend.store_result(r.id, i, states.SUCCESS, request=r)
     assert not backend._behind.flush(timeout=0.3)
 
     with LoamServer(tmp_path / "data", port=port) as server:
-        assert backend._behind.flush(timeout=30)
+        assert backend._behind.flush(timeout=30)  # all four went in one call, refused, then one by one
         with server.sync_client(namespace="behind") as client:
-            stored = [client.result_get(backend.get_key_for_task(r.id).decode(), raw=True) for r in reqs]
-        assert [backend.decode_result(v.data)["result"] for v in stored] == [0, 1, 2]
+            keys = [backend.get_key_for_task(r.id).decode() for r in reqs if r is not reqs[2]]
+            stored = [client.result_get(key, raw=True) for key in keys]
+        assert [backend.decode_result(v.data)["result"] for v in stored] == [0, 1, 3]
         req = _worker_request(late_backend, "late")
         late_backend.store_result(req.id, 7, states.SUCCESS, request=req)
         with server.sync_client(namespace="behind") as client:

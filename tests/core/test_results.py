@@ -43,6 +43,18 @@ async def test_set_get_mget_delete(store):
     assert await get(store, "celery-task-meta-1") is None
 
 
+async def test_set_many_writes_in_order_in_one_transaction(store, clock):
+    await store.transact(R.result_incr, NS, "counter", "m1", None)
+    items = [("a", payload(b"1"), 0), ("b", payload(b"2"), 10 * SEC), ("a", payload(b"3"), 0),
+             ("counter", payload(b"x"), 0)]  # fmt: skip
+    await store.transact(R.result_set_many, NS, items)
+    got = await store.snapshot(R.result_mget, NS, ["a", "b", "counter"])
+    assert [p.data for p in got] == [b"3", b"2", b"x"]  # the later item for a key wins
+    assert await store.transact(R.result_incr, NS, "counter", "m2", None) == 2  # members survive, as with set
+    clock.advance(11 * SEC)
+    assert await get(store, "b") is None  # each item's own TTL
+
+
 async def test_incr_counts_each_member_once(store):
     key = "chord-unlock-g1"
     assert await store.transact(R.result_incr, NS, key, "task-a", None) == 1
@@ -126,6 +138,9 @@ async def test_the_sweeper_finds_a_namespace_that_only_has_results(store, clock,
         ((R.result_get, "y" * 1025), "key"),
         ((R.result_mget, ["ok", ""]), "keys[1]"),
         ((R.result_delete, ""), "key"),
+        ((R.result_set_many, [("a", payload(b"1"), 0), ("", payload(b"2"), 0)]), "items[1].key"),
+        ((R.result_set_many, [("a", payload(b"1"), 0), ("k", payload(b"2"), -1)]), "items[1].ttl_ns"),
+        ((R.result_set_many, [("a", payload(b"1"), 0)] * 1001), "items"),
     ],
 )
 async def test_bad_input_is_refused_and_changes_nothing(store, call, field):

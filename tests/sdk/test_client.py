@@ -188,6 +188,11 @@ async def test_result_store(client: Client) -> None:
     await client.result_expire("r1", 60)
     await client.result_delete("r1")
     assert await client.result_get("r1") is None
+    await client.result_set_many([("m1", {"v": 1}, 60), ("m2", [2], None), ("m1", "last", None)])
+    assert await client.result_mget(["m1", "m2"]) == ["last", [2]]
+    with pytest.raises(errors.InvalidArgument, match=r"items\[1\]\.key"):
+        await client.result_set_many([("m3", 3, None), ("", 4, None)])
+    assert await client.result_get("m3") is None  # all or none
 
 
 async def test_unreachable_server_is_unavailable() -> None:

@@ -231,8 +231,8 @@ class LoamBackend(KeyValueStoreBackend):
         # per process: a forked pool child gets its own
         return _Retrying(client_for(self.settings), self._behind, self.settings.timeout)
 
-    def _send_behind(self, key: str, value: bytes, ttl: float | None) -> None:
-        client_for(self.settings).result_set(key, value, ttl=ttl)
+    def _send_behind(self, writes: list[tuple[str, bytes, float | None]]) -> None:
+        client_for(self.settings).result_set_many(writes)
 
     def _ttl(self, seconds: Any) -> float | None:
         return float(seconds) if seconds else None

@@ -2,10 +2,12 @@
 thread of its own and takes its next task without waiting for the server's answer
 (docs/decisions/0017).
 
-- One thread per process sends the writes in the order they were handed over, each
-  with its own call, so an error belongs to one write. Unavailable is tried again
-  (backoff up to 2 s) for as long as the process lives; any other refusal is logged
-  with the key and the write dropped.
+- One thread per process sends the writes in the order they were handed over: each call
+  (ResultSetMany, one transaction) carries every write waiting at that moment, so a
+  process that finishes tasks faster than one round trip makes fewer calls, not a
+  longer queue. Unavailable is tried again (backoff up to 2 s) for as long as the
+  process lives. A refused call is sent again one write at a time, so only the refused
+  write is dropped, and logged with its key.
 - `flush()` returns once everything handed over before it is answered. The backend
   flushes before any other call it makes, so this process's own calls (a chord count, a
   read, a delete) always come after its earlier writes; processes' chord counts then
@@ -30,11 +32,12 @@ from loam.errors import Unavailable
 
 log = logging.getLogger("loam_celery.write_behind")
 
-MAX_PENDING = 1000
+MAX_PENDING = 1000  # also the most one call carries (the server's limit)
 RETRY_MAX_S = 2.0
 EXIT_FLUSH_S = 30.0
 
-Send = Callable[[str, bytes, "float | None"], None]
+Write = tuple[str, bytes, "float | None"]  # key, value, ttl (s)
+Send = Callable[[list[Write]], None]
 _instances: weakref.WeakSet[WriteBehind] = weakref.WeakSet()
 
 
@@ -48,7 +51,7 @@ class WriteBehind:
         """A fresh state: also what a forked child starts from (its parent's thread and
         lock did not come along; the parent sends its own pending writes)."""
         self._cond = threading.Condition()
-        self._pending: deque[tuple[str, bytes, float | None]] = deque()
+        self._pending: deque[Write] = deque()
         self._handed = 0
         self._answered = 0
         self._thread: threading.Thread | None = None
@@ -78,25 +81,30 @@ class WriteBehind:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._pending))
-                key, value, ttl = self._pending[0]
-            self._send_one(key, value, ttl)
+                batch = list(self._pending)  # stays pending (and counted) until answered
+            self._send_batch(batch)
             with self._cond:
-                self._pending.popleft()
-                self._answered += 1
+                for _ in batch:
+                    self._pending.popleft()
+                self._answered += len(batch)
                 self._cond.notify_all()
 
-    def _send_one(self, key: str, value: bytes, ttl: float | None) -> None:
+    def _send_batch(self, batch: list[Write]) -> None:
         delay = 0.1
         while True:
             try:
-                self._send(key, value, ttl)
+                self._send(batch)
                 return
             except Unavailable as e:
-                log.warning("result %s not stored yet (%s); trying again in %.1f s", key, e, delay)
+                log.warning("%d result(s) not stored yet (%s); trying again in %.1f s", len(batch), e, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
             except Exception as e:  # noqa: BLE001 - reported; the write cannot succeed as it is
-                log.error("result %s was refused and is not stored: %s", key, e)
+                if len(batch) > 1:  # find the refused one: the others are stored
+                    for write in batch:
+                        self._send_batch([write])
+                else:
+                    log.error("result %s was refused and is not stored: %s", batch[0][0], e)
                 return
 
 

@@ -565,6 +565,15 @@ class Client:
         req = jpb.ResultSetRequest(key=key, value=payloads.encode(value), ttl_ns=payloads.ns(ttl, "ttl"))
         await self._call(self._rpc.result_set, req)
 
+    async def result_set_many(self, items: Iterable[tuple[str, Any, float | dt.timedelta | None]]) -> None:
+        """`result_set` for each `(key, value, ttl)`, in order, in one call and one
+        transaction (all or none; at most 1000)."""
+        req = jpb.ResultSetManyRequest(items=[
+            jpb.ResultSetRequest(key=key, value=payloads.encode(value), ttl_ns=payloads.ns(ttl, "ttl"))
+            for key, value, ttl in items
+        ])  # fmt: skip
+        await self._call(self._rpc.result_set_many, req)
+
     async def result_delete(self, key: str) -> None:
         await self._call(self._rpc.result_delete, jpb.ResultDeleteRequest(key=key))
 

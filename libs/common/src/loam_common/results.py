@@ -21,6 +21,7 @@ from loam_common.store.base import Txn
 
 MAX_KEY_BYTES = 1024
 MAX_MGET = 1000
+MAX_SET_MANY = 1000
 SWEEP_BATCH = 500
 
 
@@ -30,8 +31,8 @@ def _check_key(key: str, field: str = "key") -> str:
     return validate.text(field, key, MAX_KEY_BYTES, allow_empty=False)
 
 
-def _check_ttl(ttl_ns: int | None) -> int:
-    return 0 if ttl_ns is None else validate.duration_ns("ttl_ns", ttl_ns)
+def _check_ttl(ttl_ns: int | None, field: str = "ttl_ns") -> int:
+    return 0 if ttl_ns is None else validate.duration_ns(field, ttl_ns)
 
 
 def _live(tx: Txn, ns: str, key: str) -> pb.ResultRecord | None:
@@ -118,6 +119,18 @@ def result_set(tx: Txn, ns: str, key: str, value: pb.Payload, ttl_ns: int | None
     rec = pb.ResultRecord(value=value, members=old.members if old is not None else 0,
                           version=old.version if old is not None else 0)  # fmt: skip
     _write(tx, ns, key, rec, old.expires_ns if old is not None else 0, ttl)
+
+
+def result_set_many(tx: Txn, ns: str, items: list[tuple[str, pb.Payload, int]]) -> None:
+    """`result_set` for each `(key, value, ttl_ns)` in order, all or none: every item is
+    checked before the first is written."""
+    if len(items) > MAX_SET_MANY:
+        raise InvalidArgument("items", f"at most {MAX_SET_MANY} items per call (got {len(items)})")
+    for i, (key, _value, ttl_ns) in enumerate(items):
+        _check_key(key, f"items[{i}].key")
+        _check_ttl(ttl_ns, f"items[{i}].ttl_ns")
+    for key, value, ttl_ns in items:
+        result_set(tx, ns, key, value, ttl_ns)
 
 
 def result_delete(tx: Txn, ns: str, key: str) -> bool:

@@ -45,6 +45,7 @@ ACTIONS: dict[str, str] = {
     "result_get": CONSUME,
     "result_m_get": CONSUME,
     "result_set": CONSUME,
+    "result_set_many": CONSUME,
     "result_delete": CONSUME,
     "result_incr": CONSUME,
     "result_expire": CONSUME,

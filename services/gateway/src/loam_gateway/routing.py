@@ -56,6 +56,8 @@ def route_key(method: str, request: Any) -> str:
         return "exchanges/" + request.exchange
     if method == "result_m_get":
         return "results/" + (request.keys[0] if request.keys else "")
+    if method == "result_set_many":
+        return "results/" + (request.items[0].key if request.items else "")
     if method == "schedule":
         return request.spec.queue
     if method == "unschedule":

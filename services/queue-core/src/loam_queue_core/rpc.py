@@ -513,6 +513,14 @@ class CoreRpc:
         self.core.result_changed(ns, req.key)
         return J.ResultSetResponse()
 
+    async def result_set_many(self, ns: str, req: J.ResultSetManyRequest) -> J.ResultSetManyResponse:
+        validate.name("namespace", ns)
+        items = [(item.key, item.value, item.ttl_ns) for item in req.items]
+        await self.store.transact(results.result_set_many, ns, items)
+        for key in {item[0] for item in items}:
+            self.core.result_changed(ns, key)
+        return J.ResultSetManyResponse()
+
     async def result_delete(self, ns: str, req: J.ResultDeleteRequest) -> J.ResultDeleteResponse:
         validate.name("namespace", ns)
         await self.store.transact(results.result_delete, ns, req.key)

@@ -969,6 +969,16 @@ class ResultSetResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ResultSetManyRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[ResultSetRequest]
+    def __init__(self, items: _Optional[_Iterable[_Union[ResultSetRequest, _Mapping]]] = ...) -> None: ...
+
+class ResultSetManyResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class ResultDeleteRequest(_message.Message):
     __slots__ = ("key",)
     KEY_FIELD_NUMBER: _ClassVar[int]
