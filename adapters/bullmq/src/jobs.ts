@@ -165,6 +165,20 @@ export function stateName(s: JobState): string {
   return STATE_NAMES[s] ?? "unknown";
 }
 
+/** The Loam states of a BullMQ job type (getRanges, clean); none for types Loam has no list for. */
+export const STATE_BY_TYPE: Record<string, JobState[]> = {
+  wait: [JobState.WAITING],
+  waiting: [JobState.WAITING],
+  paused: [],
+  prioritized: [JobState.PRIORITIZED],
+  delayed: [JobState.DELAYED],
+  active: [JobState.ACTIVE],
+  completed: [JobState.COMPLETED],
+  failed: [JobState.FAILED, JobState.DEAD_LETTERED, JobState.CANCELED],
+  "waiting-children": [JobState.WAITING_CHILDREN],
+  repeat: [],
+};
+
 /** The BullMQ id of a Loam job: its job key, or (tick jobs of a schedule) its Loam id. */
 export function bullId(j: { id: string; opts?: EnqueueOpts }): string {
   return j.opts?.jobKey || j.id;
