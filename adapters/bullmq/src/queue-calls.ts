@@ -44,22 +44,22 @@ export class QueueCalls {
     }
   }
 
-  async counts() {
+  /** The queue's counts and config (one Counts op answers both); undefined if it does not exist. */
+  private async countsReply() {
     try {
-      return (await this.queueOp({ case: "counts", value: {} })).counts;
+      return await this.queueOp({ case: "counts", value: {} });
     } catch (e) {
       if (isNotFound(e)) return undefined;
       throw e;
     }
   }
 
+  async counts() {
+    return (await this.countsReply())?.counts;
+  }
+
   async config() {
-    try {
-      return (await this.queueOp({ case: "counts", value: {} })).config;
-    } catch (e) {
-      if (isNotFound(e)) return undefined;
-      throw e;
-    }
+    return (await this.countsReply())?.config;
   }
 
   /** Jobs in `states`, newest first, up to `limit`. */
