@@ -296,3 +296,14 @@ async def test_per_minute_metrics_by_the_workers_clock(core, store):
     await core.complete(NS, "q", job.id, job.epoch, dataclasses.replace(Outcome.ok(), metrics=(t0 + 60 * minute, 3)))
     capped = await store.snapshot(queue_metrics, NS, "q", "completed")
     assert list(capped.points) == [0, 0, 1]  # at most max_data_points, the newest kept
+
+
+async def test_a_counter_key_taken_by_hand_returns_the_job_that_holds_it(core, events_of, check_invariants):
+    by_hand = await core.enqueue(NS, "q", task("mine"), pb.EnqueueOpts(job_key="2"))
+    auto = pb.EnqueueOpts(job_key_from_counter=True)
+    bulk = await core.enqueue_bulk(NS, "q", [(task(), auto), (task(), auto), (task(), auto)])
+    assert [(r.job_key, r.created) for r in bulk] == [("1", True), ("2", False), ("3", True)]
+    assert bulk[1].job_id == by_hand.job_id
+    assert "duplicated" in [e.event for e in await events_of("q", by_hand.job_id)]
+    counts = await check_invariants("q")
+    assert counts[S.WAITING] == 3

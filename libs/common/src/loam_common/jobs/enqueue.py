@@ -166,10 +166,11 @@ def job_enqueue(
 
 
 def _refusable(nj: NewJob) -> bool:
-    """Whether enqueueing `nj` can end in a per-job error (a key clash, a missing parent)."""
+    """Whether enqueueing `nj` can end in a per-job error (a key clash, a missing parent).
+    A key that keeps the first job, or one the counter makes, never clashes into an error."""
     o = nj.opts
     return bool(
-        o.job_key or o.job_key_from_counter or nj.init
+        (o.job_key and not o.job_key_keeps_first) or nj.init
         or o.HasField("idempotency") or o.HasField("dedup") or o.HasField("parent")
     )
 
@@ -189,11 +190,16 @@ def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
                     raise IdempotencyConflict(opts.idempotency.key)
                 return Enqueued(rec.job_id, rec.created, rec.state)
 
-    if opts.job_key_from_counter and not opts.job_key:
+    from_counter = opts.job_key_from_counter and not opts.job_key
+    if from_counter:
         qt.ensure_exists()
         opts = pb.EnqueueOpts()
         opts.CopyFrom(nj.opts)  # not the caller's message: it may be reused
-        opts.job_key = qt.next_job_key()  # fresh: no job can hold it yet
+        opts.job_key = qt.next_job_key()
+        # Nobody retries with a key the server made, so there is no request to compare:
+        # the key keeps its first job. Only a client that set a decimal key by hand can
+        # hold it already (BullMQ refuses integer custom ids); that job is returned.
+        opts.job_key_keeps_first = True
         nj = dataclasses.replace(nj, opts=opts)
 
     if opts.job_key:
@@ -223,7 +229,8 @@ def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
     job = pb.Job(id=nj.job_id, queue=qt.name, task=nj.task, opts=opts, created_ns=now)
     job.attempts_max = opts.attempts or qt.cfg.attempts or 1
     job.shard = _shard(qt, nj)
-    job.request_hash = rhash or (request_hash(nj.task, opts) if opts.job_key else b"")
+    # Compared when the same key is enqueued again without keeping the first job.
+    job.request_hash = rhash or (request_hash(nj.task, opts) if opts.job_key and not opts.job_key_keeps_first else b"")
     due = _due_ns(opts, now)
     if due > now:
         job.state = S.DELAYED
