@@ -184,15 +184,21 @@ class Histogram:
         self._lock = threading.Lock()
 
     def observe(self, value: float, *labels: str) -> None:
-        i = bisect.bisect_left(self.buckets, value)
+        self.observe_many((value,), *labels)
+
+    def observe_many(self, values: Iterable[float], *labels: str) -> None:
+        """Several observations of one label set under one lock (a batch's jobs)."""
+        buckets, n_buckets, where = self.buckets, len(self.buckets), bisect.bisect_left
         with self._lock:
             s = self._series.get(labels)
             if s is None:
-                s = self._series[labels] = [0] * (len(self.buckets) + 2)
-            if i < len(self.buckets):
-                s[i] += 1
-            s[-2] += value
-            s[-1] += 1
+                s = self._series[labels] = [0] * (n_buckets + 2)
+            for value in values:
+                i = where(buckets, value)
+                if i < n_buckets:
+                    s[i] += 1
+                s[-2] += value
+                s[-1] += 1
 
     def series(self) -> int:
         return len(self._series)
@@ -219,16 +225,16 @@ class ProcessMetrics:
         self.run_seconds = Histogram("loam_jobs_run_seconds", RUN_BUCKETS, ("ns", "queue", "task"))
         self._tasks: set[str] = set()
 
-    def observe_lease(self, ns: str, queue: str, waited_ns: int) -> None:
-        self.lease_latency.observe(max(waited_ns, 0) / 1e9, ns, queue)
+    def observe_lease(self, ns: str, queue: str, *waited_ns: int) -> None:
+        self.lease_latency.observe_many((max(w, 0) / 1e9 for w in waited_ns), ns, queue)
 
-    def observe_run(self, ns: str, queue: str, task: str, run_ns: int) -> None:
+    def observe_run(self, ns: str, queue: str, task: str, *run_ns: int) -> None:
         if task not in self._tasks:
             if len(self._tasks) >= MAX_TASK_LABELS:
                 task = "other"
             else:
                 self._tasks.add(task)
-        self.run_seconds.observe(max(run_ns, 0) / 1e9, ns, queue, task)
+        self.run_seconds.observe_many((max(r, 0) / 1e9 for r in run_ns), ns, queue, task)
 
     def samples(self) -> list[Sample]:
         return self.lease_latency.samples() + self.run_seconds.samples()

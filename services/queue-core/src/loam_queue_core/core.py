@@ -223,17 +223,22 @@ class QueueCore:
 
     def _leased(self, ns: str, res, worker: str, started_ns: int) -> None:
         """Metrics (lease latency) and, with tracing on, one `lease` span per job."""
+        waited_by_queue: dict[str, list[int]] = {}
         for job, waited in zip(res.jobs, res.waited_ns, strict=False):
-            METRICS.observe_lease(ns, job.queue, waited)
-            if tracing.tracer is not None:
-                span = tracing.start_span(
-                    f"lease {job.queue}", "consumer", job.task.headers.get("traceparent"),
-                    {"messaging.system": "loam", "messaging.destination.name": job.queue,
-                     "messaging.message.id": job.id, "loam.ns": ns, "loam.worker": worker,
-                     "loam.attempt": job.attempt + 1, "loam.epoch": job.epoch},
-                    started_ns,
-                )  # fmt: skip
-                span.end()
+            waited_by_queue.setdefault(job.queue, []).append(waited)
+        for queue, waited in waited_by_queue.items():
+            METRICS.observe_lease(ns, queue, *waited)
+        if tracing.tracer is None:
+            return
+        for job in res.jobs:
+            span = tracing.start_span(
+                f"lease {job.queue}", "consumer", job.task.headers.get("traceparent"),
+                {"messaging.system": "loam", "messaging.destination.name": job.queue,
+                 "messaging.message.id": job.id, "loam.ns": ns, "loam.worker": worker,
+                 "loam.attempt": job.attempt + 1, "loam.epoch": job.epoch},
+                started_ns,
+            )  # fmt: skip
+            span.end()
 
     async def _inline_payloads(self, jobs: list[pb.Job]) -> list[pb.Job]:
         for job in jobs:
@@ -266,6 +271,11 @@ class QueueCore:
         self, ns: str, queue: str, job_id: str, outcome: Outcome, done: Completed, started_ns: int
     ) -> None:
         METRICS.observe_run(ns, queue, done.task, done.run_ns)
+        self._trace_completed(ns, queue, job_id, outcome, done, started_ns)
+
+    def _trace_completed(
+        self, ns: str, queue: str, job_id: str, outcome: Outcome, done: Completed, started_ns: int
+    ) -> None:
         if tracing.tracer is not None:
             span = tracing.start_span(
                 f"complete {queue}", "consumer", done.traceparent,
@@ -290,22 +300,32 @@ class QueueCore:
         prepared = []
         for queue, job_id, epoch, outcome in items:
             outcome.check()
-            prepared.append((queue, job_id, epoch, await self._store_result(ns, queue, job_id, outcome)))
+            if outcome.result is not None and len(outcome.result.data) > INLINE_LIMIT:
+                outcome = await self._store_result(ns, queue, job_id, outcome)
+            prepared.append((queue, job_id, epoch, outcome))
         started_ns = self.store.clock.now_ns()
         results = await self.store.transact(job_complete_many, ns, prepared)
+        run_ns: dict[tuple[str, str], list[int]] = {}  # (queue, task) -> run times
         for (queue, job_id, _e, outcome), done in zip(prepared, results, strict=True):
             if isinstance(done, Completed):
-                self._completed(ns, queue)
-                self._observe_completed(ns, queue, job_id, outcome, done, started_ns)
+                run_ns.setdefault((queue, done.task), []).append(done.run_ns)
+                self._trace_completed(ns, queue, job_id, outcome, done, started_ns)
             elif isinstance(done, Fenced):
                 await self._count_fenced(ns, queue, job_id)
+        done_in: dict[str, int] = {}  # queue -> completions
+        for (queue, task), runs in run_ns.items():
+            METRICS.observe_run(ns, queue, task, *runs)
+            done_in[queue] = done_in.get(queue, 0) + len(runs)
+        for queue, n in done_in.items():
+            self._completed(ns, queue, n)
         return results
 
-    def _completed(self, ns: str, queue: str) -> None:
+    def _completed(self, ns: str, queue: str, n: int = 1) -> None:
         # Any completion can make a job leasable, not only a requeue (release, retry): a
         # finished job frees its subject's next job, a global-concurrency slot, or enqueues
-        # a keep-last duplicate. So wake one poll; if it finds nothing it parks again.
-        self.waiters.wake(ns, queue, 1)
+        # a keep-last duplicate. So wake a poll per completion; one that finds nothing
+        # parks again.
+        self.waiters.wake(ns, queue, n)
 
     async def _store_result(self, ns: str, queue: str, job_id: str, outcome: Outcome) -> Outcome:
         r = outcome.result

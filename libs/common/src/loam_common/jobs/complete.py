@@ -225,9 +225,11 @@ def _emit_if_idle(qt: QueueTx) -> None:
     """BullMQ's global `drained`: a finish that leaves the queue with nothing waiting,
     prioritized or active emits `drained` (detail "idle"; the admin Drain op's event has
     another detail)."""
-    c = qt.counts()
-    if not (c.get(S.WAITING, 0) or c.get(S.PRIORITIZED, 0) or c.get(S.ACTIVE, 0)):
-        qt.emit("drained", detail="idle")
+    for shard in range(max(qt.cfg.shards, 1)):
+        c = qt.meta(shard).counts
+        if c.get(S.WAITING, 0) or c.get(S.PRIORITIZED, 0) or c.get(S.ACTIVE, 0):
+            return
+    qt.emit("drained", detail="idle")
 
 
 def _complete_one(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
