@@ -1072,6 +1072,32 @@ async def test_complete_many_answers_each_item_and_one_fenced_token_spoils_nothi
     assert counts == {S.COMPLETED: 1, S.FAILED: 1, S.WAITING: 1}
 
 
+async def test_complete_then_lease_takes_what_the_completions_freed_in_one_call(core, configure, check_invariants):
+    await configure("q", concurrency=2)
+    first = [(await enqueue(core)).job_id for _ in range(2)]
+    later = [(await enqueue(core)).job_id for _ in range(3)]
+    held = await lease(core, max_jobs=5)
+    assert [j.id for j in held] == first  # the queue's concurrency holds the rest back
+    res, leased = await core.complete_many_then_lease(
+        NS, [("q", j.id, j.epoch, Outcome.ok()) for j in held], ["q"], "w", 5
+    )
+    assert [r.state for r in res] == [S.COMPLETED, S.COMPLETED]
+    assert [j.id for j in leased] == later[:2]  # the two slots the completions freed
+    assert all(j.state == S.ACTIVE and j.epoch == 1 and j.worker == "w" for j in leased)
+    counts = await check_invariants()
+    assert counts == {S.COMPLETED: 2, S.ACTIVE: 2, S.WAITING: 1}
+
+
+async def test_complete_then_lease_with_bad_lease_arguments_changes_nothing(core, check_invariants):
+    await enqueue(core)
+    job = await lease_one(core)
+    with pytest.raises(InvalidArgument) as e:
+        await core.complete_many_then_lease(NS, [("q", job.id, job.epoch, Outcome.ok())], ["q"], "w", 0)
+    assert e.value.field == "lease.max"
+    counts = await check_invariants()
+    assert counts == {S.ACTIVE: 1}
+
+
 async def _parked_poll(core, **kw) -> asyncio.Task:
     poll = asyncio.create_task(lease(core, max_jobs=1, wait_ns=20 * SEC, worker="w2", **kw))
     async with asyncio.timeout(5):

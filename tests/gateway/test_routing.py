@@ -90,6 +90,32 @@ async def test_complete_batch_is_split_by_owner(cluster):
     assert r.results[3].error.code == "not_found"
 
 
+async def test_a_split_complete_batch_leases_once(cluster):
+    router, _ = cluster
+    qa, qb = queues_on_each_core(router)
+    for q in (qa, qb, qb, qb):
+        await enqueue(router, q)
+    leases = []
+    for q in (qa, qb):
+        leases += (await router.call(NS, "lease", J.LeaseRequest(queues=[q], worker="w", max=1))).leases
+    items = [J.CompleteRequest(token=x.token, outcome=J.Outcome(ok={})) for x in leases]
+    ask = J.LeaseRequest(queues=[qb], worker="w", max=5)
+    r = await router.call(NS, "complete_batch", J.CompleteBatchRequest(items=items, lease=ask))
+    assert [x.WhichOneof("result") for x in r.results] == ["completed", "completed"]
+    assert sorted(x.token.queue for x in r.leases) == [qb, qb]  # the two still waiting in qb, once
+    again = await router.call(NS, "lease", J.LeaseRequest(queues=[qa, qb], worker="w", max=5))
+    assert list(again.leases) == []
+
+
+async def test_a_lease_after_completions_does_not_wait(cluster):
+    router, _ = cluster
+    q, _ = queues_on_each_core(router)
+    ask = J.LeaseRequest(queues=[q], worker="w", wait_ns=10**9)
+    with pytest.raises(ConnectError) as err:
+        await router.call(NS, "complete_batch", J.CompleteBatchRequest(lease=ask))
+    assert err.value.code == Code.INVALID_ARGUMENT and "lease.wait_ns" in err.value.message
+
+
 async def test_long_poll_wakes_through_the_hop(cluster):
     router, cores = cluster
     q, _ = queues_on_each_core(router)

@@ -7,7 +7,7 @@
  */
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { JobsClient } from "./connection.js";
-import { CompleteRequestSchema, type Lease } from "./gen/loam/jobs/v1/jobs_pb.js";
+import { CompleteRequestSchema, type Lease, LeaseRequestSchema } from "./gen/loam/jobs/v1/jobs_pb.js";
 import { Coalescer } from "./coalesce.js";
 import { kindOf } from "./errors.js";
 
@@ -53,14 +53,31 @@ export class CompleteFailed extends Error {
 
 const MAX_BATCH = 1000;
 
-/** Coalesces Complete calls: at most one CompleteBatch in flight per client. */
+interface Completion {
+  item: CompleteInit;
+  refill?: Fetcher; // its worker fetches next: the batch may lease for it
+}
+
+/**
+ * Coalesces Complete calls: at most one CompleteBatch in flight per client. A batch
+ * whose completions fetch next (moveToFinished with fetchNext) also leases, in the same
+ * call, the slots they free for the worker with the most of them.
+ */
 export class Completer {
-  private readonly batches: Coalescer<CompleteInit, { state: number; moved: boolean }>;
+  private readonly batches: Coalescer<Completion, { state: number; moved: boolean }>;
 
   constructor(client: JobsClient) {
-    this.batches = new Coalescer<CompleteInit, { state: number; moved: boolean }>(MAX_BATCH, "CompleteBatch", async (items) => {
-      const res = await client.completeBatch({ items });
-      return items.map((_, i) => {
+    this.batches = new Coalescer<Completion, { state: number; moved: boolean }>(MAX_BATCH, "CompleteBatch", async (batch) => {
+      const fetcher = busiest(batch);
+      const lease = fetcher?.reserve();
+      let res;
+      try {
+        res = await client.completeBatch({ items: batch.map((c) => c.item), lease });
+      } finally {
+        if (lease) fetcher!.unreserve(lease.max!);
+      }
+      if (lease) fetcher!.accept(res.leases);
+      return batch.map((_, i) => {
         const r = res.results[i]?.result;
         if (r?.case === "completed") return { state: r.value.state, moved: r.value.moved };
         if (r?.case === "error") return new CompleteFailed(r.value.code, r.value.message);
@@ -69,9 +86,22 @@ export class Completer {
     });
   }
 
-  complete(item: CompleteInit): Promise<{ state: number; moved: boolean }> {
-    return this.batches.add(item);
+  complete(item: CompleteInit, refill?: Fetcher): Promise<{ state: number; moved: boolean }> {
+    return this.batches.add({ item, refill });
   }
+}
+
+/** The fetcher most of a batch's completions fetch next for. */
+function busiest(batch: Completion[]): Fetcher | undefined {
+  const n = new Map<Fetcher, number>();
+  let best: Fetcher | undefined;
+  for (const { refill } of batch) {
+    if (!refill || refill.closed) continue;
+    const c = (n.get(refill) ?? 0) + 1;
+    n.set(refill, c);
+    if (!best || c > n.get(best)!) best = refill;
+  }
+  return best;
 }
 
 export interface FetcherOptions {
@@ -96,6 +126,7 @@ const MAX_WAIT_S = 30;
  */
 export class Fetcher {
   private buffer: Buffered[] = [];
+  private reserved = 0; // slots asked for by a CompleteBatch in flight
   private inflight: Promise<void> | null = null; // a Lease that does not wait
   private blockingInflight: Promise<void> | null = null; // wait()'s long poll
   private abort: AbortController | null = null;
@@ -112,9 +143,35 @@ export class Fetcher {
     return this.buffer.length;
   }
 
-  /** Every free slot of the worker: its concurrency less what it holds or has buffered. */
+  /** The worker's free slots: its concurrency less what it holds, has buffered or has asked for. */
+  private free(): number {
+    return this.o.concurrency() - this.o.handedOut() - this.buffer.length - this.reserved;
+  }
+
   private want(): number {
-    return Math.max(1, this.o.concurrency() - this.o.handedOut() - this.buffer.length);
+    return Math.max(1, this.free());
+  }
+
+  /** A Lease for a CompleteBatch to carry: every free slot, held until unreserve(). */
+  reserve(): MessageInitShape<typeof LeaseRequestSchema> | undefined {
+    const max = this.free();
+    if (max <= 0 || this.closed) return undefined;
+    this.reserved += max;
+    return { queues: [this.o.queue], worker: this.o.worker, max, visibilityNs: this.o.visibilityNs };
+  }
+
+  unreserve(n: number): void {
+    this.reserved -= n;
+  }
+
+  /** Leases a CompleteBatch brought back. */
+  accept(leases: Lease[]): void {
+    if (this.closed) {
+      this.release(leases);
+      return;
+    }
+    const now = Date.now();
+    for (const l of leases) this.buffer.push({ lease: l, at: now });
   }
 
   /** Leases bought too long ago to hand out safely (their lock would soon lapse). */

@@ -24,16 +24,24 @@ describe("processing", () => {
           maxActive = Math.max(maxActive, active);
           if (seen.has(job.data.i)) dup++;
           seen.add(job.data.i);
-          await sleep(1);
+          await sleep(5);
           active--;
         },
         { connection, concurrency: 20 },
       ),
     );
-    await until(async () => (await queue.getCompletedCount()) === 300, 10_000);
+    // Leased on the server (handed out, prefetched or being fetched with a completion)
+    // never exceeds the worker's concurrency either.
+    let maxLeased = 0;
+    await until(async () => {
+      maxLeased = Math.max(maxLeased, await queue.getActiveCount());
+      return (await queue.getCompletedCount()) === 300;
+    }, 10_000, 5);
     expect(seen.size).toBe(300);
     expect(dup).toBe(0);
     expect(maxActive).toBeLessThanOrEqual(20);
+    expect(maxLeased).toBeGreaterThan(0);
+    expect(maxLeased).toBeLessThanOrEqual(20);
     await worker.close();
     expect(await queue.getActiveCount()).toBe(0);
   });

@@ -49,7 +49,9 @@ def route_key(method: str, request: Any) -> str:
     if method == "lease":
         return request.queues[0] if request.queues else ""
     if method == "complete_batch":
-        return request.items[0].token.queue if request.items else ""
+        if request.items:
+            return request.items[0].token.queue
+        return request.lease.queues[0] if request.lease.queues else ""
     if method in ("result_get", "result_set", "result_delete", "result_incr", "result_expire"):
         return "results/" + request.key
     if method in ("exchange_bind", "exchange_unbind", "exchange_bindings", "exchange_publish"):
@@ -147,13 +149,22 @@ class Router:
             url = next(iter(groups), self.cores[0])
             return await self._forward(url, ns, "complete_batch", req, timeout_ms)
         order = list(groups.items())
+        # The lease rides with the part its queue's owner serves (any core answers it
+        # correctly; the store is shared), or with the first part.
+        lease_url = self.owner(ns, req.lease.queues[0]) if req.lease.queues else ""
+        with_lease = next((n for n, (url, _idx) in enumerate(order) if url == lease_url), 0)
+
+        def part(n: int, idx: list[int]) -> J.CompleteBatchRequest:
+            p = J.CompleteBatchRequest(items=[req.items[i] for i in idx])
+            if n == with_lease and req.HasField("lease"):
+                p.lease.CopyFrom(req.lease)
+            return p
+
         answers = await asyncio.gather(
-            *(
-                self._forward(url, ns, "complete_batch", J.CompleteBatchRequest(items=[req.items[i] for i in idx]), timeout_ms)
-                for url, idx in order
-            )
+            *(self._forward(url, ns, "complete_batch", part(n, idx), timeout_ms) for n, (url, idx) in enumerate(order))
         )
         out = J.CompleteBatchResponse()
+        out.leases.extend(answers[with_lease].leases)
         slots: list[Any] = [None] * len(req.items)
         for (_url, idx), ans in zip(order, answers, strict=True):
             for i, r in zip(idx, ans.results, strict=True):

@@ -21,6 +21,7 @@ from loam_common.jobs.complete import (
     Outcome,
     job_complete_if_leased,
     job_complete_many,
+    job_complete_many_then_lease,
     job_extend_if_leased,
     job_report_if_leased,
 )
@@ -186,16 +187,8 @@ class QueueCore:
         """Up to `max_jobs` jobs from `queues` (in order of preference); waits up to
         `wait_ns` (at most 30 s) for one to arrive. `visibility_ns` sets the lease
         length (0: the job's or the queue's)."""
-        validate.name("namespace", ns)
-        if not queues:
-            raise InvalidArgument("queues", "name at least one queue")
-        for i, q in enumerate(queues):
-            validate.name(f"queues[{i}]", q)
-        validate.text("worker", worker, 256)
-        validate.in_range("max", max_jobs, 1, MAX_LEASE_BATCH)
         validate.in_range("wait_ns", wait_ns, 0, validate.MAX_WAIT_NS)
-        validate.in_range("visibility_ns", visibility_ns, 0, 24 * 3600 * 10**9)
-        name_set = frozenset(names) if names else None
+        name_set = _check_lease(ns, queues, worker, max_jobs, names, visibility_ns)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait_ns / 1e9
         while True:
@@ -297,14 +290,59 @@ class QueueCore:
         self, ns: str, items: list[tuple[str, str, int, Outcome]]
     ) -> list[Completed | JobsError]:
         """Batched Complete: one transaction, one answer per item."""
+        prepared = await self._prepare_outcomes(ns, items)
+        started_ns = self.store.clock.now_ns()
+        results = await self.store.transact(job_complete_many, ns, prepared)
+        await self._after_complete_many(ns, prepared, results, started_ns)
+        return results
+
+    async def complete_many_then_lease(
+        self,
+        ns: str,
+        items: list[tuple[str, str, int, Outcome]],
+        queues: list[str],
+        worker: str,
+        max_jobs: int,
+        names: list[str] | None = None,
+        visibility_ns: int = 0,
+    ) -> tuple[list[Completed | JobsError], list[pb.Job]]:
+        """Batched Complete, then a Lease that does not wait, in one transaction
+        (BullMQ's moveToFinished with fetchNext): the lease sees what the completions
+        freed. Invalid lease arguments refuse the whole call before anything is written."""
+        name_set = _check_lease(ns, queues, worker, max_jobs, names, visibility_ns, "lease.")
+        prepared = await self._prepare_outcomes(ns, items)
+        started_ns = self.store.clock.now_ns()
+        results, leased = await self.store.transact(
+            job_complete_many_then_lease,
+            ns,
+            prepared,
+            (queues, worker, max_jobs, name_set, random.randrange(64), visibility_ns),
+        )
+        await self._after_complete_many(ns, prepared, results, started_ns)
+        if leased.jobs:
+            self._leased(ns, leased, worker, started_ns)
+        return results, await self._inline_payloads(leased.jobs)
+
+    async def _prepare_outcomes(
+        self, ns: str, items: list[tuple[str, str, int, Outcome]]
+    ) -> list[tuple[str, str, int, Outcome]]:
+        """Outcomes checked, and results too large to keep inline moved to the blob store."""
         prepared = []
         for queue, job_id, epoch, outcome in items:
             outcome.check()
             if outcome.result is not None and len(outcome.result.data) > INLINE_LIMIT:
                 outcome = await self._store_result(ns, queue, job_id, outcome)
             prepared.append((queue, job_id, epoch, outcome))
-        started_ns = self.store.clock.now_ns()
-        results = await self.store.transact(job_complete_many, ns, prepared)
+        return prepared
+
+    async def _after_complete_many(
+        self,
+        ns: str,
+        prepared: list[tuple[str, str, int, Outcome]],
+        results: list[Completed | JobsError],
+        started_ns: int,
+    ) -> None:
+        """Metrics, traces and wake-ups of a batch, each once per queue where it can."""
         run_ns: dict[tuple[str, str], list[int]] = {}  # (queue, task) -> run times
         for (queue, job_id, _e, outcome), done in zip(prepared, results, strict=True):
             if isinstance(done, Completed):
@@ -318,7 +356,6 @@ class QueueCore:
             done_in[queue] = done_in.get(queue, 0) + len(runs)
         for queue, n in done_in.items():
             self._completed(ns, queue, n)
-        return results
 
     def _completed(self, ns: str, queue: str, n: int = 1) -> None:
         # Any completion can make a job leasable, not only a requeue (release, retry): a
@@ -506,6 +543,27 @@ class QueueCore:
                 except FileNotFoundError:
                     pass  # the child was removed by retention and its result blob with it
         return deps
+
+
+def _check_lease(
+    ns: str,
+    queues: list[str],
+    worker: str,
+    max_jobs: int,
+    names: list[str] | None,
+    visibility_ns: int,
+    field: str = "",  # the prefix of the fields' names in errors
+) -> frozenset[str] | None:
+    """Refuse bad lease arguments; the task-name filter as a set (None: any task)."""
+    validate.name("namespace", ns)
+    if not queues:
+        raise InvalidArgument(f"{field}queues", "name at least one queue")
+    for i, q in enumerate(queues):
+        validate.name(f"{field}queues[{i}]", q)
+    validate.text(f"{field}worker", worker, 256)
+    validate.in_range(f"{field}max", max_jobs, 1, MAX_LEASE_BATCH)
+    validate.in_range(f"{field}visibility_ns", visibility_ns, 0, 24 * 3600 * 10**9)
+    return frozenset(names) if names else None
 
 
 def _enqueue_span(queue: str, new: NewJob):

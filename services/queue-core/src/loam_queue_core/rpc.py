@@ -218,7 +218,17 @@ class CoreRpc:
             job = _job_id(t.job, f"items[{i}].token.job")
             items.append((t.queue, job, t.epoch, outcome_from_proto(it.outcome, f"items[{i}].outcome")))
         out = J.CompleteBatchResponse()
-        for r in await self.core.complete_many(ns, items):
+        if req.HasField("lease"):
+            ask = req.lease
+            if ask.wait_ns:
+                raise InvalidArgument("lease.wait_ns", "must be 0: a lease after completions does not wait")
+            results, jobs = await self.core.complete_many_then_lease(
+                ns, items, list(ask.queues), ask.worker, ask.max or 1, list(ask.names) or None, ask.visibility_ns
+            )
+            out.leases.extend(lease_from_job(j) for j in jobs)
+        else:
+            results = await self.core.complete_many(ns, items)
+        for r in results:
             if isinstance(r, Completed):
                 out.results.add(completed=J.Completed(state=r.state, moved=r.moved))
             else:

@@ -180,6 +180,15 @@ def job_complete_many(
     return out
 
 
+def job_complete_many_then_lease(
+    tx: Txn, ns: str, items: list[tuple[str, str, int, Outcome]], lease_args: tuple
+) -> tuple[list[Completed | JobsError], lease.LeaseResult]:
+    """BullMQ's moveToFinished with fetchNext, batched: the completions, then a lease
+    (`job_lease`'s arguments after `ns`) that sees what they freed, in one transaction."""
+    done = job_complete_many(tx, ns, items)
+    return done, lease.job_lease(tx, ns, *lease_args)
+
+
 def _complete(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
     done = _complete_one(qt, job, outcome)
     if done.state in S.FINISHED:

@@ -294,10 +294,12 @@ class CompleteResponse(_message.Message):
     def __init__(self, completed: _Optional[_Union[Completed, _Mapping]] = ...) -> None: ...
 
 class CompleteBatchRequest(_message.Message):
-    __slots__ = ("items",)
+    __slots__ = ("items", "lease")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[CompleteRequest]
-    def __init__(self, items: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ...) -> None: ...
+    lease: LeaseRequest
+    def __init__(self, items: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ..., lease: _Optional[_Union[LeaseRequest, _Mapping]] = ...) -> None: ...
 
 class CompleteBatchResult(_message.Message):
     __slots__ = ("completed", "error")
@@ -308,10 +310,12 @@ class CompleteBatchResult(_message.Message):
     def __init__(self, completed: _Optional[_Union[Completed, _Mapping]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ...) -> None: ...
 
 class CompleteBatchResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "leases")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[CompleteBatchResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[CompleteBatchResult, _Mapping]]] = ...) -> None: ...
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    def __init__(self, results: _Optional[_Iterable[_Union[CompleteBatchResult, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
 
 class ReportRequest(_message.Message):
     __slots__ = ("token", "progress", "log_line", "data")
