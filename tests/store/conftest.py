@@ -1,6 +1,8 @@
 """The one `store` fixture: every store test runs once per backend.
 
 - sqlite: a file in tmp_path.
+- sqlite-inline: the same, with each call run on the caller's thread when the writer is
+  idle (what `open_store` does for SQLite).
 - memory: the MVCC backend, no faults.
 - memory-faults: with a seeded FaultPlan (conflicts, region errors on reads and at
   commit, both kinds of unknown commit outcome); the runner must hide all of them.
@@ -20,7 +22,7 @@ import pytest
 
 from loam_common.store import FaultPlan, ManualClock, MemoryBackend, SqliteBackend, Store
 
-BACKENDS = ["sqlite", "memory", "memory-faults", "memory-txn-faults", "tikv"]
+BACKENDS = ["sqlite", "sqlite-inline", "memory", "memory-faults", "memory-txn-faults", "tikv"]
 
 
 def fault_plan(seed: int = 1234) -> FaultPlan:
@@ -38,7 +40,7 @@ def fault_plan(seed: int = 1234) -> FaultPlan:
 async def store(request, tmp_path):
     kind = request.param
     clock = ManualClock()
-    if kind == "sqlite":
+    if kind in ("sqlite", "sqlite-inline"):
         backend = SqliteBackend(tmp_path / "store.db", clock=clock)
     elif kind == "memory":
         backend = MemoryBackend(clock=clock)
@@ -54,6 +56,6 @@ async def store(request, tmp_path):
         from loam_common.store import TikvBackend
 
         backend = TikvBackend([p.strip() for p in pd.split(",")], clock=clock)
-    s = Store(backend)
+    s = Store(backend, inline_when_idle=kind == "sqlite-inline")
     yield s
     await s.close()
