@@ -56,6 +56,10 @@ def deterministic_ulid(now_ms: int | None = None) -> str:
     return ids._encode(1_700_000_000_000, 10) + ids._encode(next(_ID_SEQ), 16)
 
 
+def deterministic_ulids(n: int, now_ms: int | None = None) -> list[str]:
+    return [deterministic_ulid() for _ in range(n)]
+
+
 @dataclass
 class Snapshot:
     now: int
@@ -340,6 +344,7 @@ class QueueMachine(RuleBasedStateMachine):
 
 def test_random_interleavings_keep_the_queue_consistent(queue_problems, monkeypatch):
     monkeypatch.setattr(ids, "new_ulid", deterministic_ulid)
+    monkeypatch.setattr(ids, "new_ulids", deterministic_ulids)
     QueueMachine.problems = staticmethod(queue_problems)
     INJECTED.clear()
     run_state_machine_as_test(

@@ -26,18 +26,39 @@ def _encode(value: int, length: int) -> str:
     return "".join(reversed(out))
 
 
-def new_ulid(now_ms: int | None = None) -> str:
+def _reserve(n: int, now_ms: int | None) -> tuple[int, int]:
+    """The time and the first of `n` consecutive random parts, after every earlier id."""
     global _last_ms, _last_rand
     ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     with _lock:
         if ms <= _last_ms:
             ms = _last_ms
-            _last_rand += 1
+            first = _last_rand + 1
         else:
             _last_ms = ms
-            _last_rand = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
-        rand = _last_rand
+            first = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
+        _last_rand = first + n - 1
+    return ms, first
+
+
+def new_ulid(now_ms: int | None = None) -> str:
+    ms, rand = _reserve(1, now_ms)
     return _encode(ms, 10) + _encode(rand, 16)
+
+
+def new_ulids(n: int, now_ms: int | None = None) -> list[str]:
+    """`n` ids in increasing order, for one clock read and one lock (a bulk enqueue)."""
+    ms, first = _reserve(n, now_ms)
+    # Consecutive ids differ in their last few digits: encode the time and the high 60
+    # random bits once per run of equal high bits, the low 20 bits (4 digits) per id.
+    head, pairs = _encode(ms, 10), _PAIRS
+    out, high, prefix = [], -1, ""
+    for rand in range(first, first + n):
+        if rand >> 20 != high:
+            high = rand >> 20
+            prefix = head + _encode(high, 12)
+        out.append(prefix + pairs[(rand >> 10) & 1023] + pairs[rand & 1023])
+    return out
 
 
 def ulid_floor(time_ns: int) -> str:

@@ -116,9 +116,9 @@ class QueueCore:
             if task.payload.blob_ref:
                 raise InvalidArgument(f"{field}.payload.blob_ref", "is set by the server; send the data")
         news = []
-        for task, opts, _field in items:
+        for (task, opts, _field), job_id in zip(items, ids.new_ulids(len(items)), strict=True):
             task.payload.size = len(task.payload.data)
-            news.append(NewJob(ids.new_ulid(), task, opts))
+            news.append(NewJob(job_id, task, opts))
         if self.blobs is not None:
             try:
                 for new in news:

@@ -4,7 +4,6 @@ idempotency key, then job key, then dedup id."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import zlib
 from collections.abc import Callable
@@ -200,7 +199,7 @@ def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
         # the key keeps its first job. Only a client that set a decimal key by hand can
         # hold it already (BullMQ refuses integer custom ids); that job is returned.
         opts.job_key_keeps_first = True
-        nj = dataclasses.replace(nj, opts=opts)
+        nj = NewJob(nj.job_id, nj.task, opts, nj.init)
 
     if opts.job_key:
         existing_id = tx.get(k.job_key(opts.job_key))
