@@ -101,6 +101,24 @@ def _store_flag(p: argparse.ArgumentParser) -> None:
                    help=f"store URL or SQLite path ($LOAM_STORE, default {DEFAULT_STORE}, the dev data dir)")  # fmt: skip
 
 
+def _group(sub, name: str, help_: str):
+    """A command group (`loam NAME ACTION ...`); its actions are required."""
+    group = sub.add_parser(name, help=help_).add_subparsers(dest="cmd", metavar="ACTION")
+    group.required = True
+    return group
+
+
+def _job_options(p: argparse.ArgumentParser, job: str) -> None:
+    """The enqueue options `jobs add` and `schedules add` share."""
+    p.add_argument("--priority", type=int, help="1 (first) .. 2097151; default the FIFO band")
+    p.add_argument("--lifo", action="store_true", help="last in, first out (FIFO band only)")
+    p.add_argument("--attempts", type=int, help=f"attempts before {job} fails")
+    p.add_argument("--backoff", type=float, help="fixed seconds between attempts")
+    p.add_argument("--visibility", type=float, help="lease length in seconds")
+    p.add_argument("--subject", help="at most one running job per subject")
+    p.add_argument("--header", action="append", default=[], metavar="K=V", help="a task header (repeatable)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     p = argparse.ArgumentParser(prog="loam", description="Loam Jobs: run the services; manage jobs, queues, schedules, "
@@ -111,10 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=help_, add_help=False)  # its own main(argv) parses the rest
 
     # jobs
-    jobs = sub.add_parser("jobs", help="add, inspect, retry and remove jobs").add_subparsers(
-        dest="cmd", metavar="ACTION"
-    )
-    jobs.required = True
+    jobs = _group(sub, "jobs", "add, inspect, retry and remove jobs")
     a = jobs.add_parser("add", parents=[common], help="enqueue a job, --count copies, or --file of JSON lines",
                         description="PAYLOAD is JSON if it parses as JSON, else a string. A --file line is "
                         '{"name": ..., "payload": ..., <options>} or, without those keys, the payload itself.')  # fmt: skip
@@ -124,14 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--count", type=int, default=1, help="enqueue this many copies (in bulk calls)")
     a.add_argument("--file", help="JSON lines to enqueue ('-' for stdin)")
     a.add_argument("--delay", type=float, help="seconds before the job may run")
-    a.add_argument("--priority", type=int, help="1 (first) .. 2097151; default the FIFO band")
-    a.add_argument("--lifo", action="store_true", help="last in, first out (FIFO band only)")
-    a.add_argument("--attempts", type=int, help="attempts before the job fails")
-    a.add_argument("--backoff", type=float, help="fixed seconds between attempts")
-    a.add_argument("--visibility", type=float, help="lease length in seconds")
+    _job_options(a, "the job")
     a.add_argument("--job-key", help="unique in the queue (BullMQ jobId, Celery task id)")
-    a.add_argument("--subject", help="at most one running job per subject")
-    a.add_argument("--header", action="append", default=[], metavar="K=V", help="a task header (repeatable)")
     g = jobs.add_parser("get", parents=[common], help="one job, by id or job key")
     g.add_argument("queue")
     g.add_argument("job")
@@ -146,10 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         v.add_argument("job")
 
     # queues
-    queues = sub.add_parser("queues", help="list queues, counts, pause, resume, drain").add_subparsers(
-        dest="cmd", metavar="ACTION"
-    )
-    queues.required = True
+    queues = _group(sub, "queues", "list queues, counts, pause, resume, drain")
     queues.add_parser("ls", parents=[common], help="every queue of the namespace with its counts")
     for verb, help_ in (("counts", "jobs per state"), ("pause", "stop leasing"), ("resume", "lease again")):
         q = queues.add_parser(verb, parents=[common], help=help_)
@@ -159,10 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--delayed", action="store_true", help="the delayed ones too")
 
     # schedules
-    schedules = sub.add_parser("schedules", help="cron and interval schedules: add, ls, get, rm").add_subparsers(
-        dest="cmd", metavar="ACTION"
-    )
-    schedules.required = True
+    schedules = _group(sub, "schedules", "cron and interval schedules: add, ls, get, rm")
     sa = schedules.add_parser(
         "add", parents=[common], help="create or replace a schedule (the same rule again changes nothing)",
         description="Each tick enqueues NAME(PAYLOAD) in QUEUE. Give --cron (with --tz) or --every. "
@@ -184,23 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
     sa.add_argument("--misfire", choices=["fire-latest", "skip", "fire-all"],
                     help="ticks missed while no sweeper ran (default fire-latest: the latest fires once)")  # fmt: skip
     sa.add_argument("--misfire-grace", help="a tick this late is still on time (default 60s)")
-    sa.add_argument("--priority", type=int, help="1 (first) .. 2097151; default the FIFO band")
-    sa.add_argument("--lifo", action="store_true", help="last in, first out (FIFO band only)")
-    sa.add_argument("--attempts", type=int, help="attempts before a tick's job fails")
-    sa.add_argument("--backoff", type=float, help="fixed seconds between attempts")
-    sa.add_argument("--visibility", type=float, help="lease length in seconds")
-    sa.add_argument("--subject", help="at most one running job per subject")
-    sa.add_argument("--header", action="append", default=[], metavar="K=V", help="a task header (repeatable)")
+    _job_options(sa, "a tick's job")
     schedules.add_parser("ls", parents=[common], help="every schedule, with its next and last tick")
     for verb, help_ in (("get", "one schedule"), ("rm", "remove a schedule (the jobs it enqueued stay)")):
         v = schedules.add_parser(verb, parents=[common], help=help_)
         v.add_argument("id")
 
     # flows
-    flows = sub.add_parser("flows", help="job graphs: add (submit) and get").add_subparsers(
-        dest="cmd", metavar="ACTION"
-    )
-    flows.required = True
+    flows = _group(sub, "flows", "job graphs: add (submit) and get")
     fa = flows.add_parser(
         "add", parents=[common], help="submit a flow from a JSON file ('-' for stdin)",
         description='The file is {"id": ..., "queue": <default queue>, "nodes": [...]} or just the list of '
@@ -215,10 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # tokens
     output = _common(connection=False)
-    tokens = sub.add_parser("tokens", help="API tokens, directly on the store").add_subparsers(
-        dest="cmd", metavar="ACTION"
-    )
-    tokens.required = True
+    tokens = _group(sub, "tokens", "API tokens, directly on the store")
     c = tokens.add_parser("create", parents=[output], help="make a token (shown once)")
     c.add_argument("--namespace", "-n", dest="token_namespace", required=True, help="the namespace it acts in")
     c.add_argument("--actions", required=True, help="comma-separated: jobs:enqueue, jobs:consume, jobs:admin, jobs:schedule, jobs:engine")  # fmt: skip
