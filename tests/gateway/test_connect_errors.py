@@ -19,6 +19,10 @@ CASES = [
     (E.IdempotencyConflict("idem-1"), {"key": "idem-1"}),
     (E.Fenced("01J0000000000000000000000A", 3, 5), {"job_id": "01J0000000000000000000000A", "epoch": 3, "current_epoch": 5}),
     (E.InvalidState("j1", "active", "promote"), {"job_id": "j1", "from_state": "active", "to": "promote"}),
+    (
+        E.InvalidState("q", "has 2 active jobs", "obliterate", "queue 'q' has 2 active jobs; cannot obliterate"),
+        {"job_id": "q", "from_state": "has 2 active jobs", "to": "obliterate"},
+    ),
     (E.QueuePaused("queue 'q' is paused"), {}),
     (E.RateLimited("slow down", 1_500_000_000), {"retry_after_ns": 1_500_000_000}),
     (E.PayloadTooLarge(100, 10), {"size": 100, "limit": 10}),

@@ -71,12 +71,13 @@ class Fenced(JobsError):
 class InvalidState(JobsError):
     code = "failed_precondition"
 
-    def __init__(self, job_id: str, from_state: str, to: str) -> None:
-        super().__init__(f"job {job_id} is {from_state}; cannot {to}")
+    def __init__(self, job_id: str, from_state: str, to: str, message: str | None = None) -> None:
+        """`message` replaces the job-shaped one (a queue refusing an operation)."""
+        super().__init__(message or f"job {job_id} is {from_state}; cannot {to}")
         self.job_id = job_id
         self.from_state = from_state
         self.to = to
-        self.args = (job_id, from_state, to)
+        self.args = (job_id, from_state, to) if message is None else (job_id, from_state, to, message)
 
 
 class QueuePaused(JobsError):

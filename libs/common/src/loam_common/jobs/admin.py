@@ -474,9 +474,7 @@ class Obliterated:
 
 
 def _queue_refused(queue: str, why: str, action: str) -> InvalidState:
-    err = InvalidState(queue, why, action)
-    err.message = f"queue {queue!r} {why}; cannot {action}"
-    return err
+    return InvalidState(queue, why, action, f"queue {queue!r} {why}; cannot {action}")
 
 
 def _drop_blobs(qt: QueueTx, job: pb.Job) -> None:
