@@ -263,6 +263,8 @@ export class Fetcher {
       await other.catch(() => undefined);
       if (this.buffer.length) return true;
     }
+    // Disconnected meanwhile (the worker closing): a poll sent now could not be interrupted.
+    if (this.blockingDisconnected || this.closed) return false;
     const p = this.lease(seconds);
     this.blockingInflight = p;
     try {

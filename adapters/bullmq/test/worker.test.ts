@@ -3,6 +3,8 @@
 // limiting, lock extension, stalled jobs reclaimed by the server, global concurrency.
 import { describe, expect, it } from "vitest";
 import { DelayedError, Job, Queue, UnrecoverableError, Worker } from "../src/index.js";
+import { connect } from "../src/connection.js";
+import { Fetcher } from "../src/worker-path.js";
 import { closeAfterEach, connection, qname, sleep, until } from "./helpers.js";
 
 const track = closeAfterEach();
@@ -44,6 +46,33 @@ describe("processing", () => {
     expect(maxLeased).toBeLessThanOrEqual(20);
     await worker.close();
     expect(await queue.getActiveCount()).toBe(0);
+  });
+
+  it("a long poll is not sent once the blocking side disconnected while a lease was out", async () => {
+    // A worker closing disconnects its blocking side; a wait() that was behind an
+    // in-flight lease must then answer at once, not send a poll nothing can interrupt.
+    const queue = track(new Queue(qname(), { connection }));
+    await queue.waitUntilReady();
+    const fetcher = new Fetcher(
+      connect(connection).client,
+      {
+        queue: queue.name,
+        worker: "w",
+        visibilityNs: 30_000_000_000n,
+        concurrency: () => 1,
+        handedOut: () => 0,
+        lockDurationMs: 30_000,
+      },
+      () => undefined,
+    );
+    const taken = fetcher.take(); // a Lease that does not wait, now in flight
+    const t0 = Date.now();
+    const waited = fetcher.wait(10); // behind it
+    fetcher.blockingDisconnected = true; // the worker closes meanwhile
+    fetcher.interrupt();
+    expect(await taken).toBeNull();
+    expect(await waited).toBe(false);
+    expect(Date.now() - t0).toBeLessThan(5_000);
   });
 
   it("retries with backoff, then fails with the reason and stacktrace", async () => {
