@@ -2,16 +2,17 @@
 every backend: job keys from a per-queue counter (BullMQ's decimal auto ids), the job
 key on events, enqueue answers and dependency records, a parent named by its job key,
 the lease length a worker asks for (lockDuration), progress and logs from any client,
-and removing a job with its pending children."""
+removing a job with its pending children, and a queue update that names its fields."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
 from loam_common.jobs import admin, job_admin
 from loam_common.jobs import states as S
 from loam_common.jobs.complete import Outcome
+from loam_queue_core.rpc import CoreRpc
 
 NS = "acme"
 SEC = 1_000_000_000
@@ -307,3 +308,19 @@ async def test_a_counter_key_taken_by_hand_returns_the_job_that_holds_it(core, e
     assert "duplicated" in [e.event for e in await events_of("q", by_hand.job_id)]
     counts = await check_invariants("q")
     assert counts[S.WAITING] == 3
+
+
+async def test_an_update_naming_fields_leaves_the_other_settings_alone(core):
+    # A worker applying its options must not undo a rate limit set since it read the config.
+    rpc = CoreRpc(core)
+    await core.enqueue(NS, "q", task())
+    limit = J.QueueOp.SetRateLimit(rate_limit=pb.RateLimit(max=1, duration_ns=SEC))
+    await rpc.queue_admin(NS, J.QueueAdminRequest(queue="q", op=J.QueueOp(set_rate_limit=limit)))
+    only = J.QueueOp.Update(
+        config=pb.QueueConfig(max_stalled=3, defer_stalled_failure=True, attempts=9),
+        fields=["max_stalled", "defer_stalled_failure"],
+    )
+    r = await rpc.queue_admin(NS, J.QueueAdminRequest(queue="q", op=J.QueueOp(update=only)))
+    assert (r.config.max_stalled, r.config.defer_stalled_failure) == (3, True)
+    assert (r.config.rate_limit.max, r.config.rate_limit.duration_ns) == (1, SEC)  # kept
+    assert r.config.attempts == 1  # not named: unchanged

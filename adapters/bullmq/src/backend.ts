@@ -138,9 +138,11 @@ export class LoamQueueBackend extends EventEmitter {
     // A parent failed by a child (failParentOnFailure) is failed by a worker too, as
     // BullMQ does: it goes back to wait with the reason as its deferred failure.
     if (!cfg || !cfg.deferStalledFailure || !cfg.deferChildFailure || (msc !== undefined && cfg.maxStalled !== msc)) {
-      const next = { ...(cfg ?? {}), maxStalled: wantStalled, deferStalledFailure: true, deferChildFailure: true };
-      delete (next as any).$typeName;
-      await this.calls.queueOp({ case: "update", value: { config: next } });
+      // Only these fields: a whole config written back would undo a setting another
+      // client changed since the read (a global rate limit set as the worker starts).
+      const config = { maxStalled: wantStalled, deferStalledFailure: true, deferChildFailure: true };
+      const fields = ["max_stalled", "defer_stalled_failure", "defer_child_failure"];
+      await this.calls.queueOp({ case: "update", value: { config, fields } });
     }
     const l = this.opts.limiter;
     if (l && l.max && l.duration) {

@@ -307,7 +307,7 @@ class CoreRpc:
         return J.QueueAdminResponse(config=cfg, affected=int(created))
 
     async def _q_update(self, ns: str, queue: str, op: J.QueueOp.Update) -> J.QueueAdminResponse:
-        cfg = await self.store.transact(admin.queue_update, ns, queue, op.config, None)
+        cfg = await self.store.transact(admin.queue_update, ns, queue, op.config, list(op.fields) or None)
         self.core.wake_all(ns, queue)  # a lifted rate limit or concurrency cap frees leases
         return J.QueueAdminResponse(config=cfg)
 

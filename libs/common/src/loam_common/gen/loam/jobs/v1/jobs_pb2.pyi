@@ -598,10 +598,12 @@ class QueueOp(_message.Message):
         config: _types_pb2.QueueConfig
         def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ...) -> None: ...
     class Update(_message.Message):
-        __slots__ = ("config",)
+        __slots__ = ("config", "fields")
         CONFIG_FIELD_NUMBER: _ClassVar[int]
+        FIELDS_FIELD_NUMBER: _ClassVar[int]
         config: _types_pb2.QueueConfig
-        def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ...) -> None: ...
+        fields: _containers.RepeatedScalarFieldContainer[str]
+        def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., fields: _Optional[_Iterable[str]] = ...) -> None: ...
     class Pause(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
