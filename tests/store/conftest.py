@@ -1,8 +1,6 @@
 """The one `store` fixture: every store test runs once per backend.
 
 - sqlite: a file in tmp_path.
-- sqlite-inline: the same, with each call run on the caller's thread when the writer is
-  idle (what `open_store` does for SQLite).
 - memory: the MVCC backend, no faults.
 - memory-faults: with a seeded FaultPlan (conflicts, region errors on reads and at
   commit, both kinds of unknown commit outcome); the runner must hide all of them.
@@ -22,7 +20,7 @@ import pytest
 
 from loam_common.store import FaultPlan, ManualClock, MemoryBackend, SqliteBackend, Store
 
-BACKENDS = ["sqlite", "sqlite-inline", "memory", "memory-faults", "memory-txn-faults", "tikv"]
+BACKENDS = ["sqlite", "memory", "memory-faults", "memory-txn-faults", "tikv"]
 
 
 def fault_plan(seed: int = 1234) -> FaultPlan:
@@ -40,7 +38,7 @@ def fault_plan(seed: int = 1234) -> FaultPlan:
 async def store(request, tmp_path):
     kind = request.param
     clock = ManualClock()
-    if kind in ("sqlite", "sqlite-inline"):
+    if kind == "sqlite":
         backend = SqliteBackend(tmp_path / "store.db", clock=clock)
     elif kind == "memory":
         backend = MemoryBackend(clock=clock)
@@ -56,6 +54,6 @@ async def store(request, tmp_path):
         from loam_common.store import TikvBackend
 
         backend = TikvBackend([p.strip() for p in pd.split(",")], clock=clock)
-    s = Store(backend, inline_when_idle=kind == "sqlite-inline")
+    s = Store(backend)
     yield s
     await s.close()

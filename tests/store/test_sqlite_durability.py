@@ -1,17 +1,14 @@
-"""SQLite across processes: acknowledged writes survive SIGKILL, two OS processes
-sharing one file through `transact` lose no updates, and a call run inline never holds
-up the event loop while another process writes."""
+"""SQLite across processes: acknowledged writes survive SIGKILL, and two OS processes
+sharing one file through `transact` lose no updates."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
 
-from loam_common.store import SqliteBackend, open_store
+from loam_common.store import SqliteBackend
 
 WRITER = textwrap.dedent(
     """
@@ -148,28 +145,3 @@ def test_pragmas(tmp_path):
                 tx.rollback()
         finally:
             backend.close()
-
-
-async def test_an_inline_call_leaves_a_busy_file_to_the_writer_and_the_loop_runs_on(tmp_path):
-    path = str(tmp_path / "busy.db")
-    store = open_store("sqlite:///" + path)
-    other = sqlite3.connect(path, isolation_level=None)  # another process, as far as SQLite knows
-    try:
-        other.execute("BEGIN IMMEDIATE")  # holds the file's write lock
-        assert store.backend.try_begin() is None  # refuses at once instead of waiting
-
-        def put(tx):
-            tx.put(b"k", b"v")
-
-        call = asyncio.create_task(store.transact(put))
-        ticks = 0
-        for _ in range(20):  # the loop keeps turning while the call waits for the lock
-            await asyncio.sleep(0.01)
-            ticks += 1
-        assert ticks == 20 and not call.done()
-        other.execute("COMMIT")
-        await asyncio.wait_for(call, 10)
-        assert await store.snapshot(lambda tx: tx.get(b"k")) == b"v"
-    finally:
-        other.close()
-        await store.close()

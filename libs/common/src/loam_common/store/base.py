@@ -169,10 +169,5 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def begin(self, *, pessimistic: bool = False, read_only: bool = False) -> Txn: ...
 
-    def try_begin(self, *, pessimistic: bool = False) -> Txn | None:
-        """A write transaction if one can start without waiting for another writer,
-        else None. A backend that cannot tell never offers one."""
-        return None
-
     @abc.abstractmethod
     def close(self) -> None: ...

@@ -8,9 +8,7 @@ writer thread per Store takes every pending `transact` call (up to `max_batch`),
 in one backend transaction, each in its own savepoint, and commits once. A transition that
 raises is rolled back to its savepoint and its exception goes to its caller only. If the
 commit fails with a retryable error, the whole batch runs again. Results go back to each
-caller's event loop with `call_soon_threadsafe`, one call per loop per batch. With
-`inline_when_idle` (SQLite without fsync per commit, decision 0018) a call that finds the
-writer idle and the file's write lock free runs at once on the caller's thread instead.
+caller's event loop with `call_soon_threadsafe`, one call per loop per batch.
 
 Without group commit (TiKV), each call runs in its own transaction on a worker thread.
 
@@ -142,7 +140,6 @@ class Store:
         max_retries: int = 20,
         max_batch: int = 256,
         close_backend: bool = True,
-        inline_when_idle: bool = False,
     ) -> None:
         self.backend = backend
         self.clock: Clock = backend.clock
@@ -159,13 +156,6 @@ class Store:
         self._pool: ThreadPoolExecutor | None = None
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
-        # Held while a group of calls runs, on the writer thread or inline (below).
-        self._writing = threading.Lock()
-        # A call that finds the writer idle runs at once on the caller's thread, sparing
-        # it two thread wake-ups (on a quiet machine each is a wake from idle). Only for
-        # a backend whose `try_begin` never waits and whose commit is quick (no fsync);
-        # a busy file or a retry hands the call to the writer.
-        self.inline_when_idle = inline_when_idle and backend.capabilities.group_commit
         if backend.capabilities.group_commit:
             self._writer = threading.Thread(
                 target=self._writer_main, name="loam-store-writer", daemon=True
@@ -185,16 +175,10 @@ class Store:
             return await self._transact_alone(fn, args, pessimistic)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        call = _Call(fn, args, pessimistic, loop, future)
-        if self.inline_when_idle and not self._closed and self._run_inline(call):
-            if call.error is not None:
-                raise call.error
-            _run_callbacks(call.callbacks)
-            return call.result
         with self._lock:
             if self._closed:
                 raise StoreUnavailable("store is closed")
-            self._queue.put(call)
+            self._queue.put(_Call(fn, args, pessimistic, loop, future))
         return await future
 
     async def snapshot(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -350,34 +334,12 @@ class Store:
                 batch.append(item)
             self._run_batch(batch)
 
-    def _run_inline(self, call: _Call) -> bool:
-        """Run `call` on this thread if the writer is idle and the file's write lock is
-        free at once; False (nothing done) otherwise, and the writer takes it."""
-        if not self._queue.empty() or not self._writing.acquire(blocking=False):
-            return False  # the writer has work: queue behind it
-        try:
-            tx = self.backend.try_begin(pessimistic=call.pessimistic)
-            if tx is None:
-                return False  # another process holds the write lock: the writer waits for it
-            try:
-                self._group_attempt([call], tx)
-            except _RETRYABLE:
-                return False  # rolled back; the writer runs it again
-            except BaseException as e:
-                if not isinstance(e, StoreUnavailable):
-                    log.exception("inline commit failed")
-                call.error, call.callbacks = _unavailable(e), []
-        finally:
-            self._writing.release()
-        return True
-
     def _run_batch(self, batch: list[_Call]) -> None:
         calls = [c for c in batch if not c.future.done()]  # skip callers that gave up
         if not calls:
             return
         try:
-            with self._writing:
-                self._commit_group(calls)
+            self._commit_group(calls)
         except BaseException as e:
             # Whatever broke the batch goes to every caller in it; the writer thread lives
             # on, since a dead writer would leave every later caller waiting forever.
@@ -409,9 +371,8 @@ class Store:
                     raise StoreUnavailable(f"gave up after {attempt} attempts: {e!r}") from e
                 time.sleep(_backoff_s(attempt))
 
-    def _group_attempt(self, calls: list[_Call], tx: Txn | None = None) -> None:
-        if tx is None:
-            tx = self.backend.begin(pessimistic=any(c.pessimistic for c in calls))
+    def _group_attempt(self, calls: list[_Call]) -> None:
+        tx = self.backend.begin(pessimistic=any(c.pessimistic for c in calls))
         done = False
         try:
             after = tx._after_commit_list()
@@ -486,8 +447,6 @@ def open_store(url: str, *, durable_power_loss: bool = False, clock: Clock | Non
         if not path or path == "/":
             raise ValueError(f"bad store URL {url!r}: no database path; use one of {_URL_FORMS}")
         backend = SqliteBackend(path, durable_power_loss=durable_power_loss, clock=clock)
-        # A commit without fsync takes microseconds: run calls inline while the writer is idle (Store).
-        return Store(backend, inline_when_idle=not durable_power_loss)
     elif url == "memory://":
         from loam_common.store.memory import MemoryBackend
 

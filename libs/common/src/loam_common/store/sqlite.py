@@ -62,14 +62,11 @@ class _Savepoint:
 class SqliteTxn(Txn):
     """One SQLite transaction on a pooled connection."""
 
-    def __init__(
-        self, backend: SqliteBackend, conn: sqlite3.Connection, read_only: bool, pool: bool | None = False
-    ) -> None:
+    def __init__(self, backend: SqliteBackend, conn: sqlite3.Connection, read_only: bool) -> None:
         self.clock = backend.clock
         self._backend = backend
         self._conn = conn
         self._read_only = read_only
-        self._pool = read_only if read_only else pool  # which idle list the connection goes back to
         # key -> value or None (absent). A transition group reads the same hot keys (queue
         # config, shard meta) over and over; this makes each cost one SELECT per txn.
         self._cache: dict[bytes, bytes | None] = {}
@@ -209,14 +206,14 @@ class SqliteTxn(Txn):
             _quiet_rollback(conn)
             raise StoreUnavailable(f"sqlite commit failed: {e}") from e
         finally:
-            self._backend._give(conn, self._pool)
+            self._backend._give(conn, self._read_only)
 
     def rollback(self) -> None:
         if not self._open:
             return
         self._open = False
         _quiet_rollback(self._conn)
-        self._backend._give(self._conn, self._pool)
+        self._backend._give(self._conn, self._read_only)
 
 
 def _quiet_rollback(conn: sqlite3.Connection) -> None:
@@ -245,8 +242,7 @@ class SqliteBackend(Backend):
         )
         self._synchronous = "FULL" if durable_power_loss else "NORMAL"
         self._lock = threading.Lock()
-        # Idle connections: writers, readers, and writers that never wait (try_begin).
-        self._idle: dict[bool | None, list[sqlite3.Connection]] = {False: [], True: [], None: []}
+        self._idle: dict[bool, list[sqlite3.Connection]] = {False: [], True: []}
         self._closed = False
         # Open a writer now: a bad path or a non-WAL file fails here, not on first use.
         conn = self._connect()
@@ -255,11 +251,11 @@ class SqliteBackend(Backend):
         )
         self._idle[False].append(conn)
 
-    def _connect(self, busy_timeout_s: float = _BUSY_TIMEOUT_S) -> sqlite3.Connection:
+    def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
                 self.path,
-                timeout=busy_timeout_s,
+                timeout=_BUSY_TIMEOUT_S,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # pooled: used by one thread at a time
                 cached_statements=256,
@@ -271,21 +267,21 @@ class SqliteBackend(Backend):
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             # Savepoints spill touched pages to a temp file per level; keep that in memory.
             conn.execute("PRAGMA temp_store=MEMORY")
-            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT_S * 1000)}")
         except sqlite3.Error as e:
             raise StoreUnavailable(f"sqlite {self.path}: cannot open: {e}") from e
         return conn
 
-    def _take(self, read_only: bool | None) -> sqlite3.Connection:
+    def _take(self, read_only: bool) -> sqlite3.Connection:
         with self._lock:
             if self._closed:
                 raise StoreUnavailable(f"sqlite {self.path}: backend is closed")
             idle = self._idle[read_only]
             if idle:
                 return idle.pop()
-        return self._connect(0.0 if read_only is None else _BUSY_TIMEOUT_S)
+        return self._connect()
 
-    def _give(self, conn: sqlite3.Connection, read_only: bool | None) -> None:
+    def _give(self, conn: sqlite3.Connection, read_only: bool) -> None:
         with self._lock:
             if not self._closed:
                 self._idle[read_only].append(conn)
@@ -309,22 +305,10 @@ class SqliteBackend(Backend):
             raise StoreUnavailable(f"sqlite {self.path}: cannot begin: {e}") from e
         return SqliteTxn(self, conn, read_only)
 
-    def try_begin(self, *, pessimistic: bool = False) -> Txn | None:
-        """A write transaction on a connection that does not wait: None at once while
-        another connection (another process) holds the database's write lock."""
-        conn = self._take(None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError:
-            _quiet_rollback(conn)
-            self._give(conn, None)
-            return None
-        return SqliteTxn(self, conn, False, pool=None)
-
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            conns = self._idle[False] + self._idle[True] + self._idle[None]
-            self._idle = {False: [], True: [], None: []}
+            conns = self._idle[False] + self._idle[True]
+            self._idle = {False: [], True: []}
         for conn in conns:
             conn.close()
