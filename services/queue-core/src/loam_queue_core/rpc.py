@@ -205,18 +205,10 @@ class CoreRpc:
     async def complete_batch(self, ns: str, req: J.CompleteBatchRequest) -> J.CompleteBatchResponse:
         """Malformed items refuse the whole call (a client bug); items refused by the
         state machine (fenced, not found, ...) get their error in their slot."""
-        validate.name("namespace", ns)
         items = []
-        checked: set[str] = set()  # queue names already validated in this batch
         for i, it in enumerate(req.items):
-            t = it.token
-            if not it.HasField("token"):
-                raise InvalidArgument(f"items[{i}].token", "is required: the token of the lease")
-            if t.queue not in checked:
-                validate.name(f"items[{i}].token.queue", t.queue)
-                checked.add(t.queue)
-            job = _job_id(t.job, f"items[{i}].token.job")
-            items.append((t.queue, job, t.epoch, outcome_from_proto(it.outcome, f"items[{i}].outcome")))
+            queue, job, epoch = _token(ns, it.token, it.HasField("token"), f"items[{i}].token")
+            items.append((queue, job, epoch, outcome_from_proto(it.outcome, f"items[{i}].outcome")))
         out = J.CompleteBatchResponse()
         if req.HasField("lease"):
             ask = req.lease
