@@ -14,6 +14,9 @@ What it owns: the connection pool, the transaction mapping onto SQLite, and the 
 - Savepoints are SQL savepoints named by depth (`sp0`, `sp1`...) so their statements stay
   in the statement cache, and they are taken lazily: a transition that writes nothing costs
   no SQL at all for its savepoint.
+- Checkpoints run on a thread of the backend (`_Checkpointer`), not inside a COMMIT: the
+  writer's own threshold would copy ~1000 WAL pages into the database file during
+  whichever call's commit crossed it, a few milliseconds on that one call.
 - Writes are buffered (last write per key wins) and reach SQLite as one `executemany` of
   puts and one of deletes: before a scan, a savepoint, a release and the commit. A
   transition writes its job, index entries and outbox row this way in two statements
@@ -23,6 +26,7 @@ What it owns: the connection pool, the transaction mapping onto SQLite, and the 
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterable
@@ -30,7 +34,15 @@ from os import PathLike
 
 from loam_common.store.base import Backend, Capabilities, Clock, StoreUnavailable, Txn
 
+log = logging.getLogger(__name__)
+
 _BUSY_TIMEOUT_S = 30.0
+# While commits come, the checkpoint thread copies the WAL into the database file at most
+# this often; an idle store is never checkpointed again.
+_CHECKPOINT_GAP_S = 0.25
+# The writers' own automatic checkpoint stays as a backstop, far above the size the thread
+# lets the WAL reach, for a thread that cannot keep up.
+_BACKSTOP_CHECKPOINT_PAGES = 10_000
 # SQLite's default limit on bound parameters was 999 before 3.32; stay under it.
 _IN_CHUNK = 500
 
@@ -207,6 +219,8 @@ class SqliteTxn(Txn):
             raise StoreUnavailable(f"sqlite commit failed: {e}") from e
         finally:
             self._backend._give(conn, self._read_only)
+        if not self._read_only:
+            self._backend._checkpointer.committed()
 
     def rollback(self) -> None:
         if not self._open:
@@ -214,6 +228,49 @@ class SqliteTxn(Txn):
         self._open = False
         _quiet_rollback(self._conn)
         self._backend._give(self._conn, self._read_only)
+
+
+class _Checkpointer:
+    """Copies the WAL into the database file (a PASSIVE checkpoint: it never waits for,
+    nor blocks, a reader or the writer) on its own connection and thread, after commits,
+    at most every `_CHECKPOINT_GAP_S`. A crash at any point loses nothing: until a
+    checkpoint completes, the WAL still holds every committed page."""
+
+    def __init__(self, backend: SqliteBackend) -> None:
+        self._backend = backend
+        self._due = threading.Event()  # set by commits
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="loam-sqlite-checkpoint", daemon=True)
+        self._thread.start()
+
+    def committed(self) -> None:
+        if not self._due.is_set():  # a plain read: a commit pays for the lock once per gap
+            self._due.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._due.set()
+        self._thread.join()
+
+    def _main(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            while True:
+                self._due.wait()
+                if self._stopping.is_set():
+                    return
+                self._due.clear()
+                try:
+                    conn = conn or self._backend._connect()
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                except (sqlite3.Error, StoreUnavailable) as e:
+                    # The writers' backstop threshold still bounds the WAL.
+                    log.warning("sqlite %s: checkpoint failed: %s", self._backend.path, e)
+                if self._stopping.wait(_CHECKPOINT_GAP_S):
+                    return
+        finally:
+            if conn is not None:
+                conn.close()
 
 
 def _quiet_rollback(conn: sqlite3.Connection) -> None:
@@ -250,6 +307,7 @@ class SqliteBackend(Backend):
             "CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID"
         )
         self._idle[False].append(conn)
+        self._checkpointer = _Checkpointer(self)
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -268,6 +326,7 @@ class SqliteBackend(Backend):
             # Savepoints spill touched pages to a temp file per level; keep that in memory.
             conn.execute("PRAGMA temp_store=MEMORY")
             conn.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT_S * 1000)}")
+            conn.execute(f"PRAGMA wal_autocheckpoint={_BACKSTOP_CHECKPOINT_PAGES}")
         except sqlite3.Error as e:
             raise StoreUnavailable(f"sqlite {self.path}: cannot open: {e}") from e
         return conn
@@ -306,6 +365,7 @@ class SqliteBackend(Backend):
         return SqliteTxn(self, conn, read_only)
 
     def close(self) -> None:
+        self._checkpointer.stop()
         with self._lock:
             self._closed = True
             conns = self._idle[False] + self._idle[True]
