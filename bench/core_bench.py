@@ -447,8 +447,8 @@ class Bench:
                 jid = ids.new_ulid()
                 rows.append((k.job(jid), job_v))
                 rows.append((k.ready(0, 0, seq, False), jid.encode()))
-                rows.append((k.outbox(0, 2 * seq), ev_v))
-                rows.append((k.outbox(0, 2 * seq + 1), ev_v))
+                rows.append((k.event_log(0, 2 * seq), ev_v))
+                rows.append((k.event_log(0, 2 * seq + 1), ev_v))
             return rows
 
         self.log(f"raw: {n:,} rows of 4 keys per job, plain sqlite3")
@@ -499,11 +499,11 @@ class Bench:
                 conn.execute(dele, (rk,))  # lease
                 conn.execute(put, (jk, v))
                 conn.execute(put, (ak, b""))
-                conn.execute(put, (k.outbox(0, oseq), ev_v))
+                conn.execute(put, (k.event_log(0, oseq), ev_v))
                 conn.execute(dele, (ak,))  # complete
                 conn.execute(put, (jk, v))
                 conn.execute(put, (k.state_entry(pb.JOB_STATE_COMPLETED, 0, now, jid), b""))
-                conn.execute(put, (k.outbox(0, oseq + 1), ev_v))
+                conn.execute(put, (k.event_log(0, oseq + 1), ev_v))
                 oseq += 2
             conn.execute(put, (meta_k, meta_v))
             conn.execute("COMMIT")

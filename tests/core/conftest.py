@@ -49,7 +49,7 @@ def read_events(tx, ns: str, queue: str) -> list[events_pb2.JobEvent]:
     shards = max(pb.QueueConfig.FromString(raw).shards, 1) if raw else 1
     out = []
     for shard in range(shards):
-        prefix = k.outbox_shard(shard)
+        prefix = k.event_log_shard(shard)
         out.extend(events_pb2.JobEvent.FromString(v) for _k, v in tx.scan(prefix, keys.prefix_end(prefix)))
     return out
 
@@ -115,13 +115,13 @@ def invariant_problems(tx, ns: str, queue: str) -> tuple[list[str], Counter]:
                 f"shard {shard}: meta counts {_named(shard_counts)} != job records {_named(shard_jobs)}"
             )
         counted.update(shard_counts)
-        prefix = k.outbox_shard(shard)
+        prefix = k.event_log_shard(shard)
         seqs = [
             keys.U64.unpack_from(key, len(prefix))[0] for key, _ in tx.scan(prefix, keys.prefix_end(prefix))
         ]
         if seqs and seqs != list(range(seqs[0], meta.outbox_seq + 1)):
             problems.append(
-                f"shard {shard}: outbox seqs {seqs[:5]}... not contiguous up to {meta.outbox_seq}"
+                f"shard {shard}: event seqs {seqs[:5]}... not contiguous up to {meta.outbox_seq}"
             )
     if counted != by_state:
         problems.append(f"queue counts {_named(counted)} != job records {_named(by_state)}")

@@ -9,6 +9,7 @@ import pytest
 
 from loam_common import keys
 from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, PayloadTooLarge
+from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, job_admin, states as S
 from loam_common.jobs.complete import Outcome
@@ -169,9 +170,11 @@ async def test_obliterate_refuses_active_jobs_unless_forced_then_leaves_nothing(
     with pytest.raises(NotFound):
         await store.transact(admin.queue_counts, NS, "q")
     q = keys.QueueKeys(NS, "q")
-    left = [k for k, _ in await stored(store) if k.startswith(q.all())]
-    # Only the shard metas (sequences) and the outbox with the final event remain.
-    assert left and all(k.startswith((q.shard_metas(), q.outboxes())) for k in left)
+    left = [(k, v) for k, v in await stored(store) if k.startswith(q.all())]
+    # Only the shard metas (sequences) and the final event in the log remain.
+    assert left and all(k.startswith((q.shard_metas(), q.event_logs())) for k, _ in left)
+    logged = [events_pb2.JobEvent.FromString(v).event for k, v in left if k.startswith(q.event_logs())]
+    assert logged == ["obliterated"]
 
     # The queue can be created again, empty, and works.
     await create(store)

@@ -78,7 +78,7 @@ def read_all(tx, shards: int) -> Snapshot:
     for shard in range(shards):
         raw = tx.get(k.shard_meta(shard))
         next_seq.append(pb.ShardMeta.FromString(raw).next_seq if raw else 0)
-        p = k.outbox_shard(shard)
+        p = k.event_log_shard(shard)
         events.extend(events_pb2.JobEvent.FromString(v) for _k, v in tx.scan(p, keys.prefix_end(p)))
     return Snapshot(tx.now_ns(), jobs, next_seq, events)
 

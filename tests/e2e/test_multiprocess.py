@@ -7,7 +7,7 @@ before the sweeper dies, so their reclaim needs the replacement sweeper; it trie
 complete them late, and must be fenced.
 
 Verified on the store's final state: every acknowledged job is completed; each job
-has exactly one `completed` event in the event log (the relay drained the outbox);
+has exactly one `completed` event in the event log and no outbox row is left behind;
 each shard's event log is the gap-free sequence 1..outbox_seq; no worker got two
 successful completions for one job; every late completion was refused.
 """
@@ -286,7 +286,7 @@ async def test_every_acknowledged_job_completes_once_across_kill_9(tmp_path):
         late = [await complete(c, lease, retry_s=5.0) for lease in dropped]
         assert len(dropped) == 5 and late == [False] * 5, (late, dict(errors))
 
-        # Drain: every acknowledged job completed, then the relay empties the outbox.
+        # Drain: every acknowledged job completed (and no outbox row left to relay).
         deadline = time.monotonic() + DRAIN_S
         pending = list(dict.fromkeys(acked))
         while pending and time.monotonic() < deadline:

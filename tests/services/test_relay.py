@@ -1,12 +1,13 @@
-"""The relay (loam_relay, loam_common.events): outbox rows reach the per-queue event log
-exactly once and in order per shard, also when the relay dies between copying and
-deleting; reads see relayed and not-yet-relayed events once each; retention trims by
-time; two relays split the shards and a fenced one writes nothing."""
+"""The relay (loam_relay, loam_common.events): each change writes its event straight
+into the per-queue event log, so a relay has nothing to copy; outbox rows an earlier
+server left reach the log exactly once and in order per shard, also when the relay dies
+between copying and deleting; reads see logged and not-yet-relayed events once each;
+retention trims by time; two relays split the shards and a fenced one writes nothing."""
 
 from __future__ import annotations
 
 import pytest
-from loam_common import events
+from loam_common import events, keys
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin
 from loam_common.jobs.complete import Outcome
@@ -32,6 +33,24 @@ async def _traffic(core, queue: str, n: int) -> None:
         await core.complete(NS, queue, job.id, job.epoch, Outcome.ok())
 
 
+def _to_outbox(tx, queue: str, since: dict[int, int]) -> None:
+    """Move the log rows past `since[shard]` to the outbox: what an earlier server, which
+    wrote each event to the outbox for the relay to copy, would have left."""
+    k = keys.QueueKeys(NS, queue)
+    for shard, after in since.items():
+        prefix = k.event_log_shard(shard)
+        for key, value in tx.scan(prefix + keys.U64.pack(after + 1), keys.prefix_end(prefix)):
+            tx.put(k.outbox(shard, keys.seq_from_key(key, len(prefix))), value)
+            tx.delete(key)
+
+
+async def _earlier_servers_traffic(store, core, queue: str, n: int, shards: int = 2) -> None:
+    """`_traffic`, its events left in the outbox as an earlier server left them."""
+    heads = {s: await store.snapshot(events.shard_event_seq, NS, queue, s) for s in range(shards)}
+    await _traffic(core, queue, n)
+    await store.transact(_to_outbox, queue, heads)
+
+
 def _key(e) -> tuple:
     return (e.shard, e.seq, e.event, e.job_id)
 
@@ -47,9 +66,22 @@ def _assert_log(log, expected):
     assert seqs == sorted(set(seqs))
 
 
-async def test_events_are_copied_once_and_in_order_per_shard(store, core, configure, outbox_of, event_log_of):
+async def test_events_are_written_straight_into_the_log(store, core, configure, outbox_of, event_log_of):
     await configure("q", shards=2)
-    await _traffic(core, "q", 20)
+    await _traffic(core, "q", 10)
+    for s in (0, 1):
+        log = await event_log_of("q", s)
+        assert [e.seq for e in log] == list(range(1, len(log) + 1)) and log
+        assert log[-1].seq == await store.snapshot(events.shard_event_seq, NS, "q", s)
+        assert await outbox_of("q", s) == []
+    assert (await RelayService(store, "relay-a").run_once()).copied == 0
+
+
+async def test_an_earlier_servers_outbox_is_copied_once_and_in_order_per_shard(
+    store, core, configure, outbox_of, event_log_of
+):
+    await configure("q", shards=2)
+    await _earlier_servers_traffic(store, core, "q", 20)
     before = await _all_outbox(outbox_of, "q")
     assert all(before[s] for s in (0, 1))
     relay = RelayService(store, "relay-a", batch=7)  # several batches per shard
@@ -59,8 +91,8 @@ async def test_events_are_copied_once_and_in_order_per_shard(store, core, config
         _assert_log(await event_log_of("q", s), before[s])
         assert [e.seq for e in before[s]] == list(range(1, len(before[s]) + 1))
         assert await outbox_of("q", s) == []
-    # More traffic is appended after what is there; a pass with nothing to do copies nothing.
-    await _traffic(core, "q", 5)
+    # More rows are appended after what is there; a pass with nothing to do copies nothing.
+    await _earlier_servers_traffic(store, core, "q", 5)
     more = await _all_outbox(outbox_of, "q")
     assert (await relay.run_once()).copied == sum(len(v) for v in more.values())
     assert (await relay.run_once()).copied == 0
@@ -73,7 +105,7 @@ async def test_a_crash_between_copy_and_delete_copies_nothing_twice(
     store, core, configure, outbox_of, event_log_of, monkeypatch, one_transaction
 ):
     await configure("q", shards=2)
-    await _traffic(core, "q", 10)
+    await _earlier_servers_traffic(store, core, "q", 10)
     before = await _all_outbox(outbox_of, "q")
     # A relay copied shard 0's first rows and died before deleting them.
     await store.transact(events.outbox_copy, NS, "q", 0, 4)
@@ -146,7 +178,7 @@ async def test_two_relays_split_shards_and_a_fenced_relay_writes_nothing(
     assert set(a.ownership.held).isdisjoint(b.ownership.held)
     assert len(a.ownership.held) + len(b.ownership.held) == 8
     for q in queues:
-        await _traffic(core, q, 3)
+        await _earlier_servers_traffic(store, core, q, 3)
     expected = {(q, s): await outbox_of(q, s) for q in queues for s in (0, 1)}
     ra, rb = await a.run_once(), await b.run_once()
 
@@ -165,7 +197,7 @@ async def test_two_relays_split_shards_and_a_fenced_relay_writes_nothing(
     stale = b.ownership.fence(*shard)
     clock.advance(30 * SEC)
     await store.transact(ownership_acquire_or_renew, "relay", "relay-x", *shard, 10 * SEC)
-    await _traffic(core, shard[1], 2)
+    await _earlier_servers_traffic(store, core, shard[1], 2)
     pending = await outbox_of(shard[1], shard[2])
     with pytest.raises(OwnershipLost):
         await store.transact(run_fenced, stale, events.outbox_relay, *shard, 100)
@@ -174,12 +206,14 @@ async def test_two_relays_split_shards_and_a_fenced_relay_writes_nothing(
 
 async def test_an_obliterated_queues_last_events_are_still_relayed(store, core, configure, outbox_of, event_log_of):
     await configure("gone")
-    await _traffic(core, "gone", 2)
-    await store.transact(admin.queue_obliterate, NS, "gone")
+    await _earlier_servers_traffic(store, core, "gone", 2, shards=1)
     tail = await outbox_of("gone")
-    assert tail and tail[-1].event == "obliterated"
+    await store.transact(admin.queue_obliterate, NS, "gone")
+    assert await outbox_of("gone") == tail and tail  # kept: not relayed yet
+    assert [e.event for e in await event_log_of("gone")] == ["obliterated"]
     await RelayService(store, "relay-a").run_once()
     assert await outbox_of("gone") == []
+    assert [e.seq for e in await event_log_of("gone")] == list(range(1, len(tail) + 2))
     assert (await event_log_of("gone"))[-1].event == "obliterated"
 
 
@@ -215,6 +249,19 @@ async def test_an_idle_relay_backs_off_and_comes_back_with_the_first_rows(store,
         await relay.run_once()
         waits.append(relay.interval)
     assert waits == [0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
-    await _traffic(core, "q", 1)
+    await _earlier_servers_traffic(store, core, "q", 1, shards=1)
     assert (await relay.run_once()).copied > 0
     assert relay.interval == 0.1  # rows to copy: the short interval again
+
+
+async def test_reads_merge_an_earlier_servers_outbox_with_the_log_by_sequence(store, core, configure):
+    await configure("q")
+    await _earlier_servers_traffic(store, core, "q", 3, shards=1)  # the outbox: 1..n
+    await _traffic(core, "q", 3)  # this server's events, straight into the log: n+1..
+    head = await store.snapshot(events.shard_event_seq, NS, "q", 0)
+    seen = await store.snapshot(events.events_after, NS, "q", 0, 0, 1000)
+    assert [e.seq for e in seen] == list(range(1, head + 1))
+    # A limit takes the lowest sequences, wherever they are; a cursor resumes after it.
+    first = await store.snapshot(events.events_after, NS, "q", 0, 0, 4)
+    rest = await store.snapshot(events.events_after, NS, "q", 0, first[-1].seq, 1000)
+    assert [_key(e) for e in first + rest] == [_key(e) for e in seen]

@@ -1,18 +1,19 @@
-"""The event log (spec §6.6): the relay's copy of each queue's outbox, and the reads
-and trims over it. Functions over one transaction, like the rest of the state machine.
+"""The event log (spec §6.6): each queue's events, and the reads and trims over it.
+Functions over one transaction, like the rest of the state machine.
 
-- Every state change writes an outbox row `Q o/<shard><seq>` in its own transaction
-  (`QueueTx.emit`); the shard's `ShardMeta.outbox_seq` is the last sequence written.
-- The relay (`outbox_relay`, or `outbox_copy` then `outbox_delete_through`) copies the
-  rows, in sequence order, to `Q ev/<shard><seq>` under the **same sequence**, then
-  deletes them from the outbox. A copy is a put of the same key and value, so a relay
-  that died between copying and deleting copies again and changes nothing: each event
-  is in the log exactly once, in order per shard, whether copy and delete share a
-  transaction or not.
-- `events_after` reads a shard from a sequence on, from the log and then from the rows
-  not yet relayed, in one snapshot, so a reader never waits for the relay and never
-  sees a sequence twice. With `shard_event_seq` read in the snapshot of a state read,
-  that is Watch's cursor argument of §6.6.
+- Every state change writes its event at `Q ev/<shard><seq>` in its own transaction
+  (`QueueTx.emit`); the shard's `ShardMeta.outbox_seq` is the last sequence written. The
+  log is the outbox: it lives in the same store, so a copy would buy nothing (decision
+  0020).
+- A store written by an earlier server may still hold outbox rows `Q o/<shard><seq>`
+  that were never copied. The relay (`outbox_relay`, or `outbox_copy` then
+  `outbox_delete_through`) copies them, in sequence order, to the log under the **same
+  sequence**, then deletes them. A copy is a put of the same key and value, so a relay
+  that died between copying and deleting copies again and changes nothing.
+- `events_after` reads a shard from a sequence on, from the log and from any such
+  outbox rows, merged by sequence, in one snapshot, so a reader never waits for the
+  relay and never sees a sequence twice. With `shard_event_seq` read in the snapshot of
+  a state read, that is Watch's cursor argument of §6.6.
 - Retention is by time: `event_log_trim_shard` / `event_log_trim` delete the events
   older than a cutoff (the relay does it with `DEFAULT_RETENTION_NS`, 7 days; an admin
   call may trim earlier).
@@ -65,7 +66,7 @@ def notify_after_commit(tx: Txn, ns: str, queue: str) -> None:
     tx.after_commit(functools.partial(_notify, ns, queue))
 
 
-# -- the relay's transitions ---------------------------------------------------------------
+# -- the relay's transitions (outbox rows an earlier server left) ----------------------------
 def outbox_copy(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) -> int:
     """Copy the first `limit` outbox rows of a shard to the event log (same sequence).
     Returns the highest sequence copied, 0 if the outbox was empty. Idempotent."""
@@ -125,31 +126,29 @@ def event_shards(tx: Txn, ns: str, queue: str) -> list[int]:
 def event_log_read(
     tx: Txn, ns: str, queue: str, shard: int, after_seq: int = 0, limit: int = BATCH
 ) -> list[JobEvent]:
-    """Relayed events of a shard with a sequence above `after_seq`, in order."""
+    """Events in a shard's log with a sequence above `after_seq`, in order."""
     k = keys.QueueKeys(ns, queue)
-    start = k.event_log(shard, after_seq + 1) if after_seq < keys.MAX_U64 else None
-    if start is None:
-        return []
-    end = keys.prefix_end(k.event_log_shard(shard))
-    return [JobEvent.FromString(v) for _k, v in tx.scan(start, end, limit=limit)]
+    return _rows_after(tx, k.event_log_shard(shard), after_seq, limit)
 
 
 def events_after(
     tx: Txn, ns: str, queue: str, shard: int, after_seq: int = 0, limit: int = BATCH
 ) -> list[JobEvent]:
-    """Every event of a shard after `after_seq`, relayed or still in the outbox, in
-    sequence order, each once: the log first, then the outbox rows past its end."""
+    """Every event of a shard after `after_seq`, in sequence order, each once: the log
+    and any outbox rows not yet relayed (an earlier server's), merged."""
     out = event_log_read(tx, ns, queue, shard, after_seq, limit)
-    if len(out) >= limit:
-        return out
-    last = out[-1].seq if out else after_seq
-    if last >= keys.MAX_U64:
-        return out
-    k = keys.QueueKeys(ns, queue)
-    start = k.outbox(shard, last + 1)
-    end = keys.prefix_end(k.outbox_shard(shard))
-    out.extend(JobEvent.FromString(v) for _k, v in tx.scan(start, end, limit=limit - len(out)))
+    left = _rows_after(tx, keys.QueueKeys(ns, queue).outbox_shard(shard), after_seq, limit)
+    if left:  # rare: only a store an earlier server wrote, until the relay's next pass
+        seen = {e.seq for e in out}
+        out = sorted([*out, *(e for e in left if e.seq not in seen)], key=lambda e: e.seq)[:limit]
     return out
+
+
+def _rows_after(tx: Txn, prefix: bytes, after_seq: int, limit: int) -> list[JobEvent]:
+    if after_seq >= keys.MAX_U64:
+        return []
+    start = prefix + keys.U64.pack(after_seq + 1)
+    return [JobEvent.FromString(v) for _k, v in tx.scan(start, keys.prefix_end(prefix), limit=limit)]
 
 
 # -- retention -------------------------------------------------------------------------------

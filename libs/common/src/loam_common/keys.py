@@ -19,8 +19,8 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `Q d/<shard><due_ns u64><job id>`           | empty                | delayed index                  |
 | `Q a/<shard><deadline_ns u64><job id>`      | empty                | active index, by lease deadline|
 | `Q s/<state u8><shard><state_ns u64><id>`   | empty                | finished & waiting-children    |
-| `Q o/<shard><seq u64>`                      | JobEvent             | outbox                         |
-| `Q ev/<shard u8><seq u64>`                  | JobEvent             | event log (relay; seq = outbox)|
+| `Q o/<shard><seq u64>`                      | JobEvent             | outbox an earlier server left  |
+| `Q ev/<shard u8><seq u64>`                  | JobEvent             | event log (= the outbox, 0020) |
 | `Q k/<job key>`                             | job id               | job_key uniqueness             |
 | `Q i/<sha256(idempotency key)>`             | IdempotencyRecord    |                                |
 | `Q ie/<expires_ns u64><sha256>`             | empty                | idempotency expiry index       |
@@ -180,7 +180,7 @@ class QueueKeys:
     def state_entry(self, state: int, shard: int, state_ns: int, job_id: str) -> bytes:
         return self.state_shard(state, shard) + U64.pack(max(state_ns, 0)) + job_id.encode()
 
-    # outbox ----------------------------------------------------------------------
+    # outbox (rows an earlier server left, which the relay moves into the log) ------
     def outbox_shard(self, shard: int) -> bytes:
         return self.q + b"o/" + bytes((shard,))
 
@@ -190,7 +190,7 @@ class QueueKeys:
     def outbox(self, shard: int, seq: int) -> bytes:
         return self.outbox_shard(shard) + U64.pack(seq)
 
-    # event log (the relay's copy of the outbox; the sequence is the outbox sequence) ------
+    # event log (each change writes its event here; the sequence is ShardMeta.outbox_seq) --
     def event_logs(self) -> bytes:
         return self.q + b"ev/"
 

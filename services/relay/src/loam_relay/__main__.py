@@ -4,9 +4,10 @@
                [--retention-days 7]
 
 Environment: LOAM_STORE, LOAM_RELAY_ID (default `<host>-<pid>`), LOAM_RELAY_INTERVAL,
-LOAM_RELAY_LEASE_TTL, LOAM_EVENT_RETENTION_DAYS. A separate relay process polls the
-outboxes of its shards every `--interval` seconds (100 ms by default; an idle pass is
-one read). Several relays may run; they split the queue shards through fenced
+LOAM_RELAY_LEASE_TTL, LOAM_EVENT_RETENTION_DAYS. A separate relay process trims the
+event logs of its shards and moves into them any outbox rows an earlier server left,
+looking every `--interval` seconds (100 ms by default, backing off while idle; an idle
+pass is one read). Several relays may run; they split the queue shards through fenced
 ownership leases. SIGINT / SIGTERM stop it gracefully and release its leases.
 """
 

@@ -1,6 +1,7 @@
-"""`RelayService`: moves each queue shard's outbox into the queue's event log (spec
-§6.6), for the shards this process owns through fenced ownership leases (kind
-"relay"), and trims the log by time. Each pass (`run_once`):
+"""`RelayService`: keeps each queue's event log (spec §6.6) for the shards this process
+owns through fenced ownership leases (kind "relay"): trims it by time, and moves into it
+any outbox rows an earlier server left (this one writes each event straight into the
+log, decision 0020). Each pass (`run_once`):
 
 1. lists the queue shards (including those of obliterated queues whose last outbox
    rows are still to relay) and refreshes its leases,
@@ -11,11 +12,11 @@
    by sequence),
 3. every `trim_every_s` (store clock), deletes the events older than `retention_ns`.
 
-Latency: a pass every `interval` (100 ms by default) while passes find rows to copy,
-backing off to `idle_interval` (1 s) while they find none; `wake()` runs one at once.
-The outbox is read with one short scan per owned shard, so an idle pass costs a
-snapshot and no write. Readers never wait for the relay anyway: `events.events_after`
-reads the rows not yet relayed from the outbox.
+Latency: a pass every `interval` (100 ms by default) while passes find work, backing
+off to `idle_interval` (1 s) while they find none; `wake()` runs one at once. The
+outbox is read with one short scan per owned shard, so an idle pass costs a snapshot
+and no write. Readers never wait for the relay: `events.events_after` reads the rows
+not yet relayed from the outbox too.
 """
 
 from __future__ import annotations

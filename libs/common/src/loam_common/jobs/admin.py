@@ -491,8 +491,9 @@ def queue_obliterate(
     are active unless `force` (their workers' completes then get NotFound).
 
     Kept: the shard metas (their sequences stay monotonic if the queue is created
-    again), the outbox rows not yet relayed with the final `obliterated` event, and the
-    registry entry, so the relay still finds and drains that outbox."""
+    again), the final `obliterated` event in the log, any outbox rows an earlier server
+    left, and the registry entry, so the relay still finds that log and outbox (to move
+    the rows, then to trim)."""
     validate.name("queue", queue)
     validate.non_negative("limit", limit)
     limit = limit or OBLITERATE_BATCH

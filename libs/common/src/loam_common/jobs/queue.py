@@ -190,7 +190,8 @@ class QueueTx:
 
     # -- outbox ----------------------------------------------------------------------
     def emit(self, event: str, job: pb.Job | None = None, shard: int = 0, **fields) -> None:
-        """Write the outbox row of a change, in the transaction that makes the change."""
+        """Write the event of a change at its place in the queue's event log, in the
+        transaction that makes the change (the outbox row of spec §6.6, decision 0020)."""
         if job is not None:
             shard = job.shard
         m = self.meta(shard)
@@ -211,7 +212,7 @@ class QueueTx:
                     v = headers.get(h)
                     if v:
                         ev.headers[h] = v
-        self.tx.put(self.k.outbox(shard, m.outbox_seq), ev.SerializeToString())
+        self.tx.put(self.k.event_log(shard, m.outbox_seq), ev.SerializeToString())
 
     # -- jobs ------------------------------------------------------------------------
     def get_job(self, job_id: str) -> pb.Job | None:
