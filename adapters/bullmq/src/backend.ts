@@ -125,7 +125,7 @@ export class LoamQueueBackend extends EventEmitter {
   }
 
   private events(): EventReader {
-    if (!this.reader) this.reader = new EventReader(this.conn.streamClient, this.queueName);
+    if (!this.reader) this.reader = new EventReader(this.conn.client, this.queueName);
     return this.reader;
   }
 

@@ -1,12 +1,15 @@
 /**
  * The connection to Loam: `{ url, token?, namespace? }` where BullMQ takes `connection`,
- * defaulting to LOAM_JOBS_URL, LOAM_TOKEN and LOAM_NAMESPACE. One Connect client (and one
- * keep-alive HTTP agent) per distinct connection, shared by every backend that uses it.
+ * defaulting to LOAM_JOBS_URL, LOAM_TOKEN and LOAM_NAMESPACE. One Connect client per
+ * distinct connection, shared by every backend that uses it: unary calls on one
+ * keep-alive HTTP agent (unary-transport.ts), streams on another, so a held stream never
+ * queues a unary call.
  */
 import http from "node:http";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { JobsService } from "./gen/loam/jobs/v1/jobs_pb.js";
+import { unaryTransport } from "./unary-transport.js";
 
 export interface LoamConnectionOptions {
   /** The Loam Jobs URL, e.g. http://127.0.0.1:7720. Default: LOAM_JOBS_URL. */
@@ -42,45 +45,24 @@ export interface Connection {
   readonly key: string;
   readonly client: JobsClient;
   readonly options: ResolvedConnection;
-  /** Streaming calls (Watch) get their own agent so a held stream never queues unary calls. */
-  readonly streamClient: JobsClient;
 }
 
 const connections = new Map<string, Connection>();
 
-function makeClient(o: ResolvedConnection, agent: http.Agent): JobsClient {
+function makeClient(o: ResolvedConnection, agent: http.Agent, streamAgent: http.Agent): JobsClient {
+  const headers: Record<string, string> = o.token ? { authorization: `Bearer ${o.token}` } : { "x-loam-namespace": o.namespace };
   const auth: Interceptor = (next) => async (req) => {
-    if (o.token) req.header.set("authorization", `Bearer ${o.token}`);
-    else req.header.set("x-loam-namespace", o.namespace);
+    for (const [k, v] of Object.entries(headers)) req.header.set(k, v);
     return next(req);
   };
-  // A keep-alive socket the server closed while idle fails on write (EPIPE/ECONNRESET)
-  // before the request reached it: unary calls go again once on a fresh socket.
-  const retryStale: Interceptor = (next) => async (req) => {
-    try {
-      return await next(req);
-    } catch (e) {
-      if (req.stream || !isStaleSocket(e)) throw e;
-      return next(req);
-    }
-  };
-  const transport = createConnectTransport({
+  const streams = createConnectTransport({
     baseUrl: o.url,
     httpVersion: "1.1",
     useBinaryFormat: true,
-    interceptors: [auth, retryStale],
-    nodeOptions: { agent },
+    interceptors: [auth],
+    nodeOptions: { agent: streamAgent },
   });
-  return createClient(JobsService, transport);
-}
-
-function isStaleSocket(e: unknown): boolean {
-  let cur: any = e;
-  for (let i = 0; cur && i < 4; i++) {
-    if (cur.code === "EPIPE" || cur.code === "ECONNRESET") return true;
-    cur = cur.cause;
-  }
-  return /EPIPE|ECONNRESET|socket hang up/.test(String((e as Error)?.message ?? ""));
+  return createClient(JobsService, unaryTransport({ url: o.url, headers, agent, streams }));
 }
 
 export function connect(opts?: unknown): Connection {
@@ -90,7 +72,7 @@ export function connect(opts?: unknown): Connection {
   if (!c) {
     const agent = new http.Agent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 10_000 });
     const streamAgent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
-    c = { key, options: o, client: makeClient(o, agent), streamClient: makeClient(o, streamAgent) };
+    c = { key, options: o, client: makeClient(o, agent, streamAgent) };
     connections.set(key, c);
   }
   return c;
