@@ -819,6 +819,23 @@ async def test_long_poll_of_a_dead_letter_queue_wakes_when_a_job_is_dead_lettere
     await check_invariants("q", "q-dlq")
 
 
+@pytest.mark.parametrize("bulk", [False, True])
+async def test_long_poll_takes_a_delayed_job_due_before_the_time_it_sleeps_until(core, clock, bulk):
+    await enqueue(core, not_before=pb.Delay(delay_ns=365 * 24 * 3600 * SEC))  # due in a year
+    poll = asyncio.create_task(lease(core, max_jobs=1, wait_ns=20 * SEC))
+    async with asyncio.timeout(5):
+        while core.waiters.parked(NS, "q") == 0:  # it sleeps until the year-away job is due
+            await asyncio.sleep(0.001)
+    soon = pb.EnqueueOpts(not_before=pb.Delay(delay_ns=SEC // 5))
+    if bulk:
+        (e,) = await core.enqueue_bulk(NS, "q", [(task("t", b"x"), soon)])
+    else:
+        e = await core.enqueue(NS, "q", task("t", b"x"), soon)
+    clock.advance(SEC)  # the new job is due now, by the store's clock
+    got = await asyncio.wait_for(poll, 5)  # not the poll's 20 s, nor a year
+    assert [j.id for j in got] == [e.job_id]
+
+
 async def test_long_poll_with_nothing_returns_empty(core):
     assert await lease(core, wait_ns=SEC // 5) == []
     assert core.waiters.parked(NS, "q") == 0

@@ -34,6 +34,9 @@ from loam_queue_core.waiters import Waiters
 from loam_queue_core.watch import EventHub
 
 MAX_LEASE_BATCH = 1000
+# The states of a new job that wake a parked Lease (QueueCore._woke).
+_WAKES_A_POLL = S.READY | {S.DELAYED}
+
 # Result-key long-polls park in the queue waiters under this prefix: queue names cannot
 # contain `/`, so the two never meet.
 RESULT_WAIT_PREFIX = "results/"
@@ -94,6 +97,8 @@ class QueueCore:
         ready = sum(1 for r in results if isinstance(r, Enqueued) and r.created and r.state in S.READY)
         if ready:
             self.waiters.wake(ns, queue, ready)
+        elif any(isinstance(r, Enqueued) and r.created and r.state == S.DELAYED for r in results):
+            self.waiters.wake(ns, queue, 1)  # see _woke
         return results
 
     async def _prepare(self, ns: str, queue: str, task: pb.TaskSpec, opts: pb.EnqueueOpts, field: str) -> NewJob:
@@ -170,7 +175,10 @@ class QueueCore:
         return [(q, r) for (q, _), r in zip(news, results_, strict=True)]
 
     def _woke(self, ns: str, queue: str, result: Enqueued | JobsError) -> None:
-        if isinstance(result, Enqueued) and result.created and result.state in S.READY:
+        if isinstance(result, Enqueued) and result.created and result.state in _WAKES_A_POLL:
+            # A delayed job wakes one poll too: it may fall due before the time the poll
+            # sleeps until (a later delayed job's, or the end of its wait), and the poll
+            # that reads again sleeps until the new job's due time and leases it then.
             self.waiters.wake(ns, queue, 1)
 
     # -- consuming -------------------------------------------------------------------
