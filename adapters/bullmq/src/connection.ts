@@ -6,6 +6,7 @@
  * queues a unary call.
  */
 import http from "node:http";
+import https from "node:https";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { JobsService } from "./gen/loam/jobs/v1/jobs_pb.js";
@@ -70,8 +71,9 @@ export function connect(opts?: unknown): Connection {
   const key = `${o.url}\u0000${o.token ?? ""}\u0000${o.namespace}`;
   let c = connections.get(key);
   if (!c) {
-    const agent = new http.Agent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 10_000 });
-    const streamAgent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
+    const Agent = o.url.startsWith("https:") ? https.Agent : http.Agent;
+    const agent = new Agent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 10_000 });
+    const streamAgent = new Agent({ keepAlive: true, maxSockets: Infinity });
     c = { key, options: o, client: makeClient(o, agent, streamAgent) };
     connections.set(key, c);
   }

@@ -11,6 +11,7 @@
  * connect-node's transport, passed in as `streams`.
  */
 import http from "node:http";
+import https from "node:https";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { DescMessage, DescMethodUnary, MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Transport, type UnaryResponse } from "@connectrpc/connect";
@@ -20,7 +21,7 @@ export interface UnaryTransportOptions {
   url: string;
   /** Headers every call carries (authorization or the dev namespace). */
   headers: Record<string, string>;
-  agent: http.Agent;
+  agent: http.Agent; // an https.Agent for an https URL
   streams: Transport;
 }
 
@@ -52,6 +53,7 @@ export function unaryTransport(o: UnaryTransportOptions): Transport {
         headers,
         body,
         agent: o.agent,
+        send: base.protocol === "https:" ? https.request : http.request,
         signal,
         timeoutMs,
       };
@@ -96,6 +98,7 @@ interface Request {
   headers: Record<string, string>;
   body: Uint8Array;
   agent: http.Agent;
+  send: typeof http.request;
   signal: AbortSignal | undefined;
   timeoutMs: number | undefined;
 }
@@ -114,7 +117,7 @@ function post(r: Request): Promise<Answer> {
       if (timer) clearTimeout(timer);
       r.signal?.removeEventListener("abort", onAbort);
     };
-    const req = http.request(
+    const req = r.send(
       { protocol: r.protocol, hostname: r.hostname, port: r.port, path: r.path, method: "POST", headers: r.headers, agent: r.agent },
       (res) => {
         const chunks: Buffer[] = [];

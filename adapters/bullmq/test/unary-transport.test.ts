@@ -1,7 +1,14 @@
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync } from "node:fs";
 import http from "node:http";
+import https from "node:https";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { connect } from "../src/connection.js";
+import { EnqueueResponseSchema } from "../src/gen/loam/jobs/v1/jobs_pb.js";
 import { qname } from "./helpers.js";
 
 // The Connect client every backend uses: unary calls on plain http.request (unary-transport.ts).
@@ -69,6 +76,39 @@ describe("unary calls", () => {
       expect((err as ConnectError).code).toBe(Code.DeadlineExceeded);
       expect(seen).toBe("200");
     } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
+  });
+
+  it("go over TLS to an https URL", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "loam-tls-"));
+    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+      "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "1"], { stdio: "ignore" }); // prettier-ignore
+    let path: string | undefined;
+    const reply = toBinary(EnqueueResponseSchema, create(EnqueueResponseSchema, { enqueued: { job: "j1", created: true } }));
+    const server = https.createServer(
+      { key: readFileSync(join(dir, "key.pem")), cert: readFileSync(join(dir, "cert.pem")) },
+      (req, res) => {
+        path = req.url;
+        req.resume().on("end", () => {
+          res.writeHead(200, { "content-type": "application/proto" });
+          res.end(reply);
+        });
+      },
+    );
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const before = process.env.NODE_TLS_REJECT_UNAUTHORIZED;
+    process.env.NODE_TLS_REJECT_UNAUTHORIZED = "0"; // the certificate is self-signed
+    try {
+      const port = (server.address() as { port: number }).port;
+      const c = connect({ url: `https://127.0.0.1:${port}/prefix`, namespace: "transport" }).client;
+      const res = await c.enqueue({ queue: "q", task: { name: "t" } });
+      expect(res.enqueued?.job).toBe("j1");
+      expect(path).toBe("/prefix/loam.jobs.v1.JobsService/Enqueue");
+    } finally {
+      if (before === undefined) delete process.env.NODE_TLS_REJECT_UNAUTHORIZED;
+      else process.env.NODE_TLS_REJECT_UNAUTHORIZED = before;
       server.closeAllConnections();
       await new Promise((r) => server.close(r));
     }
