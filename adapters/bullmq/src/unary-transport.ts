@@ -27,6 +27,9 @@ export interface UnaryTransportOptions {
 
 export function unaryTransport(o: UnaryTransportOptions): Transport {
   const base = new URL(o.url);
+  if (base.protocol !== "http:" && base.protocol !== "https:") {
+    throw new Error(`@loam/bullmq: the Loam URL must start with http:// or https:// (got ${JSON.stringify(o.url)})`);
+  }
   const prefix = base.pathname.replace(/\/+$/, "");
   return {
     async unary<I extends DescMessage, O extends DescMessage>(
@@ -155,7 +158,7 @@ function canceled(reason: unknown): ConnectError {
   return new ConnectError("This operation was aborted", Code.Canceled, undefined, undefined, reason);
 }
 
-export function isStaleSocket(e: unknown): boolean {
+function isStaleSocket(e: unknown): boolean {
   let cur: any = e;
   for (let i = 0; cur && i < 4; i++) {
     if (cur.code === "EPIPE" || cur.code === "ECONNRESET") return true;

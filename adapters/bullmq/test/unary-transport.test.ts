@@ -27,6 +27,10 @@ describe("unary calls", () => {
     expect((err as ConnectError).rawMessage).toMatch(/queue/);
   });
 
+  it("refuse a URL that is not http or https when the connection is made", () => {
+    expect(() => connect({ url: "localhost:7720", namespace: "transport" })).toThrow(/http:\/\/ or https:\/\//);
+  });
+
   it("give an HTTP error without Connect's body the code of its status", async () => {
     const server = http.createServer((_req, res) => {
       res.writeHead(503, { "content-type": "text/html" });
