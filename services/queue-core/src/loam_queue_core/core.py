@@ -97,8 +97,8 @@ class QueueCore:
         ready = sum(1 for r in results if isinstance(r, Enqueued) and r.created and r.state in S.READY)
         if ready:
             self.waiters.wake(ns, queue, ready)
-        elif any(isinstance(r, Enqueued) and r.created and r.state == S.DELAYED for r in results):
-            self.waiters.wake(ns, queue, 1)  # see _woke
+        elif any(isinstance(r, Enqueued) and r.created and r.state in _WAKES_A_POLL for r in results):
+            self.waiters.wake(ns, queue, 1)  # a delayed job: see _woke
         return results
 
     async def _prepare(self, ns: str, queue: str, task: pb.TaskSpec, opts: pb.EnqueueOpts, field: str) -> NewJob:
