@@ -146,6 +146,9 @@ def job_enqueue(
             for nj in new_jobs:  # like any invalid input, one too big refuses the whole call
                 if nj.task.payload.size > limit:
                     raise PayloadTooLarge(nj.task.payload.size, limit)
+        from_counter = sum(1 for nj in new_jobs if nj.opts.job_key_from_counter and not nj.opts.job_key)
+        if from_counter > 1:
+            qt.prefetch_job_keys_from_counter(from_counter)
         for nj in new_jobs:
             # A savepoint only for a job that can be refused; released at once, so a
             # bulk batch never nests a thousand of them (SQLite copies pages per level).
@@ -243,8 +246,7 @@ def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
     if nj.init is not None:
         nj.init(job)
     qt.insert(job)
-    qt.emit("added", job)
-    qt.emit(S.name(job.state) if not job.subject_blocked else "waiting", job)
+    qt.emit_added(job, S.name(job.state) if not job.subject_blocked else "waiting")
     if opts.job_key:
         tx.put(k.job_key(opts.job_key), job.id.encode())
     if opts.HasField("dedup"):

@@ -173,6 +173,14 @@ class QueueTx:
         self.tx.put(self.k.key_counter(), keys.U64.pack(n))
         return str(n)
 
+    def prefetch_job_keys_from_counter(self, count: int) -> None:
+        """Read in one go whether the next `count` counter values are taken as job keys
+        (only a client that set a decimal key by hand can hold one): a bulk add then
+        makes one read for its batch instead of one a job."""
+        raw = self.tx.get(self.k.key_counter())
+        n = keys.U64.unpack(raw)[0] if raw else 0
+        self.tx.prefetch([self.k.job_key(str(n + i)) for i in range(1, count + 1)])
+
     def _count(self, shard: int, state: int, delta: int) -> None:
         m = self.meta(shard)
         m.counts[state] = m.counts[state] + delta
@@ -197,22 +205,40 @@ class QueueTx:
         m = self.meta(shard)
         m.outbox_seq += 1
         self._dirty.add(shard)
-        if job is None:
-            ev = JobEvent(event=event, queue=self.name, shard=shard, seq=m.outbox_seq, time_ns=self.now, **fields)
-        else:
-            # One constructor call: on the hot path, cheaper than setting field by field.
-            ev = JobEvent(event=event, queue=self.name, shard=shard, seq=m.outbox_seq, time_ns=self.now,
-                          job_id=job.id, state=job.state, name=job.task.name, attempt=job.attempt,
-                          epoch=job.epoch, job_key=job.opts.job_key, **fields)  # fmt: skip
-            if event == "delayed" and job.due_ns and not ev.detail:
-                ev.detail = str(job.due_ns // 1_000_000)  # BullMQ's `delay` field: the due time, ms
-            headers = job.task.headers
-            if headers:
-                for h in EVENT_HEADERS:
-                    v = headers.get(h)
-                    if v:
-                        ev.headers[h] = v
+        ev = self._event(event, job, shard, m.outbox_seq, fields)
         self.tx.put(self.k.event_log(shard, m.outbox_seq), ev.SerializeToString())
+
+    def emit_added(self, job: pb.Job, state_event: str) -> None:
+        """A new job's two events, `added` and then its state's (BullMQ's pair), made
+        from one message: a bulk add writes two events a job."""
+        shard = job.shard
+        m = self.meta(shard)
+        self._dirty.add(shard)
+        m.outbox_seq += 1
+        ev = self._event("added", job, shard, m.outbox_seq, {})
+        self.tx.put(self.k.event_log(shard, m.outbox_seq), ev.SerializeToString())
+        m.outbox_seq += 1
+        ev.event, ev.seq = state_event, m.outbox_seq
+        if state_event == "delayed" and job.due_ns:
+            ev.detail = str(job.due_ns // 1_000_000)
+        self.tx.put(self.k.event_log(shard, m.outbox_seq), ev.SerializeToString())
+
+    def _event(self, event: str, job: pb.Job | None, shard: int, seq: int, fields: dict) -> JobEvent:
+        if job is None:
+            return JobEvent(event=event, queue=self.name, shard=shard, seq=seq, time_ns=self.now, **fields)
+        # One constructor call: on the hot path, cheaper than setting field by field.
+        ev = JobEvent(event=event, queue=self.name, shard=shard, seq=seq, time_ns=self.now,
+                      job_id=job.id, state=job.state, name=job.task.name, attempt=job.attempt,
+                      epoch=job.epoch, job_key=job.opts.job_key, **fields)  # fmt: skip
+        if event == "delayed" and job.due_ns and not ev.detail:
+            ev.detail = str(job.due_ns // 1_000_000)  # BullMQ's `delay` field: the due time, ms
+        headers = job.task.headers
+        if headers:
+            for h in EVENT_HEADERS:
+                v = headers.get(h)
+                if v:
+                    ev.headers[h] = v
+        return ev
 
     # -- jobs ------------------------------------------------------------------------
     def get_job(self, job_id: str) -> pb.Job | None:
