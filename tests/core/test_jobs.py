@@ -1133,15 +1133,62 @@ async def test_long_poll_wakes_when_a_subject_frees_its_next_job(core, check_inv
     await check_invariants()
 
 
-async def test_long_poll_wakes_when_a_concurrency_slot_frees(core, configure, check_invariants):
+@pytest.mark.parametrize("batched", [False, True])
+async def test_long_poll_wakes_when_a_concurrency_slot_frees(core, configure, check_invariants, batched):
     await configure("q", concurrency=1)
     await enqueue(core)
     second = await enqueue(core)
     first = await lease_one(core)
     poll = await _parked_poll(core)
-    await ok(core, first)
+    if batched:  # BullMQ's moveToFinished: a batch that also leases, for another worker
+        await core.complete_many_then_lease(NS, [("q", first.id, first.epoch, Outcome.ok())], ["other"], "w1", 1)
+    else:
+        await ok(core, first)
     assert [j.id for j in await asyncio.wait_for(poll, 5)] == [second.job_id]
     await check_invariants()
+
+
+async def test_long_poll_wakes_when_a_job_is_retried(core, check_invariants):
+    await enqueue(core, attempts=2)
+    job = await lease_one(core)
+    poll = await _parked_poll(core)
+    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err(), after_ns=0))
+    assert [j.id for j in await asyncio.wait_for(poll, 5)] == [job.id]
+    await check_invariants()
+
+
+async def test_long_poll_wakes_when_the_last_kept_duplicate_is_enqueued(core, check_invariants):
+    d = dd(keep_last_if_active=True)
+    await enqueue(core, data=b"v1", dedup=d)
+    job = await lease_one(core)
+    await enqueue(core, data=b"v2", dedup=d)  # kept until the running one finishes
+    poll = await _parked_poll(core)
+    await ok(core, job)
+    assert [j.task.payload.data for j in await asyncio.wait_for(poll, 5)] == [b"v2"]
+    await check_invariants()
+
+
+async def test_a_completion_that_frees_nothing_leaves_a_parked_poll_asleep(core, monkeypatch):
+    # With no concurrency limit, subject, flow or duplicate, finishing a job makes no other
+    # job leasable: a parked poll woken for it would only read the queue and park again.
+    await enqueue(core)
+    await enqueue(core)
+    one, two = await lease(core, max_jobs=2)
+    poll = await _parked_poll(core)
+    reads = []
+    transact = core.store.transact
+
+    async def counted(fn, *args, **kw):
+        reads.append(fn.__name__)
+        return await transact(fn, *args, **kw)
+
+    monkeypatch.setattr(core.store, "transact", counted)
+    await ok(core, one)
+    await core.complete_many_then_lease(NS, [("q", two.id, two.epoch, Outcome.ok())], ["q"], "w1", 1)
+    await asyncio.sleep(0.05)
+    assert "job_lease" not in reads and not poll.done()
+    e = await enqueue(core)  # the poll still answers the next job
+    assert [j.id for j in await asyncio.wait_for(poll, 5)] == [e.job_id]
 
 
 @pytest.mark.parametrize(

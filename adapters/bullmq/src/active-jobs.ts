@@ -123,11 +123,13 @@ export class ActiveJobs {
     return R.activeTuple(null, "", 0, 0);
   }
 
-  async moveToActive(token: string, name?: string): Promise<any[]> {
+  /** `bufferOnly`: see Fetcher.take; BullMQ itself never passes it. */
+  async moveToActive(token: string, name?: string, bufferOnly = false): Promise<any[]> {
     await this.h.ready();
     if (this.stalledHeld.length) this.releaseOverdueHeld();
     for (;;) {
-      const l = await this.fetch().take();
+      const l = await this.fetch().take(bufferOnly);
+      bufferOnly = false; // after a promotion below, the server has jobs to give
       // Nothing ready: delayed jobs due by this process's clock may be (client-clock.ts).
       if (!l && (await promoteDue(this.h.connKey, this.calls.queue, (id) => this.h.promote(id)))) continue;
       if (!l) return this.noJob();
@@ -191,14 +193,14 @@ export class ActiveJobs {
    * smaller batches and a slower drain.
    */
   private async finishAndFetch(h: Held, outcome: CompleteInit["outcome"], fetchNext: boolean, token: string) {
-    await this.finish(h, outcome, "moveToFinished", fetchNext);
+    const done = await this.finish(h, outcome, "moveToFinished", fetchNext);
     const finishedOn = Date.now();
-    return { result: await this.next(fetchNext, token, this.h.opts.name), finishedOn };
+    return { result: await this.next(fetchNext, token, this.h.opts.name, done.noMoreJobs), finishedOn };
   }
 
-  private async next(fetchNext: boolean, token: string, name?: string): Promise<any[] | undefined> {
+  private async next(fetchNext: boolean, token: string, name?: string, bufferOnly = false): Promise<any[] | undefined> {
     if (!fetchNext || this.h.isClosing()) return undefined;
-    return this.moveToActive(token, name);
+    return this.moveToActive(token, name, bufferOnly);
   }
 
   private async missingOrNotActive(jobId: string, command: string): Promise<never> {

@@ -58,16 +58,27 @@ interface Completion {
   refill?: Fetcher; // its worker fetches next: the batch may lease for it
 }
 
+export interface Finished {
+  state: number;
+  moved: boolean;
+  /**
+   * The batch leased for this completion's worker and the server had no more jobs to
+   * give: the next job was looked for with the completion, as moveToFinished's script
+   * does on Redis, so the worker need not ask again.
+   */
+  noMoreJobs: boolean;
+}
+
 /**
  * Coalesces Complete calls: at most one CompleteBatch in flight per client. A batch
  * whose completions fetch next (moveToFinished with fetchNext) also leases, in the same
  * call, the slots they free for the worker with the most of them.
  */
 export class Completer {
-  private readonly batches: Coalescer<Completion, { state: number; moved: boolean }>;
+  private readonly batches: Coalescer<Completion, Finished>;
 
   constructor(client: JobsClient) {
-    this.batches = new Coalescer<Completion, { state: number; moved: boolean }>(MAX_BATCH, "CompleteBatch", async (batch) => {
+    this.batches = new Coalescer<Completion, Finished>(MAX_BATCH, "CompleteBatch", async (batch) => {
       const fetcher = busiest(batch);
       const lease = fetcher?.reserve();
       let res;
@@ -77,16 +88,19 @@ export class Completer {
         if (lease) fetcher!.unreserve(lease.max!);
       }
       if (lease) fetcher!.accept(res.leases);
-      return batch.map((_, i) => {
+      const drained = !!lease && res.leases.length < lease.max!;
+      return batch.map((c, i) => {
         const r = res.results[i]?.result;
-        if (r?.case === "completed") return { state: r.value.state, moved: r.value.moved };
+        if (r?.case === "completed") {
+          return { state: r.value.state, moved: r.value.moved, noMoreJobs: drained && c.refill === fetcher };
+        }
         if (r?.case === "error") return new CompleteFailed(r.value.code, r.value.message);
         return undefined;
       });
     });
   }
 
-  complete(item: CompleteInit, refill?: Fetcher): Promise<{ state: number; moved: boolean }> {
+  complete(item: CompleteInit, refill?: Fetcher): Promise<Finished> {
     return this.batches.add({ item, refill });
   }
 }
@@ -210,11 +224,12 @@ export class Fetcher {
 
   /**
    * The next lease without waiting (moveToActive), or null. Concurrent calls share one
-   * Lease call that asks for every free slot of the worker at once.
+   * Lease call that asks for every free slot of the worker at once. `bufferOnly`: the
+   * server was just asked (Finished.noMoreJobs), so only the buffer is looked at.
    */
-  async take(): Promise<Lease | null> {
+  async take(bufferOnly = false): Promise<Lease | null> {
     this.dropStale();
-    if (this.buffer.length || this.closed) return this.buffer.shift()?.lease ?? null;
+    if (this.buffer.length || this.closed || bufferOnly) return this.buffer.shift()?.lease ?? null;
     return new Promise((resolve, reject) => {
       this.takers.push({ resolve, reject });
       if (!this.pumping) void this.pump();

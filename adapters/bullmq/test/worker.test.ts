@@ -75,6 +75,36 @@ describe("processing", () => {
     expect(Date.now() - t0).toBeLessThan(5_000);
   });
 
+  it("moveToFinished with fetchNext looks for the next job with the completion, not after it", async () => {
+    // As BullMQ's script does on Redis: the CompleteBatch leases the freed slot, and when
+    // it comes back empty the worker does not ask again; a job added later is still had.
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    const [a, b] = await queue.addBulk([{ name: "a", data: {} }, { name: "b", data: {} }]);
+    const w = track(new Worker(name, null, { connection, autorun: false }));
+    const client = connect(connection).client;
+    const lease = client.lease;
+    let leases = 0;
+    client.lease = (...args: Parameters<typeof lease>) => {
+      leases++;
+      return lease(...args);
+    };
+    try {
+      const first = (await w.getNextJob("tok"))!;
+      expect(first.id).toBe(a.id);
+      leases = 0;
+      const next = (await first.moveToCompleted("one", "tok", true)) as any[];
+      expect(next[1]).toBe(b.id); // leased by the completion itself
+      const second = Job.fromJSON(queue, next[0], next[1]);
+      expect(await second.moveToCompleted("two", "tok", true)).toEqual([null, "", 0, 0]); // nothing left
+      expect(leases).toBe(0);
+      const c = await queue.add("c", {});
+      expect((await w.getNextJob("tok"))!.id).toBe(c.id);
+    } finally {
+      client.lease = lease;
+    }
+  });
+
   it("retries with backoff, then fails with the reason and stacktrace", async () => {
     const name = qname();
     const queue = track(new Queue(name, { connection }));

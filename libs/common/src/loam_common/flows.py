@@ -431,8 +431,7 @@ def _release(pq: QueueTx, parent: pb.Job) -> None:
     if parent.due_ns > pq.now and not parent.subject_blocked:
         pq.move(parent, S.DELAYED, "delayed")
     else:
-        pq.move(parent, S.ready_state(parent.opts.priority), "waiting")
-        pq.wake_after_commit()
+        pq.move(parent, S.ready_state(parent.opts.priority), "waiting")  # wakes a poll
 
 
 def _fail_parent(pq: QueueTx, parent: pb.Job, message: str, deferred: str) -> None:
@@ -458,8 +457,7 @@ def _fail_parent(pq: QueueTx, parent: pb.Job, message: str, deferred: str) -> No
             pq.put_job(parent)
         else:
             parent.due_ns = 0
-            pq.move(parent, S.ready_state(parent.opts.priority), "waiting")
-            pq.wake_after_commit()
+            pq.move(parent, S.ready_state(parent.opts.priority), "waiting")  # wakes a poll
         return
     err = pb.JobError(code=CHILD_FAILED, message=message)
     complete._record_error(pq, parent, err)

@@ -27,15 +27,13 @@ from loam_common.jobs.complete import (
 )
 from loam_common.jobs.enqueue import Enqueued, NewJob, check_opts, job_enqueue
 from loam_common.jobs.lease import job_lease
-from loam_common.jobs.queue import DEFAULT_PAYLOAD_LIMIT, add_ready_listener
+from loam_common.jobs.queue import DEFAULT_PAYLOAD_LIMIT, WAKES_A_POLL, add_ready_listener
 from loam_common.metrics import PROCESS as METRICS, count_fenced
 from loam_common.store.runner import Store
 from loam_queue_core.waiters import Waiters
 from loam_queue_core.watch import EventHub
 
 MAX_LEASE_BATCH = 1000
-# The states of a new job that wake a parked Lease (QueueCore._woke).
-_WAKES_A_POLL = S.READY | {S.DELAYED}
 
 # Result-key long-polls park in the queue waiters under this prefix: queue names cannot
 # contain `/`, so the two never meet.
@@ -97,7 +95,7 @@ class QueueCore:
         ready = sum(1 for r in results if isinstance(r, Enqueued) and r.created and r.state in S.READY)
         if ready:
             self.waiters.wake(ns, queue, ready)
-        elif any(isinstance(r, Enqueued) and r.created and r.state in _WAKES_A_POLL for r in results):
+        elif any(isinstance(r, Enqueued) and r.created and r.state in WAKES_A_POLL for r in results):
             self.waiters.wake(ns, queue, 1)  # a delayed job: see _woke
         return results
 
@@ -175,7 +173,7 @@ class QueueCore:
         return [(q, r) for (q, _), r in zip(news, results_, strict=True)]
 
     def _woke(self, ns: str, queue: str, result: Enqueued | JobsError) -> None:
-        if isinstance(result, Enqueued) and result.created and result.state in _WAKES_A_POLL:
+        if isinstance(result, Enqueued) and result.created and result.state in WAKES_A_POLL:
             # A delayed job wakes one poll too: it may fall due before the time the poll
             # sleeps until (a later delayed job's, or the end of its wait), and the poll
             # that reads again sleeps until the new job's due time and leases it then.
@@ -264,7 +262,6 @@ class QueueCore:
         except Fenced:
             await self._count_fenced(ns, queue, job_id)
             raise
-        self._completed(ns, queue)
         self._observe_completed(ns, queue, job_id, outcome, done, started_ns)
         return done
 
@@ -350,7 +347,8 @@ class QueueCore:
         results: list[Completed | JobsError],
         started_ns: int,
     ) -> None:
-        """Metrics, traces and wake-ups of a batch, each once per queue where it can."""
+        """Metrics and traces of a batch, once per queue where they can be. (A completion
+        that makes a job leasable wakes a poll from its transaction: QueueTx.move.)"""
         run_ns: dict[tuple[str, str], list[int]] = {}  # (queue, task) -> run times
         for (queue, job_id, _e, outcome), done in zip(prepared, results, strict=True):
             if isinstance(done, Completed):
@@ -358,19 +356,8 @@ class QueueCore:
                 self._trace_completed(ns, queue, job_id, outcome, done, started_ns)
             elif isinstance(done, Fenced):
                 await self._count_fenced(ns, queue, job_id)
-        done_in: dict[str, int] = {}  # queue -> completions
         for (queue, task), runs in run_ns.items():
             METRICS.observe_run(ns, queue, task, *runs)
-            done_in[queue] = done_in.get(queue, 0) + len(runs)
-        for queue, n in done_in.items():
-            self._completed(ns, queue, n)
-
-    def _completed(self, ns: str, queue: str, n: int = 1) -> None:
-        # Any completion can make a job leasable, not only a requeue (release, retry): a
-        # finished job frees its subject's next job, a global-concurrency slot, or enqueues
-        # a keep-last duplicate. So wake a poll per completion; one that finds nothing
-        # parks again.
-        self.waiters.wake(ns, queue, n)
 
     async def _store_result(self, ns: str, queue: str, job_id: str, outcome: Outcome) -> Outcome:
         r = outcome.result

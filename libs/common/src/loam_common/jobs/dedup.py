@@ -115,5 +115,6 @@ def on_finished(qt: QueueTx, job: pb.Job) -> None:
         pending = NewJob(rec.pending_job_id, rec.pending_task, rec.pending_opts)
         qt.tx.delete(key)
         _enqueue_one(qt, pending)
+        qt.wake_after_commit()
     elif not rec.expires_ns:
         qt.tx.delete(key)

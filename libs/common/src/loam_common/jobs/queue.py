@@ -49,12 +49,15 @@ class _Wakeable(Protocol):
 
 
 _ready_listeners: weakref.WeakSet[_Wakeable] = weakref.WeakSet()
+#: A job moved into these states can be leased now or once due: a parked poll must look
+#: (it may sleep until a later due time).
+WAKES_A_POLL = S.READY | {S.DELAYED}
 
 
 def add_ready_listener(listener: _Wakeable) -> None:
-    """Have `listener.wake(ns, queue)` called after a commit that made a job ready in a
-    queue the caller did not write to (the queue core's long-poll waiters): a flow's
-    parent, a dead letter."""
+    """Have `listener.wake(ns, queue)` called after a commit that made a job leasable
+    other than by enqueueing it (the queue core's long-poll waiters): a retried or
+    released job, a freed concurrency slot or subject, a flow's parent, a dead letter."""
     _ready_listeners.add(listener)
 
 
@@ -142,8 +145,8 @@ class QueueTx:
         return p
 
     def wake_after_commit(self) -> None:
-        """Wake a long-poll of this queue once the transaction commits: for a job made
-        ready here by a write the caller made to another queue."""
+        """Wake a long-poll of this queue once the transaction commits: a job was made
+        leasable here other than by an enqueue (whose caller wakes the polls itself)."""
         self.tx.after_commit(functools.partial(_notify_ready, self.ns, self.name))
 
     # -- shard metas -----------------------------------------------------------------
@@ -332,6 +335,8 @@ class QueueTx:
         self.put_job(job)
         if event:
             self.emit(event, job, prev_state=frm, **event_fields)
+        if to in WAKES_A_POLL or (frm == S.ACTIVE and self.cfg.concurrency):
+            self.wake_after_commit()  # a job to lease, or a slot of the queue's concurrency
         if to in S.FINISHED and frm not in S.FINISHED:
             self._finished(job)
 
@@ -426,3 +431,4 @@ class QueueTx:
         self._count(nxt.shard, nxt.state, 1)
         self.put_job(nxt)
         self.emit(event, nxt)
+        self.wake_after_commit()
