@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 
@@ -836,6 +837,108 @@ async def test_long_poll_takes_a_delayed_job_due_before_the_time_it_sleeps_until
     assert [j.id for j in got] == [e.job_id]
 
 
+# -- an enqueue hands its job to a sleeping poll (decision 0023) ---------------------------------
+def _count_transactions(core, monkeypatch) -> list[str]:
+    names: list[str] = []
+    transact = core.store.transact
+
+    async def counted(fn, *args, **kw):
+        names.append(fn.__name__)
+        return await transact(fn, *args, **kw)
+
+    monkeypatch.setattr(core.store, "transact", counted)
+    return names
+
+
+@pytest.mark.parametrize("bulk", [False, True])
+async def test_an_enqueue_leases_for_a_sleeping_poll_in_its_own_transaction(core, monkeypatch, check_invariants, bulk):
+    poll = await _parked_poll(core)
+    txs = _count_transactions(core, monkeypatch)
+    if bulk:
+        (e,) = await core.enqueue_bulk(NS, "q", [(task("t", b"x"), None)])
+    else:
+        e = await enqueue(core)
+    (got,) = await asyncio.wait_for(poll, 5)
+    assert (got.id, got.state, got.worker) == (e.job_id, S.ACTIVE, "w2")
+    assert e.created and txs == ["job_enqueue_then_lease"]  # the poll did not read again
+    assert core.waiters.parked(NS, "q") == 0
+    counts = await check_invariants()
+    assert counts[S.ACTIVE] == 1
+
+
+async def test_a_bulk_enqueue_hands_what_the_sleeping_poll_asks_for_and_wakes_another_for_the_rest(core):
+    first = await _parked_poll(core, max_jobs=2)
+    second = asyncio.create_task(lease(core, max_jobs=2, wait_ns=20 * SEC, worker="w3"))
+    async with asyncio.timeout(5):
+        while core.waiters.parked(NS, "q") < 2:
+            await asyncio.sleep(0.001)
+    res = await core.enqueue_bulk(NS, "q", [(task("t", b"x"), None) for _ in range(3)])
+    got1, got2 = await asyncio.wait_for(asyncio.gather(first, second), 5)
+    assert [j.id for j in got1] == [r.job_id for r in res[:2]]  # in queue order
+    assert [j.id for j in got2] == [res[2].job_id]
+
+
+async def test_a_sleeping_poll_that_wants_other_tasks_is_not_handed_the_job(core):
+    poll = asyncio.create_task(lease(core, max_jobs=1, wait_ns=20 * SEC, worker="w2", names=["other"]))
+    async with asyncio.timeout(5):
+        while core.waiters.parked(NS, "q") == 0:
+            await asyncio.sleep(0.001)
+    await enqueue(core, name="t")
+    await asyncio.sleep(0.05)
+    assert not poll.done()  # it read again and sleeps on
+    assert [j.task.name for j in await lease(core)] == ["t"]
+    wanted = await enqueue(core, name="other")
+    assert [j.id for j in await asyncio.wait_for(poll, 5)] == [wanted.job_id]
+
+
+def _slow_enqueue_then_lease(monkeypatch, seconds: float) -> None:
+    """The hand-off transaction takes `seconds` (in the store's writer thread)."""
+    from loam_queue_core import core as core_module
+
+    real = core_module.job_enqueue_then_lease
+
+    def job_enqueue_then_lease(*args):
+        time.sleep(seconds)
+        return real(*args)
+
+    monkeypatch.setattr(core_module, "job_enqueue_then_lease", job_enqueue_then_lease)
+
+
+async def test_a_poll_whose_wait_ends_while_an_enqueue_leases_for_it_gets_the_job(core, monkeypatch):
+    poll = asyncio.create_task(lease(core, max_jobs=1, wait_ns=SEC // 5, worker="w2"))
+    async with asyncio.timeout(5):
+        while core.waiters.parked(NS, "q") == 0:
+            await asyncio.sleep(0.001)
+    _slow_enqueue_then_lease(monkeypatch, 0.5)  # ends after the poll's 0.2 s wait
+    e = await enqueue(core)
+    assert [j.id for j in await asyncio.wait_for(poll, 5)] == [e.job_id]  # not an empty answer
+
+
+async def test_a_job_leased_for_a_poll_that_left_goes_back_to_the_queue(core, monkeypatch, check_invariants):
+    poll = await _parked_poll(core)
+    _slow_enqueue_then_lease(monkeypatch, 0.3)
+    enqueuing = asyncio.create_task(enqueue(core))
+    await asyncio.sleep(0.1)  # the enqueue has claimed the poll and is in its transaction
+    poll.cancel()  # the worker hangs up
+    e = await asyncio.wait_for(enqueuing, 5)
+    again = await lease_one(core, worker="w3")
+    assert (again.id, again.worker) == (e.job_id, "w3")
+    await check_invariants()
+
+
+async def test_a_refused_enqueue_leaves_the_claimed_poll_waiting(core, check_invariants):
+    await enqueue(core, job_key="k")
+    await lease_one(core)
+    poll = await _parked_poll(core)
+    with pytest.raises(AlreadyExists):
+        await enqueue(core, data=b"other", job_key="k")
+    await asyncio.sleep(0.05)
+    assert not poll.done()
+    e = await enqueue(core)
+    assert [j.id for j in await asyncio.wait_for(poll, 5)] == [e.job_id]
+    await check_invariants()
+
+
 async def test_long_poll_with_nothing_returns_empty(core):
     assert await lease(core, wait_ns=SEC // 5) == []
     assert core.waiters.parked(NS, "q") == 0
@@ -1115,8 +1218,8 @@ async def test_complete_then_lease_with_bad_lease_arguments_changes_nothing(core
     assert counts == {S.ACTIVE: 1}
 
 
-async def _parked_poll(core, **kw) -> asyncio.Task:
-    poll = asyncio.create_task(lease(core, max_jobs=1, wait_ns=20 * SEC, worker="w2", **kw))
+async def _parked_poll(core, max_jobs: int = 1, **kw) -> asyncio.Task:
+    poll = asyncio.create_task(lease(core, max_jobs=max_jobs, wait_ns=20 * SEC, worker="w2", **kw))
     async with asyncio.timeout(5):
         while core.waiters.parked(NS, "q") == 0:
             await asyncio.sleep(0.001)

@@ -241,7 +241,12 @@ async def test_every_acknowledged_job_completes_once_across_kill_9(tmp_path):
         c = client()
         while len(dropped) < 5:
             try:
-                resp = await c.lease(J.LeaseRequest(queues=[QUEUE], worker="dead", max=5 - len(dropped)), headers=HEADERS)
+                # A long poll, like the other workers: an enqueue hands its job to the
+                # poll that has waited longest, so a poll that never waits gets little.
+                resp = await c.lease(
+                    J.LeaseRequest(queues=[QUEUE], worker="dead", max=5 - len(dropped), wait_ns=SEC // 2),
+                    headers=HEADERS,
+                )
                 dropped.extend(resp.leases)
             except ConnectError:
                 await asyncio.sleep(0.05)

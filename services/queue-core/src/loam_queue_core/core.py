@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
 import random
 
 from loam_common import exchanges, flows, ids, results, schedules, tracing, validate
@@ -25,13 +26,15 @@ from loam_common.jobs.complete import (
     job_extend_if_leased,
     job_report_if_leased,
 )
-from loam_common.jobs.enqueue import Enqueued, NewJob, check_opts, job_enqueue
+from loam_common.jobs.enqueue import Enqueued, NewJob, check_opts, job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import job_lease
 from loam_common.jobs.queue import DEFAULT_PAYLOAD_LIMIT, WAKES_A_POLL, add_ready_listener
 from loam_common.metrics import PROCESS as METRICS, count_fenced
 from loam_common.store.runner import Store
 from loam_queue_core.waiters import Waiters
 from loam_queue_core.watch import EventHub
+
+log = logging.getLogger(__name__)
 
 MAX_LEASE_BATCH = 1000
 
@@ -59,7 +62,7 @@ class QueueCore:
         new = await self._prepare(ns, queue, task, opts or pb.EnqueueOpts(), "task")
         span = _enqueue_span(queue, new) if tracing.tracer is not None else None
         try:
-            (result,) = await self.store.transact(job_enqueue, ns, queue, [new])
+            (result,), handed = await self._enqueue_and_hand(ns, queue, [new], False)
         except BaseException as e:
             await self._drop_blob(new, None)
             if span is not None:
@@ -69,7 +72,8 @@ class QueueCore:
         if span is not None:
             span.end()
         await self._drop_blob(new, result)
-        self._woke(ns, queue, result)
+        if isinstance(result, JobsError) or result.job_id not in handed:
+            self._woke(ns, queue, result)
         return result  # type: ignore[return-value]
 
     async def enqueue_bulk(
@@ -84,7 +88,7 @@ class QueueCore:
         )
         spans = [_enqueue_span(queue, n) for n in news] if tracing.tracer is not None else ()
         try:
-            results = await self.store.transact(job_enqueue, ns, queue, news, True)
+            results, handed = await self._enqueue_and_hand(ns, queue, news, True)
         except BaseException:
             await self._drop_blobs(news, None)
             raise
@@ -92,12 +96,46 @@ class QueueCore:
             for span in spans:
                 span.end()
         await self._drop_blobs(news, results)
-        ready = sum(1 for r in results if isinstance(r, Enqueued) and r.created and r.state in S.READY)
+        ready = sum(
+            1 for r in results if isinstance(r, Enqueued) and r.created and r.state in S.READY and r.job_id not in handed
+        )
         if ready:
             self.waiters.wake(ns, queue, ready)
-        elif any(isinstance(r, Enqueued) and r.created and r.state in WAKES_A_POLL for r in results):
+        elif any(isinstance(r, Enqueued) and r.created and r.state == S.DELAYED for r in results):
             self.waiters.wake(ns, queue, 1)  # a delayed job: see _woke
         return results
+
+    async def _enqueue_and_hand(
+        self, ns: str, queue: str, news: list[NewJob], bulk: bool
+    ) -> tuple[list[Enqueued | JobsError], set[str]]:
+        """The enqueue's transaction. With a poll of `queue` asleep, the same transaction
+        leases for it and the poll gets the jobs without reading again (decision 0023).
+        Returns the results and the ids of the jobs the poll was handed."""
+        claim = self.waiters.claim(ns, queue) if any(_may_be_ready(n) for n in news) else None
+        if claim is None:
+            return await self.store.transact(job_enqueue, ns, queue, news, bulk), set()
+        poll, (worker, max_jobs, names, visibility_ns) = claim
+        leased = None
+        started_ns = self.store.clock.now_ns()
+        try:
+            results, leased = await self.store.transact(
+                job_enqueue_then_lease, ns, queue, news, bulk, (worker, max_jobs, names, visibility_ns)
+            )
+        finally:  # the claimed poll always gets an answer, if only "read again"
+            jobs = leased.jobs if leased is not None else []
+            answered = self.waiters.hand(poll, jobs or None)
+        if jobs and not answered:
+            # The poll's caller left while the enqueue ran: its jobs go back in place (if
+            # this fails, their leases lapse and the sweeper puts them back).
+            try:
+                await self.complete_many(ns, [(j.queue, j.id, j.epoch, Outcome.release()) for j in jobs])
+            except Exception:  # noqa: BLE001 - the enqueue itself is committed
+                log.warning("could not hand back %d jobs leased for a poll that left", len(jobs), exc_info=True)
+            jobs = []
+        if not jobs:
+            return results, set()
+        self._leased(ns, leased, worker, started_ns)
+        return results, {j.id for j in jobs}
 
     async def _prepare(self, ns: str, queue: str, task: pb.TaskSpec, opts: pb.EnqueueOpts, field: str) -> NewJob:
         (new,) = await self._prepare_all(ns, queue, [(task, opts, field)])
@@ -212,10 +250,15 @@ class QueueCore:
                     return await self._inline_payloads(res.jobs)
                 if res.wake_at_ns:  # a delayed job falls due, or a rate window ends
                     left = min(left, max((res.wake_at_ns - self.store.clock.now_ns()) / 1e9, 0.0))
+                self.waiters.sleep(fut, queues, (worker, max_jobs, name_set, visibility_ns))
                 try:
                     await asyncio.wait_for(asyncio.shield(fut), left)
                 except TimeoutError:
-                    pass  # look once more; the loop answers empty once the wait is over
+                    if self.waiters.claimed(fut):  # an enqueue is leasing for this poll
+                        await fut
+                    # else look once more; the loop answers empty once the wait is over
+                if fut.done() and fut.result():  # jobs an enqueue leased for this poll
+                    return await self._inline_payloads(fut.result())
             finally:
                 if fut is not None:
                     self.waiters.unpark(ns, queues, fut)
@@ -559,6 +602,11 @@ def _check_lease(
     validate.in_range(f"{field}max", max_jobs, 1, MAX_LEASE_BATCH)
     validate.in_range(f"{field}visibility_ns", visibility_ns, 0, 24 * 3600 * 10**9)
     return frozenset(names) if names else None
+
+
+def _may_be_ready(new: NewJob) -> bool:
+    """Whether a new job may be leasable at once (not delayed, not a flow's waiting parent)."""
+    return new.init is None and not new.opts.HasField("not_before")
 
 
 def _enqueue_span(queue: str, new: NewJob):

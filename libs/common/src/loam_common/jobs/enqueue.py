@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from loam_common import tracing, validate
 from loam_common.errors import AlreadyExists, IdempotencyConflict, InvalidArgument, JobsError, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import dedup, states as S
+from loam_common.jobs import dedup, lease, states as S
 from loam_common.jobs.queue import QueueTx
 from loam_common.store.base import Txn
 
@@ -165,6 +165,17 @@ def job_enqueue(
                 else:
                     raise
     return out
+
+
+def job_enqueue_then_lease(
+    tx: Txn, ns: str, queue: str, new_jobs: list[NewJob], bulk: bool, lease_args: tuple
+) -> tuple[list[Enqueued | JobsError], lease.LeaseResult]:
+    """An enqueue that hands its jobs to a parked poll (decision 0023): `job_enqueue`,
+    then a lease of `queue` for that poll (job_lease's worker, max_jobs, names and
+    visibility_ns), in one transaction."""
+    done = job_enqueue(tx, ns, queue, new_jobs, bulk)
+    worker, max_jobs, names, visibility_ns = lease_args
+    return done, lease.job_lease(tx, ns, [queue], worker, max_jobs, names, 0, visibility_ns)
 
 
 def _refusable(nj: NewJob) -> bool:
