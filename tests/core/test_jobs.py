@@ -926,6 +926,18 @@ async def test_a_job_leased_for_a_poll_that_left_goes_back_to_the_queue(core, mo
     await check_invariants()
 
 
+async def test_a_poll_gets_the_job_of_an_enqueue_whose_caller_left_mid_transaction(core, monkeypatch):
+    # The producer hangs up while the transaction runs; the transaction still commits,
+    # so the job leased for the poll must reach it, not wait for its lease to lapse.
+    poll = await _parked_poll(core)
+    _slow_enqueue_then_lease(monkeypatch, 0.3)
+    enqueuing = asyncio.create_task(enqueue(core))
+    await asyncio.sleep(0.1)
+    enqueuing.cancel()
+    (got,) = await asyncio.wait_for(poll, 5)
+    assert (got.state, got.worker) == (S.ACTIVE, "w2")
+
+
 async def test_a_refused_enqueue_leaves_the_claimed_poll_waiting(core, check_invariants):
     await enqueue(core, job_key="k")
     await lease_one(core)

@@ -114,6 +114,15 @@ class QueueCore:
         claim = self.waiters.claim(ns, queue) if any(_may_be_ready(n) for n in news) else None
         if claim is None:
             return await self.store.transact(job_enqueue, ns, queue, news, bulk), set()
+        # Shielded: if the caller leaves, the transaction may still commit, and the poll
+        # must then get the jobs leased for it, not be told to read again.
+        handing = asyncio.ensure_future(self._hand_off(ns, queue, news, bulk, claim))
+        handing.add_done_callback(_retrieve)
+        return await asyncio.shield(handing)
+
+    async def _hand_off(
+        self, ns: str, queue: str, news: list[NewJob], bulk: bool, claim: tuple
+    ) -> tuple[list[Enqueued | JobsError], set[str]]:
         poll, (worker, max_jobs, names, visibility_ns) = claim
         leased = None
         started_ns = self.store.clock.now_ns()
@@ -602,6 +611,12 @@ def _check_lease(
     validate.in_range(f"{field}max", max_jobs, 1, MAX_LEASE_BATCH)
     validate.in_range(f"{field}visibility_ns", visibility_ns, 0, 24 * 3600 * 10**9)
     return frozenset(names) if names else None
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    """A shielded task whose caller left: its error is the caller's, already raised."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _may_be_ready(new: NewJob) -> bool:
