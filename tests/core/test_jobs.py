@@ -1290,18 +1290,11 @@ async def test_a_completion_that_frees_nothing_leaves_a_parked_poll_asleep(core,
     await enqueue(core)
     one, two = await lease(core, max_jobs=2)
     poll = await _parked_poll(core)
-    reads = []
-    transact = core.store.transact
-
-    async def counted(fn, *args, **kw):
-        reads.append(fn.__name__)
-        return await transact(fn, *args, **kw)
-
-    monkeypatch.setattr(core.store, "transact", counted)
+    txs = _count_transactions(core, monkeypatch)
     await ok(core, one)
     await core.complete_many_then_lease(NS, [("q", two.id, two.epoch, Outcome.ok())], ["q"], "w1", 1)
     await asyncio.sleep(0.05)
-    assert "job_lease" not in reads and not poll.done()
+    assert "job_lease" not in txs and not poll.done()
     e = await enqueue(core)  # the poll still answers the next job
     assert [j.id for j in await asyncio.wait_for(poll, 5)] == [e.job_id]
 
