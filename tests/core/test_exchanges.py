@@ -58,3 +58,62 @@ async def test_result_incr_added_and_long_poll(core):
     assert got.found and got.value.data == b"1" and got.version > 0
     now = await rpc.result_get(NS, J.ResultGetRequest(key="k", wait_ns=SEC, after_version=0))
     assert now.version == got.version  # a different version answers at once
+
+
+# -- a routed publish and the sleeping polls of its queues ----------------------------------------
+async def _sleeping_poll(core, queue: str) -> asyncio.Task:
+    poll = asyncio.create_task(core.lease(NS, [queue], "w-" + queue, max_jobs=1, wait_ns=20 * SEC))
+    async with asyncio.timeout(5):
+        while core.waiters.parked(NS, queue) == 0:
+            await asyncio.sleep(0.001)
+    return poll
+
+
+async def test_a_publish_routed_to_one_queue_hands_its_job_to_a_sleeping_poll(core, monkeypatch, check_invariants):
+    rpc = CoreRpc(core)
+    await rpc.exchange_bind(NS, J.ExchangeBindRequest(exchange="celery", routing_key="celery", queue="q"))
+    poll = await _sleeping_poll(core, "q")
+    txs: list[str] = []
+    transact = core.store.transact
+
+    async def counted(fn, *args, **kw):
+        txs.append(fn.__name__)
+        return await transact(fn, *args, **kw)
+
+    monkeypatch.setattr(core.store, "transact", counted)
+    r = await rpc.exchange_publish(NS, J.ExchangePublishRequest(
+        exchange="celery", type=J.EXCHANGE_TYPE_DIRECT, routing_key="celery", task=_task()))  # fmt: skip
+    (got,) = await asyncio.wait_for(poll, 5)
+    assert got.id == r.routed[0].result.enqueued.job and got.worker == "w-q"
+    assert txs == ["job_enqueue_then_lease"]  # the poll did not read again
+    await check_invariants()
+
+
+async def test_a_fanout_wakes_the_sleeping_poll_of_every_queue(core):
+    rpc = CoreRpc(core)
+    for queue in ("m1", "m2"):
+        await rpc.exchange_bind(NS, J.ExchangeBindRequest(exchange="f", queue=queue))
+    polls = [await _sleeping_poll(core, queue) for queue in ("m1", "m2")]
+    r = await rpc.exchange_publish(NS, J.ExchangePublishRequest(exchange="f", type=J.EXCHANGE_TYPE_FANOUT, task=_task()))
+    got = await asyncio.wait_for(asyncio.gather(*polls), 5)
+    assert sorted(j.id for (j,) in got) == sorted(x.result.enqueued.job for x in r.routed)
+
+
+async def test_a_routed_copy_over_its_queues_payload_limit_is_refused_in_its_slot(core, store):
+    from loam_common.jobs import admin
+
+    await store.transact(admin.queue_create, NS, "small", pb.QueueConfig(payload_limit=1))
+    rpc = CoreRpc(core)
+    for queue in ("small", "big"):
+        await rpc.exchange_bind(NS, J.ExchangeBindRequest(exchange="f", queue=queue))
+    await rpc.exchange_bind(NS, J.ExchangeBindRequest(exchange="d", routing_key="k", queue="small"))
+    fanout = await rpc.exchange_publish(NS, J.ExchangePublishRequest(exchange="f", type=J.EXCHANGE_TYPE_FANOUT, task=_task()))
+    direct = await rpc.exchange_publish(NS, J.ExchangePublishRequest(
+        exchange="d", type=J.EXCHANGE_TYPE_DIRECT, routing_key="k", task=_task()))  # fmt: skip
+    by_queue = {x.queue: x.result.WhichOneof("result") for x in fanout.routed}
+    assert by_queue == {"small": "error", "big": "enqueued"}
+    assert [(x.queue, x.result.WhichOneof("result")) for x in direct.routed] == [("small", "error")]
+    assert "payload" in direct.routed[0].result.error.message.lower()
+    for queue, waiting in (("small", 0), ("big", 1)):
+        counts = await rpc.queue_admin(NS, J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts=J.QueueOp.Counts())))
+        assert counts.counts.waiting == waiting

@@ -213,10 +213,21 @@ class QueueCore:
             t.CopyFrom(task)
             o.CopyFrom(opts)
             news.append((q, await self._prepare(ns, q, t, o, "task")))
-        results_ = await self.store.transact(exchanges.enqueue_routed, ns, news)
+        handed: set[str] = set()
+        if len(news) == 1:
+            # The usual route (Celery's default exchange to its one queue) is an enqueue
+            # with its error in its slot, so it hands its job to a sleeping poll too.
+            ((q, new),) = news
+            try:
+                results_, handed = await self._enqueue_and_hand(ns, q, [new], True)
+            except JobsError as e:  # refused whole (the queue's payload limit): in its slot
+                results_ = [e]
+        else:
+            results_ = await self.store.transact(exchanges.enqueue_routed, ns, news)
         for (q, new), result in zip(news, results_, strict=True):
             await self._drop_blob(new, result)
-            self._woke(ns, q, result)
+            if isinstance(result, JobsError) or result.job_id not in handed:
+                self._woke(ns, q, result)
         return [(q, r) for (q, _), r in zip(news, results_, strict=True)]
 
     def _woke(self, ns: str, queue: str, result: Enqueued | JobsError) -> None:
