@@ -4,6 +4,8 @@ per backend (memory and SQLite), on a ManualClock the test moves by hand.
 - `clock`, `store`, `blobs`, `core`, `configure`: from tests/conftest.py.
 - `sweep`: one `Sweeper.run_once()` pass over every queue.
 - `jobs_of` / `job_of` / `events_of`: read job records and outbox rows in one snapshot.
+- `count_transactions`: `txs = count_transactions()` lists, from then on, the transitions
+  `core.store.transact` runs.
 - `check_invariants`: the per-shard counts (ShardMeta) equal the job records per state,
   and every job has exactly the index entry its state calls for. Call it at the end of
   a test; it returns the per-state counts.
@@ -32,6 +34,22 @@ def sweep(store, blobs):
         return await sweeper.run_once()
 
     return _sweep
+
+
+@pytest.fixture
+def count_transactions(core, monkeypatch):
+    def start() -> list[str]:
+        names: list[str] = []
+        transact = core.store.transact
+
+        async def counted(fn, *args, **kw):
+            names.append(fn.__name__)
+            return await transact(fn, *args, **kw)
+
+        monkeypatch.setattr(core.store, "transact", counted)
+        return names
+
+    return start
 
 
 # -- reading state ---------------------------------------------------------------------------

@@ -69,18 +69,11 @@ async def _sleeping_poll(core, queue: str) -> asyncio.Task:
     return poll
 
 
-async def test_a_publish_routed_to_one_queue_hands_its_job_to_a_sleeping_poll(core, monkeypatch, check_invariants):
+async def test_a_publish_routed_to_one_queue_hands_its_job_to_a_sleeping_poll(core, count_transactions, check_invariants):
     rpc = CoreRpc(core)
     await rpc.exchange_bind(NS, J.ExchangeBindRequest(exchange="celery", routing_key="celery", queue="q"))
     poll = await _sleeping_poll(core, "q")
-    txs: list[str] = []
-    transact = core.store.transact
-
-    async def counted(fn, *args, **kw):
-        txs.append(fn.__name__)
-        return await transact(fn, *args, **kw)
-
-    monkeypatch.setattr(core.store, "transact", counted)
+    txs = count_transactions()
     r = await rpc.exchange_publish(NS, J.ExchangePublishRequest(
         exchange="celery", type=J.EXCHANGE_TYPE_DIRECT, routing_key="celery", task=_task()))  # fmt: skip
     (got,) = await asyncio.wait_for(poll, 5)

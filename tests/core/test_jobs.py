@@ -838,22 +838,10 @@ async def test_long_poll_takes_a_delayed_job_due_before_the_time_it_sleeps_until
 
 
 # -- an enqueue hands its job to a sleeping poll (decision 0023) ---------------------------------
-def _count_transactions(core, monkeypatch) -> list[str]:
-    names: list[str] = []
-    transact = core.store.transact
-
-    async def counted(fn, *args, **kw):
-        names.append(fn.__name__)
-        return await transact(fn, *args, **kw)
-
-    monkeypatch.setattr(core.store, "transact", counted)
-    return names
-
-
 @pytest.mark.parametrize("bulk", [False, True])
-async def test_an_enqueue_leases_for_a_sleeping_poll_in_its_own_transaction(core, monkeypatch, check_invariants, bulk):
+async def test_an_enqueue_leases_for_a_sleeping_poll_in_its_own_transaction(core, count_transactions, check_invariants, bulk):
     poll = await _parked_poll(core)
-    txs = _count_transactions(core, monkeypatch)
+    txs = count_transactions()
     if bulk:
         (e,) = await core.enqueue_bulk(NS, "q", [(task("t", b"x"), None)])
     else:
@@ -1283,14 +1271,14 @@ async def test_long_poll_wakes_when_the_last_kept_duplicate_is_enqueued(core, ch
     await check_invariants()
 
 
-async def test_a_completion_that_frees_nothing_leaves_a_parked_poll_asleep(core, monkeypatch):
+async def test_a_completion_that_frees_nothing_leaves_a_parked_poll_asleep(core, count_transactions):
     # With no concurrency limit, subject, flow or duplicate, finishing a job makes no other
     # job leasable: a parked poll woken for it would only read the queue and park again.
     await enqueue(core)
     await enqueue(core)
     one, two = await lease(core, max_jobs=2)
     poll = await _parked_poll(core)
-    txs = _count_transactions(core, monkeypatch)
+    txs = count_transactions()
     await ok(core, one)
     await core.complete_many_then_lease(NS, [("q", two.id, two.epoch, Outcome.ok())], ["q"], "w1", 1)
     await asyncio.sleep(0.05)
