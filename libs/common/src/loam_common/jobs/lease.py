@@ -35,6 +35,8 @@ def _note_wake(res: LeaseResult, at_ns: int) -> None:
 
 def promote_due(qt: QueueTx, shard: int, limit: int = PROMOTE_BATCH) -> int:
     """Move delayed jobs whose time has come to the ready index."""
+    if not qt.meta(shard).counts.get(S.DELAYED):
+        return 0  # the shard's counts say its delayed index is empty: no scan
     prefix = qt.k.delayed_shard(shard)
     due = qt.tx.scan(prefix, prefix + keys.U64.pack(qt.now + 1), limit=limit)
     plen = len(prefix)
@@ -45,6 +47,8 @@ def promote_due(qt: QueueTx, shard: int, limit: int = PROMOTE_BATCH) -> int:
 
 
 def next_due_ns(qt: QueueTx, shard: int) -> int:
+    if not qt.meta(shard).counts.get(S.DELAYED):
+        return 0
     prefix = qt.k.delayed_shard(shard)
     head = qt.tx.scan(prefix, keys.prefix_end(prefix), limit=1)
     return keys.index_time(head[0][0], len(prefix)) if head else 0
