@@ -215,8 +215,8 @@ class QueueCore:
             news.append((q, await self._prepare(ns, q, t, o, "task")))
         handed: set[str] = set()
         if len(news) == 1:
-            # The usual route (Celery's default exchange to its one queue) is an enqueue
-            # with its error in its slot, so it hands its job to a sleeping poll too.
+            # A message routed to one queue (a direct or topic binding) is an enqueue with
+            # its error in its slot, so it hands its job to a sleeping poll too.
             ((q, new),) = news
             try:
                 results_, handed = await self._enqueue_and_hand(ns, q, [new], True)
