@@ -19,10 +19,10 @@ from __future__ import annotations
 from functools import lru_cache
 
 from loam_common import keys, validate
-from loam_common.errors import InvalidArgument, JobsError, PayloadTooLarge
+from loam_common.errors import InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs.enqueue import Enqueued, NewJob, _enqueue_one
+from loam_common.jobs.enqueue import Enqueued, NewJob, _enqueue_one, check_payload_limit
 from loam_common.jobs.queue import QueueTx
 from loam_common.store.base import Txn
 
@@ -124,9 +124,7 @@ def enqueue_routed(tx: Txn, ns: str, items: list[tuple[str, NewJob]]) -> list[En
         sp = tx.savepoint()
         try:
             with QueueTx(tx, ns, queue) as qt:
-                limit = qt.cfg.payload_limit  # the queue's own, as job_enqueue holds it
-                if limit and nj.task.payload.size > limit:
-                    raise PayloadTooLarge(nj.task.payload.size, limit)
+                check_payload_limit(qt, nj)
                 out.append(_enqueue_one(qt, nj))
         except JobsError as e:
             tx.rollback_to(sp)

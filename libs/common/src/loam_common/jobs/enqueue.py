@@ -141,11 +141,9 @@ def job_enqueue(
     trace, and the others go in; a single enqueue raises it."""
     out: list[Enqueued | JobsError] = []
     with QueueTx(tx, ns, queue) as qt:
-        limit = qt.cfg.payload_limit  # the queue's own; the server-wide one is checked before
-        if limit:
+        if qt.cfg.payload_limit:
             for nj in new_jobs:  # like any invalid input, one too big refuses the whole call
-                if nj.task.payload.size > limit:
-                    raise PayloadTooLarge(nj.task.payload.size, limit)
+                check_payload_limit(qt, nj)
         from_counter = sum(1 for nj in new_jobs if nj.opts.job_key_from_counter and not nj.opts.job_key)
         if from_counter > 1:
             qt.prefetch_job_keys_from_counter(from_counter)
@@ -165,6 +163,14 @@ def job_enqueue(
                 else:
                     raise
     return out
+
+
+def check_payload_limit(qt: QueueTx, nj: NewJob) -> None:
+    """The queue's own payload limit (the server-wide one is checked before any
+    transaction)."""
+    limit = qt.cfg.payload_limit
+    if limit and nj.task.payload.size > limit:
+        raise PayloadTooLarge(nj.task.payload.size, limit)
 
 
 def job_enqueue_then_lease(
