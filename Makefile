@@ -28,9 +28,11 @@ proto: venv
 	find $(PROTO_OUT) -name '*.py*' -exec sed -i 's/^from loam\.jobs\.v1 import/from loam_common.gen.loam.jobs.v1 import/' {} +
 	for d in $$(find $(PROTO_OUT) -type d); do touch $$d/__init__.py; done
 
-# The contract follows buf's STANDARD lint rules (buf.yaml).
+# The contract follows buf's STANDARD lint rules (buf.yaml); Python follows ruff.toml.
 lint: venv
 	$(BIN)/buf lint
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # CI: generated code must match proto/.
 proto-check: proto

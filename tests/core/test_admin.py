@@ -11,7 +11,8 @@ from loam_common import keys
 from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import admin, job_admin, states as S
+from loam_common.jobs import admin, job_admin
+from loam_common.jobs import states as S
 from loam_common.jobs.complete import Outcome
 from loam_common.store import RESERVED_PREFIX
 
@@ -74,8 +75,13 @@ async def test_counts_follow_every_kind_of_move(store, core, clock, check_invari
     await store.transact(job_admin.job_cancel, NS, "q", canceled)
 
     assert await counts(store) == {
-        "waiting": 1, "prioritized": 2, "delayed": 1, "active": 1,
-        "completed": 1, "failed": 1, "canceled": 1,
+        "waiting": 1,
+        "prioritized": 2,
+        "delayed": 1,
+        "active": 1,
+        "completed": 1,
+        "failed": 1,
+        "canceled": 1,
     }
     result = await store.transact(admin.queue_counts, NS, "q")
     assert result.waiting == 1 and result.prioritized == 2 and not result.paused

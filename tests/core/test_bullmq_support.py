@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, job_admin
 from loam_common.jobs import states as S
 from loam_common.jobs.complete import Outcome
@@ -71,18 +72,22 @@ async def test_progress_and_logs_from_any_client(core, store, events_of):
         n = await store.transact(job_admin.job_add_log, NS, "q", r.job_id, f"line {i}", 3)
     assert n == 3
     logs = await store.snapshot(job_admin.job_logs, NS, "q", r.job_id)
-    assert [l.line for l in logs.lines] == ["line 1", "line 2", "line 3"]
+    assert [entry.line for entry in logs.lines] == ["line 1", "line 2", "line 3"]
     assert await store.transact(job_admin.job_clear_logs, NS, "q", r.job_id, 1) == 1
     logs = await store.snapshot(job_admin.job_logs, NS, "q", r.job_id)
-    assert [l.line for l in logs.lines] == ["line 3"]
+    assert [entry.line for entry in logs.lines] == ["line 3"]
 
 
-async def test_remove_with_children_takes_the_tree_unless_a_job_of_it_is_active(core, store, job_of, check_invariants):
+async def test_remove_with_children_takes_the_tree_unless_a_job_of_it_is_active(
+    core, store, job_of, check_invariants
+):
     from loam_common.errors import InvalidState
 
     parent = await core.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
     kids = [
-        await core.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key=f"K{i}", parent=pb.ParentRef(queue="p", job_id="P")))
+        await core.enqueue(
+            NS, "c", task(), pb.EnqueueOpts(job_key=f"K{i}", parent=pb.ParentRef(queue="p", job_id="P"))
+        )
         for i in range(2)
     ]
     [running] = await core.lease(NS, ["c"], "w", 1)
@@ -103,7 +108,9 @@ async def test_remove_with_children_takes_the_tree_unless_a_job_of_it_is_active(
 async def test_remove_child_dependency_releases_a_parent_left_with_nothing_pending(core, store, job_of):
     parent = await core.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
     [leased] = await core.lease(NS, ["p"], "w", 1)
-    child = await core.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key="K", parent=pb.ParentRef(queue="p", job_id="P")))
+    child = await core.enqueue(
+        NS, "c", task(), pb.EnqueueOpts(job_key="K", parent=pb.ParentRef(queue="p", job_id="P"))
+    )
     await core.complete(NS, "p", leased.id, leased.epoch, Outcome.wait_children())
     assert await store.transact(job_admin.job_remove_child_dependency, NS, "c", child.job_id)
     assert (await job_of(parent.job_id, "p")).state == S.WAITING
@@ -114,7 +121,10 @@ async def test_remove_child_dependency_releases_a_parent_left_with_nothing_pendi
 async def test_a_taken_key_keeps_the_first_job_when_asked(core, events_of):
     first = await core.enqueue(NS, "q", task("a"), pb.EnqueueOpts(job_key="k", job_key_keeps_first=True))
     again = await core.enqueue(
-        NS, "q", pb.TaskSpec(name="b", payload=pb.Payload(data=b"{}")), pb.EnqueueOpts(job_key="k", job_key_keeps_first=True)
+        NS,
+        "q",
+        pb.TaskSpec(name="b", payload=pb.Payload(data=b"{}")),
+        pb.EnqueueOpts(job_key="k", job_key_keeps_first=True),
     )
     assert (again.job_id, again.created, again.job_key) == (first.job_id, False, "k")
     assert [e.event for e in await events_of("q", first.job_id)][-1] == "duplicated"
@@ -158,7 +168,9 @@ async def test_an_outcome_can_bring_the_retention(core, job_of):
     assert await job_of(r.job_id) is None
 
 
-async def test_retention_ages_go_by_the_workers_clock_when_the_outcome_brings_it(core, jobs_of, check_invariants):
+async def test_retention_ages_go_by_the_workers_clock_when_the_outcome_brings_it(
+    core, jobs_of, check_invariants
+):
     """BullMQ judges removeOnComplete {age} by the worker's timestamp: a worker whose clock
     says 1 s passed between finishes keeps only the jobs of the last `age` seconds, though
     the store's clock did not move."""
@@ -199,7 +211,9 @@ async def test_rate_limit_for_replaces_the_open_window(core, store, clock, confi
     assert len(await core.lease(NS, ["q"], "w", 5)) == 1  # a fresh window, with its own max
 
 
-async def test_keep_waiting_policy_waits_on_a_failed_child_and_forgets_a_removed_one(core, store, job_of, check_invariants):
+async def test_keep_waiting_policy_waits_on_a_failed_child_and_forgets_a_removed_one(
+    core, store, job_of, check_invariants
+):
     keep = {"queue": "p", "job_id": "P", "keep_waiting_on_failure": True}
     parent = await core.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
     [leased] = await core.lease(NS, ["p"], "w", 1)
@@ -289,12 +303,19 @@ async def test_per_minute_metrics_by_the_workers_clock(core, store):
         await core.complete(NS, "q", job.id, job.epoch, out)
     done = await store.snapshot(queue_metrics, NS, "q", "completed")
     # 2 jobs before the minute turned, then a minute with none (newest first)
-    assert (done.count, list(done.points), done.prev_count, done.prev_ms) == (3, [0, 2], 2, t0 + 2 * minute + 5)
+    assert (done.count, list(done.points), done.prev_count, done.prev_ms) == (
+        3,
+        [0, 2],
+        2,
+        t0 + 2 * minute + 5,
+    )
     failed = await store.snapshot(queue_metrics, NS, "q", "failed")
     assert (failed.count, list(failed.points)) == (1, [])
     await core.enqueue(NS, "q", task())
     [job] = await core.lease(NS, ["q"], "w", 1)
-    await core.complete(NS, "q", job.id, job.epoch, dataclasses.replace(Outcome.ok(), metrics=(t0 + 60 * minute, 3)))
+    await core.complete(
+        NS, "q", job.id, job.epoch, dataclasses.replace(Outcome.ok(), metrics=(t0 + 60 * minute, 3))
+    )
     capped = await store.snapshot(queue_metrics, NS, "q", "completed")
     assert list(capped.points) == [0, 0, 1]  # at most max_data_points, the newest kept
 

@@ -38,7 +38,10 @@ async def test_asyncio_workers_share_a_queue(core, check_invariants, events_of):
 
     async def producer() -> None:
         for start in range(0, n_jobs, 10):
-            batch = [(pb.TaskSpec(name="t", payload=pb.Payload(data=str(i).encode())), None) for i in range(start, start + 10)]
+            batch = [
+                (pb.TaskSpec(name="t", payload=pb.Payload(data=str(i).encode())), None)
+                for i in range(start, start + 10)
+            ]
             enqueued.extend(r.job_id for r in await core.enqueue_bulk(NS, "q", batch))
             await asyncio.sleep(0)
         producing_done.set()
@@ -130,7 +133,10 @@ async def test_processes_share_one_sqlite_file(tmp_path):
 
     store = open_store(f"sqlite://{db}")
     core = QueueCore(store)
-    pre = [r.job_id for r in await core.enqueue_bulk(NS, "q", [(pb.TaskSpec(name="t"), None) for _ in range(n_pre)])]
+    pre = [
+        r.job_id
+        for r in await core.enqueue_bulk(NS, "q", [(pb.TaskSpec(name="t"), None) for _ in range(n_pre)])
+    ]
 
     procs = [
         await asyncio.create_subprocess_exec(

@@ -14,8 +14,10 @@ import time
 import pytest
 
 from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound
-from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
-from loam_common.jobs import admin, job_admin, states as S
+from loam_common.gen.loam.jobs.v1 import jobs_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import admin, job_admin
+from loam_common.jobs import states as S
 from loam_common.jobs.complete import Outcome
 from loam_common.store import RESERVED_PREFIX
 
@@ -24,7 +26,9 @@ SEC = 1_000_000_000
 P = pb  # failure policies: P.FAILURE_POLICY_...
 
 
-def node(nid: str, *deps: str, queue: str = "q", name: str | None = None, policy: int = 0, **opts) -> jobs_pb2.FlowNode:
+def node(
+    nid: str, *deps: str, queue: str = "q", name: str | None = None, policy: int = 0, **opts
+) -> jobs_pb2.FlowNode:
     return jobs_pb2.FlowNode(
         id=nid,
         queue=queue,
@@ -76,8 +80,12 @@ async def stored(store) -> list[tuple[bytes, bytes]]:
 
 
 def values(children: list[pb.Dependency]) -> dict[str, tuple[str, bytes]]:
-    names = {pb.DEPENDENCY_STATE_PROCESSED: "processed", pb.DEPENDENCY_STATE_FAILED: "failed",
-             pb.DEPENDENCY_STATE_IGNORED: "ignored", pb.DEPENDENCY_STATE_PENDING: "pending"}
+    names = {
+        pb.DEPENDENCY_STATE_PROCESSED: "processed",
+        pb.DEPENDENCY_STATE_FAILED: "failed",
+        pb.DEPENDENCY_STATE_IGNORED: "ignored",
+        pb.DEPENDENCY_STATE_PENDING: "pending",
+    }
     return {c.node or c.job_id: (names[c.state], c.value.data or c.error.message.encode()) for c in children}
 
 
@@ -104,7 +112,9 @@ async def test_group_is_one_wave(core, check_invariants):
     await check_invariants()
 
 
-async def test_chord_callback_runs_after_the_whole_group_with_its_results(core, job_of, events_of, check_invariants):
+async def test_chord_callback_runs_after_the_whole_group_with_its_results(
+    core, job_of, events_of, check_invariants
+):
     sub = await core.flow(NS, graph(node("h1"), node("h2"), node("h3"), node("cb", "h1", "h2", "h3")))
     jobs = await lease_all(core)
     assert sorted(j.flow_node for j in jobs) == ["h1", "h2", "h3"]
@@ -132,7 +142,9 @@ def _tree() -> jobs_pb2.FlowSpec:
     )
 
 
-async def test_three_level_tree_with_concurrent_workers_and_a_crash(core, clock, sweep, job_of, configure, check_invariants):
+async def test_three_level_tree_with_concurrent_workers_and_a_crash(
+    core, clock, sweep, job_of, configure, check_invariants
+):
     queues = ("leaves", "children", "parents")
     for q in queues:
         await configure(q, visibility_ns=30 * SEC)
@@ -200,9 +212,13 @@ async def test_default_policy_fails_the_parent_and_its_ancestors(core, job_of, c
     assert c1.state == S.FAILED and c1.errors[-1].code == "child-failed"
     assert c1.errors[-1].message == f"child leaves:{sub.jobs['g2']} (node 'g2') failed: disk full"
     root = await job_of(sub.jobs["root"], "parents")
-    assert root.state == S.FAILED and f"children:{sub.jobs['c1']} (node 'c1') failed" in root.errors[-1].message
+    assert (
+        root.state == S.FAILED and f"children:{sub.jobs['c1']} (node 'c1') failed" in root.errors[-1].message
+    )
     assert values(await core.children_values(NS, "children", sub.jobs["c1"])) == {
-        "g1": ("processed", b"done:g1"), "g2": ("failed", b"disk full"), "g3": ("pending", b""),
+        "g1": ("processed", b"done:g1"),
+        "g2": ("failed", b"disk full"),
+        "g3": ("pending", b""),
     }
     # The rest of the flow still runs to the end and leaves nothing waiting.
     await ok(core, leaves["g3"])
@@ -212,19 +228,26 @@ async def test_default_policy_fails_the_parent_and_its_ancestors(core, job_of, c
 
 
 async def test_fail_parent_on_failure(core, job_of):
-    sub = await core.flow(NS, graph(node("a", policy=P.FAILURE_POLICY_FAIL_PARENT), node("b"), node("p", "a", "b")))
+    sub = await core.flow(
+        NS, graph(node("a", policy=P.FAILURE_POLICY_FAIL_PARENT), node("b"), node("p", "a", "b"))
+    )
     jobs = {j.flow_node: j for j in await lease_all(core)}
     await fail(core, jobs["a"])
     assert await state(job_of, sub.jobs["p"]) == S.FAILED
 
 
 async def test_continue_parent_on_failure_runs_the_parent_at_once(core, job_of, check_invariants):
-    sub = await core.flow(NS, graph(node("a", policy=P.FAILURE_POLICY_CONTINUE_PARENT), node("b"), node("p", "a", "b")))
+    sub = await core.flow(
+        NS, graph(node("a", policy=P.FAILURE_POLICY_CONTINUE_PARENT), node("b"), node("p", "a", "b"))
+    )
     jobs = {j.flow_node: j for j in await lease_all(core)}
     await fail(core, jobs["a"], "nope")
     p = await job_of(sub.jobs["p"])
     assert p.state == S.WAITING and p.pending_children == 1 and p.children_failed == 1
-    assert values(await core.children_values(NS, "q", p.id)) == {"a": ("failed", b"nope"), "b": ("pending", b"")}
+    assert values(await core.children_values(NS, "q", p.id)) == {
+        "a": ("failed", b"nope"),
+        "b": ("pending", b""),
+    }
     (leased,) = await lease_all(core)
     assert leased.id == p.id
     await ok(core, jobs["b"])  # finishing later: recorded, the running parent is not moved
@@ -235,20 +258,25 @@ async def test_continue_parent_on_failure_runs_the_parent_at_once(core, job_of, 
 
 
 async def test_ignore_dependency_on_failure_counts_as_done(core, job_of, check_invariants):
-    sub = await core.flow(NS, graph(node("a", policy=P.FAILURE_POLICY_IGNORE_DEPENDENCY), node("b"), node("p", "a", "b")))
+    sub = await core.flow(
+        NS, graph(node("a", policy=P.FAILURE_POLICY_IGNORE_DEPENDENCY), node("b"), node("p", "a", "b"))
+    )
     jobs = {j.flow_node: j for j in await lease_all(core)}
     await fail(core, jobs["a"], "ignored failure")
     assert await state(job_of, sub.jobs["p"]) == S.WAITING_CHILDREN
     await ok(core, jobs["b"])
     assert await state(job_of, sub.jobs["p"]) == S.WAITING
     assert values(await core.children_values(NS, "q", sub.jobs["p"])) == {
-        "a": ("ignored", b"ignored failure"), "b": ("processed", b"done:b"),
+        "a": ("ignored", b"ignored failure"),
+        "b": ("processed", b"done:b"),
     }
     await check_invariants()
 
 
 async def test_remove_dependency_on_failure_forgets_it(core, job_of, check_invariants):
-    sub = await core.flow(NS, graph(node("a", policy=P.FAILURE_POLICY_REMOVE_DEPENDENCY), node("b"), node("p", "a", "b")))
+    sub = await core.flow(
+        NS, graph(node("a", policy=P.FAILURE_POLICY_REMOVE_DEPENDENCY), node("b"), node("p", "a", "b"))
+    )
     jobs = {j.flow_node: j for j in await lease_all(core)}
     await fail(core, jobs["a"])
     assert await state(job_of, sub.jobs["p"]) == S.WAITING_CHILDREN
@@ -288,7 +316,9 @@ async def test_removing_a_pending_child_fails_its_parent_under_the_default_polic
 
 
 async def test_removing_a_child_under_remove_dependency_lets_the_parent_go_on(core, store, job_of):
-    sub = await core.flow(NS, graph(node("a", policy=P.FAILURE_POLICY_REMOVE_DEPENDENCY), node("b"), node("p", "a", "b")))
+    sub = await core.flow(
+        NS, graph(node("a", policy=P.FAILURE_POLICY_REMOVE_DEPENDENCY), node("b"), node("p", "a", "b"))
+    )
     await store.transact(job_admin.job_remove, NS, "q", sub.jobs["a"])
     (b,) = await lease_all(core)
     await ok(core, b)
@@ -302,7 +332,9 @@ async def test_cancelling_a_child_fails_its_parent_with_the_reason(core, store, 
     assert p.state == S.FAILED and p.errors[-1].message.endswith("was canceled: not needed")
 
 
-async def test_removing_a_parent_drops_its_records_and_children_finish_alone(core, store, job_of, check_invariants):
+async def test_removing_a_parent_drops_its_records_and_children_finish_alone(
+    core, store, job_of, check_invariants
+):
     sub = await core.flow(NS, graph(node("a"), node("p", "a"), node("top", "p")))
     await store.transact(job_admin.job_remove, NS, "q", sub.jobs["p"])
     assert not [k for k, _ in await stored(store) if b"/dep/" + sub.jobs["p"].encode() in k]
@@ -443,7 +475,9 @@ async def test_join_existing_links_a_finished_or_live_job_to_a_new_parent(core, 
 
 
 async def test_a_retried_child_is_pending_again_for_a_parent_that_has_not_started(core, store, job_of):
-    sub = await core.flow(NS, graph(node("a", policy=P.FAILURE_POLICY_IGNORE_DEPENDENCY), node("b"), node("p", "a", "b")))
+    sub = await core.flow(
+        NS, graph(node("a", policy=P.FAILURE_POLICY_IGNORE_DEPENDENCY), node("b"), node("p", "a", "b"))
+    )
     jobs = {j.flow_node: j for j in await lease_all(core)}
     await ok(core, jobs["b"])
     await fail(core, jobs["a"])
@@ -469,7 +503,9 @@ async def test_children_need_a_live_parent_and_a_refusal_writes_nothing(core, st
         ref = pb.ParentRef(queue="q", job_id=parent.id)
         await core.enqueue(NS, "kids", pb.TaskSpec(name="k"), pb.EnqueueOpts(parent=ref))
     assert await stored(store) == before
-    both = pb.ParentRef(queue="q", job_id=parent.id, fail_parent_on_failure=True, remove_dependency_on_failure=True)
+    both = pb.ParentRef(
+        queue="q", job_id=parent.id, fail_parent_on_failure=True, remove_dependency_on_failure=True
+    )
     with pytest.raises(InvalidArgument) as e:
         await core.enqueue(NS, "kids", pb.TaskSpec(name="k"), pb.EnqueueOpts(parent=both))
     assert e.value.field == "task.opts.parent"
@@ -530,7 +566,10 @@ async def test_job_key_on_a_node_must_be_free(core, store):
         ([node("a", queue="no/slash")], "graph.nodes[0].queue"),
         ([node("a", priority=2**22)], "graph.nodes[0].opts.priority"),
         # a node another depends on is linked by depends_on, not by a parent of its own
-        ([node("a", parent=pb.ParentRef(queue="q", job_id="x")), node("b", "a")], "graph.nodes[0].opts.parent"),
+        (
+            [node("a", parent=pb.ParentRef(queue="q", job_id="x")), node("b", "a")],
+            "graph.nodes[0].opts.parent",
+        ),
         ([node("a", idempotency=pb.Idempotency(key="k"))], "graph.nodes[0].opts.idempotency"),
         ([node("a", dedup=pb.Dedup(id="d", mode=pb.DEDUP_MODE_SIMPLE))], "graph.nodes[0].opts.dedup"),
         ([node("a", policy=42)], "graph.nodes[0].on_failure"),
@@ -545,8 +584,12 @@ async def test_bad_graphs_are_refused_naming_the_field(core, store, nodes, field
 
 
 # -- transactions that touch several queues ------------------------------------------------------------------------
-async def test_a_batched_complete_that_releases_a_parent_in_a_queue_it_also_completes(core, job_of, check_invariants):
-    sub = await core.flow(NS, graph(node("a", queue="kids"), node("p", "a", queue="q"), node("other", queue="q")))
+async def test_a_batched_complete_that_releases_a_parent_in_a_queue_it_also_completes(
+    core, job_of, check_invariants
+):
+    sub = await core.flow(
+        NS, graph(node("a", queue="kids"), node("p", "a", queue="q"), node("other", queue="q"))
+    )
     (a,) = await lease_all(core, ("kids",))
     (other,) = await lease_all(core, ("q",))
     results = await core.complete_many(
@@ -574,7 +617,9 @@ async def test_a_parent_made_ready_in_another_queue_wakes_its_long_poll(core):
     assert p.flow_node == "p" and time.monotonic() - started < 5
 
 
-async def test_a_clean_that_removes_the_last_pending_child_removes_its_parent_in_that_queue(core, store, job_of):
+async def test_a_clean_that_removes_the_last_pending_child_removes_its_parent_in_that_queue(
+    core, store, job_of
+):
     keep = P.FAILURE_POLICY_KEEP_WAITING
     sub = await core.flow(NS, graph(node("a", policy=keep), node("b", policy=keep), node("p", "a", "b")))
     other = await core.flow(NS, graph(node("x", policy=keep), node("o", "x", queue="parents")))

@@ -21,7 +21,8 @@ from loam_common.errors import (
     PayloadTooLarge,
 )
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import admin, dlq, states as S
+from loam_common.jobs import admin, dlq
+from loam_common.jobs import states as S
 from loam_common.jobs.complete import Outcome
 from loam_common.jobs.enqueue import Enqueued
 from loam_common.jobs.sweeps import STALLED_MESSAGE
@@ -44,7 +45,9 @@ async def enqueue(core: QueueCore, queue: str = "q", name: str = "t", data: byte
     return await core.enqueue(NS, queue, task(name, data), pb.EnqueueOpts(**opts))
 
 
-async def lease(core: QueueCore, queue: str = "q", max_jobs: int = 10, worker: str = "w1", **kw) -> list[pb.Job]:
+async def lease(
+    core: QueueCore, queue: str = "q", max_jobs: int = 10, worker: str = "w1", **kw
+) -> list[pb.Job]:
     return await core.lease(NS, [queue], worker, max_jobs, **kw)
 
 
@@ -112,7 +115,9 @@ async def test_prioritized_jobs_are_reported_prioritized(core, jobs_of, check_in
 
 
 # -- delays -----------------------------------------------------------------------------------------
-async def test_delayed_job_is_not_leased_before_due_and_promoted_on_lease(core, clock, job_of, check_invariants):
+async def test_delayed_job_is_not_leased_before_due_and_promoted_on_lease(
+    core, clock, job_of, check_invariants
+):
     e = await enqueue(core, not_before=pb.Delay(delay_ns=10 * SEC))
     assert e.state == S.DELAYED
     assert (await check_invariants())[S.DELAYED] == 1
@@ -154,7 +159,9 @@ async def test_job_key_same_params_returns_existing(core, jobs_of, check_invaria
     await check_invariants()
 
 
-async def test_job_key_different_params_is_already_exists_and_changes_nothing(core, store, jobs_of, check_invariants):
+async def test_job_key_different_params_is_already_exists_and_changes_nothing(
+    core, store, jobs_of, check_invariants
+):
     first = await enqueue(core, job_key="order-1", data=b"a")
     before = await store.snapshot(lambda tx: tx.scan(b"t/", b"t0"))
     with pytest.raises(AlreadyExists) as ei:
@@ -192,7 +199,9 @@ async def test_idempotent_retry_returns_the_first_answer_created_too(core):
     assert again == first
 
 
-async def test_idempotency_key_for_a_different_request_conflicts_and_changes_nothing(core, store, check_invariants):
+async def test_idempotency_key_for_a_different_request_conflicts_and_changes_nothing(
+    core, store, check_invariants
+):
     await enqueue(core, data=b"a", idempotency=pb.Idempotency(key="req-1"))
     before = await store.snapshot(lambda tx: tx.scan(b"t/", b"t0"))
     with pytest.raises(IdempotencyConflict):
@@ -269,7 +278,9 @@ async def test_dedup_debounce_replace_takes_the_newest_data_and_delay(core, cloc
     await check_invariants()
 
 
-async def test_dedup_replace_job_takes_the_place_of_a_delayed_job(core, clock, job_of, jobs_of, check_invariants):
+async def test_dedup_replace_job_takes_the_place_of_a_delayed_job(
+    core, clock, job_of, jobs_of, check_invariants
+):
     d = dd(pb.DEDUP_MODE_THROTTLE, ttl_ns=5 * SEC, replace_job=True)
     later = pb.Delay(delay_ns=5 * SEC)
     first = await enqueue(core, data=b"v1", dedup=d, not_before=later)
@@ -319,7 +330,9 @@ async def test_dedup_keep_last_if_active_runs_the_last_duplicate_once_after(core
 
 
 # -- attempts and backoff ---------------------------------------------------------------------------
-async def test_fixed_backoff_retries_then_exhausts_into_failed(core, clock, job_of, events_of, check_invariants):
+async def test_fixed_backoff_retries_then_exhausts_into_failed(
+    core, clock, job_of, events_of, check_invariants
+):
     e = await enqueue(core, attempts=3, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC))
     for attempt in (1, 2):
         job = await lease_one(core)
@@ -400,7 +413,9 @@ async def test_fail_with_dead_letter_moves_to_the_dlq_and_redrive_brings_it_back
     await check_invariants("q", "q-dlq")
 
 
-async def test_exhausted_attempts_dead_letter_when_the_queue_says_so(core, configure, jobs_of, check_invariants):
+async def test_exhausted_attempts_dead_letter_when_the_queue_says_so(
+    core, configure, jobs_of, check_invariants
+):
     await configure("q", dead_letter_queue="dlq", dead_letter_on_exhausted=True)
     e = await enqueue(core, attempts=1)
     job = await lease_one(core)
@@ -412,7 +427,9 @@ async def test_exhausted_attempts_dead_letter_when_the_queue_says_so(core, confi
 async def test_fail_without_a_dlq_stays_failed(core, jobs_of, check_invariants):
     e = await enqueue(core, attempts=5)
     job = await lease_one(core)
-    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err(), dead_letter=True))).state == S.FAILED
+    assert (
+        await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err(), dead_letter=True))
+    ).state == S.FAILED
     assert (await jobs_of())[e.job_id].attempt == 0  # Fail is final; it does not retry
     assert (await check_invariants())[S.FAILED] == 1
 
@@ -509,7 +526,9 @@ async def test_names_filter_leases_only_those_tasks(core, check_invariants):
     await check_invariants()
 
 
-async def test_expired_job_is_discarded_with_an_expired_event(core, clock, job_of, events_of, check_invariants):
+async def test_expired_job_is_discarded_with_an_expired_event(
+    core, clock, job_of, events_of, check_invariants
+):
     e = await enqueue(core, expires_ns=clock.now_ns() + 5 * SEC)
     keep = await enqueue(core)
     clock.advance(6 * SEC)
@@ -531,7 +550,9 @@ async def test_late_complete_before_the_sweep_succeeds(core, configure, clock, c
     await check_invariants()
 
 
-async def test_stale_epoch_after_the_stalled_sweep_is_fenced(core, configure, clock, sweep, job_of, check_invariants):
+async def test_stale_epoch_after_the_stalled_sweep_is_fenced(
+    core, configure, clock, sweep, job_of, check_invariants
+):
     await configure("q", visibility_ns=10 * SEC)
     e = await enqueue(core)
     old = await lease_one(core)
@@ -675,7 +696,9 @@ async def test_hard_timeout_is_a_retryable_timeout_failure(core, clock, sweep, j
 # -- report -----------------------------------------------------------------------------------------------
 def read_log(tx, job_id):
     k = keys.QueueKeys(NS, "q")
-    return [pb.LogLine.FromString(v).line for _k, v in tx.scan(k.logs(job_id), keys.prefix_end(k.logs(job_id)))]
+    return [
+        pb.LogLine.FromString(v).line for _k, v in tx.scan(k.logs(job_id), keys.prefix_end(k.logs(job_id)))
+    ]
 
 
 async def test_report_progress_log_and_data(core, store, configure, job_of, events_of, check_invariants):
@@ -698,7 +721,9 @@ async def test_report_progress_log_and_data(core, store, configure, job_of, even
 
 
 # -- payloads ----------------------------------------------------------------------------------------------
-async def test_large_payload_goes_to_the_blob_store_and_comes_back_inline(core, job_of, blobs, check_invariants):
+async def test_large_payload_goes_to_the_blob_store_and_comes_back_inline(
+    core, job_of, blobs, check_invariants
+):
     data = os.urandom(16 * 1024 + 1)
     e = await enqueue(core, data=data)
     stored = await job_of(e.job_id)
@@ -724,7 +749,9 @@ async def test_payload_over_the_limit_is_refused_with_nothing_stored(store, blob
     assert not (tmp_path / "blobs").exists() or not any((tmp_path / "blobs").rglob("*"))
 
 
-async def test_a_big_data_report_goes_to_the_blob_store_and_the_old_blob_is_collected(core, store, blobs, job_of, tmp_path):
+async def test_a_big_data_report_goes_to_the_blob_store_and_the_old_blob_is_collected(
+    core, store, blobs, job_of, tmp_path
+):
     from loam_common import keys
 
     e = await enqueue(core, data=b"small")
@@ -806,7 +833,9 @@ async def test_long_poll_wakes_when_a_job_is_released(core, check_invariants):
     await check_invariants()
 
 
-async def test_long_poll_of_a_dead_letter_queue_wakes_when_a_job_is_dead_lettered(core, configure, check_invariants):
+async def test_long_poll_of_a_dead_letter_queue_wakes_when_a_job_is_dead_lettered(
+    core, configure, check_invariants
+):
     await configure("q", dead_letter_queue="q-dlq")
     await enqueue(core)
     job = await lease_one(core)
@@ -839,7 +868,9 @@ async def test_long_poll_takes_a_delayed_job_due_before_the_time_it_sleeps_until
 
 # -- an enqueue hands its job to a sleeping poll (decision 0023) ---------------------------------
 @pytest.mark.parametrize("bulk", [False, True])
-async def test_an_enqueue_leases_for_a_sleeping_poll_in_its_own_transaction(core, count_transactions, check_invariants, bulk):
+async def test_an_enqueue_leases_for_a_sleeping_poll_in_its_own_transaction(
+    core, count_transactions, check_invariants, bulk
+):
     poll = await _parked_poll(core)
     txs = count_transactions()
     if bulk:
@@ -1012,7 +1043,13 @@ async def test_bulk_enqueue_refuses_bad_input_whole_and_isolates_key_clashes(cor
     assert await jobs_of() == {}
     await enqueue(core, job_key="taken", data=b"a")
     res = await core.enqueue_bulk(
-        NS, "q", [(task(data=b"1"), None), (task(data=b"b"), pb.EnqueueOpts(job_key="taken")), (task(data=b"3"), None)]
+        NS,
+        "q",
+        [
+            (task(data=b"1"), None),
+            (task(data=b"b"), pb.EnqueueOpts(job_key="taken")),
+            (task(data=b"3"), None),
+        ],
     )
     assert isinstance(res[1], AlreadyExists)
     assert res[0].created and res[2].created
@@ -1056,7 +1093,9 @@ async def test_outbox_records_delay_retry_and_failure(core, clock, events_of, ch
     await check_invariants()
 
 
-async def test_every_state_change_writes_an_outbox_row(core, configure, clock, sweep, store, events_of, jobs_of):
+async def test_every_state_change_writes_an_outbox_row(
+    core, configure, clock, sweep, store, events_of, jobs_of
+):
     """Across a mixed workload, each job's outbox rows replay to its stored state."""
     await configure("q", visibility_ns=10 * SEC, max_stalled=-1)
     await enqueue(core, priority=2)
@@ -1102,7 +1141,9 @@ async def test_subject_jobs_run_in_fifo_order(core, check_invariants):
 
 
 async def test_a_retried_job_holds_its_subject(core, clock, check_invariants):
-    first = await enqueue(core, subject="s", attempts=2, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC))
+    first = await enqueue(
+        core, subject="s", attempts=2, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC)
+    )
     second = await enqueue(core, subject="s")
     other = await enqueue(core, subject="t")
     job = await lease_one(core)
@@ -1192,7 +1233,9 @@ async def test_complete_many_answers_each_item_and_one_fenced_token_spoils_nothi
     assert counts == {S.COMPLETED: 1, S.FAILED: 1, S.WAITING: 1}
 
 
-async def test_complete_then_lease_takes_what_the_completions_freed_in_one_call(core, configure, check_invariants):
+async def test_complete_then_lease_takes_what_the_completions_freed_in_one_call(
+    core, configure, check_invariants
+):
     await configure("q", concurrency=2)
     first = [(await enqueue(core)).job_id for _ in range(2)]
     later = [(await enqueue(core)).job_id for _ in range(3)]
@@ -1244,7 +1287,9 @@ async def test_long_poll_wakes_when_a_concurrency_slot_frees(core, configure, ch
     first = await lease_one(core)
     poll = await _parked_poll(core)
     if batched:  # BullMQ's moveToFinished: a batch that also leases, for another worker
-        await core.complete_many_then_lease(NS, [("q", first.id, first.epoch, Outcome.ok())], ["other"], "w1", 1)
+        await core.complete_many_then_lease(
+            NS, [("q", first.id, first.epoch, Outcome.ok())], ["other"], "w1", 1
+        )
     else:
         await ok(core, first)
     assert [j.id for j in await asyncio.wait_for(poll, 5)] == [second.job_id]

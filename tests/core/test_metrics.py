@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+
 from loam_common import metrics
 from loam_common.errors import Fenced
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -53,7 +54,9 @@ async def test_metrics_agree_with_the_store_after_a_mixed_workload(
             opts.not_before.delay_ns = 3600 * SEC
         await cores[i % 2].enqueue(NS, "q", pb.TaskSpec(name=f"task{i % 3}"), opts)
     await cores[1].enqueue_bulk(NS, "other", [(pb.TaskSpec(name="x"), None)] * 3)
-    leased = await cores[0].lease(NS, ["q"], "w1", max_jobs=4) + await cores[1].lease(NS, ["q"], "w2", max_jobs=3)
+    leased = await cores[0].lease(NS, ["q"], "w1", max_jobs=4) + await cores[1].lease(
+        NS, ["q"], "w2", max_jobs=3
+    )
     assert len(leased) == 7
     plan = ["ok", "ok", "retry", "fail_dlq", "release", "stall", "ok"]
     stalled_job = None
@@ -64,7 +67,9 @@ async def test_metrics_agree_with_the_store_after_a_mixed_workload(
         elif what == "retry":
             await c.complete(NS, "q", job.id, job.epoch, Outcome.retry(pb.JobError(message="again"), 0))
         elif what == "fail_dlq":
-            await c.complete(NS, "q", job.id, job.epoch, Outcome.fail(pb.JobError(message="x"), dead_letter=True))
+            await c.complete(
+                NS, "q", job.id, job.epoch, Outcome.fail(pb.JobError(message="x"), dead_letter=True)
+            )
         elif what == "release":
             await c.complete(NS, "q", job.id, job.epoch, Outcome.release())
         else:

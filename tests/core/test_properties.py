@@ -23,7 +23,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -35,7 +36,8 @@ from hypothesis.stateful import (
 
 from loam_common import ids, keys
 from loam_common.errors import Fenced, InvalidState
-from loam_common.gen.loam.jobs.v1 import events_pb2, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import events_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
 from loam_common.jobs.complete import Outcome
 from loam_common.jobs.queue import QueueTx
@@ -103,7 +105,9 @@ def ready_key(job: pb.Job, seq: int) -> tuple:
 def lease_candidates(snap: Snapshot, shard: int) -> list[str]:
     """The jobs of a shard a lease may take, best first: the ready ones, then the due
     delayed ones, which the lease promotes (in due order) with the next sequences."""
-    ready = [j for j in snap.jobs.values() if j.shard == shard and j.state in S.READY and not j.subject_blocked]
+    ready = [
+        j for j in snap.jobs.values() if j.shard == shard and j.state in S.READY and not j.subject_blocked
+    ]
     due = sorted(
         (j for j in snap.jobs.values() if j.shard == shard and j.state == S.DELAYED and j.due_ns <= snap.now),
         key=lambda j: (j.due_ns, j.id),
@@ -138,7 +142,9 @@ class QueueMachine(RuleBasedStateMachine):
     def snap(self) -> Snapshot:
         return self.run(self.store.snapshot(read_all, self.shards))
 
-    @initialize(seed=st.integers(0, 2**32 - 1), shards=st.sampled_from([1, 2]), max_stalled=st.sampled_from([1, -1]))
+    @initialize(
+        seed=st.integers(0, 2**32 - 1), shards=st.sampled_from([1, 2]), max_stalled=st.sampled_from([1, -1])
+    )
     def setup(self, seed: int, shards: int, max_stalled: int) -> None:
         self.plan = FaultPlan(
             seed=seed,
@@ -264,7 +270,9 @@ class QueueMachine(RuleBasedStateMachine):
             self.held.append(token)
 
     @precondition(lambda self: self.held or self.lost)
-    @rule(data=st.data(), kind=st.sampled_from(["ok", "ok", "retry", "fail", "release"]), zombie=st.booleans())
+    @rule(
+        data=st.data(), kind=st.sampled_from(["ok", "ok", "retry", "fail", "release"]), zombie=st.booleans()
+    )
     def complete(self, data, kind: str, zombie: bool) -> None:
         tokens = self.lost if (zombie and self.lost) or not self.held else self.held
         token = self._pick(data, tokens)
@@ -330,8 +338,12 @@ class QueueMachine(RuleBasedStateMachine):
         assert all(n == 1 for n in completed_rows.values()), f"two completed rows: {completed_rows}"
         assert set(completed_rows) == self.completed
         assert {j.id for j in snap.jobs.values() if j.state == S.COMPLETED} == self.completed
-        active_subjects = Counter(j.opts.subject for j in snap.jobs.values() if j.state == S.ACTIVE and j.opts.subject)
-        assert all(n == 1 for n in active_subjects.values()), f"two active jobs of a subject: {active_subjects}"
+        active_subjects = Counter(
+            j.opts.subject for j in snap.jobs.values() if j.state == S.ACTIVE and j.opts.subject
+        )
+        assert all(n == 1 for n in active_subjects.values()), (
+            f"two active jobs of a subject: {active_subjects}"
+        )
         # Sequences only grow: a job that (re)entered the ready order is behind every
         # job that was already there.
         if self.prev is not None:
@@ -364,10 +376,20 @@ def test_random_interleavings_keep_the_queue_consistent(queue_problems, monkeypa
 @pytest.mark.parametrize("shards", [1, 2])
 def test_lease_candidates_model(shards):
     """The test's own ready-order model, on a hand-made shard: LIFO, FIFO, then priority."""
-    def job(i, prio=0, lifo=False, seq=0, state=S.WAITING, due=0):
-        return pb.Job(id=f"j{i}", state=state, seq=seq, due_ns=due, opts=pb.EnqueueOpts(priority=prio, lifo=lifo))
 
-    jobs = [job(1, prio=2, seq=1), job(2, seq=2), job(3, lifo=True, seq=3), job(4, lifo=True, seq=4),
-            job(5, seq=5), job(6, prio=1, seq=6), job(7, state=S.DELAYED, due=5)]
+    def job(i, prio=0, lifo=False, seq=0, state=S.WAITING, due=0):
+        return pb.Job(
+            id=f"j{i}", state=state, seq=seq, due_ns=due, opts=pb.EnqueueOpts(priority=prio, lifo=lifo)
+        )
+
+    jobs = [
+        job(1, prio=2, seq=1),
+        job(2, seq=2),
+        job(3, lifo=True, seq=3),
+        job(4, lifo=True, seq=4),
+        job(5, seq=5),
+        job(6, prio=1, seq=6),
+        job(7, state=S.DELAYED, due=5),
+    ]
     snap = Snapshot(now=10, jobs={j.id: j for j in jobs}, next_seq=[7] * shards, events=[])
     assert lease_candidates(snap, 0) == ["j4", "j3", "j2", "j5", "j7", "j6", "j1"]

@@ -36,8 +36,17 @@ async def all_pages(store, page_size: int, **q) -> tuple[list[str], int]:
     """Every page of a query: the ids in order, and how many pages it took."""
     out, token, pages = [], "", 0
     while True:
-        jobs, token = await store.snapshot(job_query, NS, "q", q.get("states"), q.get("name"),
-                                           q.get("since_ns", 0), q.get("until_ns", 0), page_size, token)
+        jobs, token = await store.snapshot(
+            job_query,
+            NS,
+            "q",
+            q.get("states"),
+            q.get("name"),
+            q.get("since_ns", 0),
+            q.get("until_ns", 0),
+            page_size,
+            token,
+        )
         pages += 1
         assert len(jobs) <= page_size
         out.extend(j.id for j in jobs)

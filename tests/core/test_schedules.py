@@ -14,7 +14,8 @@ import pytest
 
 from loam_common import schedules
 from loam_common.errors import InvalidArgument, NotFound
-from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import jobs_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
 from loam_common.jobs.complete import Outcome
 from loam_common.schedule_rules import CronRule, parse_cron, parse_tz
@@ -29,9 +30,13 @@ HOUR = 60 * MIN
 NY = ZoneInfo("America/New_York")
 
 
-def spec(sid: str = "s", *, queue: str = "q", name: str = "tick", data: bytes = b"{}", **fields) -> jobs_pb2.ScheduleSpec:
+def spec(
+    sid: str = "s", *, queue: str = "q", name: str = "tick", data: bytes = b"{}", **fields
+) -> jobs_pb2.ScheduleSpec:
     opts = fields.pop("opts", None)
-    s = jobs_pb2.ScheduleSpec(id=sid, queue=queue, task=pb.TaskSpec(name=name, payload=pb.Payload(data=data)), **fields)
+    s = jobs_pb2.ScheduleSpec(
+        id=sid, queue=queue, task=pb.TaskSpec(name=name, payload=pb.Payload(data=data)), **fields
+    )
     if opts is not None:
         s.opts.CopyFrom(opts)
     return s
@@ -50,7 +55,8 @@ async def ticks(jobs_of, queue: str = "q", sid: str | None = None) -> list[int]:
     out = [
         int(j.task.headers[schedules.HEADER_TICK])
         for j in (await jobs_of(queue)).values()
-        if schedules.HEADER_TICK in j.task.headers and (sid is None or j.task.headers[schedules.HEADER_SCHEDULE] == sid)
+        if schedules.HEADER_TICK in j.task.headers
+        and (sid is None or j.task.headers[schedules.HEADER_SCHEDULE] == sid)
     ]
     return sorted(out)
 
@@ -72,7 +78,9 @@ async def follow(core, clock, sweep, sid: str, until_ns: int) -> None:
 
 
 # -- every ---------------------------------------------------------------------------------------
-async def test_every_fires_one_job_per_tick_and_keeps_its_state(core, clock, sweep, jobs_of, check_invariants):
+async def test_every_fires_one_job_per_tick_and_keeps_its_state(
+    core, clock, sweep, jobs_of, check_invariants
+):
     t0 = clock.now_ns()
     up = await core.schedule(NS, spec(every_ns=10 * SEC, opts=pb.EnqueueOpts(priority=3)))
     assert up.changed and up.schedule.next_ns == t0 + 10 * SEC and up.schedule.count == 0
@@ -123,8 +131,12 @@ async def test_cron_in_new_york_across_spring_forward(core, clock, sweep, jobs_o
     night = [h for h in half if "03-10 00:30" <= h[:11] <= "03-10 04:00"]
     # A wildcard rule skips the hour that does not exist.
     assert night == [
-        "03-10 00:30:00 EST", "03-10 01:00:00 EST", "03-10 01:30:00 EST",
-        "03-10 03:00:00 EDT", "03-10 03:30:00 EDT", "03-10 04:00:00 EDT",
+        "03-10 00:30:00 EST",
+        "03-10 01:00:00 EST",
+        "03-10 01:30:00 EST",
+        "03-10 03:00:00 EDT",
+        "03-10 03:30:00 EDT",
+        "03-10 04:00:00 EDT",
     ]
     assert len(half) == len(set(half))
 
@@ -145,8 +157,11 @@ async def test_cron_in_new_york_across_fall_back(core, clock, sweep, jobs_of):
     night = [local(t) for t in hourly if at(NY, 2024, 11, 3, 0, 0) <= t <= at(NY, 2024, 11, 3, 3, 0)]
     # An hourly rule fires every hour of elapsed time, in both passes of 01:00.
     assert night == [
-        "11-03 00:00:00 EDT", "11-03 01:00:00 EDT", "11-03 01:00:00 EST",
-        "11-03 02:00:00 EST", "11-03 03:00:00 EST",
+        "11-03 00:00:00 EDT",
+        "11-03 01:00:00 EDT",
+        "11-03 01:00:00 EST",
+        "11-03 02:00:00 EST",
+        "11-03 03:00:00 EST",
     ]
     assert all(b - a == HOUR for a, b in zip(hourly, hourly[1:], strict=False))
 
@@ -154,7 +169,9 @@ async def test_cron_in_new_york_across_fall_back(core, clock, sweep, jobs_of):
 async def test_cron_across_dst_with_a_coarse_sweeper_fires_the_same_ticks(core, clock, sweep, jobs_of):
     """A sweeper every 7 minutes (ticks late but within the grace) fires the same instants."""
     clock.set(at(NY, 2024, 11, 2, 22, 0))
-    await core.schedule(NS, spec("q15", cron="*/15 * * * *", tz="America/New_York", misfire_grace_ns=10 * MIN))
+    await core.schedule(
+        NS, spec("q15", cron="*/15 * * * *", tz="America/New_York", misfire_grace_ns=10 * MIN)
+    )
     end = at(NY, 2024, 11, 3, 4, 0)
     while clock.now_ns() < end:
         clock.advance(7 * MIN)
@@ -165,7 +182,9 @@ async def test_cron_across_dst_with_a_coarse_sweeper_fires_the_same_ticks(core, 
     while (t := rule.next_after(t)) <= clock.now_ns():
         want.append(t)
     assert got == want
-    assert len(got) == (clock.now_ns() - at(NY, 2024, 11, 2, 22, 0)) // (15 * MIN)  # 15 min apart, the extra hour too
+    assert len(got) == (clock.now_ns() - at(NY, 2024, 11, 2, 22, 0)) // (
+        15 * MIN
+    )  # 15 min apart, the extra hour too
 
 
 def test_rule_six_fields_macros_and_london():
@@ -193,7 +212,9 @@ async def second_store(store, clock, tmp_path):
     await other.close()
 
 
-async def test_two_sweepers_racing_never_enqueue_a_tick_twice(core, store, second_store, clock, blobs, jobs_of, check_invariants):
+async def test_two_sweepers_racing_never_enqueue_a_tick_twice(
+    core, store, second_store, clock, blobs, jobs_of, check_invariants
+):
     t0 = clock.now_ns()
     await core.schedule(NS, spec("a", every_ns=SEC, misfire=pb.MISFIRE_POLICY_FIRE_ALL))
     await core.schedule(NS, spec("b", cron="* * * * * *", misfire=pb.MISFIRE_POLICY_FIRE_ALL))
@@ -213,7 +234,9 @@ async def test_two_sweepers_racing_never_enqueue_a_tick_twice(core, store, secon
     await check_invariants()
 
 
-async def test_a_sweeper_killed_between_enqueue_and_bookkeeping_leaves_nothing(core, store, clock, sweep, jobs_of, monkeypatch):
+async def test_a_sweeper_killed_between_enqueue_and_bookkeeping_leaves_nothing(
+    core, store, clock, sweep, jobs_of, monkeypatch
+):
     t0 = clock.now_ns()
     await core.schedule(NS, spec(every_ns=10 * SEC))
     clock.advance(10 * SEC)
@@ -263,7 +286,9 @@ async def test_lost_commit_acknowledgements_do_not_duplicate_ticks(clock, blobs,
         (pb.MISFIRE_POLICY_FIRE_ALL, list(range(1, 11))),
     ],
 )
-async def test_a_restarted_sweeper_catches_up_per_the_misfire_policy(core, clock, sweep, jobs_of, policy, expected):
+async def test_a_restarted_sweeper_catches_up_per_the_misfire_policy(
+    core, clock, sweep, jobs_of, policy, expected
+):
     t0 = clock.now_ns()
     await core.schedule(NS, spec(every_ns=MIN, misfire=policy, misfire_grace_ns=10 * SEC))
     clock.advance(10 * MIN + 30 * SEC)  # down for ten ticks; the last is 30 s late
@@ -344,7 +369,9 @@ async def test_offset_shifts_every_tick(core, clock, sweep, jobs_of):
     await core.schedule(NS, spec(cron="0 * * * *", tz="America/New_York", offset_ns=5 * MIN))
     await follow(core, clock, sweep, "s", at(NY, 2024, 6, 1, 12, 0))
     assert [local(t) for t in await ticks(jobs_of)] == [
-        "06-01 09:05:00 EDT", "06-01 10:05:00 EDT", "06-01 11:05:00 EDT",
+        "06-01 09:05:00 EDT",
+        "06-01 10:05:00 EDT",
+        "06-01 11:05:00 EDT",
     ]
 
 
@@ -418,7 +445,10 @@ async def test_get_list_and_remove(core, clock, sweep, jobs_of):
         ({"every_ns": SEC, "misfire": 9}, "spec.misfire"),
         ({"every_ns": SEC, "queue": "a/b"}, "spec.queue"),
         ({"every_ns": SEC, "opts": pb.EnqueueOpts(job_key="k")}, "spec.opts.job_key"),
-        ({"every_ns": SEC, "opts": pb.EnqueueOpts(idempotency=pb.Idempotency(key="k"))}, "spec.opts.idempotency"),
+        (
+            {"every_ns": SEC, "opts": pb.EnqueueOpts(idempotency=pb.Idempotency(key="k"))},
+            "spec.opts.idempotency",
+        ),
         ({"every_ns": SEC, "opts": pb.EnqueueOpts(not_before=pb.Delay(delay_ns=5))}, "spec.opts.not_before"),
         ({"every_ns": SEC, "opts": pb.EnqueueOpts(priority=2**22)}, "spec.opts.priority"),
         ({"every_ns": SEC, "data": b"x" * (schedules.PAYLOAD_LIMIT + 1)}, "spec.task.payload"),

@@ -8,8 +8,10 @@ import pytest
 
 from loam_common import schedules
 from loam_common.errors import AlreadyExists, InvalidArgument
-from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
-from loam_common.jobs import admin, states as S, sweeps
+from loam_common.gen.loam.jobs.v1 import jobs_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import admin, sweeps
+from loam_common.jobs import states as S
 
 NS = "acme"
 SEC = 1_000_000_000
@@ -45,7 +47,9 @@ def request(
 async def test_upsert_stores_the_chain_and_its_iteration_and_the_sweeper_leaves_it(
     core, clock, sweep, jobs_of, check_invariants
 ):
-    it = await core.schedule_iterate(NS, request(next_ns=1000 * SEC, key="repeat:s:1000000", delay_ns=5 * SEC))
+    it = await core.schedule_iterate(
+        NS, request(next_ns=1000 * SEC, key="repeat:s:1000000", delay_ns=5 * SEC)
+    )
     assert it.changed and it.job is not None and it.job.created
     rec = await core.schedule_get(NS, "s")
     assert (rec.driver, rec.next_ns, rec.count, rec.last_job_id) == (ITER, 1000 * SEC, 1, it.job.job_id)
@@ -104,7 +108,8 @@ async def test_upsert_replaces_a_pending_iteration_and_keeps_the_count(core, job
     adv = request(next_ns=15 * SEC, key="repeat:s:15000", delay_ns=SEC, advance=True, if_next_ns=10 * SEC)
     second = await core.schedule_iterate(NS, adv)
     it = await core.schedule_iterate(
-        NS, request(next_ns=20 * SEC, key="repeat:s:20000", replace_job_id=second.job.job_id, every_ns=7 * SEC)
+        NS,
+        request(next_ns=20 * SEC, key="repeat:s:20000", replace_job_id=second.job.job_id, every_ns=7 * SEC),
     )
     assert it.replaced and it.schedule.count == 2 and it.schedule.every_ns == 7 * SEC
     assert sorted(j.opts.job_key for j in (await jobs_of()).values()) == ["repeat:s:10000", "repeat:s:20000"]
@@ -146,7 +151,9 @@ async def test_a_replaced_cron_rule_may_take_the_key_of_an_iteration_a_worker_ho
         await core.schedule_iterate(NS, every)
     it = await core.schedule_iterate(
         NS,
-        request(next_ns=10 * SEC, key="repeat:s:10000", delay_ns=SEC, replace_job_id=second.job.job_id, cron=cron),
+        request(
+            next_ns=10 * SEC, key="repeat:s:10000", delay_ns=SEC, replace_job_id=second.job.job_id, cron=cron
+        ),
     )
     assert it.replaced and it.job.created and it.job.job_id != first.job.job_id
     jobs = await jobs_of()

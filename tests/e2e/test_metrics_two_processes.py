@@ -10,8 +10,8 @@ import sys
 import textwrap
 
 import httpx
-
 from devserver import start_dev_server
+
 from loam_common import metrics
 
 NS = "metrics-2p"

@@ -15,12 +15,20 @@ from loam_common.store.base import StoreUnavailable
 CASES = [
     (E.InvalidArgument("queue", "bad name"), {"field": "queue"}),
     (E.NotFound("queue 'q' does not exist"), {}),
-    (E.AlreadyExists("job key taken", "01J0000000000000000000000A"), {"existing": "01J0000000000000000000000A"}),
+    (
+        E.AlreadyExists("job key taken", "01J0000000000000000000000A"),
+        {"existing": "01J0000000000000000000000A"},
+    ),
     (E.IdempotencyConflict("idem-1"), {"key": "idem-1"}),
-    (E.Fenced("01J0000000000000000000000A", 3, 5), {"job_id": "01J0000000000000000000000A", "epoch": 3, "current_epoch": 5}),
+    (
+        E.Fenced("01J0000000000000000000000A", 3, 5),
+        {"job_id": "01J0000000000000000000000A", "epoch": 3, "current_epoch": 5},
+    ),
     (E.InvalidState("j1", "active", "promote"), {"job_id": "j1", "from_state": "active", "to": "promote"}),
     (
-        E.InvalidState("q", "has 2 active jobs", "obliterate", "queue 'q' has 2 active jobs; cannot obliterate"),
+        E.InvalidState(
+            "q", "has 2 active jobs", "obliterate", "queue 'q' has 2 active jobs; cannot obliterate"
+        ),
         {"job_id": "q", "from_state": "has 2 active jobs", "to": "obliterate"},
     ),
     (E.QueuePaused("queue 'q' is paused"), {}),
@@ -39,7 +47,9 @@ def over_the_wire(err: ConnectError) -> ConnectError:
     return ConnectWireError.from_dict(wire.to_dict(), wire.to_http_status().code, Code.UNKNOWN).to_exception()
 
 
-@pytest.mark.parametrize("error,fields", CASES, ids=lambda c: type(c).__name__ if isinstance(c, E.JobsError) else "")
+@pytest.mark.parametrize(
+    "error,fields", CASES, ids=lambda c: type(c).__name__ if isinstance(c, E.JobsError) else ""
+)
 def test_round_trip(error, fields):
     err = to_connect(error)
     assert err.code.value == error.code
@@ -70,7 +80,9 @@ def test_http_status_is_connects():
         assert HTTP_STATUS[code.value] == status.code
 
 
-@pytest.mark.parametrize("error,fields", CASES, ids=lambda c: type(c).__name__ if isinstance(c, E.JobsError) else "")
+@pytest.mark.parametrize(
+    "error,fields", CASES, ids=lambda c: type(c).__name__ if isinstance(c, E.JobsError) else ""
+)
 def test_an_error_rebuilds_from_its_args_and_pickles(error, fields):
     """Celery serializes a task's exception as its type and `args` and rebuilds it with
     `type(e)(*e.args)`; pickle does the same."""

@@ -14,7 +14,8 @@ import uvicorn
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.store.runner import open_store
 from loam_gateway.connect import ACTIONS
 from loam_gateway.routing import Router
@@ -120,7 +121,9 @@ async def test_long_poll_wakes_through_the_hop(cluster):
     router, cores = cluster
     q, _ = queues_on_each_core(router)
     t0 = time.monotonic()
-    parked = asyncio.create_task(router.call(NS, "lease", J.LeaseRequest(queues=[q], worker="w", wait_ns=10**10)))
+    parked = asyncio.create_task(
+        router.call(NS, "lease", J.LeaseRequest(queues=[q], worker="w", wait_ns=10**10))
+    )
     await asyncio.sleep(0.3)
     assert cores[router.owner(NS, q)].waiters.parked(NS, q) == 1  # parked on the owner
     job = await enqueue(router, q)

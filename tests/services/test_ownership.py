@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 
 import pytest
+
 from loam_common import rendezvous
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
@@ -139,7 +140,7 @@ async def test_two_sweepers_split_the_shards_and_sweep_each_once(store, clock, c
     assert rep.stalled == len(ids)
     shards = await store.snapshot(lambda tx: list_shards(tx, namespace_wide=True))
     assert set((await store.snapshot(_owners)).values()) == {"sweeper-a"}
-    assert set((await store.snapshot(_owners))) == set(shards)
+    assert set(await store.snapshot(_owners)) == set(shards)
     # B joins: it waits for A to let go of its share, then takes it.
     await b.run_once()
     assert set((await store.snapshot(_owners)).values()) == {"sweeper-a"}
@@ -175,7 +176,10 @@ def _jobs(tx, queue):
     from loam_common import keys
 
     k = keys.QueueKeys(NS, queue)
-    return {pb.Job.FromString(v).id: pb.Job.FromString(v) for _k, v in tx.scan(k.jobs(), keys.prefix_end(k.jobs()))}
+    return {
+        pb.Job.FromString(v).id: pb.Job.FromString(v)
+        for _k, v in tx.scan(k.jobs(), keys.prefix_end(k.jobs()))
+    }
 
 
 async def test_a_dead_sweepers_shards_are_taken_over_after_expiry(store, clock, core, configure):
@@ -262,7 +266,9 @@ async def test_renewal_writes_only_once_a_third_of_the_ttl_has_passed(store, clo
     first = dict(a.ownership.held)
     clock.advance(TTL // 10)
     await a.run_once()
-    assert {s: r.expires_ns for s, r in a.ownership.held.items()} == {s: r.expires_ns for s, r in first.items()}
+    assert {s: r.expires_ns for s, r in a.ownership.held.items()} == {
+        s: r.expires_ns for s, r in first.items()
+    }
     clock.advance(TTL // 3)
     await a.run_once()
     for s, r in a.ownership.held.items():

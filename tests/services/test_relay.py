@@ -7,6 +7,7 @@ retention trims by time; two relays split the shards and a fenced one writes not
 from __future__ import annotations
 
 import pytest
+
 from loam_common import events, keys
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin
@@ -204,7 +205,9 @@ async def test_two_relays_split_shards_and_a_fenced_relay_writes_nothing(
     assert await outbox_of(shard[1], shard[2]) == pending
 
 
-async def test_an_obliterated_queues_last_events_are_still_relayed(store, core, configure, outbox_of, event_log_of):
+async def test_an_obliterated_queues_last_events_are_still_relayed(
+    store, core, configure, outbox_of, event_log_of
+):
     await configure("gone")
     await _earlier_servers_traffic(store, core, "gone", 2, shards=1)
     tail = await outbox_of("gone")

@@ -8,6 +8,7 @@ import asyncio
 import socket
 
 import uvicorn
+
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_queue_core.server import create_app
 from loam_sweeper import SweeperService
@@ -26,7 +27,13 @@ async def test_a_reclaim_wakes_a_lease_parked_on_the_owning_core(store, clock, c
     await configure("q", visibility_ns=5 * SEC)
     port = _free_port()
     server = uvicorn.Server(
-        uvicorn.Config(create_app(core, internal_token="s3cret"), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(
+            create_app(core, internal_token="s3cret"),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="off",
+        )
     )
     serving = asyncio.create_task(server.serve())
     try:

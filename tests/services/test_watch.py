@@ -10,6 +10,7 @@ import asyncio
 import random
 
 import pytest
+
 from loam_common import cloudevents, events
 from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
@@ -66,7 +67,10 @@ async def _until(pred, timeout: float = 5.0) -> None:
 
 
 def _log_after(tx, queue: str, start: dict[int, int]) -> dict[int, list]:
-    return {s: events.events_after(tx, NS, queue, s, start.get(s, 0), 100_000) for s in events.event_shards(tx, NS, queue)}
+    return {
+        s: events.events_after(tx, NS, queue, s, start.get(s, 0), 100_000)
+        for s in events.event_shards(tx, NS, queue)
+    }
 
 
 async def test_queue_watch_snapshot_then_events_with_cloudevents(store, core):
@@ -78,7 +82,9 @@ async def test_queue_watch_snapshot_then_events_with_cloudevents(store, core):
     assert snap.HasField("counts") and snap.counts.waiting == 1
     assert W.decode_cursor(snap.cursor) == {("q", 0): 2}  # added + waiting of the first job
     assert w.items[1].ready
-    job = (await core.enqueue(NS, "q", pb.TaskSpec(name="t", headers={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"})))
+    job = await core.enqueue(
+        NS, "q", pb.TaskSpec(name="t", headers={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"})
+    )
     await _until(lambda: len(w.events) == 2)
     await w.stop()
     added, waiting = w.events
@@ -119,7 +125,9 @@ async def test_flow_and_schedule_watch(store, core, clock):
     await core.enqueue(NS, "c", pb.TaskSpec(name="other"))  # not in the flow
     wf = Watcher(rpc, flow="f1")
     await wf.ready.wait()
-    assert wf.items[0].flow.id == "f1" and {i.snapshot.id for i in wf.items if i.HasField("snapshot")} == set(sub.jobs.values())
+    assert wf.items[0].flow.id == "f1" and {i.snapshot.id for i in wf.items if i.HasField("snapshot")} == set(
+        sub.jobs.values()
+    )
     child = (await core.lease(NS, ["c"], "w", max_jobs=1, names=["child"]))[0]
     await core.complete(NS, "c", child.id, child.epoch, Outcome.ok())
     await _until(lambda: ("p", "waiting") in {(e.queue, e.event) for e in wf.events})
@@ -184,7 +192,12 @@ async def test_stale_or_foreign_cursor_is_refused(store, core, clock):
         await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
     await RelayService(store, "r").run_once()
     clock.advance(SEC)
-    trimmed = await rpc.queue_admin(NS, J.QueueAdminRequest(queue="q", op=J.QueueOp(trim_events=J.QueueOp.TrimEvents(before_ns=clock.now_ns()))))
+    trimmed = await rpc.queue_admin(
+        NS,
+        J.QueueAdminRequest(
+            queue="q", op=J.QueueOp(trim_events=J.QueueOp.TrimEvents(before_ns=clock.now_ns()))
+        ),
+    )
     assert trimmed.affected == 8
     with pytest.raises(InvalidArgument) as e:
         async for _ in rpc.watch(NS, _req(cursor, queue="q")):
@@ -225,8 +238,10 @@ async def test_resumed_watchers_see_exactly_the_committed_changes(store, core, c
     n_jobs = 120
 
     async def producer(i: int) -> None:
-        for j in range(n_jobs // 2):
-            await core.enqueue(NS, "q", pb.TaskSpec(name=f"p{i}"), pb.EnqueueOpts(priority=rng.choice([0, 0, 3])))
+        for _ in range(n_jobs // 2):
+            await core.enqueue(
+                NS, "q", pb.TaskSpec(name=f"p{i}"), pb.EnqueueOpts(priority=rng.choice([0, 0, 3]))
+            )
             await asyncio.sleep(rng.random() * 0.02)
 
     async def worker(i: int) -> None:
@@ -302,5 +317,7 @@ async def test_resumed_watchers_see_exactly_the_committed_changes(store, core, c
         for s in range(3):
             mine = [(e.seq, e.event, e.job_id) for e in got if e.shard == s]
             want = [(e.seq, e.event, e.job_id) for e in log[s]]
-            assert mine == want, f"shard {s}: watcher saw {len(mine)} events, the log has {len(want)} after its snapshot"
+            assert mine == want, (
+                f"shard {s}: watcher saw {len(mine)} events, the log has {len(want)} after its snapshot"
+            )
         assert r.restarts >= 5 and len(got) > 3 * n_jobs, (r.restarts, len(got))

@@ -521,4 +521,3 @@ async def test_open_store_urls(tmp_path, monkeypatch):
         with pytest.raises(ValueError) as info:
             open_store(bad)
         assert repr(bad) in str(info.value) and "memory://" in str(info.value)
-

@@ -42,7 +42,6 @@ import contextlib
 import itertools
 import logging
 import os
-import socket
 import sys
 import threading
 import time
@@ -52,13 +51,21 @@ from typing import Any
 
 from kombu.transport import virtual
 from kombu.utils.objects import cached_property
-from loam import Outcome
-from loam.errors import AlreadyExists, Fenced, InvalidState, JobsError, NotFound, PermissionDenied, Unavailable
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 
+from loam import Outcome
+from loam.errors import (
+    AlreadyExists,
+    Fenced,
+    InvalidState,
+    JobsError,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
 from loam_celery import messages
 from loam_celery.connection import Settings, client_for, declare_queue
 from loam_celery.pipeline import ACK_LINGER_S, Pipeline, pipeline_for, wait_all
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 
 log = logging.getLogger("loam_celery.transport")
 
@@ -219,7 +226,9 @@ class Channel(virtual.Channel):
         super().queue_unbind(queue, exchange, routing_key, arguments, **kwargs)
         self.connection.unbind(exchange or "amq.direct", routing_key, queue)
 
-    def queue_delete(self, queue: str, if_unused: bool = False, if_empty: bool = False, **kwargs: Any) -> None:
+    def queue_delete(
+        self, queue: str, if_unused: bool = False, if_empty: bool = False, **kwargs: Any
+    ) -> None:
         if if_empty and self._size(queue):
             return
         for exchange, routing_key, _args in self.state.queue_bindings(queue):
@@ -380,7 +389,9 @@ class Transport(virtual.Transport):
         try:
             self.loam.complete(token, outcome)
         except _LOST as e:  # the lease lapsed (a stall): another worker has the job now
-            log.warning("%s of %s/%s came too late: %s", outcome.WhichOneof("kind"), token.queue, token.job, e)
+            log.warning(
+                "%s of %s/%s came too late: %s", outcome.WhichOneof("kind"), token.queue, token.job, e
+            )
 
     def settle(self, tokens: Iterable[jpb.LeaseToken]) -> None:
         items = [(t, Outcome.ok()) for t in tokens]
@@ -455,9 +466,11 @@ class Transport(virtual.Transport):
                     self._deliver_leases(leases, noack)
                     return
             if (deadline is not None and time.monotonic() >= deadline) or _worker_stopping():
-                raise socket.timeout()
+                raise TimeoutError()
 
-    def _prepare(self, leases: list[Any], noack: set[str]) -> tuple[list[tuple[dict, str]], list[jpb.LeaseToken]]:
+    def _prepare(
+        self, leases: list[Any], noack: set[str]
+    ) -> tuple[list[tuple[dict, str]], list[jpb.LeaseToken]]:
         """Messages to deliver, mailboxes first; acked leases held, no-ack ones to settle."""
         done, ready = [], []
         for lease in sorted(leases, key=lambda lease: lease.queue not in noack):
@@ -509,7 +522,9 @@ class _Fetcher(threading.Thread):
         self.read_fd, self._write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
         os.set_blocking(self._write_fd, False)
-        self._inbox: collections.deque[tuple[list[tuple[dict, str]], list[jpb.LeaseToken]]] = collections.deque()
+        self._inbox: collections.deque[tuple[list[tuple[dict, str]], list[jpb.LeaseToken]]] = (
+            collections.deque()
+        )
         self._held = 0
         self._stop_event = threading.Event()
 

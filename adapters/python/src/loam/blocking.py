@@ -31,6 +31,7 @@ from connectrpc._protocol import ConnectWireError
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from google.protobuf import message_factory
+
 from loam_common.gen.loam.jobs.v1 import jobs_pb2
 
 SERVICE = jobs_pb2.DESCRIPTOR.services_by_name["JobsService"]

@@ -24,10 +24,9 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
+from loam import options, payloads
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-
-from loam import options, payloads
 
 _POLICIES = {
     "fail_parent": pb.FAILURE_POLICY_FAIL_PARENT,
@@ -102,7 +101,12 @@ class FlowNode:
         o, headers = options.enqueue_opts(self.opts)
         task = pb.TaskSpec(name=self.name, payload=payloads.encode(self.payload), headers=headers)
         return jpb.FlowNode(
-            id=self.id, queue=self.queue, task=task, opts=o, depends_on=self.depends_on, on_failure=self.on_failure
+            id=self.id,
+            queue=self.queue,
+            task=task,
+            opts=o,
+            depends_on=self.depends_on,
+            on_failure=self.on_failure,
         )
 
 
@@ -153,7 +157,9 @@ def _copied(step: Step) -> Flow:
         return Flow([copy.deepcopy(step)])
     if isinstance(step, Flow):
         return Flow([copy.deepcopy(n) for n in step.nodes])
-    raise TypeError(f"a flow step is a FlowNode, or a Flow from chain / group / chord, not {type(step).__name__}")
+    raise TypeError(
+        f"a flow step is a FlowNode, or a Flow from chain / group / chord, not {type(step).__name__}"
+    )
 
 
 def chain(*steps: Step, id: str | None = None) -> Flow:
@@ -183,7 +189,9 @@ def chord(header: Iterable[Step] | Flow, body: Step, *, id: str | None = None) -
     return chain(head, body, id=id)
 
 
-def flow_spec(nodes: Flow | jpb.FlowSpec | Iterable[FlowNode | jpb.FlowNode], id: str | None = None) -> jpb.FlowSpec:
+def flow_spec(
+    nodes: Flow | jpb.FlowSpec | Iterable[FlowNode | jpb.FlowNode], id: str | None = None
+) -> jpb.FlowSpec:
     """A FlowSpec from a Flow, a FlowSpec, or FlowNodes (or FlowNode messages); `id`
     (if given) overrides theirs."""
     if isinstance(nodes, jpb.FlowSpec):

@@ -119,8 +119,12 @@ def schema():
             pa.field("time", pa.timestamp("ns", tz="UTC"), nullable=False),
             pa.field("ext", utf8_map, nullable=False),
             pa.field("ext_types", utf8_map, nullable=False),
-            pa.field("data", message_struct(events_pb2.JobEvent.DESCRIPTOR), nullable=False,
-                     metadata={"proto_message": events_pb2.JobEvent.DESCRIPTOR.full_name}),  # fmt: skip
+            pa.field(
+                "data",
+                message_struct(events_pb2.JobEvent.DESCRIPTOR),
+                nullable=False,
+                metadata={"proto_message": events_pb2.JobEvent.DESCRIPTOR.full_name},
+            ),  # fmt: skip
             pa.field("data_raw", pa.binary(), nullable=False),
         ]
         _SCHEMA = pa.schema(cols, metadata={"loam.dataschema": cloudevents.DATASCHEMA})
@@ -135,7 +139,9 @@ def message_to_data(msg) -> dict[str, Any]:
         v = getattr(msg, fd.name)
         if _is_map(fd):
             vfd = fd.message_type.fields_by_name["value"]
-            out[fd.name] = [(k, message_to_data(x) if vfd.type == vfd.TYPE_MESSAGE else x) for k, x in sorted(v.items())]
+            out[fd.name] = [
+                (k, message_to_data(x) if vfd.type == vfd.TYPE_MESSAGE else x) for k, x in sorted(v.items())
+            ]
         elif _is_repeated(fd):
             out[fd.name] = [message_to_data(x) for x in v] if fd.type == fd.TYPE_MESSAGE else list(v)
         elif fd.type == fd.TYPE_MESSAGE:
@@ -154,7 +160,7 @@ def data_to_message(data: dict[str, Any], msg) -> Any:
         if _is_map(fd):
             vfd = fd.message_type.fields_by_name["value"]
             target = getattr(msg, fd.name)
-            for k, x in (v.items() if isinstance(v, dict) else v):
+            for k, x in v.items() if isinstance(v, dict) else v:
                 if vfd.type == vfd.TYPE_MESSAGE:
                     data_to_message(x, target[k])
                 else:

@@ -92,8 +92,10 @@ def route(tx: Txn, ns: str, exchange: str, kind: int, routing_key: str) -> list[
     kind = check_type(kind)
     queues = set()
     for b in _live(tx, ns, exchange):
-        if kind == FANOUT or (kind == DIRECT and b.routing_key == routing_key) or (
-            kind == TOPIC and topic_match(b.routing_key, routing_key)
+        if (
+            kind == FANOUT
+            or (kind == DIRECT and b.routing_key == routing_key)
+            or (kind == TOPIC and topic_match(b.routing_key, routing_key))
         ):
             queues.add(b.queue)
     return sorted(queues)

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 from loam_common import keys, validate
 from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound
-from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import jobs_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
 from loam_common.jobs.enqueue import NewJob, _enqueue_one, check_opts
 from loam_common.jobs.queue import QueueTx
@@ -83,7 +84,9 @@ def check_flow(spec: jobs_pb2.FlowSpec, field: str = "graph") -> None:
         if node.opts.HasField("parent") and node.id in depended_on:
             # A node with no dependents may join a job outside the flow (BullMQ's flow
             # under a running job); the others are linked by depends_on.
-            raise InvalidArgument(f"{field}.nodes[{i}].opts.parent", "flow nodes other nodes depend on are linked by depends_on")
+            raise InvalidArgument(
+                f"{field}.nodes[{i}].opts.parent", "flow nodes other nodes depend on are linked by depends_on"
+            )
         if node.join_existing and node.depends_on:
             raise InvalidArgument(f"{field}.nodes[{i}].join_existing", "applies to nodes without depends_on")
         seen = set()
@@ -172,7 +175,8 @@ def flow_submit(
         if not res.created:
             if not node.join_existing:
                 raise AlreadyExists(
-                    f"graph.nodes[{i}].opts.job_key {nj.opts.job_key!r} is taken by job {res.job_id}", res.job_id
+                    f"graph.nodes[{i}].opts.job_key {nj.opts.job_key!r} is taken by job {res.job_id}",
+                    res.job_id,
                 )
             joined[node.id] = res.job_id
         if res.state in S.READY:

@@ -279,7 +279,12 @@ class ShardOwnership:
             rec = records.get(shard_id)
             mine = self.held.get(shard_id)
             if rendezvous.owner(rendezvous.shard_key(*shard_id), members) == self.owner:
-                if rec is not None and mine is not None and rec.owner == self.owner and rec.epoch == mine.epoch:
+                if (
+                    rec is not None
+                    and mine is not None
+                    and rec.owner == self.owner
+                    and rec.epoch == mine.epoch
+                ):
                     if self._due(rec.expires_ns, now):
                         take.append((shard_id, mine.epoch))  # renew
                     else:

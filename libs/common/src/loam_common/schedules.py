@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from loam_common import ids, keys, validate
 from loam_common.blobs import INLINE_LIMIT
 from loam_common.errors import AlreadyExists, InvalidArgument, JobsError, NotFound
-from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import jobs_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
 from loam_common.jobs.enqueue import Enqueued, NewJob, _enqueue_one, check_opts
 from loam_common.jobs.queue import QueueTx
@@ -90,7 +91,9 @@ def check_schedule(spec: jobs_pb2.ScheduleSpec, field: str = "spec") -> None:
     if spec.end_ns and spec.end_ns <= spec.start_ns:
         raise InvalidArgument(f"{field}.end_ns", "is not after start_ns")
     if spec.immediately and spec.start_ns:
-        raise InvalidArgument(f"{field}.immediately", "cannot be used with start_ns: the first tick is the start")
+        raise InvalidArgument(
+            f"{field}.immediately", "cannot be used with start_ns: the first tick is the start"
+        )
     if spec.misfire not in pb.MisfirePolicy.values():
         raise InvalidArgument(f"{field}.misfire", f"unknown misfire policy {spec.misfire}")
     validate.name(f"{field}.queue", spec.queue)
@@ -105,7 +108,11 @@ def check_schedule(spec: jobs_pb2.ScheduleSpec, field: str = "spec") -> None:
         raise InvalidArgument(f"{field}.task.payload.blob_ref", "is set by the server; send the data")
     check_opts(spec.opts, f"{field}.opts")
     for name, why in _REFUSED_OPTS.items():
-        if spec.opts.HasField(name) if name in ("idempotency", "parent", "not_before") else getattr(spec.opts, name):
+        if (
+            spec.opts.HasField(name)
+            if name in ("idempotency", "parent", "not_before")
+            else getattr(spec.opts, name)
+        ):
             raise InvalidArgument(f"{field}.opts.{name}", why)
 
 

@@ -72,13 +72,17 @@ class Sweeper:
             queues = await self.store.snapshot(sweeps.list_queues, ns)
             # One read for the namespace first: most queues have nothing due most passes,
             # and a sweep transaction that finds nothing still costs a trip through the writer.
-            for queue, due in zip(queues, await self.store.snapshot(sweeps.due_many, ns, queues), strict=True):
+            for queue, due in zip(
+                queues, await self.store.snapshot(sweeps.due_many, ns, queues), strict=True
+            ):
                 if due is not None:
                     await self._sweep_queue(ns, queue, due, rep)
             if ns_due is not None:
                 try:
                     if ns_due.results:
-                        rep.results += await self._drain(self._sweep_results, ns, fence=self._fence(ns, "", 0))
+                        rep.results += await self._drain(
+                            self._sweep_results, ns, fence=self._fence(ns, "", 0)
+                        )
                     rep.blobs += await self._collect_blobs(ns)
                 except OwnershipLost:
                     rep.lost.add((ns, "", 0))

@@ -17,9 +17,7 @@ MAX_WAIT_NS = 30_000_000_000
 
 def name(field: str, value: str) -> str:
     if not isinstance(value, str) or not NAME_RE.fullmatch(value):
-        raise InvalidArgument(
-            field, f"{value!r} is not a valid name: use 1-128 of A-Z a-z 0-9 . _ : @ -"
-        )
+        raise InvalidArgument(field, f"{value!r} is not a valid name: use 1-128 of A-Z a-z 0-9 . _ : @ -")
     return value
 
 

@@ -18,12 +18,11 @@ import sys
 from loam_common import tracing
 from loam_common.loop import configure_logging
 from loam_common.store.runner import open_store
-from loam_queue_core.server import run_server_main, serve
-
 from loam_gateway.app import create_app
 from loam_gateway.auth import StoreAuthenticator, check_bind
 from loam_gateway.dev import DEFAULT_PORT, _auth_on
 from loam_gateway.routing import Router
+from loam_queue_core.server import run_server_main, serve
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -117,7 +117,9 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"code": "invalid_argument", "message": _validation_message(exc)}, status_code=400)
+        return JSONResponse(
+            {"code": "invalid_argument", "message": _validation_message(exc)}, status_code=400
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -26,15 +26,14 @@ from loam_common import tracing
 from loam_common.blobs import DirBlobStore
 from loam_common.loop import configure_logging
 from loam_common.store.runner import open_store
+from loam_gateway.app import create_app
+from loam_gateway.auth import StoreAuthenticator, check_bind
+from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import CoreRpc
 from loam_queue_core.server import run_server_main, serve
 from loam_relay.service import RelayService
 from loam_sweeper.service import SweeperService
-
-from loam_gateway.app import create_app
-from loam_gateway.auth import StoreAuthenticator, check_bind
-from loam_gateway.routing import Router
 
 log = logging.getLogger("loam.dev")
 

@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument, NotFound
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
 
 INT64 = 2**63 - 1
@@ -50,7 +51,8 @@ class ErrorBody(BaseModel):
     code: str = Field(description="the Connect error code: invalid_argument, not_found, ...")
     message: str
     detail: dict[str, Any] | None = Field(
-        None, description="the typed error's fields (loam.jobs.v1.ErrorDetail): reason, field, current_epoch, ..."
+        None,
+        description="the typed error's fields (loam.jobs.v1.ErrorDetail): reason, field, current_epoch, ...",
     )
 
 
@@ -280,7 +282,9 @@ class ScheduleBody(_Model):
     end_ns: int = Field(0, ge=0, le=INT64, description="no tick after this; 0: none")
     offset_ns: int = Field(0, ge=0, le=DURATION_MAX_NS, description="shift every tick by this much")
     immediately: bool = Field(False, description="also fire one tick now")
-    misfire: MisfireName | None = Field(None, description="ticks missed while no sweeper ran; default fire_latest")
+    misfire: MisfireName | None = Field(
+        None, description="ticks missed while no sweeper ran; default fire_latest"
+    )
     misfire_grace_ns: int = Field(0, ge=0, le=INT64, description="a tick this late is still on time; 0: 60 s")
     priority: int = Field(0, ge=0, le=PRIORITY_MAX, description="0: the FIFO band; 1.. lower first")
     lifo: bool = False
@@ -467,7 +471,9 @@ def config_view(c: pb.QueueConfig) -> QueueConfigModel:
         visibility_ns=c.visibility_ns,
         attempts=c.attempts,
         max_stalled=c.max_stalled if c.HasField("max_stalled") else None,
-        rate_limit=RateLimitModel(max=c.rate_limit.max, duration_ns=c.rate_limit.duration_ns, sharded=c.rate_limit.sharded),
+        rate_limit=RateLimitModel(
+            max=c.rate_limit.max, duration_ns=c.rate_limit.duration_ns, sharded=c.rate_limit.sharded
+        ),
         concurrency=c.concurrency,
         dead_letter_queue=c.dead_letter_queue,
         dead_letter_on_exhausted=c.dead_letter_on_exhausted,
@@ -518,7 +524,9 @@ def _task(body: Any) -> pb.TaskSpec:
 
 
 def _error_view(e: pb.JobError) -> JobErrorView:
-    return JobErrorView(code=e.code, message=e.message, stacktrace=e.stacktrace, at_ns=e.at_ns, attempt=e.attempt)
+    return JobErrorView(
+        code=e.code, message=e.message, stacktrace=e.stacktrace, at_ns=e.at_ns, attempt=e.attempt
+    )
 
 
 def schedule_spec(schedule_id: str, body: ScheduleBody) -> J.ScheduleSpec:
@@ -589,7 +597,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 QueueName = Annotated[str, Path(description="the queue name: 1-128 of A-Z a-z 0-9 . _ : @ -")]
-ScheduleId = Annotated[str, Path(description="the schedule id (BullMQ's job scheduler id, a Celery beat entry's name)")]
+ScheduleId = Annotated[
+    str, Path(description="the schedule id (BullMQ's job scheduler id, a Celery beat entry's name)")
+]
 FlowId = Annotated[str, Path(description="the flow id")]
 JobRef = Annotated[str, Path(description="a job id, or the job's key")]
 ResultKey = Annotated[str, Path(description="a result key")]
@@ -617,7 +627,9 @@ def build_router() -> APIRouter:
 
         async def one(name: str) -> QueueSummary | None:
             try:
-                r = await call(request, p, "queue_admin", J.QueueAdminRequest(queue=name, op=J.QueueOp(counts={})))
+                r = await call(
+                    request, p, "queue_admin", J.QueueAdminRequest(queue=name, op=J.QueueOp(counts={}))
+                )
             except ConnectError as e:
                 if e.code.value == "not_found":  # obliterated meanwhile
                     return None
@@ -627,27 +639,52 @@ def build_router() -> APIRouter:
         found = await asyncio.gather(*(one(n) for n in names))
         return QueueList(queues=[q for q in found if q is not None])
 
-    @api.get("/queues/{queue}", response_model=QueueDetail, tags=["queues"], summary="A queue's settings and counts")
-    async def get_queue(request: Request, queue: QueueName, p: Principal = caller("queue_admin")) -> QueueDetail:
-        r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))))
+    @api.get(
+        "/queues/{queue}",
+        response_model=QueueDetail,
+        tags=["queues"],
+        summary="A queue's settings and counts",
+    )
+    async def get_queue(
+        request: Request, queue: QueueName, p: Principal = caller("queue_admin")
+    ) -> QueueDetail:
+        r = await call(
+            request,
+            p,
+            "queue_admin",
+            _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))),
+        )
         return QueueDetail(name=queue, config=config_view(r.config), counts=counts_view(r.counts))
 
     async def queue_op(request: Request, p: Principal, queue: str, op: J.QueueOp) -> QueueActionResult:
         r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=op)))
-        return QueueActionResult(affected=r.affected, counts=counts_view(r.counts) if r.HasField("counts") else None)
+        return QueueActionResult(
+            affected=r.affected, counts=counts_view(r.counts) if r.HasField("counts") else None
+        )
 
-    @api.post("/queues/{queue}:pause", response_model=QueueActionResult, tags=["queues"], summary="Stop leasing")
-    async def pause(request: Request, queue: QueueName, p: Principal = caller("queue_admin")) -> QueueActionResult:
+    @api.post(
+        "/queues/{queue}:pause", response_model=QueueActionResult, tags=["queues"], summary="Stop leasing"
+    )
+    async def pause(
+        request: Request, queue: QueueName, p: Principal = caller("queue_admin")
+    ) -> QueueActionResult:
         return await queue_op(request, p, queue, J.QueueOp(pause={}))
 
-    @api.post("/queues/{queue}:resume", response_model=QueueActionResult, tags=["queues"], summary="Lease again")
-    async def resume(request: Request, queue: QueueName, p: Principal = caller("queue_admin")) -> QueueActionResult:
+    @api.post(
+        "/queues/{queue}:resume", response_model=QueueActionResult, tags=["queues"], summary="Lease again"
+    )
+    async def resume(
+        request: Request, queue: QueueName, p: Principal = caller("queue_admin")
+    ) -> QueueActionResult:
         return await queue_op(request, p, queue, J.QueueOp(resume={}))
 
     @api.post("/queues/{queue}:drain", response_model=QueueActionResult, tags=["queues"],
               summary="Remove waiting (and optionally delayed) jobs")  # fmt: skip
     async def drain(
-        request: Request, queue: QueueName, body: DrainBody | None = Body(None), p: Principal = caller("queue_admin")
+        request: Request,
+        queue: QueueName,
+        body: DrainBody | None = Body(None),
+        p: Principal = caller("queue_admin"),
     ) -> QueueActionResult:
         body = body or DrainBody()
         return await queue_op(request, p, queue, J.QueueOp(drain=J.QueueOp.Drain(delayed=body.delayed)))
@@ -655,16 +692,24 @@ def build_router() -> APIRouter:
     @api.post("/queues/{queue}:clean", response_model=QueueActionResult, tags=["queues"],
               summary="Remove jobs in a state older than a grace period")  # fmt: skip
     async def clean(
-        request: Request, queue: QueueName, body: CleanBody | None = Body(None), p: Principal = caller("queue_admin")
+        request: Request,
+        queue: QueueName,
+        body: CleanBody | None = Body(None),
+        p: Principal = caller("queue_admin"),
     ) -> QueueActionResult:
         body = body or CleanBody()
-        op = J.QueueOp(clean=J.QueueOp.Clean(state=_state(body.state), grace_ns=body.grace_ns, limit=body.limit))
+        op = J.QueueOp(
+            clean=J.QueueOp.Clean(state=_state(body.state), grace_ns=body.grace_ns, limit=body.limit)
+        )
         return await queue_op(request, p, queue, op)
 
     @api.post("/queues/{queue}/dead-letters:redrive", response_model=QueueActionResult, tags=["queues"],
               summary="Move a dead-letter queue's jobs back to the queues they came from")  # fmt: skip
     async def redrive(
-        request: Request, queue: QueueName, body: RedriveBody | None = Body(None), p: Principal = caller("queue_admin")
+        request: Request,
+        queue: QueueName,
+        body: RedriveBody | None = Body(None),
+        p: Principal = caller("queue_admin"),
     ) -> QueueActionResult:
         body = body or RedriveBody()
         op = J.QueueOp(redrive_dead_letters=J.QueueOp.RedriveDeadLetters(limit=body.limit))
@@ -685,7 +730,9 @@ def build_router() -> APIRouter:
                 opts.idempotency.key = body.idempotency_key
             if body.subject:
                 opts.subject = body.subject
-            task = pb.TaskSpec(name=body.name, payload=payload_in(body.data, body.data_base64, body.content_type))
+            task = pb.TaskSpec(
+                name=body.name, payload=payload_in(body.data, body.data_base64, body.content_type)
+            )
             task.headers.update(body.headers)
             return J.EnqueueRequest(queue=queue, task=task, opts=opts)
 
@@ -693,11 +740,15 @@ def build_router() -> APIRouter:
         e = r.enqueued
         return EnqueueResult(job=e.job, created=e.created, state=S.name(e.state))
 
-    @api.get("/queues/{queue}/jobs", response_model=JobPage, tags=["jobs"], summary="Jobs by state, newest first")
+    @api.get(
+        "/queues/{queue}/jobs", response_model=JobPage, tags=["jobs"], summary="Jobs by state, newest first"
+    )
     async def list_jobs(
         request: Request,
         queue: QueueName,
-        state: Annotated[list[StateName] | None, Query(description="one or more states; none: all jobs")] = None,
+        state: Annotated[
+            list[StateName] | None, Query(description="one or more states; none: all jobs")
+        ] = None,
         name: Annotated[str | None, Query(max_length=256, description="only this task name")] = None,
         page_size: Annotated[int, Query(ge=0, le=1000, description="0: the default (100)")] = 0,
         page_token: Annotated[str, Query(max_length=4096)] = "",
@@ -713,11 +764,15 @@ def build_router() -> APIRouter:
         return JobPage(jobs=[job_view(j) for j in r.jobs], next_page_token=r.next_page_token)
 
     async def job_op(request: Request, p: Principal, queue: str, job: str, op: J.JobOp) -> J.JobAdminResponse:
-        return await call(request, p, "job_admin", _proto(lambda: J.JobAdminRequest(queue=queue, job=job, op=op)))
+        return await call(
+            request, p, "job_admin", _proto(lambda: J.JobAdminRequest(queue=queue, job=job, op=op))
+        )
 
     @api.get("/queues/{queue}/jobs/{job}", response_model=JobDetail, tags=["jobs"],
              summary="One job with its logs and error history")  # fmt: skip
-    async def get_job(request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")) -> JobDetail:
+    async def get_job(
+        request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")
+    ) -> JobDetail:
         got = await job_op(request, p, queue, job, J.JobOp(get={}))
         logs = await job_op(request, p, queue, got.job.id, J.JobOp(logs={}))
         return JobDetail(
@@ -744,23 +799,38 @@ def build_router() -> APIRouter:
 
     # -- result keys -------------------------------------------------------------------------
     @api.get("/results/{key}", response_model=ResultValue, tags=["results"], summary="Read a result key")
-    async def result_get(request: Request, key: ResultKey, p: Principal = caller("result_get")) -> ResultValue:
+    async def result_get(
+        request: Request, key: ResultKey, p: Principal = caller("result_get")
+    ) -> ResultValue:
         r = await call(request, p, "result_get", _proto(lambda: J.ResultGetRequest(key=key)))
         if not r.found:
             raise NotFound(f"result key {key!r} does not exist (or expired)")
         return ResultValue(key=key, value=payload_view(r.value))
 
-    @api.put("/results/{key}", status_code=204, response_class=Response, tags=["results"], summary="Write a result key")
+    @api.put(
+        "/results/{key}",
+        status_code=204,
+        response_class=Response,
+        tags=["results"],
+        summary="Write a result key",
+    )
     async def result_set(
         request: Request, key: ResultKey, body: ResultPut, p: Principal = caller("result_set")
     ) -> Response:
         value = payload_in(body.data, body.data_base64, body.content_type)
-        await call(request, p, "result_set", _proto(lambda: J.ResultSetRequest(key=key, value=value, ttl_ns=body.ttl_ns)))
+        await call(
+            request,
+            p,
+            "result_set",
+            _proto(lambda: J.ResultSetRequest(key=key, value=value, ttl_ns=body.ttl_ns)),
+        )
         return Response(status_code=204)
 
     @api.delete("/results/{key}", status_code=204, response_class=Response, tags=["results"],
                 summary="Delete a result key")  # fmt: skip
-    async def result_delete(request: Request, key: ResultKey, p: Principal = caller("result_delete")) -> Response:
+    async def result_delete(
+        request: Request, key: ResultKey, p: Principal = caller("result_delete")
+    ) -> Response:
         await call(request, p, "result_delete", _proto(lambda: J.ResultDeleteRequest(key=key)))
         return Response(status_code=204)
 
@@ -792,7 +862,9 @@ def build_router() -> APIRouter:
     ) -> SchedulePage:
         req = _proto(lambda: J.ListSchedulesRequest(page_size=page_size, page_token=page_token))
         r = await call(request, p, "list_schedules", req)
-        return SchedulePage(schedules=[schedule_view(x) for x in r.schedules], next_page_token=r.next_page_token)
+        return SchedulePage(
+            schedules=[schedule_view(x) for x in r.schedules], next_page_token=r.next_page_token
+        )
 
     @api.get("/schedules/{id}", response_model=ScheduleView, tags=["schedules"],
              summary="One schedule with its next tick, last tick and count")  # fmt: skip

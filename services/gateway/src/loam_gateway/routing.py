@@ -34,9 +34,9 @@ from connectrpc.errors import ConnectError
 from pyqwest import Client as HTTPClient
 
 from loam_common import rendezvous
+from loam_common.connect_client import jobs_client
 from loam_common.connect_errors import to_connect
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
-from loam_common.connect_client import jobs_client
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceClient
 from loam_queue_core.rpc import STREAMING, UNARY, CoreRpc
 from loam_queue_core.server import NAMESPACE_HEADER, TOKEN_HEADER
@@ -132,7 +132,9 @@ class Router:
                 return await getattr(self.local, method)(ns, request)
             if method == "complete_batch" and len(self.cores) > 1:
                 return await self._complete_batch(ns, request, timeout_ms)
-            return await self._forward(self.owner(ns, route_key(method, request)), ns, method, request, timeout_ms)
+            return await self._forward(
+                self.owner(ns, route_key(method, request)), ns, method, request, timeout_ms
+            )
         except Exception as e:  # noqa: BLE001 - JobsErrors, store failures, transport failures
             raise _as_connect(e, self.local is None) from e
 
@@ -161,7 +163,10 @@ class Router:
             return p
 
         answers = await asyncio.gather(
-            *(self._forward(url, ns, "complete_batch", part(n, idx), timeout_ms) for n, (url, idx) in enumerate(order))
+            *(
+                self._forward(url, ns, "complete_batch", part(n, idx), timeout_ms)
+                for n, (url, idx) in enumerate(order)
+            )
         )
         out = J.CompleteBatchResponse()
         out.leases.extend(answers[with_lease].leases)
@@ -216,7 +221,9 @@ class Router:
                 raise ConnectError(Code.UNAVAILABLE, f"queue core answered {resp.status}") from None
         return list(body["queues"])
 
-    async def export_events(self, ns: str, queue: str, since_ns: int, until_ns: int | None, fmt: str) -> tuple[bytes, str]:
+    async def export_events(
+        self, ns: str, queue: str, since_ns: int, until_ns: int | None, fmt: str
+    ) -> tuple[bytes, str]:
         """A queue's events as Parquet / Arrow bytes (not a JobsService method: REST),
         built by the core that owns the queue (any core could: the store is shared)."""
         try:

@@ -15,8 +15,10 @@ import random
 from loam_common import exchanges, flows, ids, results, schedules, tracing, validate
 from loam_common.blobs import INLINE_LIMIT, BlobStore, blob_ref
 from loam_common.errors import Fenced, InvalidArgument, JobsError, PayloadTooLarge
-from loam_common.gen.loam.jobs.v1 import jobs_pb2, types_pb2 as pb
-from loam_common.jobs import job_admin, states as S
+from loam_common.gen.loam.jobs.v1 import jobs_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import job_admin
+from loam_common.jobs import states as S
 from loam_common.jobs.complete import (
     Completed,
     Outcome,
@@ -29,7 +31,8 @@ from loam_common.jobs.complete import (
 from loam_common.jobs.enqueue import Enqueued, NewJob, check_opts, job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import job_lease
 from loam_common.jobs.queue import DEFAULT_PAYLOAD_LIMIT, WAKES_A_POLL, add_ready_listener
-from loam_common.metrics import PROCESS as METRICS, count_fenced
+from loam_common.metrics import PROCESS as METRICS
+from loam_common.metrics import count_fenced
 from loam_common.store.runner import Store
 from loam_queue_core.waiters import Waiters
 from loam_queue_core.watch import EventHub
@@ -97,7 +100,9 @@ class QueueCore:
                 span.end()
         await self._drop_blobs(news, results)
         ready = sum(
-            1 for r in results if isinstance(r, Enqueued) and r.created and r.state in S.READY and r.job_id not in handed
+            1
+            for r in results
+            if isinstance(r, Enqueued) and r.created and r.state in S.READY and r.job_id not in handed
         )
         if ready:
             self.waiters.wake(ns, queue, ready)
@@ -139,14 +144,18 @@ class QueueCore:
             try:
                 await self.complete_many(ns, [(j.queue, j.id, j.epoch, Outcome.release()) for j in jobs])
             except Exception:  # noqa: BLE001 - the enqueue itself is committed
-                log.warning("could not hand back %d jobs leased for a poll that left", len(jobs), exc_info=True)
+                log.warning(
+                    "could not hand back %d jobs leased for a poll that left", len(jobs), exc_info=True
+                )
             jobs = []
         if not jobs:
             return results, set()
         self._leased(ns, leased, worker, started_ns)
         return results, {j.id for j in jobs}
 
-    async def _prepare(self, ns: str, queue: str, task: pb.TaskSpec, opts: pb.EnqueueOpts, field: str) -> NewJob:
+    async def _prepare(
+        self, ns: str, queue: str, task: pb.TaskSpec, opts: pb.EnqueueOpts, field: str
+    ) -> NewJob:
         (new,) = await self._prepare_all(ns, queue, [(task, opts, field)])
         return new
 
@@ -568,7 +577,8 @@ class QueueCore:
         rhash = flows.request_hash(spec)  # before payloads move to the blob store
         flow_id = spec.id or ids.new_ulid()
         news = [
-            await self._prepare(ns, n.queue, n.task, n.opts, f"graph.nodes[{i}]") for i, n in enumerate(spec.nodes)
+            await self._prepare(ns, n.queue, n.task, n.opts, f"graph.nodes[{i}]")
+            for i, n in enumerate(spec.nodes)
         ]
         created = False
         try:

@@ -12,7 +12,6 @@ one call drains, cleans or retries a whole queue, each transaction bounded.
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -21,8 +20,11 @@ from connectrpc.errors import ConnectError
 
 from loam_common import events, exchanges, keys, results, schedules, validate
 from loam_common.errors import InvalidArgument, JobsError
-from loam_common.gen.loam.jobs.v1 import jobs_connect, jobs_pb2 as J, types_pb2 as pb
-from loam_common.jobs import admin, job_admin, states as S
+from loam_common.gen.loam.jobs.v1 import jobs_connect
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import admin, job_admin
+from loam_common.jobs import states as S
 from loam_common.jobs.complete import Completed, Outcome, queue_metrics
 from loam_common.jobs.enqueue import Enqueued
 from loam_common.jobs.query import job_query
@@ -84,7 +86,9 @@ def _outcome_kind(o: J.Outcome, field: str) -> Outcome:
         return Outcome.ok(o.ok.result if o.ok.HasField("result") else None, o.ok.if_no_pending_children)
     if kind == "retry":
         r = o.retry
-        return Outcome.retry(r.error if r.HasField("error") else None, r.after_ns if r.HasField("after_ns") else None)
+        return Outcome.retry(
+            r.error if r.HasField("error") else None, r.after_ns if r.HasField("after_ns") else None
+        )
     if kind == "fail":
         return Outcome.fail(o.fail.error if o.fail.HasField("error") else None, o.fail.dead_letter)
     if kind == "release":
@@ -144,8 +148,14 @@ def counts_to_proto(c: admin.QueueCounts) -> J.QueueCounts:
     )
 
 
-def _config_and_counts(tx: Txn, ns: str, queue: str) -> tuple[pb.QueueConfig, admin.QueueCounts, tuple[int, int]]:
-    return admin.queue_config(tx, ns, queue), admin.queue_counts(tx, ns, queue), admin.queue_rate_window(tx, ns, queue)
+def _config_and_counts(
+    tx: Txn, ns: str, queue: str
+) -> tuple[pb.QueueConfig, admin.QueueCounts, tuple[int, int]]:
+    return (
+        admin.queue_config(tx, ns, queue),
+        admin.queue_counts(tx, ns, queue),
+        admin.queue_rate_window(tx, ns, queue),
+    )
 
 
 def _resolve_job(tx: Txn, ns: str, queue: str, ref: str) -> str:
@@ -168,14 +178,18 @@ class CoreRpc:
     # -- producing -------------------------------------------------------------------
     async def enqueue(self, ns: str, req: J.EnqueueRequest) -> J.EnqueueResponse:
         r = await self.core.enqueue(ns, req.queue, req.task, req.opts if req.HasField("opts") else None)
-        return J.EnqueueResponse(enqueued=J.Enqueued(job=r.job_id, created=r.created, state=r.state, job_key=r.job_key))
+        return J.EnqueueResponse(
+            enqueued=J.Enqueued(job=r.job_id, created=r.created, state=r.state, job_key=r.job_key)
+        )
 
     async def enqueue_bulk(self, ns: str, req: J.EnqueueBulkRequest) -> J.EnqueueBulkResponse:
         items = [(i.task, i.opts if i.HasField("opts") else None) for i in req.jobs]
         out = J.EnqueueBulkResponse()
         for r in await self.core.enqueue_bulk(ns, req.queue, items):
             if isinstance(r, Enqueued):
-                out.results.add(enqueued=J.Enqueued(job=r.job_id, created=r.created, state=r.state, job_key=r.job_key))
+                out.results.add(
+                    enqueued=J.Enqueued(job=r.job_id, created=r.created, state=r.state, job_key=r.job_key)
+                )
             else:
                 out.results.add(error=item_error(r))
         return out
@@ -215,7 +229,13 @@ class CoreRpc:
             if ask.wait_ns:
                 raise InvalidArgument("lease.wait_ns", "must be 0: a lease after completions does not wait")
             results, jobs = await self.core.complete_many_then_lease(
-                ns, items, list(ask.queues), ask.worker, ask.max or 1, list(ask.names) or None, ask.visibility_ns
+                ns,
+                items,
+                list(ask.queues),
+                ask.worker,
+                ask.max or 1,
+                list(ask.names) or None,
+                ask.visibility_ns,
             )
             out.leases.extend(lease_from_job(j) for j in jobs)
         else:
@@ -245,8 +265,11 @@ class CoreRpc:
         if req.advance or req.spec.driver == pb.SCHEDULE_DRIVER_ITERATIONS:
             it = await self.core.schedule_iterate(ns, req)
             return J.ScheduleResponse(
-                id=req.spec.id, schedule=it.schedule, changed=it.changed,
-                iteration_job_id=it.job.job_id if it.job is not None else "", replaced=it.replaced,
+                id=req.spec.id,
+                schedule=it.schedule,
+                changed=it.changed,
+                iteration_job_id=it.job.job_id if it.job is not None else "",
+                replaced=it.replaced,
             )
         if req.next_ns or req.if_next_ns or req.HasField("iteration_task") or req.replace_job_id:
             schedules.check_iteration(req)  # refuses iteration fields on a server-driven schedule
@@ -322,7 +345,9 @@ class CoreRpc:
         if op.limit:  # the caller bounded it: one call
             removed = await self.store.transact(admin.queue_clean, ns, queue, state, op.grace_ns, op.limit)
             return J.QueueAdminResponse(affected=len(removed))
-        n = await self._repeat(lambda tx, *a: len(admin.queue_clean(tx, *a)), ns, queue, state, op.grace_ns, admin.BATCH)
+        n = await self._repeat(
+            lambda tx, *a: len(admin.queue_clean(tx, *a)), ns, queue, state, op.grace_ns, admin.BATCH
+        )
         return J.QueueAdminResponse(affected=n)
 
     async def _q_obliterate(self, ns: str, queue: str, op: J.QueueOp.Obliterate) -> J.QueueAdminResponse:
@@ -349,19 +374,27 @@ class CoreRpc:
         self.core.wake_all(ns, queue)
         return J.QueueAdminResponse(affected=n)
 
-    async def _q_set_rate_limit(self, ns: str, queue: str, op: J.QueueOp.SetRateLimit) -> J.QueueAdminResponse:
+    async def _q_set_rate_limit(
+        self, ns: str, queue: str, op: J.QueueOp.SetRateLimit
+    ) -> J.QueueAdminResponse:
         rl = op.rate_limit
-        cfg = await self.store.transact(admin.queue_set_rate_limit, ns, queue, rl.max, rl.duration_ns, rl.sharded)
+        cfg = await self.store.transact(
+            admin.queue_set_rate_limit, ns, queue, rl.max, rl.duration_ns, rl.sharded
+        )
         self.core.wake_all(ns, queue)
         return J.QueueAdminResponse(config=cfg)
 
-    async def _q_rate_limit_for(self, ns: str, queue: str, op: J.QueueOp.RateLimitFor) -> J.QueueAdminResponse:
+    async def _q_rate_limit_for(
+        self, ns: str, queue: str, op: J.QueueOp.RateLimitFor
+    ) -> J.QueueAdminResponse:
         await self.store.transact(admin.queue_rate_limit_for, ns, queue, op.for_ns)
         if not op.for_ns:
             self.core.wake_all(ns, queue)
         return J.QueueAdminResponse()
 
-    async def _q_set_concurrency(self, ns: str, queue: str, op: J.QueueOp.SetConcurrency) -> J.QueueAdminResponse:
+    async def _q_set_concurrency(
+        self, ns: str, queue: str, op: J.QueueOp.SetConcurrency
+    ) -> J.QueueAdminResponse:
         cfg = await self.store.transact(admin.queue_set_concurrency, ns, queue, op.concurrency)
         self.core.wake_all(ns, queue)
         return J.QueueAdminResponse(config=cfg)
@@ -429,9 +462,13 @@ class CoreRpc:
         validate.name("queue", queue)
         kind = op.WhichOneof("op")
         if kind is None:
-            raise InvalidArgument("op", f"set one of {', '.join(J.JobOp.DESCRIPTOR.oneofs_by_name['op'].fields_by_name)}")
+            raise InvalidArgument(
+                "op", f"set one of {', '.join(J.JobOp.DESCRIPTOR.oneofs_by_name['op'].fields_by_name)}"
+            )
         if kind == "remove_dedup_key":  # names a dedup id, not a job
-            existed = await self.store.transact(job_admin.job_remove_dedup_key, ns, queue, op.remove_dedup_key.dedup_id)
+            existed = await self.store.transact(
+                job_admin.job_remove_dedup_key, ns, queue, op.remove_dedup_key.dedup_id
+            )
             return J.JobAdminResponse(removed=existed)
         if kind == "get_dedup":  # names a dedup id, not a job
             job = await self.store.snapshot(job_admin.job_get_dedup, ns, queue, op.get_dedup.dedup_id)
@@ -467,13 +504,19 @@ class CoreRpc:
             job = await self.store.transact(job_admin.job_promote, ns, queue, job_id)
         elif kind == "change_priority":
             cp = op.change_priority
-            job = await self.store.transact(job_admin.job_change_priority, ns, queue, job_id, cp.priority, cp.lifo)
+            job = await self.store.transact(
+                job_admin.job_change_priority, ns, queue, job_id, cp.priority, cp.lifo
+            )
         elif kind == "change_delay":
-            job = await self.store.transact(job_admin.job_change_delay, ns, queue, job_id, op.change_delay.delay_ns)
+            job = await self.store.transact(
+                job_admin.job_change_delay, ns, queue, job_id, op.change_delay.delay_ns
+            )
         elif kind == "update_data":
             job = await self.core.update_data(ns, queue, job_id, op.update_data.data)
         elif kind == "progress":
-            job = await self.store.transact(job_admin.job_set_progress, ns, queue, job_id, op.progress.progress)
+            job = await self.store.transact(
+                job_admin.job_set_progress, ns, queue, job_id, op.progress.progress
+            )
         elif kind == "cancel":
             job = await self.store.transact(job_admin.job_cancel, ns, queue, job_id, "")
         else:  # a JobOp added to the proto and not mapped here
@@ -540,7 +583,9 @@ class CoreRpc:
     async def result_incr(self, ns: str, req: J.ResultIncrRequest) -> J.ResultIncrResponse:
         """ttl_ns 0 leaves the key's TTL as it is (as Redis INCR does)."""
         validate.name("namespace", ns)
-        size, added = await self.store.transact(results.result_add, ns, req.key, req.member, req.ttl_ns or None)
+        size, added = await self.store.transact(
+            results.result_add, ns, req.key, req.member, req.ttl_ns or None
+        )
         if added:
             self.core.result_changed(ns, req.key)
         return J.ResultIncrResponse(size=size, added=added)
@@ -554,19 +599,25 @@ class CoreRpc:
     async def exchange_bind(self, ns: str, req: J.ExchangeBindRequest) -> J.ExchangeBindResponse:
         validate.name("namespace", ns)
         exchanges.check_binding(req.exchange, req.routing_key, req.queue)
-        await self.store.transact(exchanges.exchange_bind, ns, req.exchange, req.routing_key, req.queue, req.ttl_ns)
+        await self.store.transact(
+            exchanges.exchange_bind, ns, req.exchange, req.routing_key, req.queue, req.ttl_ns
+        )
         return J.ExchangeBindResponse()
 
     async def exchange_unbind(self, ns: str, req: J.ExchangeUnbindRequest) -> J.ExchangeUnbindResponse:
         validate.name("namespace", ns)
         exchanges.check_binding(req.exchange, req.routing_key, req.queue)
-        removed = await self.store.transact(exchanges.exchange_unbind, ns, req.exchange, req.routing_key, req.queue)
+        removed = await self.store.transact(
+            exchanges.exchange_unbind, ns, req.exchange, req.routing_key, req.queue
+        )
         return J.ExchangeUnbindResponse(removed=removed)
 
     async def exchange_bindings(self, ns: str, req: J.ExchangeBindingsRequest) -> J.ExchangeBindingsResponse:
         validate.name("namespace", ns)
         exchanges.check_binding(req.exchange, "")
-        return J.ExchangeBindingsResponse(bindings=await self.store.snapshot(exchanges.exchange_bindings, ns, req.exchange))
+        return J.ExchangeBindingsResponse(
+            bindings=await self.store.snapshot(exchanges.exchange_bindings, ns, req.exchange)
+        )
 
     async def exchange_publish(self, ns: str, req: J.ExchangePublishRequest) -> J.ExchangePublishResponse:
         routed = await self.core.publish(ns, req.exchange, req.type, req.routing_key, req.task, req.opts)

@@ -40,6 +40,11 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+
 from loam_common import metrics, tracing, validate
 from loam_common.blobs import open_blobs
 from loam_common.connect_errors import HTTP_STATUS, to_connect
@@ -47,11 +52,6 @@ from loam_common.errors import InvalidArgument, JobsError, Unauthenticated
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
 from loam_common.loop import configure_logging
 from loam_common.store.runner import open_store
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route
-
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import STREAMING, UNARY, CoreRpc
 
@@ -132,7 +132,9 @@ class InternalAuth:
         if self.token is not None:
             given = headers.get(TOKEN_HEADER) or ""
             if not hmac.compare_digest(given.encode(), self.token.encode()):
-                raise Unauthenticated(f"queue-core: internal calls need the {TOKEN_HEADER} header of this deployment")
+                raise Unauthenticated(
+                    f"queue-core: internal calls need the {TOKEN_HEADER} header of this deployment"
+                )
         elif not is_loopback(peer_host):
             raise Unauthenticated(
                 f"queue-core: no internal token is configured (LOAM_INTERNAL_TOKEN), so only loopback peers may call; "
@@ -171,7 +173,9 @@ class CoreService(ConnectAdapter):
 # -- the ASGI app ------------------------------------------------------------------------------
 def error_response(e: BaseException) -> JSONResponse:
     err = to_connect(e)
-    return JSONResponse({"code": err.code.value, "message": err.message}, HTTP_STATUS.get(err.code.value, 500))
+    return JSONResponse(
+        {"code": err.code.value, "message": err.message}, HTTP_STATUS.get(err.code.value, 500)
+    )
 
 
 async def _json_object(request: Request) -> dict:
@@ -270,7 +274,9 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
     )
 
 
-async def export_bytes(store, ns: str, queue: str, since_ns: int, until_ns: int | None, fmt: str) -> tuple[bytes, str]:
+async def export_bytes(
+    store, ns: str, queue: str, since_ns: int, until_ns: int | None, fmt: str
+) -> tuple[bytes, str]:
     """A queue's events in [since_ns, until_ns) as `parquet` or `arrow` bytes, and the media type."""
     from loam_common import event_export
 
@@ -379,8 +385,12 @@ async def serve(app: Any, host: str, port: int, *, on_ready=None, **kw: Any) -> 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog="loam queue-core", description="Run a Loam queue-core process.")
-    p.add_argument("--store", default=env.get("LOAM_STORE"), help="store URL, e.g. sqlite:///abs/path.db (LOAM_STORE)")
-    p.add_argument("--blobs", default=env.get("LOAM_BLOBS"), help="blob directory or s3://bucket/prefix (LOAM_BLOBS)")
+    p.add_argument(
+        "--store", default=env.get("LOAM_STORE"), help="store URL, e.g. sqlite:///abs/path.db (LOAM_STORE)"
+    )
+    p.add_argument(
+        "--blobs", default=env.get("LOAM_BLOBS"), help="blob directory or s3://bucket/prefix (LOAM_BLOBS)"
+    )
     p.add_argument("--host", default=env.get("LOAM_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(env.get("LOAM_PORT", DEFAULT_PORT)))
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))

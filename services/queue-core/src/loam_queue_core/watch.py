@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 
 from loam_common import cloudevents, events, flows, keys, schedules, validate
 from loam_common.errors import InvalidArgument, NotFound
-from loam_common.gen.loam.jobs.v1 import events_pb2, jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import events_pb2
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.jobs import admin, job_admin
 from loam_common.store.base import Txn
 
@@ -177,7 +178,9 @@ def _target(ns: str, sel: J.Selector) -> Target:
 
 
 def _positions_now(tx: Txn, ns: str, queues: list[str]) -> dict[Position, int]:
-    return {(q, s): events.shard_event_seq(tx, ns, q, s) for q in queues for s in events.event_shards(tx, ns, q)}
+    return {
+        (q, s): events.shard_event_seq(tx, ns, q, s) for q in queues for s in events.event_shards(tx, ns, q)
+    }
 
 
 def _resolve(tx: Txn, ns: str, t: Target) -> list[J.WatchResponse]:
@@ -246,7 +249,8 @@ def _read(
         last = events.shard_event_seq(tx, ns, q, s)
         if seq > last:
             raise InvalidArgument(
-                "cursor", f"is ahead of queue {q!r} shard {s} ({seq} > {last}): not a cursor of this store; re-watch without one"
+                "cursor",
+                f"is ahead of queue {q!r} shard {s} ({seq} > {last}): not a cursor of this store; re-watch without one",
             )
         if seq == last:
             continue

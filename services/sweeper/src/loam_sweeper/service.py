@@ -27,7 +27,7 @@ from loam_common.blobs import BlobStore
 from loam_common.loop import Loop
 from loam_common.ownership import DEFAULT_TTL_NS, ShardOwnership, list_shards
 from loam_common.store.runner import Store
-from loam_common.sweeper import SweepReport, Sweeper
+from loam_common.sweeper import Sweeper, SweepReport
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,9 @@ class SweeperService(Loop):
         self.store = store
         self.owner_id = owner_id
         self.queue_cores = [c.rstrip("/") for c in queue_cores or ()]
-        self.internal_token = internal_token if internal_token is not None else os.environ.get("LOAM_INTERNAL_TOKEN")
+        self.internal_token = (
+            internal_token if internal_token is not None else os.environ.get("LOAM_INTERNAL_TOKEN")
+        )
         self.on_ready = on_ready
         self.ownership = ShardOwnership(store, KIND, owner_id, ttl_ns)
         self.sweeper = Sweeper(store, blobs, owns=self.ownership.owns, fence=self.ownership.fence)
@@ -111,7 +113,9 @@ class SweeperService(Loop):
             headers[TOKEN_HEADER] = self.internal_token
         body = json.dumps({"ns": ns, "queue": queue}).encode()
         try:
-            resp = await asyncio.wait_for(self._http.post(core + WAKE_PATH, headers=headers, content=body), WAKE_TIMEOUT_S)
+            resp = await asyncio.wait_for(
+                self._http.post(core + WAKE_PATH, headers=headers, content=body), WAKE_TIMEOUT_S
+            )
             if resp.status != 200:
                 raise RuntimeError(f"HTTP {resp.status}: {resp.content[:200]!r}")
             self.wakes_sent += 1

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from loam_common import keys, validate
 from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import dlq, job_admin, states as S
+from loam_common.jobs import dlq, job_admin
+from loam_common.jobs import states as S
 from loam_common.jobs.queue import DEFAULT_VISIBILITY_NS, QueueTx
 from loam_common.store.base import Txn
 
@@ -23,8 +24,11 @@ BATCH = 1000
 MAX_BATCH = 10_000
 OBLITERATE_BATCH = 5000
 # Settings Update may not touch: identity, and the flag Pause/Resume own.
-_UPDATE_PROTECTED = {"name": "is the queue's name", "created_ns": "is set by Create",
-                     "paused": "is set by Pause and Resume"}
+_UPDATE_PROTECTED = {
+    "name": "is the queue's name",
+    "created_ns": "is set by Create",
+    "paused": "is set by Pause and Resume",
+}
 
 
 # -- queue config -------------------------------------------------------------------------
@@ -199,9 +203,7 @@ class QueueCounts:
 
 def _counts(qt: QueueTx) -> QueueCounts:
     c = qt.counts()  # O(shards): kept by every move in ShardMeta
-    return QueueCounts(
-        **{S.name(st).replace("-", "_"): c.get(st, 0) for st in S.NAMES}, paused=qt.cfg.paused
-    )
+    return QueueCounts(**{S.name(st).replace("-", "_"): c.get(st, 0) for st in S.NAMES}, paused=qt.cfg.paused)
 
 
 def queue_counts(tx: Txn, ns: str, queue: str) -> QueueCounts:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from loam_common import keys
 from loam_common.errors import Fenced, InvalidArgument, InvalidState, JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import dlq, lease, retention, states as S
+from loam_common.jobs import dlq, lease, retention
+from loam_common.jobs import states as S
 from loam_common.jobs.queue import DEFAULT_LOG_CAP, QueueTx
 from loam_common.store.base import Txn
 
@@ -198,7 +199,11 @@ def _complete(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
     totals = qt.meta_for_update(job.shard).completed_total  # loam_jobs_completed_total{outcome}
     totals[outcome.kind] = totals[outcome.kind] + 1
     return Completed(
-        done.state, done.moved, job.task.name, qt.now - job.lease_started_ns, job.task.headers.get("traceparent", "")
+        done.state,
+        done.moved,
+        job.task.name,
+        qt.now - job.lease_started_ns,
+        job.task.headers.get("traceparent", ""),
     )
 
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from loam_common import tracing, validate
 from loam_common.errors import AlreadyExists, IdempotencyConflict, InvalidArgument, JobsError, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import dedup, lease, states as S
+from loam_common.jobs import dedup, lease
+from loam_common.jobs import states as S
 from loam_common.jobs.queue import QueueTx
 from loam_common.store.base import Txn
 
@@ -189,8 +190,11 @@ def _refusable(nj: NewJob) -> bool:
     A key that keeps the first job, or one the counter makes, never clashes into an error."""
     o = nj.opts
     return bool(
-        (o.job_key and not o.job_key_keeps_first) or nj.init
-        or o.HasField("idempotency") or o.HasField("dedup") or o.HasField("parent")
+        (o.job_key and not o.job_key_keeps_first)
+        or nj.init
+        or o.HasField("idempotency")
+        or o.HasField("dedup")
+        or o.HasField("parent")
     )
 
 
@@ -228,7 +232,9 @@ def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
             if existing is not None:
                 if opts.job_key_keeps_first:  # BullMQ: the first job with an id wins
                     qt.emit("duplicated", existing)
-                    return _remember(qt, nj, Enqueued(existing.id, False, existing.state, existing.opts.job_key))
+                    return _remember(
+                        qt, nj, Enqueued(existing.id, False, existing.state, existing.opts.job_key)
+                    )
                 rhash = rhash or request_hash(nj.task, opts)
                 if existing.request_hash != rhash:
                     raise AlreadyExists(
@@ -249,7 +255,9 @@ def _enqueue_one(qt: QueueTx, nj: NewJob) -> Enqueued:
     job.attempts_max = opts.attempts or qt.cfg.attempts or 1
     job.shard = _shard(qt, nj)
     # Compared when the same key is enqueued again without keeping the first job.
-    job.request_hash = rhash or (request_hash(nj.task, opts) if opts.job_key and not opts.job_key_keeps_first else b"")
+    job.request_hash = rhash or (
+        request_hash(nj.task, opts) if opts.job_key and not opts.job_key_keeps_first else b""
+    )
     due = _due_ns(opts, now)
     if due > now:
         job.state = S.DELAYED

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from loam_common import keys, validate
 from loam_common.errors import InvalidArgument, InvalidState
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import dedup, states as S
+from loam_common.jobs import dedup
+from loam_common.jobs import states as S
 from loam_common.jobs.queue import QueueTx
 from loam_common.store.base import Txn
 
@@ -73,7 +74,9 @@ def job_get(tx: Txn, ns: str, queue: str, job_id: str) -> pb.Job:
         return qt.require_job(job_id)
 
 
-def job_remove(tx: Txn, ns: str, queue: str, job_id: str, force: bool = False, children: bool = False) -> None:
+def job_remove(
+    tx: Txn, ns: str, queue: str, job_id: str, force: bool = False, children: bool = False
+) -> None:
     """Delete a job and its logs. An active job whose lease still runs is refused, as
     BullMQ refuses a locked one, unless `force` (its worker's complete then gets
     NotFound); one whose lease lapsed is no longer held (BullMQ: the lock expired). With

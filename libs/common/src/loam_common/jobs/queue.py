@@ -19,7 +19,8 @@ from typing import Protocol
 
 from loam_common import events, keys
 from loam_common.errors import InvalidState, NotFound, PayloadTooLarge
-from loam_common.gen.loam.jobs.v1 import events_pb2, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import events_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
 from loam_common.store.base import Txn
 
@@ -67,7 +68,19 @@ def _notify_ready(ns: str, queue: str) -> None:
 
 
 class QueueTx:
-    __slots__ = ("tx", "ns", "name", "k", "cfg", "now", "_metas", "_dirty", "on_finished", "_exists", "_peers")
+    __slots__ = (
+        "tx",
+        "ns",
+        "name",
+        "k",
+        "cfg",
+        "now",
+        "_metas",
+        "_dirty",
+        "on_finished",
+        "_exists",
+        "_peers",
+    )
 
     def __init__(self, tx: Txn, ns: str, queue: str, *, create: bool = True) -> None:
         self.tx = tx
@@ -310,7 +323,9 @@ class QueueTx:
         if event:
             self.emit(event, job)
 
-    def move(self, job: pb.Job, to: int, event: str | None, *, keep_place: bool = False, **event_fields) -> None:
+    def move(
+        self, job: pb.Job, to: int, event: str | None, *, keep_place: bool = False, **event_fields
+    ) -> None:
         """Move a stored job to `to`: index, counts, record and outbox in one go. A job
         made ready goes to the back of its band, or with `keep_place` (a leased job handed
         back unprocessed) where it was when it was leased."""

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from loam_common import keys
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import complete, lease, retention, states as S
+from loam_common.jobs import complete, lease, retention
+from loam_common.jobs import states as S
 from loam_common.jobs.queue import QueueTx, max_stalled
 from loam_common.store.base import Txn
 
@@ -30,7 +31,9 @@ def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) 
                 continue
             job.epoch += 1
             if job.opts.timeout_ns and qt.now >= job.lease_started_ns + job.opts.timeout_ns:
-                err = pb.JobError(code="timeout", message=f"job timed out after {job.opts.timeout_ns / 1e9:g} s")
+                err = pb.JobError(
+                    code="timeout", message=f"job timed out after {job.opts.timeout_ns / 1e9:g} s"
+                )
                 complete._retry_or_fail(qt, job, err, None)
                 continue
             job.stalled += 1
@@ -87,7 +90,7 @@ def sweep_idempotency(tx: Txn, ns: str, queue: str, limit: int = BATCH) -> int:
 
 def list_namespaces(tx: Txn) -> list[str]:
     prefix = keys.namespace_registry()
-    return [k[len(prefix):].decode() for k, _ in tx.scan(prefix, keys.prefix_end(prefix))]
+    return [k[len(prefix) :].decode() for k, _ in tx.scan(prefix, keys.prefix_end(prefix))]
 
 
 def list_queues(tx: Txn, ns: str) -> list[str]:

@@ -98,7 +98,7 @@ class Txn(abc.ABC):
         self, start: bytes, end: bytes, limit: int | None = None, reverse: bool = False
     ) -> list[tuple[bytes, bytes]]: ...
 
-    def prefetch(self, keys: Iterable[bytes]) -> None:
+    def prefetch(self, keys: Iterable[bytes]) -> None:  # noqa: B027 - optional, a no-op by default
         """A hint: these keys are about to be read one by one. A backend with a read
         cache loads them in one round trip; the others ignore it."""
 
@@ -119,7 +119,7 @@ class Txn(abc.ABC):
     def rollback_to(self, savepoint: object) -> None:
         """Undo every write made since the savepoint (reads stay recorded)."""
 
-    def release(self, savepoint: object) -> None:
+    def release(self, savepoint: object) -> None:  # noqa: B027 - optional, a no-op by default
         """Forget a savepoint (and any taken after it); its writes stay in the transaction.
         Optional: the group-commit runner releases each transition's savepoint so SQLite's
         savepoint stack stays one deep instead of growing with the batch."""

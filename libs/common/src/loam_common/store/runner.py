@@ -157,9 +157,7 @@ class Store:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         if backend.capabilities.group_commit:
-            self._writer = threading.Thread(
-                target=self._writer_main, name="loam-store-writer", daemon=True
-            )
+            self._writer = threading.Thread(target=self._writer_main, name="loam-store-writer", daemon=True)
             self._writer.start()
 
     # -- public API ---------------------------------------------------------------------
@@ -426,8 +424,7 @@ def _delete_keys(tx: Txn, keys: list[bytes]) -> None:
 
 
 _URL_FORMS = (
-    "sqlite:///abs/path.db, sqlite:relative/path.db, memory://, "
-    "tikv://pd-host:2379[,pd-host2:2379...]"
+    "sqlite:///abs/path.db, sqlite:relative/path.db, memory://, tikv://pd-host:2379[,pd-host2:2379...]"
 )
 
 
