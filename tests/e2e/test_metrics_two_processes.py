@@ -29,10 +29,10 @@ OTHER_PROCESS = textwrap.dedent(
         store = open_store("sqlite:///" + db)
         core = QueueCore(store)
         for i in range(5):
-            await core.enqueue("{ns}", "{queue}", pb.TaskSpec(name="t"))
-        jobs = await core.lease("{ns}", ["{queue}"], "other-process", 3)
+            await core.jobs.enqueue("{ns}", "{queue}", pb.TaskSpec(name="t"))
+        jobs = await core.jobs.lease("{ns}", ["{queue}"], "other-process", 3)
         for job in jobs:
-            await core.complete("{ns}", "{queue}", job.id, job.epoch, Outcome.ok())
+            await core.jobs.complete("{ns}", "{queue}", job.id, job.epoch, Outcome.ok())
         await store.close()
 
     asyncio.run(main(sys.argv[1]))

@@ -29,9 +29,9 @@ DAY = 24 * 3600 * SEC
 async def _traffic(core, queue: str, n: int) -> None:
     """n jobs through enqueue, lease and completion: several events each, both shards."""
     for _ in range(n):
-        await core.enqueue(NS, queue, pb.TaskSpec(name="t"))
-    for job in await core.lease(NS, [queue], "w", max_jobs=n):
-        await core.complete(NS, queue, job.id, job.epoch, Outcome.ok())
+        await core.jobs.enqueue(NS, queue, pb.TaskSpec(name="t"))
+    for job in await core.jobs.lease(NS, [queue], "w", max_jobs=n):
+        await core.jobs.complete(NS, queue, job.id, job.epoch, Outcome.ok())
 
 
 def _to_outbox(tx, queue: str, since: dict[int, int]) -> None:

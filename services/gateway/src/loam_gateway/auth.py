@@ -23,7 +23,7 @@ from typing import Protocol
 
 from loam_common import validate
 from loam_common.auth import ACTIONS, Principal, token_verify
-from loam_common.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from loam_common.errors import PermissionDenied, Unauthenticated
 from loam_common.store.runner import Store
 
 __all__ = [
@@ -136,15 +136,11 @@ class DevAuthenticator:
     header or `namespace`. Only for a gateway bound to loopback (`check_bind`)."""
 
     def __init__(self, namespace: str = DEV_NAMESPACE) -> None:
-        self.namespace = validate.name("namespace", namespace)
+        self.namespace = validate.namespace(namespace)
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
         ns = _header(headers, NAMESPACE_HEADER) or self.namespace
-        try:
-            validate.name("namespace", ns)
-        except InvalidArgument as e:
-            raise InvalidArgument(NAMESPACE_HEADER, e.message.partition(": ")[2]) from None
-        return Principal(namespace=ns, actions=ACTIONS, token_id="")
+        return Principal(namespace=validate.namespace(ns, NAMESPACE_HEADER), actions=ACTIONS, token_id="")
 
 
 def is_loopback(host: str) -> bool:

@@ -3,8 +3,8 @@
 The data directory (default `./.loam`) holds the store (`loam.db`) and the blobs
 (`blobs/`). The gateway calls a local CoreRpc (no network hop); the sweeper (every
 200 ms) and the relay (every 100 ms) run as in-process loops under the owner id
-`loam-dev`, and the sweeper wakes the core's parked leases directly for the queues where
-it reclaimed or promoted jobs. Prints the URL, then exactly one line with "ready" once
+`loam-dev`; they share the core's store, so the core's effect sink wakes the parked
+leases of the queues where a sweep reclaimed or promoted jobs. Prints the URL, then exactly one line with "ready" once
 the server accepts connections. Ctrl-C or SIGTERM stops it: in-flight calls get up to
 3 s, then the loops stop (releasing their shard leases) and the store is closed.
 
@@ -67,7 +67,8 @@ async def run(args: argparse.Namespace) -> None:
     tracing.configure_from_env("loam-dev")  # OTEL_TRACES_EXPORTER=console|otlp|...; off when unset
     router = Router(local=CoreRpc(core))
     loops = [
-        SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S, on_ready=core.wake_all),
+        # Same store as the core: the core's effect sink wakes what the sweeps make ready.
+        SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S),
         RelayService(store, OWNER_ID),
     ]
 

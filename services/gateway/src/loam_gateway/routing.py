@@ -200,7 +200,7 @@ class Router:
         Any core can answer: the queue registry is in the shared store."""
         try:
             if self.local is not None:
-                return await self.local.queue_list(ns)
+                return await self.local.core.queues.names(ns)
             return await self._list_remote(ns)
         except Exception as e:  # noqa: BLE001
             raise _as_connect(e, self.local is None) from e

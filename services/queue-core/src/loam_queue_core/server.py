@@ -146,10 +146,7 @@ class InternalAuth:
         ns = headers.get(NAMESPACE_HEADER)
         if not ns:
             raise InvalidArgument(NAMESPACE_HEADER, "is required on internal calls")
-        try:
-            return validate.name("namespace", ns)
-        except InvalidArgument as e:
-            raise InvalidArgument(NAMESPACE_HEADER, e.message.partition(": ")[2]) from None
+        return validate.namespace(ns, NAMESPACE_HEADER)
 
 
 class CoreService(ConnectAdapter):
@@ -200,18 +197,18 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
         try:
             auth.check(request.headers, peer(request))
             body = await _json_object(request)
-            ns = validate.name("ns", body.get("ns"))
+            ns = validate.namespace(body.get("ns"), "ns")
             queue = validate.name("queue", body.get("queue"))
         except JobsError as e:
             return error_response(e)
-        core.wake_all(ns, queue)
+        core.effects.wake_queue(ns, queue)
         return JSONResponse({})
 
     async def queues(request: Request) -> Response:
         try:
             auth.check(request.headers, peer(request))
             body = await _json_object(request)
-            names = await rpc.queue_list(validate.name("ns", body.get("ns")))
+            names = await core.queues.names(validate.namespace(body.get("ns"), "ns"))
         except Exception as e:  # noqa: BLE001
             return error_response(e)
         return JSONResponse({"queues": names})
@@ -220,7 +217,7 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
         try:
             auth.check(request.headers, peer(request))
             body = await _json_object(request)
-            ns = validate.name("ns", body.get("ns"))
+            ns = validate.namespace(body.get("ns"), "ns")
             queue = validate.name("queue", body.get("queue"))
             data, media = await export_bytes(core.store, ns, queue, body.get("since_ns") or 0, body.get("until_ns"),
                                              body.get("format") or "parquet")  # fmt: skip
@@ -236,7 +233,7 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
         try:
             auth.check(headers, peer(request))
             qp = request.query_params
-            only = [validate.name("ns", qp["ns"])] if qp.get("ns") else None
+            only = [validate.namespace(qp["ns"], "ns")] if qp.get("ns") else None
             text = await metrics.render_store(core.store, only, process=qp.get("scope") != "store")
         except Exception as e:  # noqa: BLE001
             return error_response(e)
@@ -280,7 +277,6 @@ async def export_bytes(
     """A queue's events in [since_ns, until_ns) as `parquet` or `arrow` bytes, and the media type."""
     from loam_common import event_export
 
-    validate.name("namespace", ns)
     validate.name("queue", queue)
     if fmt not in event_export.FORMATS:
         raise InvalidArgument("format", f"one of {', '.join(event_export.FORMATS)}")

@@ -15,11 +15,10 @@ queue created or re-sharded after the snapshot) starts at 0: all its events are 
 A cursor older than the log's retention (default 7 days) or than an obliterate is
 refused (`invalid_argument` on `cursor`): re-watch without one.
 
-**Wake-ups, not polling.** A stream parks on this process's `EventHub`; every
-transaction committed in this process that wrote a watched queue's events notifies it
-after the commit (`events.add_commit_listener`, armed by `QueueTx` only while a stream
-is open), and so does `QueueCore.wake_all` (which the sweeper process calls after its
-sweeps). Changes committed by other processes (another queue core leasing from a
+**Wake-ups, not polling.** A stream parks on its queue core's `EventHub`; every
+transaction committed through the core's store that wrote a watched queue's events
+declares `effects.Changed`, which the core's effect sink passes on (effects.py), and
+so does the sweeper's cross-process wake. Changes committed by other processes (another queue core leasing from a
 queue it does not own, a flow's queues owned by other cores) are seen
 after at most `LOAM_WATCH_POLL_S` (default 1 s): the fallback timeout of each park. An
 idle check is one store snapshot with one `get` per watched shard. (The relay never
@@ -63,14 +62,9 @@ class EventHub:
 
     def open(self) -> None:
         self._streams += 1
-        if self._streams == 1:
-            events.add_commit_listener(self)
 
     def close(self) -> None:
-        self._streams -= 1
-        if self._streams <= 0:
-            self._streams = 0
-            events.remove_commit_listener(self)
+        self._streams = max(self._streams - 1, 0)
 
     @property
     def streams(self) -> int:
@@ -159,7 +153,6 @@ class Target:
 
 
 def _target(ns: str, sel: J.Selector) -> Target:
-    validate.name("namespace", ns)
     kind = sel.WhichOneof("what")
     if kind == "job":
         validate.name("selector.job.queue", sel.job.queue)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loam_common import keys, validate
+from loam_common.effects import ALL
 from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import dlq, job_admin
@@ -133,6 +134,7 @@ def queue_update(
             qt.cfg = new
             qt.save_config()
             qt.emit("config-updated", detail=",".join(fields) if fields else "")
+        qt.wake_after_commit(ALL)  # a lifted rate limit or concurrency cap frees leases
         return qt.cfg
 
 
@@ -156,6 +158,7 @@ def _set_paused(tx: Txn, ns: str, queue: str, paused: bool) -> None:
             qt.cfg.paused = paused
             qt.save_config()
             qt.emit("paused" if paused else "resumed")
+        qt.wake_after_commit(ALL)  # parked leases read the queue again
 
 
 def queue_pause(tx: Txn, ns: str, queue: str) -> None:
@@ -234,6 +237,7 @@ def queue_rate_limit_for(tx: Txn, ns: str, queue: str, for_ns: int) -> None:
             rt.blocked_until_ns = 0
             rt.window_start_ns = 0
             rt.used = 0
+            qt.wake_after_commit(ALL)  # the block is lifted
         tx.put(key, rt.SerializeToString())
 
 
@@ -444,6 +448,8 @@ def queue_retry_all(tx: Txn, ns: str, queue: str, state: int = S.FAILED, limit: 
             for _key, job in _each_entry(qt, qt.k.state_shard(state, shard), limit - moved):
                 job_admin.retry(qt, job)
                 moved += 1
+        if moved:
+            qt.wake_after_commit(ALL)
         return moved
 
 
@@ -457,6 +463,8 @@ def queue_promote_all(tx: Txn, ns: str, queue: str, limit: int = BATCH) -> int:
             for _key, job in _each_entry(qt, qt.k.delayed_shard(shard), limit - moved):
                 job_admin.promote(qt, job)
                 moved += 1
+        if moved:
+            qt.wake_after_commit(ALL)
         return moved
 
 

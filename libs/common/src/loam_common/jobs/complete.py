@@ -10,6 +10,7 @@ import random
 from dataclasses import dataclass, field
 
 from loam_common import keys
+from loam_common.effects import Finished
 from loam_common.errors import Fenced, InvalidArgument, InvalidState, JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import dlq, lease, retention
@@ -198,13 +199,12 @@ def _complete(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
             collect_metrics(qt, "completed" if done.state == S.COMPLETED else "failed", *outcome.metrics)
     totals = qt.meta_for_update(job.shard).completed_total  # loam_jobs_completed_total{outcome}
     totals[outcome.kind] = totals[outcome.kind] + 1
-    return Completed(
-        done.state,
-        done.moved,
-        job.task.name,
-        qt.now - job.lease_started_ns,
-        job.task.headers.get("traceparent", ""),
+    run_ns = qt.now - job.lease_started_ns
+    traceparent = job.task.headers.get("traceparent", "")
+    qt.tx.declare(
+        Finished(qt.ns, qt.name, job.id, outcome.kind, done.state, job.task.name, run_ns, traceparent, qt.now)
     )
+    return Completed(done.state, done.moved, job.task.name, run_ns, traceparent)
 
 
 MINUTE_MS = 60_000

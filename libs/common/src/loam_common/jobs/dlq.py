@@ -61,8 +61,7 @@ def redrive(dq: QueueTx, limit: int) -> int:
                 fresh.state = S.ready_state(fresh.opts.priority)
                 oq.insert(fresh)
                 oq.emit("added", fresh)
-                oq.emit("waiting", fresh, detail=f"redriven from {dq.name}")
-                oq.wake_after_commit()
+                oq.emit("waiting", fresh, detail=f"redriven from {dq.name}")  # insert wakes a poll
             dq.remove(job, event="removed")
             moved += 1
         if moved >= limit:

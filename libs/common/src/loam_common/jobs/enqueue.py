@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loam_common import tracing, validate
+from loam_common.effects import Handed
 from loam_common.errors import AlreadyExists, IdempotencyConflict, InvalidArgument, JobsError, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import dedup, lease
@@ -182,7 +183,10 @@ def job_enqueue_then_lease(
     visibility_ns), in one transaction."""
     done = job_enqueue(tx, ns, queue, new_jobs, bulk)
     worker, max_jobs, names, visibility_ns = lease_args
-    return done, lease.job_lease(tx, ns, [queue], worker, max_jobs, names, 0, visibility_ns)
+    leased = lease.job_lease(tx, ns, [queue], worker, max_jobs, names, 0, visibility_ns)
+    if leased.jobs:  # the poll has them: their wake-ups would only send another poll looking
+        tx.declare(Handed(frozenset(j.id for j in leased.jobs)))
+    return done, leased
 
 
 def _refusable(nj: NewJob) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loam_common import keys
+from loam_common.effects import Leased
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
 from loam_common.jobs.queue import DEFAULT_VISIBILITY_NS, QueueTx
@@ -114,6 +115,8 @@ def job_lease(
             if len(res.jobs) > before and worker:
                 w = pb.Worker(id=worker, last_seen_ns=qt.now, queues=queues)
                 tx.put(qt.k.worker(worker), w.SerializeToString())
+    if res.jobs:  # lease latency and spans, once committed
+        tx.declare(Leased(ns, worker, tuple(res.jobs), tuple(res.waited_ns), tx.now_ns()))
     return res
 
 

@@ -12,12 +12,10 @@ Use it as a context manager; the shard metas it touched are written once on exit
 
 from __future__ import annotations
 
-import functools
-import weakref
 from collections.abc import Callable
-from typing import Protocol
 
-from loam_common import events, keys
+from loam_common import keys
+from loam_common.effects import Changed, Ready
 from loam_common.errors import InvalidState, NotFound, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -44,27 +42,9 @@ def max_stalled(cfg: pb.QueueConfig) -> int:
     return cfg.max_stalled if cfg.HasField("max_stalled") else 1
 
 
-# -- waking long-polls in other queues --------------------------------------------------------
-class _Wakeable(Protocol):
-    def wake(self, ns: str, queue: str, n: int = 1) -> None: ...
-
-
-_ready_listeners: weakref.WeakSet[_Wakeable] = weakref.WeakSet()
 #: A job moved into these states can be leased now or once due: a parked poll must look
 #: (it may sleep until a later due time).
 WAKES_A_POLL = S.READY | {S.DELAYED}
-
-
-def add_ready_listener(listener: _Wakeable) -> None:
-    """Have `listener.wake(ns, queue)` called after a commit that made a job leasable
-    other than by enqueueing it (the queue core's long-poll waiters): a retried or
-    released job, a freed concurrency slot or subject, a flow's parent, a dead letter."""
-    _ready_listeners.add(listener)
-
-
-def _notify_ready(ns: str, queue: str) -> None:
-    for listener in list(_ready_listeners):
-        listener.wake(ns, queue, 1)
 
 
 class QueueTx:
@@ -80,6 +60,7 @@ class QueueTx:
         "on_finished",
         "_exists",
         "_peers",
+        "_inserted_ready",
     )
 
     def __init__(self, tx: Txn, ns: str, queue: str, *, create: bool = True) -> None:
@@ -99,6 +80,7 @@ class QueueTx:
             self._exists = True
         self._metas: dict[int, pb.ShardMeta] = {}
         self._dirty: set[int] = set()
+        self._inserted_ready: list[str] = []  # new jobs a poll may lease, declared on flush
         # Hooks run when a job reaches a finished state.
         self.on_finished: list[Callable[[QueueTx, pb.Job], None]] = []
         # The other queues this transition touches (flows), sharing one QueueTx per queue.
@@ -139,8 +121,10 @@ class QueueTx:
         for shard in self._dirty:
             self.tx.put(self.k.shard_meta(shard), self._metas[shard].SerializeToString())
         self._dirty.clear()
-        if events.commit_listeners:  # a Watch in this process: wake it after the commit
-            events.notify_after_commit(self.tx, self.ns, self.name)
+        if self._inserted_ready:  # one wake-up per new job, named so a hand-off can take it back
+            self.tx.declare(Ready(self.ns, self.name, len(self._inserted_ready), tuple(self._inserted_ready)))
+            self._inserted_ready = []
+        self.tx.declare(Changed(self.ns, self.name))  # its events grew: Watch streams look
 
     def peer(self, queue: str, *, create: bool = True) -> QueueTx:
         """The QueueTx of another queue in this same transition. One per queue, shared by
@@ -157,10 +141,10 @@ class QueueTx:
             self._peers[queue] = p
         return p
 
-    def wake_after_commit(self) -> None:
-        """Wake a long-poll of this queue once the transaction commits: a job was made
-        leasable here other than by an enqueue (whose caller wakes the polls itself)."""
-        self.tx.after_commit(functools.partial(_notify_ready, self.ns, self.name))
+    def wake_after_commit(self, n: int = 1) -> None:
+        """Wake up to `n` long-polls of this queue (`effects.ALL`: every one) once the
+        transaction commits: jobs can be leased here now, or once due."""
+        self.tx.declare(Ready(self.ns, self.name, n))
 
     # -- shard metas -----------------------------------------------------------------
     def meta(self, shard: int) -> pb.ShardMeta:
@@ -322,6 +306,8 @@ class QueueTx:
         self.put_job(job)
         if event:
             self.emit(event, job)
+        if job.state in WAKES_A_POLL:  # leasable now or once due: a parked poll looks (flush)
+            self._inserted_ready.append(job.id)
 
     def move(
         self, job: pb.Job, to: int, event: str | None, *, keep_place: bool = False, **event_fields
