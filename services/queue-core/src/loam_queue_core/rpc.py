@@ -2,8 +2,9 @@
 protobuf messages of jobs.proto onto `QueueCore` and the admin, query and result
 functions, and their answers back. No transport here: the queue-core server and the
 gateway (in process, in dev) call it with the namespace they resolved from the
-caller's credential. Errors are JobsErrors (loam_common.connect_errors maps them),
-except the methods other issues bring, which raise Unimplemented (`UNIMPLEMENTED`).
+caller's credential. Errors are JobsErrors (loam_common.connect_errors maps them).
+The methods the method table marks as arriving with later work (loam_common.api.methods,
+`arrives_with`) are not defined here: `AnswersUnimplemented` answers them.
 
 Bulk admin ops run their batch transaction again while a batch comes back full, so
 one call drains, cleans or retries a whole queue, each transaction bounded.
@@ -15,12 +16,9 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from connectrpc.code import Code
-from connectrpc.errors import ConnectError
-
 from loam_common import events, exchanges, keys, results, schedules, validate
+from loam_common.api.methods import AnswersUnimplemented
 from loam_common.errors import InvalidArgument, JobsError
-from loam_common.gen.loam.jobs.v1 import jobs_connect
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, job_admin
@@ -31,25 +29,6 @@ from loam_common.jobs.query import job_query
 from loam_common.store.base import Txn
 from loam_queue_core.core import QueueCore
 from loam_queue_core.watch import watch as watch_stream
-
-# The methods that arrive with later issues: method -> the work that brings it.
-UNIMPLEMENTED: dict[str, str] = {
-    "submit_engine_job": "the engines work",
-    "control_engine_job": "the engines work",
-}
-# Every JobsService method by its snake_case name, read off the generated Protocol so
-# this list follows `make proto`.
-METHODS: tuple[str, ...] = tuple(
-    n for n, v in vars(jobs_connect.JobsService).items() if not n.startswith("_") and callable(v)
-)
-STREAMING: frozenset[str] = frozenset({"watch"})
-UNARY: tuple[str, ...] = tuple(m for m in METHODS if m not in STREAMING)
-
-
-def unimplemented(method: str) -> ConnectError:
-    return ConnectError(
-        Code.UNIMPLEMENTED, f"{method} is not available yet: it arrives with {UNIMPLEMENTED[method]}"
-    )
 
 
 def _job_id(text: str, field: str) -> str:
@@ -168,7 +147,7 @@ def _resolve_job(tx: Txn, ns: str, queue: str, ref: str) -> str:
     return by_key.decode() if by_key is not None else ref
 
 
-class CoreRpc:
+class CoreRpc(AnswersUnimplemented):
     """One async method per JobsService method: `(ns, request) -> response`."""
 
     def __init__(self, core: QueueCore) -> None:
@@ -292,14 +271,6 @@ class CoreRpc:
 
     async def get_flow(self, ns: str, req: J.GetFlowRequest) -> J.GetFlowResponse:
         return J.GetFlowResponse(flow=await self.core.flow_get(ns, req.id))
-
-    # -- later issues ----------------------------------------------------------------
-
-    async def submit_engine_job(self, ns: str, req: J.SubmitEngineJobRequest) -> J.SubmitEngineJobResponse:
-        raise unimplemented("submit_engine_job")
-
-    async def control_engine_job(self, ns: str, req: J.ControlEngineJobRequest) -> J.ControlEngineJobResponse:
-        raise unimplemented("control_engine_job")
 
     async def watch(self, ns: str, req: J.WatchRequest) -> AsyncIterator[J.WatchResponse]:
         """A snapshot, then the events after it (watch.py)."""
@@ -638,28 +609,4 @@ def _wake_namespace(core: QueueCore, ns: str) -> None:
             core.wake_all(n, q)
 
 
-def _fill_unimplemented() -> None:
-    """A method added to jobs.proto and not mapped here answers Unimplemented (rather
-    than the generated default), naming the work that brings it if UNIMPLEMENTED does."""
-    for m in METHODS:
-        if hasattr(CoreRpc, m):
-            continue
-        UNIMPLEMENTED.setdefault(m, "a later release of the queue core")
-        if m in STREAMING:
-
-            async def stub(self, ns, req, _m=m):
-                raise unimplemented(_m)
-                yield  # pragma: no cover
-
-        else:
-
-            async def stub(self, ns, req, _m=m):
-                raise unimplemented(_m)
-
-        stub.__name__ = m
-        setattr(CoreRpc, m, stub)
-
-
-_fill_unimplemented()
-
-__all__ = ["METHODS", "STREAMING", "UNARY", "UNIMPLEMENTED", "CoreRpc", "unimplemented"]
+__all__ = ["CoreRpc"]
