@@ -21,8 +21,8 @@ names cannot, so they never collide with a queue.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from connectrpc.code import Code
@@ -139,7 +139,6 @@ class Method(Operation):
     route: Callable[[Any], str]  # request -> routing key
     long_poll: bool = False  # may park until work arrives (Lease with wait_ns)
     arrives_with: str | None = None  # not implemented yet: the work that brings it
-    descriptor: Any = field(default=None, repr=False, compare=False)
 
     def unimplemented(self) -> ConnectError:
         """The answer of a method that is not built yet."""
@@ -183,7 +182,6 @@ def _rpc(
         route=route,
         long_poll=long_poll,
         arrives_with=arrives_with,
-        descriptor=d,
     )
 
 
@@ -280,8 +278,3 @@ class AnswersUnimplemented:
             raise method.unimplemented()
 
         return unary
-
-
-def not_yet_implemented() -> Iterator[Method]:
-    """The methods the table marks as arriving with later work."""
-    return (m for m in JOBS_METHODS if m.arrives_with is not None)
