@@ -17,10 +17,8 @@ from connectrpc.errors import ConnectError
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.store.runner import open_store
-from loam_gateway.connect import ACTIONS
 from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
-from loam_queue_core.rpc import METHODS
 from loam_queue_core.server import create_app
 
 NS = "route"
@@ -141,6 +139,7 @@ async def test_errors_pass_through(cluster):
     with pytest.raises(ConnectError) as err:
         await router.call(NS, "submit_engine_job", J.SubmitEngineJobRequest())
     assert err.value.code == Code.UNIMPLEMENTED
+    assert "arrives with the engines work" in err.value.message  # the core's answer, from the table
 
 
 async def test_list_queues_from_any_core(cluster):
@@ -173,10 +172,6 @@ async def test_core_down_is_unavailable():
         assert err.value.code == Code.UNAVAILABLE
     finally:
         await router.close()
-
-
-def test_every_method_has_an_action():
-    assert set(METHODS) <= set(ACTIONS), sorted(set(METHODS) - set(ACTIONS))
 
 
 def test_router_needs_one_kind_of_target():

@@ -42,6 +42,7 @@ from loam.views import (
     ScheduleInfo,
     state_value,
 )
+from loam_common.api.headers import NAMESPACE_HEADER
 from loam_common.connect_client import jobs_client
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -50,7 +51,6 @@ T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:7720"
 DEV_NAMESPACE = "default"
-NAMESPACE_HEADER = "x-loam-namespace"
 #: retries of a call that failed with Unavailable (enqueue, enqueue_bulk), with backoff
 RETRIES = 3
 

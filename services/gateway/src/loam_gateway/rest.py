@@ -26,6 +26,7 @@ from connectrpc.errors import ConnectError
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from loam_common.api.methods import operation
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
@@ -608,9 +609,12 @@ ResultKey = Annotated[str, Path(description="a result key")]
 def build_router() -> APIRouter:
     api = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
-    def caller(method: str):
+    def caller(name: str):
+        """The route's caller, checked for the action the method table gives `name`."""
+        op = operation(name)  # a name not in the table fails here, as the router is built
+
         async def dep(request: Request) -> Principal:
-            return await request.app.state.access.check(request.headers, method)
+            return await request.app.state.access.check(request.headers, op)
 
         return Depends(dep)
 

@@ -2,8 +2,9 @@
 request, calls one facade method of `QueueCore` (facade/) and maps the answer back to
 jobs.proto's messages. No transactions and no transport here: the queue-core server
 and the gateway (in process, in dev) call it with the namespace they resolved from the
-caller's credential. Errors are JobsErrors (loam_common.connect_errors maps them),
-except the methods other issues bring, which raise Unimplemented (`UNIMPLEMENTED`).
+caller's credential. Errors are JobsErrors (loam_common.connect_errors maps them).
+The methods the method table marks as arriving with later work (loam_common.api.methods,
+`arrives_with`) are not defined here: `AnswersUnimplemented` answers them.
 """
 
 from __future__ import annotations
@@ -12,12 +13,9 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from connectrpc.code import Code
-from connectrpc.errors import ConnectError
-
 from loam_common import schedules, validate
+from loam_common.api.methods import AnswersUnimplemented
 from loam_common.errors import InvalidArgument, JobsError
-from loam_common.gen.loam.jobs.v1 import jobs_connect
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin
@@ -27,25 +25,6 @@ from loam_common.validate import Namespace
 from loam_queue_core.core import QueueCore
 from loam_queue_core.facade.job_admin import JobAdmin, job_ref
 from loam_queue_core.watch import watch as watch_stream
-
-# The methods that arrive with later issues: method -> the work that brings it.
-UNIMPLEMENTED: dict[str, str] = {
-    "submit_engine_job": "the engines work",
-    "control_engine_job": "the engines work",
-}
-# Every JobsService method by its snake_case name, read off the generated Protocol so
-# this list follows `make proto`.
-METHODS: tuple[str, ...] = tuple(
-    n for n, v in vars(jobs_connect.JobsService).items() if not n.startswith("_") and callable(v)
-)
-STREAMING: frozenset[str] = frozenset({"watch"})
-UNARY: tuple[str, ...] = tuple(m for m in METHODS if m not in STREAMING)
-
-
-def unimplemented(method: str) -> ConnectError:
-    return ConnectError(
-        Code.UNIMPLEMENTED, f"{method} is not available yet: it arrives with {UNIMPLEMENTED[method]}"
-    )
 
 
 def _token(token: J.LeaseToken, has: bool, field: str = "token") -> tuple[str, str, int]:
@@ -140,7 +119,7 @@ def enqueued(r: Enqueued) -> J.Enqueued:
     return J.Enqueued(job=r.job_id, created=r.created, state=r.state, job_key=r.job_key)
 
 
-class CoreRpc:
+class CoreRpc(AnswersUnimplemented):
     """One async method per JobsService method: `(ns, request) -> response`."""
 
     def __init__(self, core: QueueCore) -> None:
@@ -261,18 +240,6 @@ class CoreRpc:
     async def get_flow(self, ns: Namespace, req: J.GetFlowRequest) -> J.GetFlowResponse:
         return J.GetFlowResponse(flow=await self.core.flows.get(ns, req.id))
 
-    # -- later issues ----------------------------------------------------------------
-
-    async def submit_engine_job(
-        self, ns: Namespace, req: J.SubmitEngineJobRequest
-    ) -> J.SubmitEngineJobResponse:
-        raise unimplemented("submit_engine_job")
-
-    async def control_engine_job(
-        self, ns: Namespace, req: J.ControlEngineJobRequest
-    ) -> J.ControlEngineJobResponse:
-        raise unimplemented("control_engine_job")
-
     async def watch(self, ns: Namespace, req: J.WatchRequest) -> AsyncIterator[J.WatchResponse]:
         """A snapshot, then the events after it (watch.py)."""
         async for item in watch_stream(self.core, ns, req):
@@ -316,6 +283,11 @@ class CoreRpc:
             req.page_token,
         )
         return J.QueryResponse(jobs=jobs, next_page_token=token)
+
+    async def queue_list(self, ns: Namespace) -> list[str]:
+        """Not a JobsService method (an operation of the method table): the namespace's
+        queue names, for REST and the console."""
+        return await self.core.queues.names(ns)
 
     # -- result store ------------------------------------------------------------------
     async def result_get(self, ns: Namespace, req: J.ResultGetRequest) -> J.ResultGetResponse:
@@ -585,28 +557,4 @@ async def _d_remove(a: JobAdmin, ns: Namespace, queue: str, op: J.JobOp.RemoveDe
 _DEDUP_OPS: dict[str, Callable[..., Any]] = {"get_dedup": _d_get, "remove_dedup_key": _d_remove}
 
 
-def _fill_unimplemented() -> None:
-    """A method added to jobs.proto and not mapped here answers Unimplemented (rather
-    than the generated default), naming the work that brings it if UNIMPLEMENTED does."""
-    for m in METHODS:
-        if hasattr(CoreRpc, m):
-            continue
-        UNIMPLEMENTED.setdefault(m, "a later release of the queue core")
-        if m in STREAMING:
-
-            async def stub(self, ns, req, _m=m):
-                raise unimplemented(_m)
-                yield  # pragma: no cover
-
-        else:
-
-            async def stub(self, ns, req, _m=m):
-                raise unimplemented(_m)
-
-        stub.__name__ = m
-        setattr(CoreRpc, m, stub)
-
-
-_fill_unimplemented()
-
-__all__ = ["METHODS", "STREAMING", "UNARY", "UNIMPLEMENTED", "CoreRpc", "unimplemented"]
+__all__ = ["CoreRpc"]

@@ -26,6 +26,7 @@ import os
 from collections.abc import Sequence
 
 from loam_common import rendezvous
+from loam_common.api.headers import TOKEN_HEADER
 from loam_common.blobs import BlobStore
 from loam_common.effects import Effect, ready_counts
 from loam_common.loop import Loop
@@ -36,7 +37,6 @@ from loam_common.sweeper import Sweeper, SweepReport
 log = logging.getLogger(__name__)
 
 KIND = "sweeper"
-TOKEN_HEADER = "x-loam-internal-token"
 WAKE_PATH = "/internal/v1/wake"
 WAKE_TIMEOUT_S = 2.0
 
