@@ -33,6 +33,7 @@ lint: venv
 	$(BIN)/buf lint
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python tools/check_imports.py
 
 # CI: generated code must match proto/.
 proto-check: proto

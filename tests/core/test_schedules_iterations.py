@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from loam_common import schedules
 from loam_common.errors import AlreadyExists, InvalidArgument
-from loam_common.gen.loam.jobs.v1 import jobs_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import admin, sweeps
+from loam_common.jobs import admin, schedules, sweeps
 from loam_common.jobs import states as S
 
 NS = "acme"
@@ -24,24 +22,21 @@ def template() -> pb.TaskSpec:
 
 def request(
     sid: str = "s", *, next_ns: int, key: str | None = None, delay_ns: int = 0, **fields
-) -> jobs_pb2.ScheduleRequest:
+) -> schedules.Iteration:
     advance = fields.pop("advance", False)
     if_next_ns = fields.pop("if_next_ns", 0)
     replace = fields.pop("replace_job_id", "")
-    spec = jobs_pb2.ScheduleSpec(id=sid, queue="q", task=template(), driver=ITER)
+    spec = pb.ScheduleSpec(id=sid, queue="q", task=template(), driver=ITER)
     if not fields:
         spec.every_ns = 5 * SEC
     for k, v in fields.items():
         setattr(spec, k, v)
-    req = jobs_pb2.ScheduleRequest(
-        spec=spec, next_ns=next_ns, advance=advance, if_next_ns=if_next_ns, replace_job_id=replace
-    )
+    task = opts = None
     if key is not None:
-        req.iteration_task.CopyFrom(template())
-        req.iteration_opts.job_key = key
+        task, opts = template(), pb.EnqueueOpts(job_key=key)
         if delay_ns:
-            req.iteration_opts.not_before.delay_ns = delay_ns
-    return req
+            opts.not_before.delay_ns = delay_ns
+    return schedules.Iteration(spec, next_ns, advance, if_next_ns, task, opts, replace_job_id=replace)
 
 
 async def test_upsert_stores_the_chain_and_its_iteration_and_the_sweeper_leaves_it(

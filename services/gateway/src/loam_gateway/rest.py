@@ -450,7 +450,7 @@ def job_view(j: pb.Job) -> JobView:
     )
 
 
-def counts_view(c: J.QueueCounts) -> Counts:
+def counts_view(c: pb.QueueCounts) -> Counts:
     return Counts(
         waiting=c.waiting,
         prioritized=c.prioritized,
@@ -529,8 +529,8 @@ def _error_view(e: pb.JobError) -> JobErrorView:
     )
 
 
-def schedule_spec(schedule_id: str, body: ScheduleBody) -> J.ScheduleSpec:
-    spec = J.ScheduleSpec(
+def schedule_spec(schedule_id: str, body: ScheduleBody) -> pb.ScheduleSpec:
+    spec = pb.ScheduleSpec(
         id=schedule_id, queue=body.queue, task=_task(body), cron=body.cron or "", tz=body.tz or "",
         every_ns=body.every_ns or 0, limit=body.limit, start_ns=body.start_ns, end_ns=body.end_ns,
         offset_ns=body.offset_ns, immediately=body.immediately, misfire_grace_ns=body.misfire_grace_ns,
@@ -553,8 +553,8 @@ def schedule_view(r: pb.ScheduleRecord) -> ScheduleView:
     )  # fmt: skip
 
 
-def flow_spec(body: FlowBody) -> J.FlowSpec:
-    spec = J.FlowSpec(id=body.id or "")
+def flow_spec(body: FlowBody) -> pb.FlowSpec:
+    spec = pb.FlowSpec(id=body.id or "")
     for n in body.nodes:
         opts = pb.EnqueueOpts(priority=n.priority, lifo=n.lifo, attempts=n.attempts, job_key=n.job_key or "",
                               subject=n.subject or "")  # fmt: skip

@@ -12,24 +12,26 @@ import functools
 import logging
 import random
 
-from loam_common import exchanges, flows, ids, results, schedules, tracing, validate
+from loam_common import ids, results, tracing, validate
 from loam_common.blobs import INLINE_LIMIT, BlobStore, blob_ref
 from loam_common.errors import Fenced, InvalidArgument, JobsError, PayloadTooLarge
-from loam_common.gen.loam.jobs.v1 import jobs_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import job_admin
+from loam_common.jobs import exchanges, flows, job_admin, schedules
 from loam_common.jobs import states as S
 from loam_common.jobs.complete import (
     Completed,
+    Ok,
     Outcome,
+    Release,
     job_complete_if_leased,
     job_complete_many,
     job_complete_many_then_lease,
     job_extend_if_leased,
     job_report_if_leased,
 )
-from loam_common.jobs.enqueue import Enqueued, NewJob, check_opts, job_enqueue, job_enqueue_then_lease
+from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import job_lease
+from loam_common.jobs.new_job import Enqueued, NewJob, check_opts
 from loam_common.jobs.queue import DEFAULT_PAYLOAD_LIMIT, WAKES_A_POLL, add_ready_listener
 from loam_common.metrics import PROCESS as METRICS
 from loam_common.metrics import count_fenced
@@ -142,7 +144,7 @@ class QueueCore:
             # The poll's caller left while the enqueue ran: its jobs go back in place (if
             # this fails, their leases lapse and the sweeper puts them back).
             try:
-                await self.complete_many(ns, [(j.queue, j.id, j.epoch, Outcome.release()) for j in jobs])
+                await self.complete_many(ns, [(j.queue, j.id, j.epoch, Release()) for j in jobs])
             except Exception:  # noqa: BLE001 - the enqueue itself is committed
                 log.warning(
                     "could not hand back %d jobs leased for a poll that left", len(jobs), exc_info=True
@@ -326,7 +328,6 @@ class QueueCore:
             raise
 
     async def complete(self, ns: str, queue: str, job_id: str, epoch: int, outcome: Outcome) -> Completed:
-        outcome.check()
         outcome = await self._store_result(ns, queue, job_id, outcome)
         started_ns = self.store.clock.now_ns()
         try:
@@ -406,8 +407,11 @@ class QueueCore:
         """Outcomes checked, and results too large to keep inline moved to the blob store."""
         prepared = []
         for queue, job_id, epoch, outcome in items:
-            outcome.check()
-            if outcome.result is not None and len(outcome.result.data) > INLINE_LIMIT:
+            if (
+                isinstance(outcome, Ok)
+                and outcome.result is not None
+                and len(outcome.result.data) > INLINE_LIMIT
+            ):
                 outcome = await self._store_result(ns, queue, job_id, outcome)
             prepared.append((queue, job_id, epoch, outcome))
         return prepared
@@ -432,7 +436,7 @@ class QueueCore:
             METRICS.observe_run(ns, queue, task, *runs)
 
     async def _store_result(self, ns: str, queue: str, job_id: str, outcome: Outcome) -> Outcome:
-        r = outcome.result
+        r = outcome.result if isinstance(outcome, Ok) else None
         if r is None or len(r.data) <= INLINE_LIMIT or self.blobs is None:
             return outcome
         ref = blob_ref(ns, queue, job_id, f"result-{ids.new_ulid()}")
@@ -529,7 +533,7 @@ class QueueCore:
         self.hub.notify(ns, queue)
 
     # -- schedules (spec §8.1) ---------------------------------------------------------
-    async def schedule(self, ns: str, spec: jobs_pb2.ScheduleSpec) -> schedules.Upserted:
+    async def schedule(self, ns: str, spec: pb.ScheduleSpec) -> schedules.Upserted:
         """Create or replace schedule `spec.id`; the same rule again changes nothing."""
         validate.name("namespace", ns)
         schedules.check_schedule(spec)
@@ -538,7 +542,7 @@ class QueueCore:
             self.waiters.wake(ns, queue, 1)
         return up
 
-    async def schedule_iterate(self, ns: str, req: jobs_pb2.ScheduleRequest) -> schedules.Iterated:
+    async def schedule_iterate(self, ns: str, req: schedules.Iteration) -> schedules.Iterated:
         """An iteration-driven schedule (BullMQ's job schedulers): upsert it or advance
         it by one, with the iteration's job in the same transaction."""
         validate.name("namespace", ns)
@@ -569,7 +573,7 @@ class QueueCore:
         return await self.store.snapshot(schedules.schedule_list, ns, after, limit or 100)
 
     # -- flows (spec §8.2) ---------------------------------------------------------------
-    async def flow(self, ns: str, spec: jobs_pb2.FlowSpec) -> flows.Submitted:
+    async def flow(self, ns: str, spec: pb.FlowSpec) -> flows.Submitted:
         """Create every job of a flow in one transaction; a flow id seen before returns
         that flow's jobs (`created` False)."""
         validate.name("namespace", ns)

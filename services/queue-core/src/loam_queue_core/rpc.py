@@ -18,15 +18,26 @@ from typing import Any
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from loam_common import events, exchanges, keys, results, schedules, validate
+from loam_common import events, keys, results, validate
 from loam_common.errors import InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import jobs_connect
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import admin, job_admin
+from loam_common.jobs import admin, exchanges, job_admin, schedules
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Completed, Outcome, queue_metrics
-from loam_common.jobs.enqueue import Enqueued
+from loam_common.jobs.complete import (
+    Completed,
+    Delay,
+    Fail,
+    Ok,
+    Outcome,
+    RateLimited,
+    Release,
+    Retry,
+    WaitChildren,
+    queue_minute_metrics,
+)
+from loam_common.jobs.new_job import Enqueued
 from loam_common.jobs.query import job_query
 from loam_common.store.base import Txn
 from loam_queue_core.core import QueueCore
@@ -83,23 +94,35 @@ def outcome_from_proto(o: J.Outcome, field: str = "outcome") -> Outcome:
 def _outcome_kind(o: J.Outcome, field: str) -> Outcome:
     kind = o.WhichOneof("kind")
     if kind == "ok":
-        return Outcome.ok(o.ok.result if o.ok.HasField("result") else None, o.ok.if_no_pending_children)
+        return Ok(o.ok.result if o.ok.HasField("result") else None, o.ok.if_no_pending_children)
     if kind == "retry":
         r = o.retry
-        return Outcome.retry(
-            r.error if r.HasField("error") else None, r.after_ns if r.HasField("after_ns") else None
-        )
+        return Retry(r.error if r.HasField("error") else None, r.after_ns if r.HasField("after_ns") else None)
     if kind == "fail":
-        return Outcome.fail(o.fail.error if o.fail.HasField("error") else None, o.fail.dead_letter)
+        return Fail(o.fail.error if o.fail.HasField("error") else None, o.fail.dead_letter)
     if kind == "release":
-        return Outcome.release(o.release.after_ns if o.release.HasField("after_ns") else None)
+        return Release(o.release.after_ns if o.release.HasField("after_ns") else None)
     if kind == "delay":
-        return Outcome.delay(o.delay.until_ns)
+        return Delay(o.delay.until_ns)
     if kind == "wait_children":
-        return Outcome.wait_children()
+        return WaitChildren()
     if kind == "rate_limited":
-        return Outcome.rate_limited(o.rate_limited.for_ns)
+        return RateLimited(o.rate_limited.for_ns)
     raise InvalidArgument(field, "set one of ok, retry, fail, release, delay, wait_children, rate_limited")
+
+
+def iteration_from_proto(req: J.ScheduleRequest) -> schedules.Iteration:
+    """A Schedule call on an iteration-driven schedule, as the transitions take it."""
+    return schedules.Iteration(
+        spec=req.spec,
+        next_ns=req.next_ns,
+        advance=req.advance,
+        if_next_ns=req.if_next_ns,
+        iteration_task=req.iteration_task if req.HasField("iteration_task") else None,
+        iteration_opts=req.iteration_opts if req.HasField("iteration_opts") else None,
+        replace_job_id=req.replace_job_id,
+        if_updated_ns=req.if_updated_ns if req.HasField("if_updated_ns") else None,
+    )
 
 
 def item_error(e: JobsError) -> J.ItemError:
@@ -133,24 +156,9 @@ def lease_from_job(job: pb.Job) -> J.Lease:
     return lease
 
 
-def counts_to_proto(c: admin.QueueCounts) -> J.QueueCounts:
-    return J.QueueCounts(
-        waiting=c.waiting,
-        prioritized=c.prioritized,
-        delayed=c.delayed,
-        active=c.active,
-        waiting_children=c.waiting_children,
-        completed=c.completed,
-        failed=c.failed,
-        dead_lettered=c.dead_lettered,
-        canceled=c.canceled,
-        paused=c.paused,
-    )
-
-
 def _config_and_counts(
     tx: Txn, ns: str, queue: str
-) -> tuple[pb.QueueConfig, admin.QueueCounts, tuple[int, int]]:
+) -> tuple[pb.QueueConfig, pb.QueueCounts, tuple[int, int]]:
     return (
         admin.queue_config(tx, ns, queue),
         admin.queue_counts(tx, ns, queue),
@@ -263,7 +271,7 @@ class CoreRpc:
     # -- schedules and flows -------------------------------------------------------------
     async def schedule(self, ns: str, req: J.ScheduleRequest) -> J.ScheduleResponse:
         if req.advance or req.spec.driver == pb.SCHEDULE_DRIVER_ITERATIONS:
-            it = await self.core.schedule_iterate(ns, req)
+            it = await self.core.schedule_iterate(ns, iteration_from_proto(req))
             return J.ScheduleResponse(
                 id=req.spec.id,
                 schedule=it.schedule,
@@ -272,7 +280,9 @@ class CoreRpc:
                 replaced=it.replaced,
             )
         if req.next_ns or req.if_next_ns or req.HasField("iteration_task") or req.replace_job_id:
-            schedules.check_iteration(req)  # refuses iteration fields on a server-driven schedule
+            schedules.check_iteration(
+                iteration_from_proto(req)
+            )  # refuses iteration fields on a server-driven schedule
         up = await self.core.schedule(ns, req.spec)
         return J.ScheduleResponse(id=up.schedule.id, schedule=up.schedule, changed=up.changed)
 
@@ -360,9 +370,7 @@ class CoreRpc:
 
     async def _q_counts(self, ns: str, queue: str, op: Any) -> J.QueueAdminResponse:
         cfg, counts, (ttl, used) = await self.store.snapshot(_config_and_counts, ns, queue)
-        return J.QueueAdminResponse(
-            config=cfg, counts=counts_to_proto(counts), rate_limit_ttl_ns=ttl, rate_limit_used=used
-        )
+        return J.QueueAdminResponse(config=cfg, counts=counts, rate_limit_ttl_ns=ttl, rate_limit_used=used)
 
     async def _q_retry_all(self, ns: str, queue: str, op: J.QueueOp.RetryAll) -> J.QueueAdminResponse:
         n = await self._repeat(admin.queue_retry_all, ns, queue, op.state or S.FAILED, admin.BATCH)
@@ -404,7 +412,7 @@ class CoreRpc:
         if op.kind:
             if op.kind not in ("completed", "failed"):
                 raise InvalidArgument("op.metrics.kind", "is completed or failed")
-            res.metrics.CopyFrom(await self.store.snapshot(queue_metrics, ns, queue, op.kind))
+            res.metrics.CopyFrom(await self.store.snapshot(queue_minute_metrics, ns, queue, op.kind))
         return res
 
     async def _q_workers(self, ns: str, queue: str, op: Any) -> J.QueueAdminResponse:
