@@ -5,7 +5,9 @@
 2. no function-local import of a project module (`loam_*`): an import inside a
    function hides a dependency from the module's head, and is how cycles were held
    together. Optional third-party dependencies (pyarrow, aioboto3, tikv_client) may
-   still be imported where they are used, so a machine without them runs the rest.
+   still be imported where they are used, so a machine without them runs the rest;
+3. no private name (`_x`) of one loam_common module used by another: what modules
+   share is public, named for what it does.
 
 The graph comes from grimp (what import-linter is built on), which reads every
 import, those under `if TYPE_CHECKING:` included. Exits 1 with each cycle and each
@@ -104,6 +106,38 @@ def local_imports(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+def private_uses(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of each private name of another project module this file uses:
+    imported by name, or read off a module imported whole."""
+    tree = ast.parse(path.read_text(), str(path))
+    modules: set[str] = set()  # local names bound to project modules
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update((a.asname or a.name).split(".")[0] for a in node.names if is_project(a.name))
+        elif isinstance(node, ast.ImportFrom) and is_project(node.module or ""):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append((node.lineno, f"{node.module}.{a.name}"))
+                elif _is_package(node.module) and importlib.util.find_spec(f"{node.module}.{a.name}"):
+                    modules.add(a.asname or a.name)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            out.append((node.lineno, f"{node.value.id}.{node.attr}"))
+    return out
+
+
+def _is_package(module: str) -> bool:
+    spec = importlib.util.find_spec(module)
+    return spec is not None and spec.submodule_search_locations is not None
+
+
 def main() -> int:
     graph = grimp.build_graph(PACKAGE)
     problems = []
@@ -115,12 +149,18 @@ def main() -> int:
             continue
         for line, module in local_imports(path):
             problems.append(f"{path}:{line}: function-local import of {module}; import it at the top")
+        for line, name in private_uses(path):
+            problems.append(
+                f"{path}:{line}: {name} is private to its module; make it public or keep it there"
+            )
     for p in problems:
         print(p)
     if problems:
         print(f"{len(problems)} import problem(s) in {PACKAGE}", file=sys.stderr)
         return 1
-    print(f"{PACKAGE}: {len(graph.modules)} modules, no import cycle, no function-local project import")
+    print(
+        f"{PACKAGE}: {len(graph.modules)} modules, no import cycle, no function-local project import, no private name shared"
+    )
     return 0
 
 

@@ -4,6 +4,8 @@ iteration's job with the record in one transaction, and never fires them itself.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from loam_common.errors import AlreadyExists, InvalidArgument
@@ -159,16 +161,14 @@ async def test_a_replaced_cron_rule_may_take_the_key_of_an_iteration_a_worker_ho
 
 
 async def test_an_upsert_guarded_by_what_it_read_changes_nothing_after_another_write(core, clock, jobs_of):
-    fresh = request(next_ns=10 * SEC, key="repeat:s:10000")
-    fresh.if_updated_ns = 0  # no record yet
+    fresh = replace(request(next_ns=10 * SEC, key="repeat:s:10000"), if_updated_ns=0)  # no record yet
     first = await core.schedule_iterate(NS, fresh)
     assert first.changed
     clock.advance(SEC)
-    late = request(next_ns=11 * SEC, key="repeat:s:11000")
-    late.if_updated_ns = 0  # read before the first write: refused, read again
+    late = replace(request(next_ns=11 * SEC, key="repeat:s:11000"), if_updated_ns=0)
+    # read before the first write: refused, read again
     assert not (await core.schedule_iterate(NS, late)).changed
-    late.if_updated_ns = first.schedule.updated_ns
-    late.replace_job_id = first.job.job_id
+    late = replace(late, if_updated_ns=first.schedule.updated_ns, replace_job_id=first.job.job_id)
     again = await core.schedule_iterate(NS, late)
     assert again.changed and again.replaced
     assert [j.opts.job_key for j in (await jobs_of()).values()] == ["repeat:s:11000"]

@@ -168,7 +168,7 @@ def check_iteration(req: Iteration) -> None:
     validate.text("spec.id", req.spec.id, 1024, allow_empty=False)
     validate.time_ns("next_ns", req.next_ns)
     validate.time_ns("if_next_ns", req.if_next_ns)
-    validate.time_ns("if_updated_ns", req.if_updated_ns)
+    validate.time_ns("if_updated_ns", req.if_updated_ns or 0)
     validate.text("replace_job_id", req.replace_job_id, 1024)
     if req.iteration_task is not None:
         validate.text("iteration_task.name", req.iteration_task.name, 256, allow_empty=False)
