@@ -7,7 +7,9 @@
    together. Optional third-party dependencies (pyarrow, aioboto3, tikv_client) may
    still be imported where they are used, so a machine without them runs the rest;
 3. no private name (`_x`) of one loam_common module used by another: what modules
-   share is public, named for what it does.
+   share is public, named for what it does;
+4. no module of loam_common outside gen/ imports jobs_pb2, the service's request and
+   response types: the transitions take domain types and the records of types.proto.
 
 The graph comes from grimp (what import-linter is built on), which reads every
 import, those under `if TYPE_CHECKING:` included. Exits 1 with each cycle and each
@@ -25,6 +27,7 @@ import grimp
 PACKAGE = "loam_common"
 PROJECT_PREFIXES = ("loam_", "loam.")  # loam_common, loam_queue_core, ..., and the SDK `loam`
 PROJECT_MODULES = ("loam",)
+RPC_TYPES = "loam_common.gen.loam.jobs.v1.jobs_pb2"
 
 
 def cycles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -143,6 +146,9 @@ def main() -> int:
     problems = []
     for component in cycles(graph):
         problems.append("import cycle: " + " <-> ".join(component))
+    for module in sorted(graph.find_modules_that_directly_import(RPC_TYPES)):
+        if not module.startswith(f"{PACKAGE}.gen."):
+            problems.append(f"{module} imports {RPC_TYPES}: take domain types or types.proto records")
     root = Path(importlib.util.find_spec(PACKAGE).origin).parent
     for path in sorted(root.rglob("*.py")):
         if "gen" in path.relative_to(root).parts:
@@ -159,7 +165,8 @@ def main() -> int:
         print(f"{len(problems)} import problem(s) in {PACKAGE}", file=sys.stderr)
         return 1
     print(
-        f"{PACKAGE}: {len(graph.modules)} modules, no import cycle, no function-local project import, no private name shared"
+        f"{PACKAGE}: {len(graph.modules)} modules; no import cycle, function-local project import, "
+        "private name shared or RPC type outside gen/"
     )
     return 0
 

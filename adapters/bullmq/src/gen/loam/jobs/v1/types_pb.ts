@@ -1751,6 +1751,9 @@ export const ErrorDetailSchema: GenMessage<ErrorDetail> = /*@__PURE__*/
   messageDesc(file_loam_jobs_v1_types, 29);
 
 /**
+ * A queue's jobs by state, and whether it is paused: what admin.queue_counts returns,
+ * QueueAdmin and Watch send, and the REST facade's Counts model is made from.
+ *
  * @generated from message loam.jobs.v1.QueueCounts
  */
 export type QueueCounts = Message<"loam.jobs.v1.QueueCounts"> & {
