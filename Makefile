@@ -35,6 +35,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/python tools/check_imports.py
 
 # CI: generated code must match proto/.
 proto-check: proto

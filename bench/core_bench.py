@@ -47,7 +47,7 @@ from google.protobuf.internal import api_implementation
 
 from loam_common import ids, keys
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Ok
 from loam_common.store.runner import Store, open_store
 from loam_queue_core.core import QueueCore
 
@@ -324,9 +324,7 @@ class Bench:
                     jobs = await core.jobs.lease(NS, [QUEUE], name, batch)
                     if not jobs:
                         return
-                    res = await core.jobs.complete_many(
-                        NS, [(QUEUE, j.id, j.epoch, Outcome.ok()) for j in jobs]
-                    )
+                    res = await core.jobs.complete_many(NS, [(QUEUE, j.id, j.epoch, Ok()) for j in jobs])
                     done += len(res)
 
             with self.profiled("lease", n):
@@ -434,7 +432,7 @@ class Bench:
             t0 = time.perf_counter()
             (job,) = await core.jobs.lease(NS, [QUEUE], "w", 1)
             t1 = time.perf_counter()
-            await core.jobs.complete(NS, QUEUE, job.id, job.epoch, Outcome.ok())
+            await core.jobs.complete(NS, QUEUE, job.id, job.epoch, Ok())
             t2 = time.perf_counter()
             t_lease += t1 - t0
             t_complete += t2 - t1
@@ -444,7 +442,7 @@ class Bench:
         while taken < 1000:
             t0 = time.perf_counter()
             jobs = await core.jobs.lease(NS, [QUEUE], "w", min(32, 1000 - taken))
-            await core.jobs.complete_many(NS, [(QUEUE, j.id, j.epoch, Outcome.ok()) for j in jobs])
+            await core.jobs.complete_many(NS, [(QUEUE, j.id, j.epoch, Ok()) for j in jobs])
             t_l32 += time.perf_counter() - t0
             taken += len(jobs)
         samples = []

@@ -15,7 +15,7 @@ from loam_common.blobs import DirBlobStore
 from loam_common.errors import JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok
 from loam_gateway.auth import StoreAuthenticator, require
 from loam_queue_core import QueueCore
 
@@ -41,11 +41,11 @@ async def test_a_lease_token_is_useless_in_another_namespace(store, dump, tmp_pa
     require(other, auth.CONSUME)
     before = await dump()
     attempts = [
-        core.jobs.complete(other.namespace, *lease, Outcome.ok()),
-        core.jobs.complete(other.namespace, *lease, Outcome.fail(pb.JobError(message="x"))),
+        core.jobs.complete(other.namespace, *lease, Ok()),
+        core.jobs.complete(other.namespace, *lease, Fail(pb.JobError(message="x"))),
         core.jobs.extend(other.namespace, *lease, 10**9),
         core.jobs.report(other.namespace, *lease, log_line="hi"),
-        core.jobs.complete_many(other.namespace, [(*lease, Outcome.ok())]),
+        core.jobs.complete_many(other.namespace, [(*lease, Ok())]),
     ]
     for call in attempts:
         try:
@@ -59,7 +59,7 @@ async def test_a_lease_token_is_useless_in_another_namespace(store, dump, tmp_pa
     assert await core.jobs.lease(other.namespace, ["emails"], "w-rival") == []
 
     # The owner's lease still holds and completes.
-    await core.jobs.complete(owner.namespace, *lease, Outcome.ok())
+    await core.jobs.complete(owner.namespace, *lease, Ok())
     (stored,) = await store.snapshot(_jobs, "acme", "emails")
     assert stored.id == job.id and stored.state == S.COMPLETED
 

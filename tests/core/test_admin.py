@@ -13,7 +13,7 @@ from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, job_admin
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok
 from loam_common.store import RESERVED_PREFIX
 
 NS = "acme"
@@ -33,17 +33,17 @@ async def lease(core, queue: str = "q", n: int = 1, worker: str = "w1") -> list[
 
 
 async def fail(core, job: pb.Job, queue: str = "q", dead_letter: bool = False) -> None:
-    outcome = Outcome.fail(pb.JobError(code="e", message="boom"), dead_letter)
+    outcome = Fail(pb.JobError(code="e", message="boom"), dead_letter)
     await core.jobs.complete(NS, queue, job.id, job.epoch, outcome)
 
 
 async def ok(core, job: pb.Job, queue: str = "q") -> None:
-    await core.jobs.complete(NS, queue, job.id, job.epoch, Outcome.ok())
+    await core.jobs.complete(NS, queue, job.id, job.epoch, Ok())
 
 
 async def counts(store, queue: str = "q") -> dict[str, int]:
     c = await store.transact(admin.queue_counts, NS, queue)
-    return {k: v for k, v in c.by_state_name().items() if v}
+    return {k: v for k, v in admin.counts_by_state_name(c).items() if v}
 
 
 async def stored(store) -> list[tuple[bytes, bytes]]:
@@ -393,7 +393,7 @@ async def test_workers_and_metrics(store, core, clock):
     assert [w.id for w in recent] == ["w2"]
     await enqueue(core)
     clock.advance(7 * SEC)
-    m = await store.transact(admin.queue_metrics, NS, "q")
+    m = await store.transact(admin.queue_overview, NS, "q")
     assert m.counts.active == 2 and m.workers == 2 and m.oldest_waiting_age_ns == 7 * SEC
 
 
@@ -472,7 +472,7 @@ async def test_shards_cannot_change_while_the_queue_holds_jobs(store, core):
         (admin.queue_clean, S.COMPLETED, 0),
         (admin.queue_obliterate, True),
         (admin.queue_workers,),
-        (admin.queue_metrics,),
+        (admin.queue_overview,),
         (admin.queue_redrive_dead_letters,),
         (job_admin.job_get, "01J00000000000000000000000"),
         (job_admin.job_cancel, "01J00000000000000000000000"),

@@ -12,7 +12,7 @@ from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, job_admin
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok, Release, Retry, WaitChildren
 from loam_queue_core.rpc import CoreRpc
 
 NS = "acme"
@@ -54,7 +54,7 @@ async def test_a_child_names_its_parent_by_job_key(core, store, job_of, check_in
     assert (dep.job_id, dep.job_key, dep.queue) == (child.job_id, "C1", "c")
     stored = await job_of(child.job_id, "c")
     assert stored.parents[0].job_id == parent.job_id  # the link holds the id
-    done = await core.jobs.complete(NS, "p", leased.id, leased.epoch, Outcome.wait_children())
+    done = await core.jobs.complete(NS, "p", leased.id, leased.epoch, WaitChildren())
     assert done.state == S.WAITING_CHILDREN
     await check_invariants("p", "c")
 
@@ -100,7 +100,7 @@ async def test_remove_with_children_takes_the_tree_unless_a_job_of_it_is_active(
     else:
         raise AssertionError("a tree with an active job was removed")
     assert await job_of(parent.job_id, "p") is not None
-    await core.jobs.complete(NS, "c", running.id, running.epoch, Outcome.ok())  # processed children go too
+    await core.jobs.complete(NS, "c", running.id, running.epoch, Ok())  # processed children go too
     await store.transact(job_admin.job_remove, NS, "p", parent.job_id, False, True)
     assert await job_of(parent.job_id, "p") is None
     assert [await job_of(k.job_id, "c") for k in kids] == [None, None]
@@ -113,7 +113,7 @@ async def test_remove_child_dependency_releases_a_parent_left_with_nothing_pendi
     child = await core.jobs.enqueue(
         NS, "c", task(), pb.EnqueueOpts(job_key="K", parent=pb.ParentRef(queue="p", job_id="P"))
     )
-    await core.jobs.complete(NS, "p", leased.id, leased.epoch, Outcome.wait_children())
+    await core.jobs.complete(NS, "p", leased.id, leased.epoch, WaitChildren())
     assert await store.transact(job_admin.job_remove_child_dependency, NS, "c", child.job_id)
     assert (await job_of(parent.job_id, "p")).state == S.WAITING
     assert not (await job_of(child.job_id, "c")).parents
@@ -150,15 +150,15 @@ async def test_the_job_a_dedup_id_points_at(core, store):
 async def test_retry_can_keep_the_attempts_spent(core, store):
     r = await core.jobs.enqueue(NS, "q", task())
     [job] = await core.jobs.lease(NS, ["q"], "w", 1)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(pb.JobError(code="e", message="x")))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(pb.JobError(code="e", message="x")))
     kept = await store.transact(job_admin.job_retry, NS, "q", r.job_id, True)
     assert kept.attempt == 1  # exhausted by its retry: that run is counted already
     [job] = await core.jobs.lease(NS, ["q"], "w", 1)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
     again = await store.transact(job_admin.job_retry, NS, "q", r.job_id, True)
     assert again.attempt == 2  # a completed run counts as an attempt when kept
     [job] = await core.jobs.lease(NS, ["q"], "w", 1)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
     reset = await store.transact(job_admin.job_retry, NS, "q", r.job_id)
     assert reset.attempt == 0
 
@@ -166,9 +166,7 @@ async def test_retry_can_keep_the_attempts_spent(core, store):
 async def test_an_outcome_can_bring_the_retention(core, job_of):
     r = await core.jobs.enqueue(NS, "q", task())
     [job] = await core.jobs.lease(NS, ["q"], "w", 1)
-    await core.jobs.complete(
-        NS, "q", job.id, job.epoch, Outcome("ok", retention=pb.Retention(completed_count=0))
-    )
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Ok(retention=pb.Retention(completed_count=0)))
     assert await job_of(r.job_id) is None
 
 
@@ -182,16 +180,14 @@ async def test_retention_ages_go_by_the_workers_clock_when_the_outcome_brings_it
     for i in range(6):
         await core.jobs.enqueue(NS, "q", task())
         [job] = await core.jobs.lease(NS, ["q"], "w", 1)
-        await core.jobs.complete(
-            NS, "q", job.id, job.epoch, Outcome("ok", retention=keep_3s, clock_ns=i * SEC)
-        )
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Ok(retention=keep_3s, clock_ns=i * SEC))
     left = await jobs_of()
     assert sorted(j.finished_ns for j in left.values()) == [3 * SEC, 4 * SEC, 5 * SEC]  # 2 s is 3 s old
     await check_invariants()
     # Without the worker's clock, ages go by the store's: nothing here is 3 s old.
     await core.jobs.enqueue(NS, "q", task())
     [job] = await core.jobs.lease(NS, ["q"], "w", 1)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome("ok", retention=keep_3s))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Ok(retention=keep_3s))
     assert len(await jobs_of()) == 4
 
 
@@ -225,13 +221,13 @@ async def test_keep_waiting_policy_waits_on_a_failed_child_and_forgets_a_removed
     [leased] = await core.jobs.lease(NS, ["p"], "w", 1)
     a = await core.jobs.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key="A", parent=pb.ParentRef(**keep)))
     await core.jobs.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key="B", parent=pb.ParentRef(**keep)))
-    await core.jobs.complete(NS, "p", leased.id, leased.epoch, Outcome.wait_children())
+    await core.jobs.complete(NS, "p", leased.id, leased.epoch, WaitChildren())
     [ja, jb] = await core.jobs.lease(NS, ["c"], "w", 2)
-    await core.jobs.complete(NS, "c", ja.id, ja.epoch, Outcome.fail(pb.JobError(code="e", message="boom")))
+    await core.jobs.complete(NS, "c", ja.id, ja.epoch, Fail(pb.JobError(code="e", message="boom")))
     p = await job_of(parent.job_id, "p")
     assert (p.state, p.pending_children) == (S.WAITING_CHILDREN, 2)  # the failed child still counts
     await store.transact(job_admin.job_remove, NS, "c", a.job_id)  # removed: forgotten
-    await core.jobs.complete(NS, "c", jb.id, jb.epoch, Outcome.ok())
+    await core.jobs.complete(NS, "c", jb.id, jb.epoch, Ok())
     assert (await job_of(parent.job_id, "p")).state == S.WAITING
     await check_invariants("p", "c")
 
@@ -241,7 +237,7 @@ async def test_the_finish_that_empties_a_queue_emits_drained(core, events_of):
         await core.jobs.enqueue(NS, "q", task())
     jobs = await core.jobs.lease(NS, ["q"], "w", 2)
     for j in jobs:
-        await core.jobs.complete(NS, "q", j.id, j.epoch, Outcome.ok())
+        await core.jobs.complete(NS, "q", j.id, j.epoch, Ok())
     drained = [e for e in await events_of("q") if e.event == "drained"]
     assert [e.detail for e in drained] == ["idle"]
 
@@ -265,7 +261,7 @@ async def test_a_retry_that_resets_the_attempts_marks_the_epoch_and_leases_carry
 
     r = await core.jobs.enqueue(NS, "q", task())
     [job] = await core.jobs.lease(NS, ["q"], "w", 1)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.fail(pb.JobError(code="e", message="boom")))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(pb.JobError(code="e", message="boom")))
     reset = await store.transact(job_admin.job_retry, NS, "q", r.job_id)
     assert reset.retry_epoch == job.epoch  # leases after this one are the new starts
     [again] = await core.jobs.lease(NS, ["q"], "w", 1)
@@ -280,7 +276,7 @@ async def test_a_retry_to_ready_comes_after_the_delayed_jobs_already_due(core, c
     delayed = pb.EnqueueOpts(not_before=pb.Delay(delay_ns=SEC))
     due = [(await core.jobs.enqueue(NS, "q", task(f"d{i}"), delayed)).job_id for i in range(2)]
     clock.advance(2 * SEC)  # due, and no sweep has promoted them yet
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(pb.JobError(code="e", message="x"), 0))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(pb.JobError(code="e", message="x"), 0))
     order = [j.id for j in await core.jobs.lease(NS, ["q"], "w", 3)]
     assert order == [*due, first.job_id]
 
@@ -292,12 +288,12 @@ async def test_a_released_job_keeps_its_place(core):
     ]
     [first] = await core.jobs.lease(NS, ["q"], "w", 1)
     assert first.id == ids[0]
-    await core.jobs.complete(NS, "q", first.id, first.epoch, Outcome.release())
+    await core.jobs.complete(NS, "q", first.id, first.epoch, Release())
     assert [j.id for j in await core.jobs.lease(NS, ["q"], "w", 3)] == ids  # not behind the others
 
 
 async def test_per_minute_metrics_by_the_workers_clock(core, store):
-    from loam_common.jobs.complete import queue_metrics
+    from loam_common.jobs.complete import queue_minute_metrics
 
     minute = 60_000
     t0 = 1_486_459_440_000  # on a minute boundary, as the worker's clock says
@@ -307,10 +303,10 @@ async def test_per_minute_metrics_by_the_workers_clock(core, store):
     for at_ms, kind in finishes:
         await core.jobs.enqueue(NS, "q", task())
         [job] = await core.jobs.lease(NS, ["q"], "w", 1)
-        out = Outcome.ok() if kind == "ok" else Outcome.fail(pb.JobError(code="e", message="x"))
+        out = Ok() if kind == "ok" else Fail(pb.JobError(code="e", message="x"))
         out = dataclasses.replace(out, metrics=(at_ms, 10))
         await core.jobs.complete(NS, "q", job.id, job.epoch, out)
-    done = await store.snapshot(queue_metrics, NS, "q", "completed")
+    done = await store.snapshot(queue_minute_metrics, NS, "q", "completed")
     # 2 jobs before the minute turned, then a minute with none (newest first)
     assert (done.count, list(done.points), done.prev_count, done.prev_ms) == (
         3,
@@ -318,14 +314,14 @@ async def test_per_minute_metrics_by_the_workers_clock(core, store):
         2,
         t0 + 2 * minute + 5,
     )
-    failed = await store.snapshot(queue_metrics, NS, "q", "failed")
+    failed = await store.snapshot(queue_minute_metrics, NS, "q", "failed")
     assert (failed.count, list(failed.points)) == (1, [])
     await core.jobs.enqueue(NS, "q", task())
     [job] = await core.jobs.lease(NS, ["q"], "w", 1)
     await core.jobs.complete(
-        NS, "q", job.id, job.epoch, dataclasses.replace(Outcome.ok(), metrics=(t0 + 60 * minute, 3))
+        NS, "q", job.id, job.epoch, dataclasses.replace(Ok(), metrics=(t0 + 60 * minute, 3))
     )
-    capped = await store.snapshot(queue_metrics, NS, "q", "completed")
+    capped = await store.snapshot(queue_minute_metrics, NS, "q", "completed")
     assert list(capped.points) == [0, 0, 1]  # at most max_data_points, the newest kept
 
 

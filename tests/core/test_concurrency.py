@@ -15,7 +15,7 @@ from collections import Counter
 
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Ok, Release
 from loam_common.store import open_store
 from loam_queue_core import QueueCore
 
@@ -52,9 +52,9 @@ async def test_asyncio_workers_share_a_queue(core, check_invariants, events_of):
             for job in jobs:
                 leased.append((job.id, job.epoch))
                 if released_first(job.id, job.epoch):
-                    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.release())
+                    await core.jobs.complete(NS, "q", job.id, job.epoch, Release())
                     continue
-                done = await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+                done = await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
                 assert done.state == S.COMPLETED
                 completed.append(job.id)
                 if producing_done.is_set() and len(completed) == len(enqueued):
@@ -96,7 +96,7 @@ WORKER_SCRIPT = textwrap.dedent(
     """
     import asyncio, json, sys, zlib
     from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-    from loam_common.jobs.complete import Outcome
+    from loam_common.jobs.complete import Ok, Release
     from loam_common.store import open_store
     from loam_queue_core import QueueCore
 
@@ -113,9 +113,9 @@ WORKER_SCRIPT = textwrap.dedent(
             for job in jobs:
                 out["leased"].append([job.id, job.epoch])
                 if job.epoch == 1 and zlib.crc32(job.id.encode()) % 4 == 0:
-                    await core.jobs.complete("acme", "q", job.id, job.epoch, Outcome.release())
+                    await core.jobs.complete("acme", "q", job.id, job.epoch, Release())
                     continue
-                await core.jobs.complete("acme", "q", job.id, job.epoch, Outcome.ok())
+                await core.jobs.complete("acme", "q", job.id, job.epoch, Ok())
                 out["completed"].append(job.id)
         await store.close()
         print(json.dumps(out), flush=True)

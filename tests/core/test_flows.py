@@ -14,11 +14,10 @@ import time
 import pytest
 
 from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState, NotFound
-from loam_common.gen.loam.jobs.v1 import jobs_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, job_admin
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok, Retry, WaitChildren
 from loam_common.store import RESERVED_PREFIX
 
 NS = "acme"
@@ -28,8 +27,8 @@ P = pb  # failure policies: P.FAILURE_POLICY_...
 
 def node(
     nid: str, *deps: str, queue: str = "q", name: str | None = None, policy: int = 0, **opts
-) -> jobs_pb2.FlowNode:
-    return jobs_pb2.FlowNode(
+) -> pb.FlowNode:
+    return pb.FlowNode(
         id=nid,
         queue=queue,
         task=pb.TaskSpec(name=name or nid, payload=pb.Payload(data=json.dumps({"node": nid}).encode())),
@@ -39,8 +38,8 @@ def node(
     )
 
 
-def graph(*nodes: jobs_pb2.FlowNode, fid: str = "") -> jobs_pb2.FlowSpec:
-    return jobs_pb2.FlowSpec(id=fid, nodes=list(nodes))
+def graph(*nodes: pb.FlowNode, fid: str = "") -> pb.FlowSpec:
+    return pb.FlowSpec(id=fid, nodes=list(nodes))
 
 
 def err(message: str = "boom") -> pb.JobError:
@@ -53,11 +52,11 @@ async def lease_all(core, queues=("q",), n: int = 100) -> list[pb.Job]:
 
 async def ok(core, job: pb.Job, result: bytes | None = None):
     res = pb.Payload(data=result if result is not None else f"done:{job.flow_node}".encode())
-    return await core.jobs.complete(NS, job.queue, job.id, job.epoch, Outcome.ok(res))
+    return await core.jobs.complete(NS, job.queue, job.id, job.epoch, Ok(res))
 
 
 async def fail(core, job: pb.Job, message: str = "boom"):
-    return await core.jobs.complete(NS, job.queue, job.id, job.epoch, Outcome.fail(err(message)))
+    return await core.jobs.complete(NS, job.queue, job.id, job.epoch, Fail(err(message)))
 
 
 async def state(job_of, job_id: str, queue: str = "q") -> int:
@@ -132,7 +131,7 @@ async def test_chord_callback_runs_after_the_whole_group_with_its_results(
     await check_invariants()
 
 
-def _tree() -> jobs_pb2.FlowSpec:
+def _tree() -> pb.FlowSpec:
     """BullMQ's three levels across three queues: root <- (c1 <- g1 g2 g3), (c2 <- g4)."""
     return graph(
         node("root", "c1", "c2", queue="parents"),
@@ -290,7 +289,7 @@ async def test_retries_come_first_only_the_final_failure_counts(core, job_of):
     sub = await core.flows.submit(NS, graph(node("a", attempts=3), node("p", "a")))
     for attempt in range(3):
         (a,) = await lease_all(core)
-        await core.jobs.complete(NS, "q", a.id, a.epoch, Outcome.retry(err(f"try {attempt}")))
+        await core.jobs.complete(NS, "q", a.id, a.epoch, Retry(err(f"try {attempt}")))
         want = S.WAITING_CHILDREN if attempt < 2 else S.FAILED
         assert await state(job_of, sub.jobs["p"]) == want
     assert "try 2" in (await job_of(sub.jobs["p"])).errors[-1].message
@@ -374,7 +373,7 @@ async def test_wait_children_like_bullmq_move_to_waiting_children(core, job_of, 
     ]
     p = await job_of(parent.id)
     assert p.state == S.ACTIVE and p.pending_children == 2
-    done = await core.jobs.complete(NS, "q", parent.id, parent.epoch, Outcome.wait_children())
+    done = await core.jobs.complete(NS, "q", parent.id, parent.epoch, WaitChildren())
     assert done.moved and done.state == S.WAITING_CHILDREN
     for j in await lease_all(core, ("kids",)):
         await ok(core, j, j.task.name.encode())
@@ -382,7 +381,7 @@ async def test_wait_children_like_bullmq_move_to_waiting_children(core, job_of, 
     assert again.id == parent.id and again.epoch == parent.epoch + 1
     children = await core.flows.children(NS, "q", parent.id)
     assert {c.job_id: c.value.data for c in children} == {kids[0]: b"k0", kids[1]: b"k1"}
-    done = await core.jobs.complete(NS, "q", again.id, again.epoch, Outcome.wait_children())
+    done = await core.jobs.complete(NS, "q", again.id, again.epoch, WaitChildren())
     assert done.moved is False and done.state == S.ACTIVE  # nothing pending: go on
     await ok(core, again)
     await check_invariants("q", "kids")
@@ -396,7 +395,7 @@ async def test_a_child_failing_while_its_parent_runs_fails_the_parent_when_it_wa
     (kid,) = await lease_all(core, ("kids",))
     await fail(core, kid, "bad kid")
     assert (await job_of(parent.id)).state == S.ACTIVE
-    done = await core.jobs.complete(NS, "q", parent.id, parent.epoch, Outcome.wait_children())
+    done = await core.jobs.complete(NS, "q", parent.id, parent.epoch, WaitChildren())
     assert done.state == S.FAILED
     p = await job_of(parent.id)
     assert p.errors[-1].code == "child-failed" and "bad kid" in p.errors[-1].message
@@ -407,7 +406,7 @@ async def test_ok_with_if_no_pending_children_is_refused_while_a_child_is_pendin
     (parent,) = await lease_all(core)
     ref = pb.ParentRef(queue="q", job_id=parent.id)
     await core.jobs.enqueue(NS, "kids", pb.TaskSpec(name="k"), pb.EnqueueOpts(parent=ref))
-    strict = Outcome.ok(pb.Payload(data=b"1"), if_no_pending_children=True)
+    strict = Ok(pb.Payload(data=b"1"), if_no_pending_children=True)
     with pytest.raises(InvalidState, match="pending dependencies"):
         await core.jobs.complete(NS, "q", parent.id, parent.epoch, strict)
     (res,) = await core.jobs.complete_many(NS, [("q", parent.id, parent.epoch, strict)])
@@ -460,7 +459,7 @@ async def test_join_existing_links_a_finished_or_live_job_to_a_new_parent(core, 
     await ok(core, j, b"42")
     live = await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="live"), pb.EnqueueOpts(job_key="tue"))
 
-    def existing(nid: str, key: str) -> jobs_pb2.FlowNode:
+    def existing(nid: str, key: str) -> pb.FlowNode:
         n = node(nid, job_key=key, job_key_keeps_first=True)
         n.join_existing = True
         return n
@@ -605,10 +604,10 @@ async def test_a_batched_complete_that_releases_a_parent_in_a_queue_it_also_comp
     results = await core.jobs.complete_many(
         NS,
         [
-            ("q", other.id, other.epoch, Outcome.ok()),
-            ("kids", a.id, a.epoch, Outcome.ok()),  # releases p in q, whose counts item 1 changed
-            ("q", "01MISSING", 1, Outcome.ok()),  # refused: rolled back alone
-            ("q", other.id, other.epoch, Outcome.ok()),  # refused: not active any more
+            ("q", other.id, other.epoch, Ok()),
+            ("kids", a.id, a.epoch, Ok()),  # releases p in q, whose counts item 1 changed
+            ("q", "01MISSING", 1, Ok()),  # refused: rolled back alone
+            ("q", other.id, other.epoch, Ok()),  # refused: not active any more
         ],
     )
     assert [type(r).__name__ for r in results] == ["Completed", "Completed", "NotFound", "InvalidState"]

@@ -23,8 +23,8 @@ from loam_common.errors import (
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, dlq
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
-from loam_common.jobs.enqueue import Enqueued
+from loam_common.jobs.complete import Delay, Fail, Ok, RateLimited, Release, Retry
+from loam_common.jobs.new_job import Enqueued
 from loam_common.jobs.sweeps import STALLED_MESSAGE
 from loam_common.store import RESERVED_PREFIX
 from loam_queue_core import QueueCore
@@ -59,7 +59,7 @@ async def lease_one(core: QueueCore, queue: str = "q", **kw) -> pb.Job:
 
 async def ok(core: QueueCore, job: pb.Job, queue: str = "q", result: bytes | None = None):
     return await core.jobs.complete(
-        NS, queue, job.id, job.epoch, Outcome.ok(pb.Payload(data=result) if result is not None else None)
+        NS, queue, job.id, job.epoch, Ok(pb.Payload(data=result) if result is not None else None)
     )
 
 
@@ -337,7 +337,7 @@ async def test_fixed_backoff_retries_then_exhausts_into_failed(
     for attempt in (1, 2):
         job = await lease_one(core)
         assert job.attempt == attempt - 1
-        done = await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(err(f"try {attempt}")))
+        done = await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err(f"try {attempt}")))
         assert done.state == S.DELAYED
         stored = await job_of(e.job_id)
         assert stored.due_ns == clock.now_ns() + 10 * SEC
@@ -346,7 +346,7 @@ async def test_fixed_backoff_retries_then_exhausts_into_failed(
         assert await lease(core) == []
         clock.advance(1)
     job = await lease_one(core)
-    done = await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(err("last")))
+    done = await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err("last")))
     assert done.state == S.FAILED
     stored = await job_of(e.job_id)
     assert stored.state == S.FAILED and stored.attempt == 3
@@ -362,7 +362,7 @@ async def test_exponential_backoff_doubles_up_to_its_cap(core, clock, job_of, ch
     e = await enqueue(core, attempts=5, backoff=b)
     for expected in (1, 2, 3, 3):
         job = await lease_one(core)
-        await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
         assert (await job_of(e.job_id)).due_ns == clock.now_ns() + expected * SEC
         clock.advance(expected * SEC)
     await check_invariants()
@@ -372,18 +372,18 @@ async def test_queue_default_backoff_and_attempts_apply(core, configure, clock, 
     await configure("q", attempts=2, backoff={"kind": pb.BACKOFF_KIND_FIXED, "base_ns": 7 * SEC})
     e = await enqueue(core)
     job = await lease_one(core)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
     assert (await job_of(e.job_id)).due_ns == clock.now_ns() + 7 * SEC
     clock.advance(7 * SEC)
     job = await lease_one(core)
-    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))).state == S.FAILED
+    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))).state == S.FAILED
     await check_invariants()
 
 
 async def test_retry_after_overrides_backoff(core, clock, job_of, check_invariants):
     e = await enqueue(core, attempts=2, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=100 * SEC))
     job = await lease_one(core)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(err(), after_ns=3 * SEC))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err(), after_ns=3 * SEC))
     assert (await job_of(e.job_id)).due_ns == clock.now_ns() + 3 * SEC
     await check_invariants()
 
@@ -395,9 +395,7 @@ async def test_fail_with_dead_letter_moves_to_the_dlq_and_redrive_brings_it_back
     await configure("q", dead_letter_queue="q-dlq")
     e = await enqueue(core, data=b"payload", attempts=3)
     job = await lease_one(core)
-    done = await core.jobs.complete(
-        NS, "q", job.id, job.epoch, Outcome.fail(err("bad input"), dead_letter=True)
-    )
+    done = await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(err("bad input"), dead_letter=True))
     assert done.state == S.DEAD_LETTERED
     assert (await jobs_of())[e.job_id].state == S.DEAD_LETTERED
     (letter,) = (await jobs_of("q-dlq")).values()
@@ -421,9 +419,7 @@ async def test_exhausted_attempts_dead_letter_when_the_queue_says_so(
     await configure("q", dead_letter_queue="dlq", dead_letter_on_exhausted=True)
     e = await enqueue(core, attempts=1)
     job = await lease_one(core)
-    assert (
-        await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
-    ).state == S.DEAD_LETTERED
+    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))).state == S.DEAD_LETTERED
     assert [j.task.headers[dlq.ORIGIN_JOB] for j in (await jobs_of("dlq")).values()] == [e.job_id]
     await check_invariants("q", "dlq")
 
@@ -432,7 +428,7 @@ async def test_fail_without_a_dlq_stays_failed(core, jobs_of, check_invariants):
     e = await enqueue(core, attempts=5)
     job = await lease_one(core)
     assert (
-        await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.fail(err(), dead_letter=True))
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(err(), dead_letter=True))
     ).state == S.FAILED
     assert (await jobs_of())[e.job_id].attempt == 0  # Fail is final; it does not retry
     assert (await check_invariants())[S.FAILED] == 1
@@ -443,16 +439,16 @@ async def test_release_does_not_spend_an_attempt(core, clock, job_of, check_inva
     e = await enqueue(core, attempts=1)
     for _ in range(3):
         job = await lease_one(core)
-        assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.release())).state == S.WAITING
+        assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Release())).state == S.WAITING
     job = await lease_one(core)
     assert job.attempt == 0
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.release(after_ns=5 * SEC))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Release(after_ns=5 * SEC))
     assert (await job_of(e.job_id)).state == S.DELAYED
     assert await lease(core) == []
     clock.advance(5 * SEC)
     job = await lease_one(core)
     # The one attempt is still there: this retry exhausts it.
-    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))).state == S.FAILED
+    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))).state == S.FAILED
     await check_invariants()
 
 
@@ -460,7 +456,7 @@ async def test_delay_until_reschedules_without_spending_an_attempt(core, clock, 
     e = await enqueue(core, attempts=1)
     job = await lease_one(core)
     until = clock.now_ns() + 30 * SEC
-    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.delay(until))).state == S.DELAYED
+    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Delay(until))).state == S.DELAYED
     stored = await job_of(e.job_id)
     assert (stored.due_ns, stored.attempt) == (until, 0)
     clock.advance(30 * SEC - 1)
@@ -475,7 +471,7 @@ async def test_rate_limited_outcome_blocks_the_queue_until_the_time_passes(core,
     b = await enqueue(core)
     job = await lease_one(core)
     assert job.id == a.job_id
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.rate_limited(20 * SEC))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, RateLimited(20 * SEC))
     assert await lease(core) == []  # neither the released job nor the other one
     clock.advance(20 * SEC - 1)
     assert await lease(core) == []
@@ -568,7 +564,7 @@ async def test_stale_epoch_after_the_stalled_sweep_is_fenced(
     new = await lease_one(core, worker="w2")
     assert new.epoch > old.epoch
     with pytest.raises(Fenced) as fi:
-        await core.jobs.complete(NS, "q", old.id, old.epoch, Outcome.fail(err()))
+        await core.jobs.complete(NS, "q", old.id, old.epoch, Fail(err()))
     assert fi.value.current_epoch == new.epoch
     with pytest.raises(Fenced):
         await core.jobs.extend(NS, "q", old.id, old.epoch, 5 * SEC)
@@ -645,7 +641,7 @@ async def test_the_sweeper_applies_retention_by_age_and_leaves_idle_queues_witho
     await configure("idle")
     for _ in range(2):
         await enqueue(core)
-        await core.jobs.complete(NS, "q", (job := await lease_one(core)).id, job.epoch, Outcome.ok())
+        await core.jobs.complete(NS, "q", (job := await lease_one(core)).id, job.epoch, Ok())
     await enqueue(core, "idle")
     writes = 0
     transact = store.transact
@@ -719,7 +715,7 @@ async def test_report_progress_log_and_data(core, store, configure, job_of, even
     assert await store.snapshot(read_log, e.job_id) == ["line 2", "line 3", "line 4"]
     assert (await job_of(e.job_id)).log_count == 5
     await core.jobs.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=b"v2"))
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.release())
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Release())
     assert (await lease_one(core)).task.payload.data == b"v2"
     await check_invariants()
 
@@ -831,7 +827,7 @@ async def test_long_poll_wakes_when_a_job_is_released(core, check_invariants):
     async with asyncio.timeout(5):
         while core.waiters.parked(NS, "q") == 0:
             await asyncio.sleep(0.001)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.release())
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Release())
     got = await asyncio.wait_for(poll, 10)
     assert [j.id for j in got] == [job.id]
     await check_invariants()
@@ -847,7 +843,7 @@ async def test_long_poll_of_a_dead_letter_queue_wakes_when_a_job_is_dead_lettere
     async with asyncio.timeout(5):
         while core.waiters.parked(NS, "q-dlq") == 0:
             await asyncio.sleep(0.001)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.fail(err(), dead_letter=True))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(err(), dead_letter=True))
     (letter,) = await asyncio.wait_for(poll, 5)  # woken by the commit, not by the wait's end
     assert letter.task.headers[dlq.ORIGIN_JOB] == job.id
     await check_invariants("q", "q-dlq")
@@ -1082,9 +1078,9 @@ async def test_outbox_records_delay_retry_and_failure(core, clock, events_of, ch
     e = await enqueue(core, attempts=2, not_before=pb.Delay(delay_ns=SEC))
     clock.advance(SEC)
     job = await lease_one(core)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
     job = await lease_one(core)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
     assert [x.event for x in await events_of(job_id=e.job_id)] == [
         "added",
         "delayed",
@@ -1108,7 +1104,7 @@ async def test_every_state_change_writes_an_outbox_row(
     await enqueue(core, attempts=3)
     jobs = await lease(core, max_jobs=2)
     await ok(core, jobs[0])
-    await core.jobs.complete(NS, "q", jobs[1].id, jobs[1].epoch, Outcome.retry(err(), after_ns=SEC))
+    await core.jobs.complete(NS, "q", jobs[1].id, jobs[1].epoch, Retry(err(), after_ns=SEC))
     clock.advance(6 * SEC)
     jobs = await lease(core, max_jobs=1)
     clock.advance(20 * SEC)
@@ -1153,7 +1149,7 @@ async def test_a_retried_job_holds_its_subject(core, clock, check_invariants):
     other = await enqueue(core, subject="t")
     job = await lease_one(core)
     assert job.id == first.job_id
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
     assert [j.id for j in await lease(core)] == [other.job_id]
     clock.advance(10 * SEC)
     job = await lease_one(core)
@@ -1167,7 +1163,7 @@ async def test_a_failed_job_frees_its_subject(core, check_invariants):
     await enqueue(core, subject="s")
     second = await enqueue(core, subject="s")
     job = await lease_one(core)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.fail(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(err()))
     assert [j.id for j in await lease(core)] == [second.job_id]
     await check_invariants()
 
@@ -1226,10 +1222,10 @@ async def test_complete_many_answers_each_item_and_one_fenced_token_spoils_nothi
     res = await core.jobs.complete_many(
         NS,
         [
-            ("q", jobs[0].id, jobs[0].epoch, Outcome.ok()),
-            ("q", stale.id, stale.epoch, Outcome.ok()),
-            ("q", jobs[1].id, jobs[1].epoch, Outcome.fail(err())),
-            ("q", jobs[2].id, jobs[2].epoch, Outcome.release()),
+            ("q", jobs[0].id, jobs[0].epoch, Ok()),
+            ("q", stale.id, stale.epoch, Ok()),
+            ("q", jobs[1].id, jobs[1].epoch, Fail(err())),
+            ("q", jobs[2].id, jobs[2].epoch, Release()),
         ],
     )
     assert isinstance(res[1], Fenced)
@@ -1247,7 +1243,7 @@ async def test_complete_then_lease_takes_what_the_completions_freed_in_one_call(
     held = await lease(core, max_jobs=5)
     assert [j.id for j in held] == first  # the queue's concurrency holds the rest back
     res, leased = await core.jobs.complete_many_then_lease(
-        NS, [("q", j.id, j.epoch, Outcome.ok()) for j in held], ["q"], "w", 5
+        NS, [("q", j.id, j.epoch, Ok()) for j in held], ["q"], "w", 5
     )
     assert [r.state for r in res] == [S.COMPLETED, S.COMPLETED]
     assert [j.id for j in leased] == later[:2]  # the two slots the completions freed
@@ -1260,7 +1256,7 @@ async def test_complete_then_lease_with_bad_lease_arguments_changes_nothing(core
     await enqueue(core)
     job = await lease_one(core)
     with pytest.raises(InvalidArgument) as e:
-        await core.jobs.complete_many_then_lease(NS, [("q", job.id, job.epoch, Outcome.ok())], ["q"], "w", 0)
+        await core.jobs.complete_many_then_lease(NS, [("q", job.id, job.epoch, Ok())], ["q"], "w", 0)
     assert e.value.field == "lease.max"
     counts = await check_invariants()
     assert counts == {S.ACTIVE: 1}
@@ -1292,9 +1288,7 @@ async def test_long_poll_wakes_when_a_concurrency_slot_frees(core, configure, ch
     first = await lease_one(core)
     poll = await _parked_poll(core)
     if batched:  # BullMQ's moveToFinished: a batch that also leases, for another worker
-        await core.jobs.complete_many_then_lease(
-            NS, [("q", first.id, first.epoch, Outcome.ok())], ["other"], "w1", 1
-        )
+        await core.jobs.complete_many_then_lease(NS, [("q", first.id, first.epoch, Ok())], ["other"], "w1", 1)
     else:
         await ok(core, first)
     assert [j.id for j in await asyncio.wait_for(poll, 5)] == [second.job_id]
@@ -1305,7 +1299,7 @@ async def test_long_poll_wakes_when_a_job_is_retried(core, check_invariants):
     await enqueue(core, attempts=2)
     job = await lease_one(core)
     poll = await _parked_poll(core)
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(err(), after_ns=0))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err(), after_ns=0))
     assert [j.id for j in await asyncio.wait_for(poll, 5)] == [job.id]
     await check_invariants()
 
@@ -1330,7 +1324,7 @@ async def test_a_completion_that_frees_nothing_leaves_a_parked_poll_asleep(core,
     poll = await _parked_poll(core)
     txs = count_transactions()
     await ok(core, one)
-    await core.jobs.complete_many_then_lease(NS, [("q", two.id, two.epoch, Outcome.ok())], ["q"], "w1", 1)
+    await core.jobs.complete_many_then_lease(NS, [("q", two.id, two.epoch, Ok())], ["q"], "w1", 1)
     await asyncio.sleep(0.05)
     assert "job_lease" not in txs and not poll.done()
     e = await enqueue(core)  # the poll still answers the next job

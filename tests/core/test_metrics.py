@@ -14,7 +14,7 @@ from loam_common import metrics
 from loam_common.errors import Fenced
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok, Release, Retry
 from loam_common.store import SqliteBackend, Store
 from loam_queue_core import QueueCore
 
@@ -63,15 +63,15 @@ async def test_metrics_agree_with_the_store_after_a_mixed_workload(
     for k, (job, what) in enumerate(zip(leased, plan, strict=True)):
         c = cores[k % 2]
         if what == "ok":
-            await c.jobs.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+            await c.jobs.complete(NS, "q", job.id, job.epoch, Ok())
         elif what == "retry":
-            await c.jobs.complete(NS, "q", job.id, job.epoch, Outcome.retry(pb.JobError(message="again"), 0))
+            await c.jobs.complete(NS, "q", job.id, job.epoch, Retry(pb.JobError(message="again"), 0))
         elif what == "fail_dlq":
             await c.jobs.complete(
-                NS, "q", job.id, job.epoch, Outcome.fail(pb.JobError(message="x"), dead_letter=True)
+                NS, "q", job.id, job.epoch, Fail(pb.JobError(message="x"), dead_letter=True)
             )
         elif what == "release":
-            await c.jobs.complete(NS, "q", job.id, job.epoch, Outcome.release())
+            await c.jobs.complete(NS, "q", job.id, job.epoch, Release())
         else:
             stalled_job = job
             continue
@@ -80,7 +80,7 @@ async def test_metrics_agree_with_the_store_after_a_mixed_workload(
     await sweep()  # reclaims the stalled lease: epoch + 1
     for c in cores:  # the first worker comes back late: fenced, on either core
         with pytest.raises(Fenced):
-            await c.jobs.complete(NS, "q", stalled_job.id, stalled_job.epoch, Outcome.ok())
+            await c.jobs.complete(NS, "q", stalled_job.id, stalled_job.epoch, Ok())
         fenced += 1
     with pytest.raises(Fenced):
         await core.jobs.extend(NS, "q", stalled_job.id, stalled_job.epoch, SEC)
@@ -119,7 +119,7 @@ async def test_histograms_are_per_process_and_the_text_format_is_valid(store, co
     before = metrics.PROCESS.run_seconds.series()
     await core.jobs.enqueue(NS, "h", pb.TaskSpec(name='odd "name"\\x'))
     (job,) = await core.jobs.lease(NS, ["h"], "w")
-    await core.jobs.complete(NS, "h", job.id, job.epoch, Outcome.ok())
+    await core.jobs.complete(NS, "h", job.id, job.epoch, Ok())
     text = await metrics.render_store(store)
     parsed = metrics.parse(text)
     assert metrics.PROCESS.run_seconds.series() >= before

@@ -39,7 +39,7 @@ from loam_common.errors import Fenced, InvalidState
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok, Release, Retry
 from loam_common.jobs.queue import QueueTx
 from loam_common.store import FaultPlan, ManualClock, MemoryBackend, Store
 from loam_common.sweeper import Sweeper
@@ -278,10 +278,10 @@ class QueueMachine(RuleBasedStateMachine):
         token = self._pick(data, tokens)
         err = pb.JobError(code="error", message="boom")
         outcome = {
-            "ok": Outcome.ok(),
-            "retry": Outcome.retry(err),
-            "fail": Outcome.fail(err),
-            "release": Outcome.release(),
+            "ok": Ok(),
+            "retry": Retry(err),
+            "fail": Fail(err),
+            "release": Release(),
         }[kind]
         out = self._expect(token, lambda: self.core.jobs.complete(NS, Q, *token, outcome))
         self.done.add(token)
@@ -300,7 +300,7 @@ class QueueMachine(RuleBasedStateMachine):
     def replay_complete(self, data) -> None:
         """A token that already had its answer, or was reclaimed, is refused."""
         token = sorted(self.done)[data.draw(st.integers(0, len(self.done) - 1))]
-        out = self._expect(token, lambda: self.core.jobs.complete(NS, Q, *token, Outcome.ok()))
+        out = self._expect(token, lambda: self.core.jobs.complete(NS, Q, *token, Ok()))
         assert out is None, f"{token} completed after its lease was answered"
 
     @precondition(lambda self: self.held)

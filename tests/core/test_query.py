@@ -10,8 +10,9 @@ from loam_common import ids
 from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
-from loam_common.jobs.enqueue import NewJob, job_enqueue
+from loam_common.jobs.complete import Ok
+from loam_common.jobs.enqueue import job_enqueue
+from loam_common.jobs.new_job import NewJob
 from loam_common.jobs.query import MAX_PAGE, job_query
 
 NS = "acme"
@@ -71,7 +72,7 @@ async def test_finished_jobs_by_finish_time_merged_across_shards(store, core, cl
         await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
         (job,) = await core.jobs.lease(NS, ["q"], "w", 1)
         clock.advance(SEC)
-        await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
         finished.append(job.id)
     got, _ = await all_pages(store, 3, states=[S.COMPLETED])
     assert got == finished[::-1]
@@ -87,7 +88,7 @@ async def test_states_are_listed_one_after_another_in_the_order_asked(store, cor
     for _ in range(3):
         await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
         (job,) = await core.jobs.lease(NS, ["q"], "w", 1)
-        await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
         done.append(job.id)
     waiting = [(await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))).job_id for _ in range(3)]
     prio = (await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"), pb.EnqueueOpts(priority=4))).job_id

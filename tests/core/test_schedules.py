@@ -12,12 +12,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from loam_common import schedules
 from loam_common.errors import InvalidArgument, NotFound
-from loam_common.gen.loam.jobs.v1 import jobs_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import schedules
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Ok
 from loam_common.schedule_rules import CronRule, parse_cron, parse_tz
 from loam_common.store import RESERVED_PREFIX, Fault, FaultPlan, MemoryBackend, SqliteBackend, Store
 from loam_common.sweeper import Sweeper
@@ -32,9 +31,9 @@ NY = ZoneInfo("America/New_York")
 
 def spec(
     sid: str = "s", *, queue: str = "q", name: str = "tick", data: bytes = b"{}", **fields
-) -> jobs_pb2.ScheduleSpec:
+) -> pb.ScheduleSpec:
     opts = fields.pop("opts", None)
-    s = jobs_pb2.ScheduleSpec(
+    s = pb.ScheduleSpec(
         id=sid, queue=queue, task=pb.TaskSpec(name=name, payload=pb.Payload(data=data)), **fields
     )
     if opts is not None:
@@ -481,5 +480,5 @@ async def test_scheduled_jobs_run_like_any_job(core, clock, sweep):
     rep = await sweep()
     assert rep.ticks == 1 and (NS, "q") in rep.woke
     (job,) = await core.jobs.lease(NS, ["q"], "w", 1)
-    done = await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+    done = await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
     assert done.state == S.COMPLETED

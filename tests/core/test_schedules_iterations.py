@@ -4,13 +4,13 @@ iteration's job with the record in one transaction, and never fires them itself.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from loam_common import schedules
 from loam_common.errors import AlreadyExists, InvalidArgument
-from loam_common.gen.loam.jobs.v1 import jobs_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import admin, sweeps
+from loam_common.jobs import admin, schedules, sweeps
 from loam_common.jobs import states as S
 
 NS = "acme"
@@ -24,24 +24,21 @@ def template() -> pb.TaskSpec:
 
 def request(
     sid: str = "s", *, next_ns: int, key: str | None = None, delay_ns: int = 0, **fields
-) -> jobs_pb2.ScheduleRequest:
+) -> schedules.Iteration:
     advance = fields.pop("advance", False)
     if_next_ns = fields.pop("if_next_ns", 0)
     replace = fields.pop("replace_job_id", "")
-    spec = jobs_pb2.ScheduleSpec(id=sid, queue="q", task=template(), driver=ITER)
+    spec = pb.ScheduleSpec(id=sid, queue="q", task=template(), driver=ITER)
     if not fields:
         spec.every_ns = 5 * SEC
     for k, v in fields.items():
         setattr(spec, k, v)
-    req = jobs_pb2.ScheduleRequest(
-        spec=spec, next_ns=next_ns, advance=advance, if_next_ns=if_next_ns, replace_job_id=replace
-    )
+    task = opts = None
     if key is not None:
-        req.iteration_task.CopyFrom(template())
-        req.iteration_opts.job_key = key
+        task, opts = template(), pb.EnqueueOpts(job_key=key)
         if delay_ns:
-            req.iteration_opts.not_before.delay_ns = delay_ns
-    return req
+            opts.not_before.delay_ns = delay_ns
+    return schedules.Iteration(spec, next_ns, advance, if_next_ns, task, opts, replace_job_id=replace)
 
 
 async def test_upsert_stores_the_chain_and_its_iteration_and_the_sweeper_leaves_it(
@@ -166,16 +163,14 @@ async def test_a_replaced_cron_rule_may_take_the_key_of_an_iteration_a_worker_ho
 
 
 async def test_an_upsert_guarded_by_what_it_read_changes_nothing_after_another_write(core, clock, jobs_of):
-    fresh = request(next_ns=10 * SEC, key="repeat:s:10000")
-    fresh.if_updated_ns = 0  # no record yet
+    fresh = replace(request(next_ns=10 * SEC, key="repeat:s:10000"), if_updated_ns=0)  # no record yet
     first = await core.schedules.iterate(NS, fresh)
     assert first.changed
     clock.advance(SEC)
-    late = request(next_ns=11 * SEC, key="repeat:s:11000")
-    late.if_updated_ns = 0  # read before the first write: refused, read again
+    late = replace(request(next_ns=11 * SEC, key="repeat:s:11000"), if_updated_ns=0)
+    # read before the first write: refused, read again
     assert not (await core.schedules.iterate(NS, late)).changed
-    late.if_updated_ns = first.schedule.updated_ns
-    late.replace_job_id = first.job.job_id
+    late = replace(late, if_updated_ns=first.schedule.updated_ns, replace_job_id=first.job.job_id)
     again = await core.schedules.iterate(NS, late)
     assert again.changed and again.replaced
     assert [j.opts.job_key for j in (await jobs_of()).values()] == ["repeat:s:11000"]

@@ -16,7 +16,7 @@ import pytest
 from loam_common import cloudevents, event_export, events, tracing
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok, Retry
 from loam_relay import RelayService
 
 NS = "acme"
@@ -38,15 +38,15 @@ async def _workload(core, clock, queue: str = "q") -> None:
         clock.advance(1000)
     jobs = await core.jobs.lease(NS, [queue], "w", max_jobs=5)
     await core.jobs.report(NS, queue, jobs[0].id, jobs[0].epoch, progress=b"50")
-    await core.jobs.complete(NS, queue, jobs[0].id, jobs[0].epoch, Outcome.ok(pb.Payload(data=b"1")))
+    await core.jobs.complete(NS, queue, jobs[0].id, jobs[0].epoch, Ok(pb.Payload(data=b"1")))
     await core.jobs.complete(
-        NS, queue, jobs[1].id, jobs[1].epoch, Outcome.fail(pb.JobError(code="x", message="boom"))
+        NS, queue, jobs[1].id, jobs[1].epoch, Fail(pb.JobError(code="x", message="boom"))
     )
     err = pb.JobError(message="again")
-    await core.jobs.complete(NS, queue, jobs[2].id, jobs[2].epoch, Outcome.retry(err, 0))
+    await core.jobs.complete(NS, queue, jobs[2].id, jobs[2].epoch, Retry(err, 0))
     clock.advance(1000)
     again = [j for j in await core.jobs.lease(NS, [queue], "w", max_jobs=5) if j.id == jobs[2].id]
-    await core.jobs.complete(NS, queue, again[0].id, again[0].epoch, Outcome.retry(err, 0))
+    await core.jobs.complete(NS, queue, again[0].id, again[0].epoch, Retry(err, 0))
 
 
 async def _all_events(store, queue="q"):
@@ -169,7 +169,7 @@ async def test_spans_for_enqueue_lease_and_completion(store, core):
         await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="kept", headers={"traceparent": given}))
         await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="fresh"))
         for job in await core.jobs.lease(NS, ["q"], "w", max_jobs=2):
-            await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+            await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
         spans = exporter.get_finished_spans()
     finally:
         tracing.disable()

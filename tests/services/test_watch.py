@@ -15,7 +15,7 @@ from loam_common import cloudevents, events
 from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Ok, Release
 from loam_common.store import SqliteBackend, Store
 from loam_queue_core import QueueCore
 from loam_queue_core import watch as W
@@ -106,7 +106,7 @@ async def test_job_watch_sees_only_that_job(store, core):
     await w.ready.wait()
     assert w.items[0].snapshot.id == a.job_id
     for job in await core.jobs.lease(NS, ["q"], "w", max_jobs=2):
-        await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
     await _until(lambda: [e.event for e in w.events] == ["active", "completed"])
     await w.stop()
     assert {e.job_id for e in w.events} == {a.job_id}
@@ -117,9 +117,9 @@ async def test_job_watch_sees_only_that_job(store, core):
 
 async def test_flow_and_schedule_watch(store, core, clock):
     rpc = CoreRpc(core)
-    spec = J.FlowSpec(id="f1", nodes=[
-        J.FlowNode(id="child", queue="c", task=pb.TaskSpec(name="child")),
-        J.FlowNode(id="parent", queue="p", task=pb.TaskSpec(name="parent"), depends_on=["child"]),
+    spec = pb.FlowSpec(id="f1", nodes=[
+        pb.FlowNode(id="child", queue="c", task=pb.TaskSpec(name="child")),
+        pb.FlowNode(id="parent", queue="p", task=pb.TaskSpec(name="parent"), depends_on=["child"]),
     ])  # fmt: skip
     sub = await core.flows.submit(NS, spec)
     await core.jobs.enqueue(NS, "c", pb.TaskSpec(name="other"))  # not in the flow
@@ -129,12 +129,12 @@ async def test_flow_and_schedule_watch(store, core, clock):
         sub.jobs.values()
     )
     child = (await core.jobs.lease(NS, ["c"], "w", max_jobs=1, names=["child"]))[0]
-    await core.jobs.complete(NS, "c", child.id, child.epoch, Outcome.ok())
+    await core.jobs.complete(NS, "c", child.id, child.epoch, Ok())
     await _until(lambda: ("p", "waiting") in {(e.queue, e.event) for e in wf.events})
     await wf.stop()
     assert {e.job_id for e in wf.events} <= set(sub.jobs.values())
 
-    sched = await core.schedules.upsert(NS, J.ScheduleSpec(id="s1", every_ns=60 * SEC, queue="sq", task=pb.TaskSpec(name="tick"),
+    sched = await core.schedules.upsert(NS, pb.ScheduleSpec(id="s1", every_ns=60 * SEC, queue="sq", task=pb.TaskSpec(name="tick"),
                                                   immediately=True))  # fmt: skip
     await core.jobs.enqueue(NS, "sq", pb.TaskSpec(name="manual"))
     ws = Watcher(rpc, schedule="s1")
@@ -142,7 +142,7 @@ async def test_flow_and_schedule_watch(store, core, clock):
     assert ws.items[0].schedule.id == "s1"
     jobs = await core.jobs.lease(NS, ["sq"], "w", max_jobs=10)
     for job in jobs:
-        await core.jobs.complete(NS, "sq", job.id, job.epoch, Outcome.ok())
+        await core.jobs.complete(NS, "sq", job.id, job.epoch, Ok())
     await _until(lambda: [e.event for e in ws.events] == ["active", "completed"])
     await ws.stop()
     assert {e.job_id for e in ws.events} == {sched.schedule.last_job_id}
@@ -215,7 +215,7 @@ async def test_new_shards_are_followed_from_their_start(store, core, configure):
     rpc = CoreRpc(core)
     w = Watcher(rpc, queue="fresh")  # the queue does not exist yet
     await w.ready.wait()
-    assert w.items[0].counts == J.QueueCounts()
+    assert w.items[0].counts == pb.QueueCounts()
     await configure("fresh", shards=4)
     for _ in range(12):
         await core.jobs.enqueue(NS, "fresh", pb.TaskSpec(name="t"))
@@ -249,9 +249,9 @@ async def test_resumed_watchers_see_exactly_the_committed_changes(store, core, c
             for job in await core.jobs.lease(NS, ["q"], f"w{i}", max_jobs=3, wait_ns=20_000_000):
                 if job.attempt == 0 and rng.random() < 0.2:
                     await core.jobs.report(NS, "q", job.id, job.epoch, progress=b"50")
-                    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.release())
+                    await core.jobs.complete(NS, "q", job.id, job.epoch, Release())
                 else:
-                    await core.jobs.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+                    await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
 
     relay = RelayService(store, "relay", interval=0.005, batch=7)
 

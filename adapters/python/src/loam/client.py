@@ -116,9 +116,9 @@ def _schedule_spec(
     every: float | dt.timedelta | None, limit: int | None, start: dt.datetime | float | None,
     end: dt.datetime | float | None, offset: float | dt.timedelta | None, immediately: bool,
     misfire: str | int | None, misfire_grace: float | dt.timedelta | None, opts: Mapping[str, Any],
-) -> jpb.ScheduleSpec:  # fmt: skip
+) -> pb.ScheduleSpec:  # fmt: skip
     o, headers = options.enqueue_opts(opts)
-    return jpb.ScheduleSpec(
+    return pb.ScheduleSpec(
         id=schedule_id,
         queue=queue,
         task=pb.TaskSpec(name=name, payload=payloads.encode(payload), headers=headers),
@@ -640,7 +640,7 @@ class Client:
     # -- schedules -------------------------------------------------------------------
     async def schedule(
         self,
-        id: str | jpb.ScheduleSpec,  # noqa: A002 - the schedule id, as the API names it
+        id: str | pb.ScheduleSpec,  # noqa: A002 - the schedule id, as the API names it
         queue: str | None = None,
         name: str | None = None,
         payload: Any = None,
@@ -670,7 +670,7 @@ class Client:
         of its time is on time. The same rule again changes nothing (`changed` False).
 
         A ready-made ScheduleSpec may be passed instead, alone."""
-        if isinstance(id, jpb.ScheduleSpec):
+        if isinstance(id, pb.ScheduleSpec):
             if queue is not None or name is not None or opts:
                 raise TypeError("schedule(spec) takes the ScheduleSpec alone")
             spec = id
@@ -713,7 +713,7 @@ class Client:
     # -- flows -----------------------------------------------------------------------
     async def flow(
         self,
-        nodes: Flow | jpb.FlowSpec | Iterable[FlowNode | jpb.FlowNode],
+        nodes: Flow | pb.FlowSpec | Iterable[FlowNode | pb.FlowNode],
         id: str | None = None,  # noqa: A002 - the flow id, as the API names it
     ) -> FlowInfo:
         """Submit a flow: every node's job in one transaction, the nodes that wait for

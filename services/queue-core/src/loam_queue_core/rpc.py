@@ -13,14 +13,24 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from loam_common import schedules, validate
+from loam_common import validate
 from loam_common.api.methods import AnswersUnimplemented
 from loam_common.errors import InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import admin
-from loam_common.jobs.complete import Completed, Outcome
-from loam_common.jobs.enqueue import Enqueued
+from loam_common.jobs import schedules
+from loam_common.jobs.complete import (
+    Completed,
+    Delay,
+    Fail,
+    Ok,
+    Outcome,
+    RateLimited,
+    Release,
+    Retry,
+    WaitChildren,
+)
+from loam_common.jobs.new_job import Enqueued
 from loam_common.validate import Namespace
 from loam_queue_core.core import QueueCore
 from loam_queue_core.facade.job_admin import JobAdmin, job_ref
@@ -50,22 +60,20 @@ def outcome_from_proto(o: J.Outcome, field: str = "outcome") -> Outcome:
 def _outcome_kind(o: J.Outcome, field: str) -> Outcome:
     kind = o.WhichOneof("kind")
     if kind == "ok":
-        return Outcome.ok(o.ok.result if o.ok.HasField("result") else None, o.ok.if_no_pending_children)
+        return Ok(o.ok.result if o.ok.HasField("result") else None, o.ok.if_no_pending_children)
     if kind == "retry":
         r = o.retry
-        return Outcome.retry(
-            r.error if r.HasField("error") else None, r.after_ns if r.HasField("after_ns") else None
-        )
+        return Retry(r.error if r.HasField("error") else None, r.after_ns if r.HasField("after_ns") else None)
     if kind == "fail":
-        return Outcome.fail(o.fail.error if o.fail.HasField("error") else None, o.fail.dead_letter)
+        return Fail(o.fail.error if o.fail.HasField("error") else None, o.fail.dead_letter)
     if kind == "release":
-        return Outcome.release(o.release.after_ns if o.release.HasField("after_ns") else None)
+        return Release(o.release.after_ns if o.release.HasField("after_ns") else None)
     if kind == "delay":
-        return Outcome.delay(o.delay.until_ns)
+        return Delay(o.delay.until_ns)
     if kind == "wait_children":
-        return Outcome.wait_children()
+        return WaitChildren()
     if kind == "rate_limited":
-        return Outcome.rate_limited(o.rate_limited.for_ns)
+        return RateLimited(o.rate_limited.for_ns)
     raise InvalidArgument(field, "set one of ok, retry, fail, release, delay, wait_children, rate_limited")
 
 
@@ -100,18 +108,17 @@ def lease_from_job(job: pb.Job) -> J.Lease:
     return lease
 
 
-def counts_to_proto(c: admin.QueueCounts) -> J.QueueCounts:
-    return J.QueueCounts(
-        waiting=c.waiting,
-        prioritized=c.prioritized,
-        delayed=c.delayed,
-        active=c.active,
-        waiting_children=c.waiting_children,
-        completed=c.completed,
-        failed=c.failed,
-        dead_lettered=c.dead_lettered,
-        canceled=c.canceled,
-        paused=c.paused,
+def iteration_from_proto(req: J.ScheduleRequest) -> schedules.Iteration:
+    """A Schedule call on an iteration-driven schedule, as the transitions take it."""
+    return schedules.Iteration(
+        spec=req.spec,
+        next_ns=req.next_ns,
+        advance=req.advance,
+        if_next_ns=req.if_next_ns,
+        iteration_task=req.iteration_task if req.HasField("iteration_task") else None,
+        iteration_opts=req.iteration_opts if req.HasField("iteration_opts") else None,
+        replace_job_id=req.replace_job_id,
+        if_updated_ns=req.if_updated_ns if req.HasField("if_updated_ns") else None,
     )
 
 
@@ -210,7 +217,7 @@ class CoreRpc(AnswersUnimplemented):
     # -- schedules and flows -------------------------------------------------------------
     async def schedule(self, ns: Namespace, req: J.ScheduleRequest) -> J.ScheduleResponse:
         if req.advance or req.spec.driver == pb.SCHEDULE_DRIVER_ITERATIONS:
-            it = await self.core.schedules.iterate(ns, req)
+            it = await self.core.schedules.iterate(ns, iteration_from_proto(req))
             return J.ScheduleResponse(
                 id=req.spec.id,
                 schedule=it.schedule,
@@ -219,7 +226,8 @@ class CoreRpc(AnswersUnimplemented):
                 replaced=it.replaced,
             )
         if req.next_ns or req.if_next_ns or req.HasField("iteration_task") or req.replace_job_id:
-            schedules.check_iteration(req)  # refuses iteration fields on a server-driven schedule
+            # refuses iteration fields on a server-driven schedule
+            schedules.check_iteration(iteration_from_proto(req))
         up = await self.core.schedules.upsert(ns, req.spec)
         return J.ScheduleResponse(id=up.schedule.id, schedule=up.schedule, changed=up.changed)
 
@@ -357,7 +365,7 @@ async def _q_counts(core: QueueCore, ns: Namespace, queue: str, op: Any) -> J.Qu
     st = await core.queues.state(ns, queue)
     return J.QueueAdminResponse(
         config=st.config,
-        counts=counts_to_proto(st.counts),
+        counts=st.counts,
         rate_limit_ttl_ns=st.rate_limit_ttl_ns,
         rate_limit_used=st.rate_limit_used,
     )

@@ -37,11 +37,12 @@ import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from loam_common import cloudevents, events, flows, keys, schedules, validate
+from loam_common import cloudevents, events, keys, validate
 from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
-from loam_common.jobs import admin, job_admin
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import admin, flows, job_admin, schedules
 from loam_common.store.base import Txn
 
 POLL_S = float(os.environ.get("LOAM_WATCH_POLL_S", "1.0"))
@@ -186,9 +187,9 @@ def _resolve(tx: Txn, ns: str, t: Target) -> list[J.WatchResponse]:
         return [J.WatchResponse(snapshot=job)]
     if t.kind == "queue":
         try:
-            counts = _counts(admin.queue_counts(tx, ns, t.queues[0]))
+            counts = admin.queue_counts(tx, ns, t.queues[0])
         except NotFound:  # not created yet: watch it come
-            counts = J.QueueCounts()
+            counts = pb.QueueCounts()
         return [J.WatchResponse(counts=counts)]
     if t.kind == "schedule":
         rec = schedules.schedule_get(tx, ns, t.schedule_id)
@@ -204,14 +205,6 @@ def _resolve(tx: Txn, ns: str, t: Target) -> list[J.WatchResponse]:
         except NotFound:
             pass  # removed by retention: its events say so
     return out
-
-
-def _counts(c: admin.QueueCounts) -> J.QueueCounts:
-    return J.QueueCounts(
-        waiting=c.waiting, prioritized=c.prioritized, delayed=c.delayed, active=c.active,
-        waiting_children=c.waiting_children, completed=c.completed, failed=c.failed,
-        dead_lettered=c.dead_lettered, canceled=c.canceled, paused=c.paused,
-    )  # fmt: skip
 
 
 def _snapshot(tx: Txn, ns: str, t: Target) -> tuple[list[J.WatchResponse], dict[Position, int]]:

@@ -56,7 +56,7 @@ def redrive(dq: QueueTx, limit: int) -> int:
             for h in (ORIGIN_QUEUE, ORIGIN_JOB, ERRORS):
                 fresh.task.headers.pop(h, None)
             fresh.opts.CopyFrom(job.opts)
-            with QueueTx(dq.tx, dq.ns, origin) as oq:
+            with dq.peer(origin) as oq:  # one QueueTx per queue in a transition
                 fresh.attempts_max = fresh.opts.attempts or oq.cfg.attempts or 1
                 fresh.state = S.ready_state(fresh.opts.priority)
                 oq.insert(fresh)

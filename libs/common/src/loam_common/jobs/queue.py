@@ -1,7 +1,9 @@
 """`QueueTx`: one queue inside one transaction. The only code that moves a job between
 states: it keeps the job record, its index entry, the per-shard counts, the subject
 FIFO and the outbox row of the move in step, so every transition above it is a few
-lines of guards.
+lines of guards. What a job leaving the live states sets off in other jobs (its flow
+parents, a kept dedup duplicate) is not here: `QueueTx` calls its `follow_*` methods,
+which `linked.LinkedQueueTx`, the QueueTx every transition opens, fills in.
 
 Use it as a context manager; the shard metas it touched are written once on exit:
 
@@ -136,7 +138,7 @@ class QueueTx:
             self._peers = {self.name: self}
         p = self._peers.get(queue)
         if p is None:
-            p = QueueTx(self.tx, self.ns, queue, create=create)
+            p = type(self)(self.tx, self.ns, queue, create=create)
             p._peers = self._peers
             self._peers[queue] = p
         return p
@@ -296,8 +298,9 @@ class QueueTx:
         """Store a new job in its state (WAITING/PRIORITIZED/DELAYED/...)."""
         self.ensure_exists()
         job.state_ns = self.now
-        if job.opts.subject and job.state != S.WAITING_CHILDREN:
-            self._subject_claim(job)
+        if job.opts.subject and job.state != S.WAITING_CHILDREN and self.subject_claim(job):
+            if job.state == S.DELAYED:  # it waits behind the subject's job; its due time is kept
+                job.state = S.ready_state(job.opts.priority)
         if job.state in S.READY:
             job.seq = self.next_seq(job.shard)
         self._index_add(job)
@@ -310,16 +313,26 @@ class QueueTx:
             self._inserted_ready.append(job.id)
 
     def move(
-        self, job: pb.Job, to: int, event: str | None, *, keep_place: bool = False, **event_fields
+        self,
+        job: pb.Job,
+        to: int,
+        event: str | None,
+        *,
+        keep_place: bool = False,
+        unblock_subject: bool = False,
+        **event_fields,
     ) -> None:
         """Move a stored job to `to`: index, counts, record and outbox in one go. A job
         made ready goes to the back of its band, or with `keep_place` (a leased job handed
-        back unprocessed) where it was when it was leased."""
+        back unprocessed) where it was when it was leased. `unblock_subject`: the job
+        leaves its subject's backlog (it is the subject's job now)."""
         frm = job.state
         if to not in S.ALLOWED.get(frm, ()):
             raise InvalidState(job.id, S.name(frm), f"move to {S.name(to)}")
         self._index_remove(job)
         self._count(job.shard, frm, -1)
+        if unblock_subject:
+            job.subject_blocked = False
         job.state = to
         job.state_ns = self.now
         if to in S.READY and not (keep_place and job.seq):
@@ -362,47 +375,48 @@ class QueueTx:
             if self.tx.get(kk) == job.id.encode():
                 self.tx.delete(kk)
         if job.children:  # a parent's dependency records go with it
-            from loam_common import flows
-
-            flows.drop_dependencies(self, job)
+            deps = self.k.dependencies(job.id)
+            for key, _ in self.tx.scan(deps, keys.prefix_end(deps)):
+                self.tx.delete(key)
         if event:
             self.emit(event, job)
         if job.state not in S.FINISHED:
             self._finished(job)
         elif job.parents:  # a failed dependency under the keep-waiting policy is forgotten
-            from loam_common import flows
-
-            flows.on_finished_job_removed(self, job)
+            self.follow_finished_job_removed(job)
 
     # -- finishing ---------------------------------------------------------------------
     def _finished(self, job: pb.Job) -> None:
-        """A job left the live states (finished or removed): free its subject and its
-        simple dedup id, tell the jobs that depend on it (flows), and run the hooks."""
+        """A job left the live states (finished or removed): free its subject, set off
+        what that means for other jobs (`follow_job_left_live`), and run the hooks."""
         if job.opts.subject and not job.subject_blocked:
             self._subject_release(job)
-        if job.opts.dedup.id:
-            from loam_common.jobs import dedup  # dedup enqueues, which imports this module
-
-            dedup.on_finished(self, job)
-        if job.parents:
-            from loam_common import flows  # flows moves jobs, so it imports this module
-
-            flows.on_job_finished(self, job)
+        if job.opts.dedup.id or job.parents:
+            self.follow_job_left_live(job)
         for hook in self.on_finished:
             hook(self, job)
 
+    def follow_job_left_live(self, job: pb.Job) -> None:
+        """`job` (with a dedup id or flow parents) left the live states: free its dedup id
+        or enqueue the duplicate kept while it ran, settle its parents. Nothing here; the
+        QueueTx of a transition (linked.LinkedQueueTx) does it."""
+
+    def follow_finished_job_removed(self, job: pb.Job) -> None:
+        """A finished `job` with flow parents was removed: a parent still counting it as
+        pending forgets it. Nothing here; linked.LinkedQueueTx does it."""
+
     # -- subjects (spec 003: per-subject serial execution) -------------------------------
-    def _subject_claim(self, job: pb.Job) -> None:
+    def subject_claim(self, job: pb.Job) -> bool:
+        """Make `job` its subject's job, or mark it to wait behind the subject's in-flight
+        job (before it is stored or moved: the mark decides its index). True if it waits."""
         cur_key = self.k.subject_current(job.opts.subject)
         current = self.tx.get(cur_key)
         if current is None or current == job.id.encode():
             self.tx.put(cur_key, job.id.encode())
             job.subject_blocked = False
         else:
-            # Wait behind the subject's in-flight job; keep the intended state.
             job.subject_blocked = True
-            if job.state == S.DELAYED:
-                job.state = S.ready_state(job.opts.priority)
+        return job.subject_blocked
 
     def _subject_release(self, job: pb.Job) -> None:
         subject = job.opts.subject
@@ -414,22 +428,13 @@ class QueueTx:
         if not head:
             self.tx.delete(cur_key)
             return
-        entry_key, next_id = head[0]
+        _entry_key, next_id = head[0]
         nxt = self.require_job(next_id.decode())
-        self.tx.delete(entry_key)
         self.tx.put(cur_key, next_id)
-        self._count(nxt.shard, nxt.state, -1)
-        nxt.subject_blocked = False
-        nxt.state_ns = self.now
+        # Out of the backlog (move deletes its entry there) into its own state's index.
         if nxt.due_ns > self.now:
-            nxt.state = S.DELAYED
-            event = "delayed"
+            self.move(nxt, S.DELAYED, None, unblock_subject=True)
+            self.emit("delayed", nxt)
         else:
-            nxt.state = S.ready_state(nxt.opts.priority)
-            nxt.seq = self.next_seq(nxt.shard)
-            event = "waiting"
-        self._index_add(nxt)
-        self._count(nxt.shard, nxt.state, 1)
-        self.put_job(nxt)
-        self.emit(event, nxt)
-        self.wake_after_commit()
+            self.move(nxt, S.ready_state(nxt.opts.priority), None, unblock_subject=True)
+            self.emit("waiting", nxt)

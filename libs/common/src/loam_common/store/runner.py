@@ -44,6 +44,9 @@ from loam_common.store.base import (
     Txn,
     WriteConflict,
 )
+from loam_common.store.memory import MemoryBackend
+from loam_common.store.sqlite import SqliteBackend
+from loam_common.store.tikv import TikvBackend
 
 log = logging.getLogger(__name__)
 
@@ -448,8 +451,6 @@ def open_store(url: str, *, durable_power_loss: bool = False, clock: Clock | Non
     """Open a Store from a URL. `durable_power_loss` applies to SQLite only."""
     backend: Backend
     if url.startswith("sqlite:"):
-        from loam_common.store.sqlite import SqliteBackend
-
         rest = url[len("sqlite:") :]
         if rest.startswith("///"):
             path = rest[2:]  # keep the leading "/" of the absolute path
@@ -461,12 +462,8 @@ def open_store(url: str, *, durable_power_loss: bool = False, clock: Clock | Non
             raise ValueError(f"bad store URL {url!r}: no database path; use one of {_URL_FORMS}")
         backend = SqliteBackend(path, durable_power_loss=durable_power_loss, clock=clock)
     elif url == "memory://":
-        from loam_common.store.memory import MemoryBackend
-
         backend = MemoryBackend(clock=clock)
     elif url.startswith("tikv://"):
-        from loam_common.store.tikv import TikvBackend
-
         endpoints = url[len("tikv://") :].split(",")
         if not all(e.strip() for e in endpoints):
             raise ValueError(f"bad store URL {url!r}: empty PD address; use one of {_URL_FORMS}")

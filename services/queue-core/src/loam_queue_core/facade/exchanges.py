@@ -3,10 +3,10 @@ Celery app's routing works without a broker of its own."""
 
 from __future__ import annotations
 
-from loam_common import exchanges
 from loam_common.errors import JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs.enqueue import Enqueued
+from loam_common.jobs import exchanges
+from loam_common.jobs.new_job import Enqueued
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
 from loam_queue_core.facade.jobs import Jobs

@@ -3,9 +3,9 @@ completion updating its dependents in the transaction that finishes it."""
 
 from __future__ import annotations
 
-from loam_common import flows, ids, validate
-from loam_common.gen.loam.jobs.v1 import jobs_pb2
+from loam_common import ids, validate
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import flows
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
 from loam_queue_core.facade.payloads import Payloads
@@ -16,7 +16,7 @@ class Flows:
         self.store = store
         self.payloads = payloads
 
-    async def submit(self, ns: Namespace, spec: jobs_pb2.FlowSpec) -> flows.Submitted:
+    async def submit(self, ns: Namespace, spec: pb.FlowSpec) -> flows.Submitted:
         """Create every job of a flow in one transaction; a flow id seen before returns
         that flow's jobs (`created` False)."""
         flows.check_flow(spec)

@@ -19,14 +19,16 @@ from loam_common.jobs import job_admin
 from loam_common.jobs.complete import (
     Completed,
     Outcome,
+    Release,
     job_complete_if_leased,
     job_complete_many,
     job_complete_many_then_lease,
     job_extend_if_leased,
     job_report_if_leased,
 )
-from loam_common.jobs.enqueue import Enqueued, NewJob, job_enqueue, job_enqueue_then_lease
+from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import job_lease
+from loam_common.jobs.new_job import Enqueued, NewJob
 from loam_common.metrics import count_fenced
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
@@ -119,7 +121,7 @@ class Jobs:
             # The poll's caller left while the enqueue ran: its jobs go back in place (if
             # this fails, their leases lapse and the sweeper puts them back).
             try:
-                await self.complete_many(ns, [(j.queue, j.id, j.epoch, Outcome.release()) for j in jobs])
+                await self.complete_many(ns, [(j.queue, j.id, j.epoch, Release()) for j in jobs])
             except Exception:
                 log.warning(
                     "could not hand back %d jobs leased for a poll that left", len(jobs), exc_info=True
@@ -180,7 +182,6 @@ class Jobs:
     async def complete(
         self, ns: Namespace, queue: str, job_id: str, epoch: int, outcome: Outcome
     ) -> Completed:
-        outcome.check()
         outcome = await self.payloads.result(ns, queue, job_id, outcome)
         try:
             return await self.store.transact(job_complete_if_leased, ns, queue, job_id, epoch, outcome)
@@ -220,10 +221,9 @@ class Jobs:
         return results, await self.payloads.inline(leased.jobs)
 
     async def _prepare_outcomes(self, ns: Namespace, items: list[Completion]) -> list[Completion]:
-        """Outcomes checked, and results too large to keep inline moved to the blob store."""
+        """Outcomes with results too large to keep inline moved to the blob store."""
         prepared = []
         for queue, job_id, epoch, outcome in items:
-            outcome.check()
             prepared.append((queue, job_id, epoch, await self.payloads.result(ns, queue, job_id, outcome)))
         return prepared
 

@@ -10,8 +10,8 @@ from loam_common import ids, validate
 from loam_common.blobs import INLINE_LIMIT, BlobStore, blob_ref
 from loam_common.errors import InvalidArgument, JobsError, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs.complete import Outcome
-from loam_common.jobs.enqueue import Enqueued, NewJob, check_opts
+from loam_common.jobs.complete import Ok, Outcome
+from loam_common.jobs.new_job import Enqueued, NewJob, check_opts
 from loam_common.validate import Namespace
 
 
@@ -89,7 +89,7 @@ class Payloads:
 
     async def result(self, ns: Namespace, queue: str, job_id: str, outcome: Outcome) -> Outcome:
         """An outcome whose result is too large to keep inline, with the result moved."""
-        r = getattr(outcome, "result", None)
+        r = outcome.result if isinstance(outcome, Ok) else None
         if r is None or len(r.data) <= INLINE_LIMIT or self.blobs is None:
             return outcome
         ref = blob_ref(ns, queue, job_id, f"result-{ids.new_ulid()}")

@@ -15,7 +15,7 @@ from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import queue_metrics
+from loam_common.jobs.complete import queue_minute_metrics
 from loam_common.store.base import Txn
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
@@ -26,7 +26,7 @@ class QueueState:
     """A queue's settings, counts by state and open rate-limit window."""
 
     config: pb.QueueConfig
-    counts: admin.QueueCounts
+    counts: pb.QueueCounts
     rate_limit_ttl_ns: int
     rate_limit_used: int
 
@@ -56,7 +56,7 @@ class Queues:
         """BullMQ's per-minute metrics of `kind` (completed or failed)."""
         if kind not in ("completed", "failed"):
             raise InvalidArgument("op.metrics.kind", "is completed or failed")
-        return await self.store.snapshot(queue_metrics, ns, _queue(queue), kind)
+        return await self.store.snapshot(queue_minute_metrics, ns, _queue(queue), kind)
 
     async def workers(self, ns: Namespace, queue: str) -> list[pb.Worker]:
         return await self.store.snapshot(admin.queue_workers, ns, _queue(queue), 0)

@@ -4,9 +4,9 @@ the transaction that records the tick."""
 
 from __future__ import annotations
 
-from loam_common import schedules, validate
-from loam_common.gen.loam.jobs.v1 import jobs_pb2
+from loam_common import validate
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import schedules
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
 
@@ -15,12 +15,12 @@ class Schedules:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    async def upsert(self, ns: Namespace, spec: jobs_pb2.ScheduleSpec) -> schedules.Upserted:
+    async def upsert(self, ns: Namespace, spec: pb.ScheduleSpec) -> schedules.Upserted:
         """Create or replace schedule `spec.id`; the same rule again changes nothing."""
         schedules.check_schedule(spec)
         return await self.store.transact(schedules.schedule_upsert, ns, spec)
 
-    async def iterate(self, ns: Namespace, req: jobs_pb2.ScheduleRequest) -> schedules.Iterated:
+    async def iterate(self, ns: Namespace, req: schedules.Iteration) -> schedules.Iterated:
         """An iteration-driven schedule (BullMQ's job schedulers): upsert it or advance
         it by one, with the iteration's job in the same transaction."""
         schedules.check_iteration(req)
