@@ -142,12 +142,12 @@ async def test_errors_pass_through(cluster):
     assert "arrives with the engines work" in err.value.message  # the core's answer, from the table
 
 
-async def test_list_queues_from_any_core(cluster):
+async def test_queue_list_from_any_core(cluster):
     router, _ = cluster
     qa, qb = queues_on_each_core(router)
     await enqueue(router, qa)
     await enqueue(router, qb)
-    assert set(await router.list_queues(NS)) >= {qa, qb}
+    assert set(await router.queue_list(NS)) >= {qa, qb}
 
 
 async def test_wrong_internal_token_is_refused(cluster):
@@ -168,7 +168,7 @@ async def test_core_down_is_unavailable():
             await router.call(NS, "query", J.QueryRequest(queue="q1"))
         assert err.value.code == Code.UNAVAILABLE
         with pytest.raises(ConnectError) as err:
-            await router.list_queues(NS)
+            await router.queue_list(NS)
         assert err.value.code == Code.UNAVAILABLE
     finally:
         await router.close()

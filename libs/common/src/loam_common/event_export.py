@@ -252,7 +252,6 @@ async def export_bytes(
     store: Store, ns: str, queue: str, since_ns: int, until_ns: int | None, fmt: str
 ) -> tuple[bytes, str]:
     """A queue's events in [since_ns, until_ns) as `parquet` or `arrow` bytes, and the media type."""
-    validate.name("namespace", ns)
     validate.name("queue", queue)
     if fmt not in FORMATS:
         raise InvalidArgument("format", f"one of {', '.join(FORMATS)}")

@@ -633,7 +633,7 @@ def build_router() -> APIRouter:
     # -- queues ------------------------------------------------------------------------------
     @api.get("/queues", response_model=QueueList, tags=["queues"], summary="List queues with their counts")
     async def list_queues(request: Request, p: Principal = caller("queue_list")) -> QueueList:
-        names = await router_of(request).list_queues(p.namespace)
+        names = await router_of(request).queue_list(p.namespace)
 
         async def one(name: str) -> QueueSummary | None:
             try:

@@ -169,7 +169,7 @@ class Router:
         except Exception as e:  # noqa: BLE001
             raise _as_connect(e, self.local is None) from e
 
-    async def list_queues(self, ns: str) -> list[str]:
+    async def queue_list(self, ns: str) -> list[str]:
         """The namespace's queue names (not a JobsService method: the REST listing).
         Any core can answer: the queue registry is in the shared store."""
         try:
