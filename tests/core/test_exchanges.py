@@ -70,7 +70,7 @@ async def test_result_incr_added_and_long_poll(core):
 async def _sleeping_poll(core, queue: str) -> asyncio.Task:
     poll = asyncio.create_task(core.jobs.lease(NS, [queue], "w-" + queue, max_jobs=1, wait_ns=20 * SEC))
     async with asyncio.timeout(5):
-        while core.waiters.parked(NS, queue) == 0:
+        while core.waiters.sleeping(NS, queue) == 0:  # read nothing and waits: a publish may claim it
             await asyncio.sleep(0.001)
     return poll
 

@@ -398,12 +398,15 @@ class QueueTx:
 
     def follow_job_left_live(self, job: pb.Job) -> None:
         """`job` (with a dedup id or flow parents) left the live states: free its dedup id
-        or enqueue the duplicate kept while it ran, settle its parents. Nothing here; the
-        QueueTx of a transition (linked.LinkedQueueTx) does it."""
+        or enqueue the duplicate kept while it ran, settle its parents. The QueueTx of a
+        transition (linked.LinkedQueueTx) does it; a bare QueueTx refuses rather than
+        leave those jobs waiting forever."""
+        raise NotImplementedError("a transition that finishes or removes jobs opens a LinkedQueueTx")
 
     def follow_finished_job_removed(self, job: pb.Job) -> None:
         """A finished `job` with flow parents was removed: a parent still counting it as
-        pending forgets it. Nothing here; linked.LinkedQueueTx does it."""
+        pending forgets it (linked.LinkedQueueTx)."""
+        raise NotImplementedError("a transition that finishes or removes jobs opens a LinkedQueueTx")
 
     # -- subjects (spec 003: per-subject serial execution) -------------------------------
     def subject_claim(self, job: pb.Job) -> bool:
