@@ -9,7 +9,7 @@ PROTO_OUT := libs/common/src/loam_common/gen
 
 .PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
 
-PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway adapters/python adapters/celery
+PACKAGES := libs/common services/durable services/queue-core services/sweeper services/relay services/gateway adapters/python adapters/celery
 
 $(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -6,6 +6,8 @@
 - `/metrics`: Prometheus text (loam_common.metrics); without auth every namespace, with
   auth a token with jobs:admin sees its own namespace
 - with OTEL_TRACES_EXPORTER set, the app is instrumented (loam_common.tracing)
+- `/resonate/`: durable mode, the Resonate protocol (`POST /resonate/`, the push channel
+  `GET /resonate/poll/{group}/{pid}`), when a durable app is given (loam_durable)
 - `/ns/<ns>/...`: any of the above in a dev namespace (connect.NamespacePrefix)
 
 Errors outside the Connect app all take one shape, `{code, message, detail}`, with
@@ -36,6 +38,7 @@ from loam_gateway.rest_events import build_events_router
 from loam_gateway.routing import Router
 from loam_gateway.unary_lane import UnaryLane
 
+DURABLE_BASE = "/resonate"
 _STATUS_CODES = {404: "not_found", 405: "unimplemented", 401: "unauthenticated", 403: "permission_denied",
                  413: "resource_exhausted", 415: "invalid_argument"}  # fmt: skip
 
@@ -77,9 +80,11 @@ def create_app(
     *,
     on_startup: Callable[[], Awaitable[None]] | None = None,
     on_shutdown: Callable[[], Awaitable[None]] | None = None,
+    durable: Callable[[Access], Any] | None = None,
 ) -> FastAPI:
     """The gateway app. `on_startup` / `on_shutdown` run in its lifespan (dev starts its
-    sweeper there and closes the store)."""
+    sweeper there and closes the store). `durable(access)` builds the Resonate-protocol app
+    mounted at `/resonate`, authenticating with the gateway's own `Access`."""
     access = Access(authenticator)
 
     @contextlib.asynccontextmanager
@@ -141,6 +146,8 @@ def create_app(
             ns = (await access.check(request.headers, "metrics")).namespace
         return Response(await router.metrics_text(ns), media_type=metrics.CONTENT_TYPE)
 
+    if durable is not None:
+        app.mount(DURABLE_BASE, durable(access))
     app.include_router(build_router())
     app.include_router(build_events_router())
     connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access))

@@ -55,6 +55,8 @@ ACTIONS: dict[str, str] = {
     "exchange_publish": ENQUEUE,
     "events_export": ADMIN,  # REST only: a queue's events as Parquet / Arrow
     "metrics": ADMIN,  # /metrics with auth on: the token's namespace only
+    "resonate": CONSUME,  # durable mode: a Resonate worker's or client's requests and pushes
+    "resonate_schedule": SCHEDULE,  # durable mode: Resonate's schedule.* requests
 }
 # A method added to jobs.proto and not in the table needs jobs:admin until it is
 # listed (tests/gateway/test_connect.py keeps the table complete).

@@ -5,7 +5,9 @@
    heartbeat, rendezvous over the live sweepers, take / renew / release,
 3. runs `Sweeper.run_once()` over the shards it owns, every sweep transaction fenced
    by the shard's lease, so a sweeper whose shard was taken over writes nothing more,
-4. wakes the long-polls of each queue where jobs became ready (stalled jobs reclaimed,
+4. fires the durable timers (`durable`, a loam_durable DurableTimers: promise timeouts,
+   task leases and retries, Resonate schedules), when given,
+5. wakes the long-polls of each queue where jobs became ready (stalled jobs reclaimed,
    delayed jobs promoted): `on_ready(ns, queue)` in process, and a POST of
    `{"ns", "queue"}` to `<core>/internal/v1/wake` of the queue core that owns the
    queue (rendezvous over the queue-core URLs, the function the gateway routes with).
@@ -21,6 +23,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from loam_common import rendezvous
 from loam_common.blobs import BlobStore
@@ -55,6 +58,7 @@ class SweeperService(Loop):
         ttl_ns: int = DEFAULT_TTL_NS,
         internal_token: str | None = None,
         on_ready: Callable[[str, str], None] | None = None,
+        durable: Any = None,
     ) -> None:
         super().__init__(interval)
         self.store = store
@@ -62,6 +66,7 @@ class SweeperService(Loop):
         self.queue_cores = [c.rstrip("/") for c in queue_cores or ()]
         self.internal_token = internal_token if internal_token is not None else os.environ.get("LOAM_INTERNAL_TOKEN")
         self.on_ready = on_ready
+        self.durable = durable
         self.ownership = ShardOwnership(store, KIND, owner_id, ttl_ns)
         self.sweeper = Sweeper(store, blobs, owns=self.ownership.owns, fence=self.ownership.fence)
         self._http = None
@@ -75,11 +80,15 @@ class SweeperService(Loop):
         for shard_id in rep.lost:
             log.info("sweeper %s: lost %s to another sweeper", self.owner_id, shard_id)
             self.ownership.lost(shard_id)
+        if self.durable is not None:
+            await self.durable.run_once()
         if rep.woke:
             await self._wake(rep.woke)
         return rep
 
     async def on_stop(self) -> None:
+        if self.durable is not None:
+            await self.durable.on_stop()
         try:
             await self.ownership.release_all()
         except Exception:  # the store may be gone; the leases then expire on their own
