@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROTO_OUT := libs/common/src/loam_common/gen
 
-.PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
+.PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts
 
 PACKAGES := libs/common services/durable services/queue-core services/sweeper services/relay services/gateway adapters/python adapters/celery
 
@@ -54,6 +54,16 @@ bullmq-gen-check: $(BULLMQ)/node_modules/.package-lock.json
 test-bullmq: venv $(BULLMQ)/node_modules/.package-lock.json
 	cd $(BULLMQ) && npm run gen:check && npm run typecheck && npm test
 
+# @loam/durable (adapters/durable): Resonate's TypeScript SDK through loamResonate, with
+# workers in separate processes against a `loam dev` its test setup starts.
+DURABLE_TS := adapters/durable
+
+$(DURABLE_TS)/node_modules/.package-lock.json: $(DURABLE_TS)/package-lock.json
+	cd $(DURABLE_TS) && npm ci --no-audit --no-fund
+
+test-durable-ts: venv $(DURABLE_TS)/node_modules/.package-lock.json
+	cd $(DURABLE_TS) && npm run typecheck && npm test
+
 bench-bullmq: venv $(BULLMQ)/node_modules/.package-lock.json
 	cd $(BULLMQ) && npm run bench
 
@@ -70,6 +80,7 @@ dev: venv
 test: venv
 	$(BIN)/python -m pytest -q
 	$(MAKE) test-bullmq
+	$(MAKE) test-durable-ts
 
 bench: venv
 	$(BIN)/python bench/core_bench.py

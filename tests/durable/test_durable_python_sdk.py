@@ -169,3 +169,22 @@ def test_external_completion_resumes_the_workflow(durable_url, workers, counts):
         return await handle.result()
 
     assert client(durable_url, go) == "approved:yes"
+
+
+def test_loam_resonate_fills_in_loams_url_and_namespace(dev_server, monkeypatch):
+    import loam
+
+    monkeypatch.setenv("LOAM_URL", dev_server.url)
+    monkeypatch.setenv("LOAM_NAMESPACE", "helper")
+    monkeypatch.delenv("LOAM_TOKEN", raising=False)
+
+    async def go():
+        r = loam.resonate(group="helper-client")
+        try:
+            await r.promises.create("helper-1", timeout_at=2**50, param=Value(data=1), tags={})
+        finally:
+            await r.stop()
+
+    asyncio.run(go())
+    assert envelope(dev_server.url + "/ns/helper/resonate", "promise.get", {"id": "helper-1"})[0] == 200
+    assert envelope(dev_server.url + "/resonate", "promise.get", {"id": "helper-1"})[0] == 404

@@ -10,6 +10,10 @@ the delivery of pushes to them by address.
   `HOLD_S`) and goes to the first member that connects, so a worker that starts right
   after a lease expired gets its `execute` at once instead of after the retry timer.
 
+A pid may hold several streams at once (a reconnect can overlap a stream whose close
+the server has not seen yet): a push for a pid goes to each of its open streams; the
+SDK ignores what it does not need (a second `execute` of one version fails acquire).
+
 Groups are URL hosts, so they compare in lower case. Connections are per namespace:
 a worker of namespace A never receives a push of namespace B.
 """
@@ -55,19 +59,16 @@ class Connection:
 
 class Hub:
     def __init__(self) -> None:
-        self._groups: dict[tuple[str, str], dict[str, Connection]] = {}
+        self._groups: dict[tuple[str, str], dict[str, list[Connection]]] = {}
         self._held: dict[tuple[str, str], deque[tuple[float, str]]] = {}
         self.delivered = 0
         self.dropped = 0
 
     def connect(self, ns: str, group: str, pid: str) -> Connection:
-        """Register a stream; the latest connection of a pid replaces an older one."""
+        """Register a stream of `pid` in `group`."""
         conn = Connection(ns, group.lower(), pid)
-        members = self._groups.setdefault((ns, conn.group), {})
-        old = members.get(pid)
-        if old is not None:
-            old.open = False
-        members[pid] = conn
+        self._groups.setdefault((ns, conn.group), {}).setdefault(pid, []).append(conn)
+        log.debug("durable: stream of %s/%s opened (namespace %s)", conn.group, pid, ns)
         held = self._held.pop((ns, conn.group), None)
         if held:
             cutoff = time.monotonic() - HOLD_S
@@ -78,14 +79,22 @@ class Hub:
 
     def disconnect(self, conn: Connection) -> None:
         conn.open = False
+        log.debug("durable: stream of %s/%s closed", conn.group, conn.pid)
         members = self._groups.get((conn.ns, conn.group))
-        if members is not None and members.get(conn.pid) is conn:
-            del members[conn.pid]
+        streams = members.get(conn.pid) if members is not None else None
+        if streams is not None and conn in streams:
+            streams.remove(conn)
+            if not streams:
+                del members[conn.pid]  # type: ignore[union-attr]
             if not members:
                 del self._groups[(conn.ns, conn.group)]
 
     def connections(self, ns: str, group: str) -> list[Connection]:
-        return [c for c in self._groups.get((ns, group.lower()), {}).values() if c.open]
+        return [c for streams in self._groups.get((ns, group.lower()), {}).values() for c in streams if c.open]
+
+    @staticmethod
+    def _push_pid(streams: list[Connection] | None, frame: str) -> bool:
+        return any([c.push(frame) for c in streams or ()])  # a list: every stream gets it
 
     def send(self, ns: str, address: str, message: dict) -> bool:
         """Deliver one push; False when nobody could take it (held for anycast)."""
@@ -97,19 +106,17 @@ class Hub:
         frame = "data: " + json.dumps(message, separators=(",", ":")) + "\n\n"
         members = self._groups.get((ns, addr.group), {})
         if addr.unicast:
-            conn = members.get(addr.pid or "")
-            ok = conn is not None and conn.push(frame)
+            ok = self._push_pid(members.get(addr.pid or ""), frame)
         else:
-            preferred = members.get(addr.pid) if addr.pid else None
-            if preferred is not None and preferred.push(frame):
-                ok = True
-            else:
-                live = [c for c in members.values() if c.open]
+            ok = bool(addr.pid) and self._push_pid(members.get(addr.pid or ""), frame)
+            if not ok:
+                live = [streams for streams in members.values() if any(c.open for c in streams)]
                 random.shuffle(live)
-                ok = any(c.push(frame) for c in live)
+                ok = any(self._push_pid(streams, frame) for streams in live)
             if not ok:
                 held = self._held.setdefault((ns, addr.group), deque(maxlen=HOLD_MAX))
                 held.append((time.monotonic(), frame))
+        log.debug("durable: push %s to %s: %s", message["kind"], address, "sent" if ok else "nobody there")
         if ok:
             self.delivered += 1
         else:
