@@ -55,13 +55,14 @@ test-bullmq: venv $(BULLMQ)/node_modules/.package-lock.json
 	cd $(BULLMQ) && npm run gen:check && npm run typecheck && npm test
 
 # @loam/durable (adapters/durable): Resonate's TypeScript SDK through loamResonate, with
-# workers in separate processes against a `loam dev` its test setup starts.
+# workers in separate processes against a `loam dev` its test setup starts; the spec's
+# BullMQ example runs on @loam/bullmq, so that package's modules are installed too.
 DURABLE_TS := adapters/durable
 
 $(DURABLE_TS)/node_modules/.package-lock.json: $(DURABLE_TS)/package-lock.json
 	cd $(DURABLE_TS) && npm ci --no-audit --no-fund
 
-test-durable-ts: venv $(DURABLE_TS)/node_modules/.package-lock.json
+test-durable-ts: venv $(DURABLE_TS)/node_modules/.package-lock.json $(BULLMQ)/node_modules/.package-lock.json
 	cd $(DURABLE_TS) && npm run typecheck && npm test
 
 bench-bullmq: venv $(BULLMQ)/node_modules/.package-lock.json

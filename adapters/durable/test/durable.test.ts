@@ -18,7 +18,11 @@ const scratch = mkdtempSync(join(tmpdir(), "loam-durable-ts-"));
 const children: ChildProcess[] = [];
 
 function startWorker(group: string, counts: string, dieIn = ""): Promise<ChildProcess> {
-  const proc = spawn(tsx, [join(here, "worker.ts"), group, counts, dieIn], { stdio: ["ignore", "pipe", "pipe"], env: process.env });
+  const proc = spawn(tsx, [join(here, "worker.ts"), group, counts, dieIn], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: process.env,
+    detached: true,
+  });
   children.push(proc);
   let out = "";
   return new Promise((res, rej) => {
@@ -61,7 +65,13 @@ beforeAll(async () => {
 
 afterAll(() => {
   client?.stop();
-  for (const c of children) c.kill("SIGKILL");
+  for (const c of children) {
+    try {
+      process.kill(-c.pid!, "SIGKILL"); // the process group: tsx and the node it started
+    } catch {
+      c.kill("SIGKILL");
+    }
+  }
 });
 
 describe("durable mode with @resonatehq/sdk", () => {
@@ -101,3 +111,43 @@ describe("durable mode with @resonatehq/sdk", () => {
     expect(c["parent-step"]).toBe(1);
   });
 });
+
+describe("the spec's BullMQ example", () => {
+  it("sendCampaign resumes after kill -9 of its worker mid-step without repeating finished steps", async () => {
+    const { Queue } = await import("../../bullmq/src/index.js");
+    const queueName = `campaigns-${Date.now()}`;
+    const file = join(scratch, "campaign");
+    const hold = file + ".hold";
+    (await import("node:fs")).writeFileSync(hold, "");
+    const queue = new Queue(queueName, { connection: {} });
+    try {
+      const job = await queue.add("send", { campaignId: "c1" });
+      // its own process group: tsx runs the script in a child node process, and kill -9
+      // must take that one down too
+      const w1 = spawn(tsx, [join(here, "campaign-worker.ts"), queueName, file], { stdio: "ignore", env: process.env, detached: true });
+      children.push(w1);
+      await until(() => (counts(file)["sendBatch:1"] ?? 0) === 1, 30_000);
+      const exited = new Promise((res) => w1.once("exit", res));
+      process.kill(-w1.pid!, "SIGKILL"); // mid-step: the list and batch 0 are done, batch 1 is not
+      await exited;
+      (await import("node:fs")).rmSync(hold);
+      const w2 = spawn(tsx, [join(here, "campaign-worker.ts"), queueName, file], { stdio: "ignore", env: process.env });
+      children.push(w2);
+      await until(async () => (await queue.getJob(job.id!))?.finishedOn !== undefined, 45_000);
+      const done = await queue.getJob(job.id!);
+      expect(done!.returnvalue).toBe(1200);
+      expect(counts(file)).toEqual({ loadRecipients: 1, "sendBatch:0": 1, "sendBatch:1": 2, "sendBatch:2": 1 });
+    } finally {
+      await queue.close();
+    }
+  });
+});
+
+async function until(f: () => Promise<boolean> | boolean, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await f()) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error("condition not met in time");
+}
