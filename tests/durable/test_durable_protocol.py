@@ -196,3 +196,47 @@ def test_tokens_name_the_namespace_and_the_actions(auth_server):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(f"{url}/poll/g/p", timeout=5)
     assert e.value.code == 401
+
+
+def test_the_rest_facade_shows_a_promise_tree_and_sets_retention(dev_server):
+    url = dev_server.url + "/ns/visible/resonate"
+    _, created = envelope(url, "task.create", {"pid": "p", "ttl": 60000, "action": inner(
+        "promise.create", {"id": "vis", "timeoutAt": FOREVER, "param": {},
+                           "tags": {"resonate:target": "poll://any@nobody"}})})  # fmt: skip
+    v = created["data"]["task"]["version"]
+    for child in ("vis:1", "vis:2"):
+        envelope(url, "task.fence", {"id": "vis", "version": v, "action": inner(
+            "promise.create", {"id": child, "timeoutAt": FOREVER, "param": {}, "tags": {"resonate:parent": "vis"}})})  # fmt: skip
+    envelope(url, "task.fence", {"id": "vis", "version": v, "action": inner(
+        "promise.settle", {"id": "vis:1", "state": "resolved", "value": {}})})  # fmt: skip
+    tree = json.loads(urllib.request.urlopen(f"{dev_server.url}/ns/visible/v1/durable/promises/vis", timeout=5).read())
+    assert [n["promise"]["id"] for n in tree["promises"]] == ["vis", "vis:1", "vis:2"]
+    assert [n["promise"]["state"] for n in tree["promises"]] == ["pending", "resolved", "pending"]
+    assert tree["promises"][0]["task"]["state"] == "acquired" and tree["promises"][0]["task"]["attempts"] == 1
+    assert tree["promises"][1]["parent"] == "vis"
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"{dev_server.url}/ns/visible/v1/durable/promises/none", timeout=5)
+    assert e.value.code == 404
+    req = urllib.request.Request(f"{dev_server.url}/ns/visible/v1/durable/retention", method="PUT",
+                                 data=json.dumps({"retention_ms": 60000}).encode(),
+                                 headers={"content-type": "application/json"})  # fmt: skip
+    assert json.loads(urllib.request.urlopen(req, timeout=5).read()) == {"retention_ms": 60000}
+    got = json.loads(urllib.request.urlopen(f"{dev_server.url}/ns/visible/v1/durable/retention", timeout=5).read())
+    assert got == {"retention_ms": 60000}
+
+
+def test_durable_changes_are_events_in_the_event_log(dev_server):
+    url = dev_server.url + "/ns/evented/resonate"
+    create(url, "ev-0")  # the namespace's durable event log exists from its first change
+    stream = urllib.request.urlopen(f"{dev_server.url}/ns/evented/v1/queues/durable/events?data=json", timeout=10)
+    create(url, "ev-1")
+    envelope(url, "promise.settle", {"id": "ev-1", "state": "resolved", "value": {}})
+    seen: list[str] = []
+    while "io.loams.dev.jobs.durable.promise.settled.v1" not in seen:
+        line = stream.readline().decode()
+        if line.startswith("data:"):
+            event = json.loads(line[5:])
+            if event.get("subject") == "ev-1":
+                seen.append(event["type"])
+    stream.close()
+    assert seen == ["io.loams.dev.jobs.durable.promise.created.v1", "io.loams.dev.jobs.durable.promise.settled.v1"]

@@ -40,10 +40,6 @@ log = logging.getLogger(__name__)
 _UTC = ZoneInfo("UTC")
 SEARCH_LIMIT_MAX = 1000
 
-#: after-commit observers of what changed: (ns, kind, subject, detail)
-ChangeSink = Callable[[str, list[tuple[str, str, dict]]], Awaitable[None] | None]
-
-
 def next_cron(cron: str, after_ms: int) -> int | None:
     """The first occurrence of a (checked) Resonate cron strictly after `after_ms`, UTC."""
     expr = parse_cron(_five_or_six(cron))
@@ -76,12 +72,10 @@ class DurableCore:
         hub: Hub | None,
         *,
         retry_ms: int = tr.DEFAULT_RETRY_MS,
-        on_change: ChangeSink | None = None,
     ) -> None:
         self.store = store
         self.hub = hub
         self.retry_ms = retry_ms
-        self.on_change = on_change
         self._handlers: dict[str, Callable[[str, dict], Awaitable[tuple[int, Any]]]] = {
             "promise.get": self._promise_get,
             "promise.create": self._promise_create,
@@ -117,16 +111,21 @@ class DurableCore:
         return result
 
     async def deliver(self, fx: tr.Effects) -> None:
+        """Hand the pushes of a committed transaction to this process's connections."""
         if self.hub is not None:
             for address, message in fx.messages:
                 self.hub.send(fx.ns, address, message)
-        if self.on_change is not None and fx.changes:
-            try:
-                pending = self.on_change(fx.ns, fx.changes)
-                if pending is not None:
-                    await pending
-            except Exception:  # the transaction has committed; a failed observer must not undo it
-                log.exception("durable: recording changes failed")
+
+    # -- visibility (the REST facade's reads and settings) -------------------------------
+    async def tree(self, ns: str, root_id: str) -> dict:
+        """A promise with every promise under it and their tasks (NotFound: DurableError 404)."""
+        return await self.store.snapshot(tr.promise_tree, ns, root_id)
+
+    async def set_retention(self, ns: str, retention_ms: int) -> dict:
+        return await self.transact(ns, tr.retention_set, retention_ms)
+
+    async def get_retention(self, ns: str) -> int:
+        return await self.store.snapshot(tr.retention_read, ns)
 
     # -- promises ------------------------------------------------------------------------
     async def _promise_get(self, ns: str, data: dict) -> tuple[int, Any]:

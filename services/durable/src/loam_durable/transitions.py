@@ -21,11 +21,13 @@ changes nothing.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from loam_common import keys
+from loam_common.jobs.queue import QueueTx
 from loam_common.store.base import Txn
 
 from loam_durable.records import (
@@ -58,6 +60,9 @@ from loam_durable.records import (
 )
 
 MS = 1_000_000
+#: the queue whose event log holds a namespace's durable events (`durable.<change>`, so
+#: CloudEvents type `io.loams.dev.jobs.durable.<change>.v1`): Watch and the export see them
+EVENT_QUEUE = "durable"
 DEFAULT_RETRY_MS = 30_000
 PRELOAD_LIMIT = 1000
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -90,11 +95,28 @@ def run(tx: Txn, ns: str, retry_ms: int, outbox: bool, fn: Any, *args: Any) -> t
         reg = keys.durable_namespaces(ns)
         if tx.get(reg) is None:
             tx.put(reg, b"")
+    if fx.changes:
+        _record_changes(tx, fx)
     if outbox and fx.messages:
         for address, message in fx.messages:
             tx.put(keys.durable_outbox(ns, tx.now_ns(), os.urandom(8)), dumps({"address": address, "message": message}))
         fx.messages = []
     return result, fx
+
+
+def _record_changes(tx: Txn, fx: Effects) -> None:
+    """The changes of this transaction as events in the namespace's `durable` event log,
+    written in the same transaction (the outbox rule of every other change in Loam)."""
+    with QueueTx(tx, fx.ns, EVENT_QUEUE) as q:
+        q.ensure_exists()
+        for kind, subject, detail in fx.changes:
+            q.emit("durable." + kind, None, 0, job_id=subject, detail=json.dumps(detail, separators=(",", ":")))
+
+
+def _visible(p: dict) -> bool:
+    """Roots and the promises other tasks or people wait on make events; a workflow's
+    local steps do not (their many small writes are read through the promise tree)."""
+    return ":" not in p["id"] or is_awaitable(p["tags"])
 
 
 # -- records ---------------------------------------------------------------------------------
@@ -169,7 +191,8 @@ def _settle(tx: Txn, fx: Effects, p: dict, state: str, value: dict, settled_at: 
     _put_promise(tx, fx, p)
     if ":" not in p["id"]:  # a root: its tree is retained, then deleted, as one
         tx.put(keys.durable_retention(fx.ns, settled_at, p["id"]), b"")
-    fx.changed("promise.settled", p["id"], state=state)
+    if _visible(p):
+        fx.changed("promise.settled", p["id"], state=state)
     t = _task(tx, fx, p["id"])
     if t is not None and t["state"] != TASK_FULFILLED:
         _fulfil(tx, fx, t)
@@ -235,12 +258,14 @@ def _create(tx: Txn, fx: Effects, req: PromiseCreate, *, task_state: str | None 
         if target is not None:
             t = {"id": req.id, "state": TASK_FULFILLED, "version": 0, "resumes": [], "target": target}
             _put_task(tx, fx, t)
-        fx.changed("promise.created", req.id, state=p["state"])
+        if _visible(p):
+            fx.changed("promise.created", req.id, state=p["state"])
         return p, t
     _put_promise(tx, fx, p)
     if is_awaitable(req.tags):
         tx.put(keys.durable_timer(fx.ns, req.timeout_at, keys.DURABLE_TIMER_PROMISE, req.id), b"")
-    fx.changed("promise.created", req.id, state=PENDING)
+    if _visible(p):
+        fx.changed("promise.created", req.id, state=PENDING)
     if target is None:
         return p, None
     t = {"id": req.id, "state": TASK_PENDING, "version": 0, "resumes": [], "target": target}
@@ -653,9 +678,41 @@ def retention_sweep(tx: Txn, fx: Effects, limit: int = 50) -> int:
                 _arm_task_timer(tx, fx, t, None)
                 tx.delete(keys.durable_task(fx.ns, promise_id))
             tx.delete(keys.durable_promise(fx.ns, promise_id))
-        fx.changed("promise.expired", root, promises=len(ids))
+        fx.changed("promise.deleted", root, promises=len(ids))
     return len(rows)
 
 
 def check_create(data: Any) -> PromiseCreate:
     return parse_promise_create(data)
+
+
+# -- visibility (reads) -----------------------------------------------------------------------
+def retention_read(tx: Txn, ns: str) -> int:
+    return retention_get(tx, Effects(ns, tx.now_ns() // MS))
+
+
+def promise_tree(tx: Txn, ns: str, root_id: str) -> dict:
+    """A promise and every promise under it (`<id>:...` for a root, `<id>.` below), in id
+    order, each with its task (state, version = attempts, timing). States are as stored:
+    a pending promise past its timeout shows `timedOut: true` until a timer settles it."""
+    now = tx.now_ns() // MS
+    base = keys.durable_promises(ns)
+    root = _get(tx, keys.durable_promise(ns, root_id))
+    if root is None:
+        raise DurableError(404, f"promise {root_id!r} not found")
+    start = keys.durable_promise(ns, branch_prefix(root_id) if ":" in root_id else root_id + ":")
+    rows = [(keys.durable_promise(ns, root_id), dumps(root))] + tx.scan(start, keys.prefix_end(start), limit=10_000)
+    ids = [k[len(base):].decode() for k, _ in rows]
+    tasks = tx.batch_get([keys.durable_task(ns, i) for i in ids])
+    nodes = []
+    for (k, v), promise_id in zip(rows, ids, strict=True):
+        p = promise_wire(loads(v))
+        node: dict[str, Any] = {"promise": p, "parent": p["tags"].get(TAG_PARENT) if promise_id != root_id else None}
+        if p["state"] == PENDING and p["timeoutAt"] <= now:
+            node["timedOut"] = True
+        raw = tasks.get(keys.durable_task(ns, promise_id))
+        if raw is not None:
+            t = loads(raw)
+            node["task"] = task_wire(t) | {"attempts": t["version"]}
+        nodes.append(node)
+    return {"root": root_id, "promises": nodes}

@@ -6,7 +6,7 @@
 - `/metrics`: Prometheus text (loam_common.metrics); without auth every namespace, with
   auth a token with jobs:admin sees its own namespace
 - with OTEL_TRACES_EXPORTER set, the app is instrumented (loam_common.tracing)
-- `/resonate/`: durable mode, the Resonate protocol (`POST /resonate/`, the push channel
+- `/resonate/`, `/v1/durable/...`: durable mode, the Resonate protocol (`POST /resonate/`, the push channel
   `GET /resonate/poll/{group}/{pid}`), when a durable app is given (loam_durable)
 - `/ns/<ns>/...`: any of the above in a dev namespace (connect.NamespacePrefix)
 
@@ -80,11 +80,11 @@ def create_app(
     *,
     on_startup: Callable[[], Awaitable[None]] | None = None,
     on_shutdown: Callable[[], Awaitable[None]] | None = None,
-    durable: Callable[[Access], Any] | None = None,
+    durable: Any = None,
 ) -> FastAPI:
     """The gateway app. `on_startup` / `on_shutdown` run in its lifespan (dev starts its
-    sweeper there and closes the store). `durable(access)` builds the Resonate-protocol app
-    mounted at `/resonate`, authenticating with the gateway's own `Access`."""
+    sweeper there and closes the store). `durable` (a durable_mount.DurableMount) adds
+    durable mode: the Resonate-protocol app at `/resonate` and `/v1/durable/...`."""
     access = Access(authenticator)
 
     @contextlib.asynccontextmanager
@@ -147,7 +147,8 @@ def create_app(
         return Response(await router.metrics_text(ns), media_type=metrics.CONTENT_TYPE)
 
     if durable is not None:
-        app.mount(DURABLE_BASE, durable(access))
+        app.mount(DURABLE_BASE, durable.asgi(access))
+        app.include_router(durable.rest_router())
     app.include_router(build_router())
     app.include_router(build_events_router())
     connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access))

@@ -39,7 +39,7 @@ from loam_sweeper.service import SweeperService
 
 from loam_gateway.app import create_app
 from loam_gateway.auth import StoreAuthenticator, check_bind
-from loam_gateway.durable_mount import durable_app
+from loam_gateway.durable_mount import DurableMount
 from loam_gateway.routing import Router
 
 log = logging.getLogger("loam.dev")
@@ -101,7 +101,7 @@ async def run(args: argparse.Namespace) -> None:
                 log.exception("stopping %s failed", loop.name)
 
     authenticator = StoreAuthenticator(store) if args.auth else None
-    app = create_app(router, authenticator, on_startup=start, on_shutdown=stop, durable=durable_app(durable, hub))
+    app = create_app(router, authenticator, on_startup=start, on_shutdown=stop, durable=DurableMount(durable, hub))
     url = f"http://{args.host}:{args.port}"
 
     def ready(server) -> None:
