@@ -188,3 +188,36 @@ def test_loam_resonate_fills_in_loams_url_and_namespace(dev_server, monkeypatch)
     asyncio.run(go())
     assert envelope(dev_server.url + "/ns/helper/resonate", "promise.get", {"id": "helper-1"})[0] == 200
     assert envelope(dev_server.url + "/resonate", "promise.get", {"id": "helper-1"})[0] == 404
+
+
+def test_a_restart_of_loam_dev_mid_workflow_loses_nothing(tmp_path):
+    """The server stops while a workflow sleeps and comes back on the same port and data:
+    the sleep's timer fires after the restart, the worker (which reconnects by itself)
+    resumes the workflow, and no finished step runs again."""
+    from conftest import RETRY_MS, Worker
+    from devserver import start_dev_server
+
+    server = start_dev_server(tmp_path / "data", "--durable-retry-ms", str(RETRY_MS))
+    url = server.url + "/resonate"
+    restart_counts = tmp_path / "counts"
+    worker = Worker(url, "restarters", restart_counts)
+    try:
+
+        async def begin(r):
+            r.options(target="restarters").rpc("restart-1", "sleeper", 3.0)
+            await asyncio.to_thread(wait_for, lambda: counts_of(restart_counts).get("before") == 1, 20, "before")
+
+        client(url, begin)
+        assert server.stop() == 0
+        server = start_dev_server(tmp_path / "data", "--durable-retry-ms", str(RETRY_MS), "--port", str(server.port))
+
+        def resolved() -> bool:
+            status, p = envelope(url, "promise.get", {"id": "restart-1"})
+            return status == 200 and p["data"]["promise"]["state"] == "resolved"
+
+        wait_for(resolved, 45, "the workflow to finish after the restart")
+        c = counts_of(restart_counts)
+        assert c["before"] == 1 and c["after"] == 1
+    finally:
+        worker.stop()
+        server.stop()
