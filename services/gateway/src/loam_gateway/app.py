@@ -39,6 +39,7 @@ from loam_gateway.routing import Router
 from loam_gateway.unary_lane import UnaryLane
 
 DURABLE_BASE = "/resonate"
+DURABLE_PREFIX = DURABLE_BASE + "/"
 _STATUS_CODES = {404: "not_found", 405: "unimplemented", 401: "unauthenticated", 403: "permission_denied",
                  413: "resource_exhausted", 415: "invalid_argument"}  # fmt: skip
 
@@ -65,11 +66,18 @@ class GatewayApp(FastAPI):
     FastAPI's middleware; anything the lane does not take goes the usual way."""
 
     unary_lane: UnaryLane | None = None
+    #: the Resonate-protocol app, served straight from here too: a durable step is two
+    #: small requests, and FastAPI's routing and middleware would cost more than the step
+    durable_app: Any = None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self.unary_lane is not None:
+        if scope["type"] == "http" and (self.unary_lane is not None or self.durable_app is not None):
             lane_scope = strip_namespace(scope) if scope["path"].startswith("/ns/") else scope
-            if await self.unary_lane(lane_scope, receive, send):
+            if self.durable_app is not None and lane_scope["path"].startswith(DURABLE_PREFIX):
+                await self.durable_app(dict(lane_scope, root_path=lane_scope.get("root_path", "") + DURABLE_BASE),
+                                       receive, send)  # fmt: skip
+                return
+            if self.unary_lane is not None and await self.unary_lane(lane_scope, receive, send):
                 return
         await super().__call__(scope, receive, send)
 
@@ -147,7 +155,7 @@ def create_app(
         return Response(await router.metrics_text(ns), media_type=metrics.CONTENT_TYPE)
 
     if durable is not None:
-        app.mount(DURABLE_BASE, durable.asgi(access))
+        app.durable_app = durable.asgi(access)
         app.include_router(durable.rest_router())
     app.include_router(build_router())
     app.include_router(build_events_router())
