@@ -26,6 +26,7 @@ from loam_durable.hub import Hub
 from loam_durable.records import DurableError
 
 from loam_gateway.connect import Access
+from loam_gateway.rest import ERROR_RESPONSES
 
 
 class DurableNode(BaseModel):
@@ -59,7 +60,7 @@ class DurableMount:
         return create_durable_app(self.core, self.hub, authenticate)
 
     def rest_router(self) -> APIRouter:
-        api = APIRouter(prefix="/v1/durable", tags=["durable"])
+        api = APIRouter(prefix="/v1/durable", tags=["durable"], responses=ERROR_RESPONSES)
         core = self.core
 
         async def namespace(request: Request) -> str:
