@@ -240,3 +240,16 @@ def test_durable_changes_are_events_in_the_event_log(dev_server):
                 seen.append(event["type"])
     stream.close()
     assert seen == ["io.loams.dev.jobs.durable.promise.created.v1", "io.loams.dev.jobs.durable.promise.settled.v1"]
+
+
+def test_resonate_schedules_show_in_loams_schedule_list(dev_server):
+    url = dev_server.url + "/ns/listed/resonate"
+    param = {"data": "eyJmdW5jIjogInJlcG9ydCJ9"}  # {"func": "report"}
+    status, _ = envelope(url, "schedule.create", {"id": "nightly", "cron": "0 3 * * *", "promiseId": "{{.id}}-{{.timestamp}}",
+                                                  "promiseTimeout": 60000, "promiseParam": param,
+                                                  "promiseTags": {"resonate:target": "poll://any@reports"}})  # fmt: skip
+    assert status == 200
+    listed = json.loads(urllib.request.urlopen(f"{dev_server.url}/ns/listed/v1/schedules", timeout=5).read())
+    durable = [s for s in listed["schedules"] if s["id"] == "resonate:nightly"]
+    assert len(durable) == 1 and durable[0]["cron"] == "0 3 * * *"
+    assert "report" in json.dumps(durable[0])
