@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
-from devserver import DevServer, start_dev_server  # noqa: E402
+from devserver import DevServer, start_dev_server
 
 WORKER = Path(__file__).resolve().parent / "durable_worker.py"
 VERSION = "2026-04-01"
@@ -90,7 +90,7 @@ def counts_of(path: Path) -> dict[str, int]:
     return out
 
 
-def wait_for(predicate, timeout: float = 20, what: str = "condition"):  # noqa: ANN001
+def wait_for(predicate, timeout: float = 20, what: str = "condition"):
     """For conditions only another process can make true (a worker's side file)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

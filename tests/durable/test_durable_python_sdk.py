@@ -36,7 +36,7 @@ def workers(durable_url: str, counts: Path):
         w.stop()
 
 
-def client(url: str, fn, timeout: float = 30):  # noqa: ANN001
+def client(url: str, fn, timeout: float = 30):
     """Run `fn(resonate)` with a fresh SDK client in its own group, then stop it."""
 
     async def main():

@@ -91,3 +91,17 @@ def _param(func: str, *args: str) -> dict:
 
     data = json.dumps({"func": func, "args": list(args), "kwargs": {}, "version": 1}).encode()
     return {"data": base64.b64encode(data).decode()}
+
+
+def test_loam_durable_serves_the_protocol_alone(tmp_path):
+    port = free_port()
+    service = Service("durable", ["loam_durable", "--store", f"sqlite:///{tmp_path / 'loam.db'}", "--port", str(port)],
+                      tmp_path / "durable.log")  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        status, resp = envelope(url, "promise.create", {"id": "alone", "timeoutAt": 2**50, "param": {}, "tags": {}})
+        assert status == 200 and resp["data"]["promise"]["state"] == "pending"
+        assert envelope(url, "promise.get", {"id": "alone"})[0] == 200
+        assert envelope(url, "promise.get", {"id": "alone"}, version="1999-01-01")[0] == 400
+    finally:
+        service.stop()

@@ -90,7 +90,7 @@ async def test_the_resend_timer_sends_a_lost_execute_again_and_a_lapsed_lease_re
     clock.advance(2 * SEC)
     await timers.run_once()
     assert hub.executes("job") == [0, 0]  # resent, same version
-    status, acq = await call(core, "task.acquire", {"id": "job", "version": 0, "pid": "w1", "ttl": 5000})
+    _, acq = await call(core, "task.acquire", {"id": "job", "version": 0, "pid": "w1", "ttl": 5000})
     assert acq["task"]["version"] == 1
     clock.advance(6 * SEC)  # w1 died: no heartbeat
     await timers.run_once()

@@ -17,7 +17,9 @@ import os
 import sys
 from collections.abc import Mapping
 
-from loam_common.auth import ACTIONS
+import uvicorn
+from loam_common.auth import ACTIONS, token_verify
+from loam_common.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from loam_common.loop import configure_logging
 from loam_common.store.runner import open_store
 
@@ -42,11 +44,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def run(args: argparse.Namespace) -> None:
-    import uvicorn
-
-    from loam_common.auth import token_verify
-    from loam_common.errors import InvalidArgument, PermissionDenied, Unauthenticated
-
     store = open_store(args.store)
     hub = Hub()
     core = DurableCore(store, hub)

@@ -94,7 +94,10 @@ class Hub:
 
     @staticmethod
     def _push_pid(streams: list[Connection] | None, frame: str) -> bool:
-        return any([c.push(frame) for c in streams or ()])  # a list: every stream gets it
+        sent = False
+        for c in streams or ():  # every stream of the pid gets it
+            sent = c.push(frame) or sent
+        return sent
 
     def send(self, ns: str, address: str, message: dict) -> bool:
         """Deliver one push; False when nobody could take it (held for anycast)."""

@@ -17,13 +17,12 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Request
-from pydantic import BaseModel, ConfigDict, Field
-
 from loam_common.errors import InvalidArgument, NotFound
 from loam_durable.app import SCHEDULE, DurableApp, create_durable_app
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 from loam_durable.records import DurableError
+from pydantic import BaseModel, ConfigDict, Field
 
 from loam_gateway.connect import Access
 from loam_gateway.rest import ERROR_RESPONSES
@@ -34,7 +33,7 @@ class DurableNode(BaseModel):
     promise: dict[str, Any] = Field(description="the Resonate PromiseRecord (state, tags, timeoutAt, createdAt, settledAt)")
     parent: str | None = Field(None, description="the promise this one was created under")
     task: dict[str, Any] | None = Field(None, description="its task: state, version, attempts (acquires so far)")
-    timedOut: bool | None = Field(None, description="pending past its timeout, until a timer settles it")  # noqa: N815
+    timedOut: bool | None = Field(None, description="pending past its timeout, until a timer settles it")
 
 
 class DurableTree(BaseModel):
