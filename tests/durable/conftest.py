@@ -1,28 +1,19 @@
 """Fixtures of the durable tests: one `loam dev` per module (started with a short
-execute-retry period so a lost push is recovered within the test's patience), Resonate
-worker processes (durable_worker.py, the stock Python SDK) and a raw envelope client."""
+execute-retry period so a lost push is recovered within the test's patience), and
+`start_worker` for Resonate worker processes stopped after the test. Helpers are in
+durable_kit.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import threading
-import time
-import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
-from devserver import DevServer, start_dev_server
-
-WORKER = Path(__file__).resolve().parent / "durable_worker.py"
-VERSION = "2026-04-01"
-RETRY_MS = 3000
+from devserver import DevServer, start_dev_server  # noqa: E402
+from durable_kit import RETRY_MS, Worker  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -39,35 +30,6 @@ def durable_url(dev_server: DevServer) -> str:
     return dev_server.url + "/resonate"
 
 
-class Worker:
-    """One worker process; its output is kept (read by a thread so the pipe never fills)."""
-
-    def __init__(self, url: str, group: str, counts: Path, *extra: str) -> None:
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen(
-            [sys.executable, str(WORKER), "--url", url, "--group", group, "--counts", str(counts), *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={k: v for k, v in os.environ.items() if not k.startswith(("LOAM_", "RESONATE_"))},
-        )  # fmt: skip
-        ready = threading.Event()
-
-        def pump() -> None:
-            for line in self.proc.stdout:  # type: ignore[union-attr]
-                self.lines.append(line)
-                if "worker ready" in line:
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(30) or self.proc.poll() is not None:
-            raise RuntimeError("worker did not start:\n" + "".join(self.lines))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-
-
 @pytest.fixture
 def start_worker(durable_url: str) -> Iterator:
     workers: list[Worker] = []
@@ -82,37 +44,3 @@ def start_worker(durable_url: str) -> Iterator:
         w.stop()
 
 
-def counts_of(path: Path) -> dict[str, int]:
-    out: dict[str, int] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            out[line] = out.get(line, 0) + 1
-    return out
-
-
-def wait_for(predicate, timeout: float = 20, what: str = "condition"):
-    """For conditions only another process can make true (a worker's side file)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def envelope(url: str, kind: str, data, *, version: str = VERSION, token: str | None = None,
-             raw: bytes | None = None) -> tuple[int, dict]:  # fmt: skip
-    """One raw `POST {base}/`: (HTTP status, response envelope)."""
-    body = raw if raw is not None else json.dumps(
-        {"kind": kind, "head": {"corrId": uuid.uuid4().hex, "version": version}, "data": data}
-    ).encode()
-    headers = {"content-type": "application/json"}
-    if token:
-        headers["authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(url.rstrip("/") + "/", data=body, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())

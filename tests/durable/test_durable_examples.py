@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import counts_of, wait_for
+from durable_kit import counts_of, wait_for
 
 HERE = Path(__file__).resolve().parent
 CELERY = str(Path(sys.executable).with_name("celery"))

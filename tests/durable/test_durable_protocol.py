@@ -10,7 +10,7 @@ import urllib.request
 from contextlib import contextmanager
 
 import pytest
-from conftest import envelope
+from durable_kit import envelope
 from devserver import start_dev_server
 from loam_common.auth import token_create
 from loam_common.store.runner import open_store

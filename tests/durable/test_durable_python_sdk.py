@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import counts_of, envelope, wait_for
+from durable_kit import counts_of, envelope, wait_for
 from resonate.resonate import Resonate
 from resonate.types import Value
 
@@ -28,7 +28,7 @@ def counts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def workers(durable_url: str, counts: Path):
     """One worker in `workers` and one in `other`, for the whole module."""
-    from conftest import Worker
+    from durable_kit import Worker
 
     started = [Worker(durable_url, "workers", counts), Worker(durable_url, "other", counts)]
     yield started
@@ -194,7 +194,7 @@ def test_a_restart_of_loam_dev_mid_workflow_loses_nothing(tmp_path):
     """The server stops while a workflow sleeps and comes back on the same port and data:
     the sleep's timer fires after the restart, the worker (which reconnects by itself)
     resumes the workflow, and no finished step runs again."""
-    from conftest import RETRY_MS, Worker
+    from durable_kit import RETRY_MS, Worker
     from devserver import start_dev_server
 
     server = start_dev_server(tmp_path / "data", "--durable-retry-ms", str(RETRY_MS))

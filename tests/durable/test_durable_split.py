@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import Worker, counts_of, envelope, wait_for
+from durable_kit import Worker, counts_of, envelope, wait_for
 from devserver import free_port
 from resonate.resonate import Resonate
 

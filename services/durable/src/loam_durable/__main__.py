@@ -65,14 +65,26 @@ async def run(args: argparse.Namespace) -> None:
 
     app = create_durable_app(core, hub, authenticate)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
-    server = uvicorn.Server(config)
+    server = _AnnouncingServer(config, f"loam-durable: ready on http://{args.host}:{args.port}")
     outbox.start()
-    print(f"loam-durable: ready on http://{args.host}:{args.port}", flush=True)
     try:
         await server.serve()
     finally:
         await outbox.stop()
         await store.close()
+
+
+class _AnnouncingServer(uvicorn.Server):
+    """Prints its "ready" line once it accepts connections, not before."""
+
+    def __init__(self, config: uvicorn.Config, ready_line: str) -> None:
+        super().__init__(config)
+        self.ready_line = ready_line
+
+    async def startup(self, sockets=None) -> None:  # noqa: ANN001 - uvicorn's signature
+        await super().startup(sockets)
+        if self.started:
+            print(self.ready_line, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
