@@ -253,3 +253,14 @@ def test_resonate_schedules_show_in_loams_schedule_list(dev_server):
     durable = [s for s in listed["schedules"] if s["id"] == "resonate:nightly"]
     assert len(durable) == 1 and durable[0]["cron"] == "0 3 * * *"
     assert "report" in json.dumps(durable[0])
+
+
+def test_the_base_url_answers_with_or_without_its_slash(dev_server):
+    # the TypeScript SDK posts to `{base}`, the Python SDK to `{base}/`
+    status, resp = envelope(dev_server.url + "/resonate", "promise.get", {"id": "nothing"})
+    assert status == 404 and resp["kind"] == "promise.get"
+    req = urllib.request.Request(dev_server.url + "/resonate", method="POST", data=json.dumps(
+        {"kind": "promise.get", "head": {"corrId": "c", "version": "2026-04-01"}, "data": {"id": "nothing"}}).encode())  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=5)
+    assert e.value.code == 404 and json.loads(e.value.read())["head"]["corrId"] == "c"

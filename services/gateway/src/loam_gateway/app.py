@@ -73,7 +73,8 @@ class GatewayApp(FastAPI):
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and (self.unary_lane is not None or self.durable_app is not None):
             lane_scope = strip_namespace(scope) if scope["path"].startswith("/ns/") else scope
-            if self.durable_app is not None and lane_scope["path"].startswith(DURABLE_PREFIX):
+            path = lane_scope["path"]
+            if self.durable_app is not None and (path.startswith(DURABLE_PREFIX) or path == DURABLE_BASE):
                 await self.durable_app(dict(lane_scope, root_path=lane_scope.get("root_path", "") + DURABLE_BASE),
                                        receive, send)  # fmt: skip
                 return
