@@ -362,8 +362,10 @@ def _state_group(state: str) -> str:
 
 
 # -- tasks ----------------------------------------------------------------------------------
-def _leased(tx: Txn, fx: Effects, task_id: str, version: int) -> dict:
-    """The task, if the caller holds its lease at `version` (the fencing token)."""
+def _leased(tx: Txn, fx: Effects, task_id: str, version: int, *also: bytes) -> dict:
+    """The task, if the caller holds its lease at `version` (the fencing token). The
+    task, its promise and `also` are read in one round trip (a step is two of these)."""
+    tx.prefetch([keys.durable_task(fx.ns, task_id), keys.durable_promise(fx.ns, task_id), *also])
     t = _task(tx, fx, task_id)
     if t is None:
         raise DurableError(404, "Task not found")
@@ -374,8 +376,8 @@ def _leased(tx: Txn, fx: Effects, task_id: str, version: int) -> dict:
     return t
 
 
-def _leased_live(tx: Txn, fx: Effects, task_id: str, version: int) -> tuple[dict, dict]:
-    t = _leased(tx, fx, task_id, version)
+def _leased_live(tx: Txn, fx: Effects, task_id: str, version: int, *also: bytes) -> tuple[dict, dict]:
+    t = _leased(tx, fx, task_id, version, *also)
     p = _promise(tx, fx, task_id)
     if p is None or p["state"] != PENDING:
         raise DurableError(409, "Task's promise is already settled")
@@ -409,6 +411,7 @@ def _acquire(tx: Txn, fx: Effects, t: dict, pid: str, ttl: int) -> None:
 
 
 def task_acquire_if_pending(tx: Txn, fx: Effects, task_id: str, version: int, pid: str, ttl: int) -> dict:
+    tx.prefetch([keys.durable_task(fx.ns, task_id), keys.durable_promise(fx.ns, task_id)])
     t = _task(tx, fx, task_id)
     if t is None:
         raise DurableError(404, "Task not found")
@@ -433,14 +436,14 @@ def task_get(tx: Txn, fx: Effects, task_id: str) -> dict:
 
 
 def task_fence_create_if_acquired(tx: Txn, fx: Effects, task_id: str, version: int, req: PromiseCreate) -> dict:
-    _leased_live(tx, fx, task_id, version)
+    _leased_live(tx, fx, task_id, version, keys.durable_promise(fx.ns, req.id))
     return promise_create_if_absent(tx, fx, req)
 
 
 def task_fence_settle_if_acquired(tx: Txn, fx: Effects, task_id: str, version: int,
                                   promise_id: str, state: str, value: dict) -> tuple[int, Any]:  # fmt: skip
     """(inner status, inner data): an unknown promise is an inner 404."""
-    _leased_live(tx, fx, task_id, version)
+    _leased_live(tx, fx, task_id, version, keys.durable_promise(fx.ns, promise_id), keys.durable_task(fx.ns, promise_id))
     try:
         return 200, promise_settle_if_pending(tx, fx, promise_id, state, value)
     except DurableError as e:
@@ -501,6 +504,7 @@ def task_release_if_acquired(tx: Txn, fx: Effects, task_id: str, version: int) -
 
 
 def task_heartbeat_if_acquired(tx: Txn, fx: Effects, pid: str, leases: list[tuple[str, int]]) -> dict:
+    tx.prefetch([keys.durable_task(fx.ns, task_id) for task_id, _ in leases])
     for task_id, version in leases:
         t = _task(tx, fx, task_id)
         if t is None or t["state"] != TASK_ACQUIRED or t["version"] != version or t.get("pid") != pid:
