@@ -10,12 +10,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /src
 COPY libs/common libs/common
+COPY services/durable services/durable
 COPY services/queue-core services/queue-core
 COPY services/sweeper services/sweeper
 COPY services/relay services/relay
 COPY services/gateway services/gateway
 COPY adapters/python adapters/python
-RUN pip install './libs/common[tikv,s3]' ./services/queue-core ./services/sweeper \
+RUN pip install './libs/common[tikv,s3]' ./services/durable ./services/queue-core ./services/sweeper \
         ./services/relay ./services/gateway ./adapters/python \
     && useradd --system --home-dir /var/lib/loam --create-home loam \
     && mkdir -p /var/lib/loam/blobs && chown -R loam /var/lib/loam

@@ -7,9 +7,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROTO_OUT := libs/common/src/loam_common/gen
 
-.PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
+.PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts
 
-PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway adapters/python adapters/celery
+PACKAGES := libs/common services/durable services/queue-core services/sweeper services/relay services/gateway adapters/python adapters/celery
 
 $(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,17 @@ bullmq-gen-check: $(BULLMQ)/node_modules/.package-lock.json
 test-bullmq: venv $(BULLMQ)/node_modules/.package-lock.json
 	cd $(BULLMQ) && npm run gen:check && npm run typecheck && npm test
 
+# @loam/durable (adapters/durable): Resonate's TypeScript SDK through loamResonate, with
+# workers in separate processes against a `loam dev` its test setup starts; the spec's
+# BullMQ example runs on @loam/bullmq, so that package's modules are installed too.
+DURABLE_TS := adapters/durable
+
+$(DURABLE_TS)/node_modules/.package-lock.json: $(DURABLE_TS)/package-lock.json
+	cd $(DURABLE_TS) && npm ci --no-audit --no-fund
+
+test-durable-ts: venv $(DURABLE_TS)/node_modules/.package-lock.json $(BULLMQ)/node_modules/.package-lock.json
+	cd $(DURABLE_TS) && npm run typecheck && npm test
+
 bench-bullmq: venv $(BULLMQ)/node_modules/.package-lock.json
 	cd $(BULLMQ) && npm run bench
 
@@ -75,6 +86,7 @@ dev: venv
 test: venv
 	$(BIN)/python -m pytest -q
 	$(MAKE) test-bullmq
+	$(MAKE) test-durable-ts
 
 bench: venv
 	$(BIN)/python bench/core_bench.py

@@ -10,6 +10,9 @@ Schedules: `client.schedule("nightly", "reports", "build", cron="0 3 * * *",
 tz="Europe/Paris")` (or `every=30`). Flows: `client.flow([loam.FlowNode(...), ...])`,
 or `loam.chain(...)`, `loam.group(...)`, `loam.chord(header, body)` (loam.flows).
 
+Durable functions: `loam.resonate(group="billing")` is Resonate's own client pointed at
+Loam (URL, token, namespace from $LOAM_URL, $LOAM_TOKEN, $LOAM_NAMESPACE).
+
 `SyncClient` offers the same calls, blocking. Errors are the typed classes of
 `loam.errors` (NotFound, Fenced, ...); a handler raises `UnrecoverableError` to fail
 its job without more attempts. `loam.testing` runs a real server for tests.
@@ -17,6 +20,7 @@ its job without more attempts. `loam.testing` runs a real server for tests.
 
 from loam import errors
 from loam.client import Client, SyncClient
+from loam.durable import resonate
 from loam.errors import JobsError, Retry, UnrecoverableError
 from loam.flows import Flow, FlowNode, chain, chord, group
 from loam.options import Outcome
@@ -38,6 +42,7 @@ __all__ = [
     "ScheduleInfo",
     "SyncClient",
     "UnrecoverableError",
+    "resonate",
     "Worker",
     "chain",
     "chord",

@@ -38,9 +38,22 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `t/<ns>/sdue/<next_ns u64><schedule id>`    | empty                | schedules by next tick (sweep) |
 | `t/<ns>/flow/<flow id>`                     | FlowRecord           | flow ids: submit once          |
 | `t/<ns>/xb/<len u16><exchange><queue>/<rk>` | ExchangeBinding      | exchanges.py (kombu bindings)  |
+| `dn/<ns>`                                   | empty                | namespaces with durable state  |
+| `t/<ns>/dur/p/<promise id>`                 | durable promise JSON | loam_durable (Resonate)        |
+| `t/<ns>/dur/t/<task id>`                    | durable task JSON    | task id = its promise id       |
+| `t/<ns>/dur/s/<schedule id>`                | durable schedule JSON| Resonate schedules             |
+| `t/<ns>/dur/tm/<due_ms u64><kind u8><id>`   | empty                | durable timers (timeout, lease,|
+|                                             |                      | retry, schedule), by due time  |
+| `t/<ns>/dur/ret/<settled_ms u64><root id>`  | empty                | settled roots, for retention   |
+| `t/<ns>/dur/ob/<ns u64><8 random bytes>`    | outbound message JSON| pushes a timer process left    |
+| `t/<ns>/dur/cfg`                            | durable config JSON  | retention TTL per namespace    |
 | `sys/tokens/<token id>`                     | TokenRecord          | API tokens (auth.py), hashed   |
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
 | `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays         |
+
+Durable records (`dur/`) are JSON, not protobuf: they are the Resonate protocol's own
+records, stored as they travel, so the server never transcodes them (decision 0025).
+Promise ids are free-form and end their keys.
 
 System keys (`sys/…`) sit outside every tenant prefix: they belong to the deployment,
 not a tenant (a token record is what tells us the tenant, so it cannot live inside one).
@@ -341,6 +354,84 @@ def exchange_bindings(ns: str, exchange: str) -> bytes:
 
 def exchange_binding(ns: str, exchange: str, queue: str, routing_key: str) -> bytes:
     return exchange_bindings(ns, exchange) + queue.encode() + b"/" + routing_key.encode()
+
+
+# durable mode (loam_durable: the Resonate protocol) ---------------------------------------
+DURABLE_TIMER_PROMISE = b"p"  # a promise's timeout
+DURABLE_TIMER_TASK = b"t"  # a task's lease expiry or retry (one at a time per task)
+DURABLE_TIMER_SCHEDULE = b"s"  # a schedule's next fire
+
+
+def durable_namespaces(ns: str = "") -> bytes:
+    """`dn/<ns>`: every namespace holding durable state, so the timer loop finds them."""
+    return b"dn/" + ns.encode()
+
+
+def durable_all(ns: str) -> bytes:
+    return ns_prefix(ns) + b"dur/"
+
+
+def durable_promises(ns: str) -> bytes:
+    return durable_all(ns) + b"p/"
+
+
+def durable_promise(ns: str, promise_id: str) -> bytes:
+    return durable_promises(ns) + promise_id.encode()
+
+
+def durable_tasks(ns: str) -> bytes:
+    return durable_all(ns) + b"t/"
+
+
+def durable_task(ns: str, task_id: str) -> bytes:
+    return durable_tasks(ns) + task_id.encode()
+
+
+def durable_schedules(ns: str) -> bytes:
+    return durable_all(ns) + b"s/"
+
+
+def durable_schedule(ns: str, schedule_id: str) -> bytes:
+    return durable_schedules(ns) + schedule_id.encode()
+
+
+def durable_timers(ns: str) -> bytes:
+    return durable_all(ns) + b"tm/"
+
+
+def durable_timer(ns: str, due_ms: int, kind: bytes, object_id: str) -> bytes:
+    return durable_timers(ns) + U64.pack(max(due_ms, 0)) + kind + object_id.encode()
+
+
+def durable_timer_parts(ns: str, key: bytes) -> tuple[int, bytes, str]:
+    """(due ms, kind, object id) of a timer key."""
+    p = len(durable_timers(ns))
+    return U64.unpack_from(key, p)[0], key[p + 8 : p + 9], key[p + 9 :].decode()
+
+
+def durable_retention_all(ns: str) -> bytes:
+    return durable_all(ns) + b"ret/"
+
+
+def durable_retention(ns: str, settled_ms: int, root_id: str) -> bytes:
+    return durable_retention_all(ns) + U64.pack(max(settled_ms, 0)) + root_id.encode()
+
+
+def durable_retention_parts(ns: str, key: bytes) -> tuple[int, str]:
+    p = len(durable_retention_all(ns))
+    return U64.unpack_from(key, p)[0], key[p + 8 :].decode()
+
+
+def durable_outbox_all(ns: str) -> bytes:
+    return durable_all(ns) + b"ob/"
+
+
+def durable_outbox(ns: str, at_ns: int, nonce: bytes) -> bytes:
+    return durable_outbox_all(ns) + U64.pack(max(at_ns, 0)) + nonce
+
+
+def durable_config(ns: str) -> bytes:
+    return durable_all(ns) + b"cfg"
 
 
 # system keys (outside every tenant prefix) -----------------------------------------------

@@ -3,8 +3,10 @@
     loam gateway --queue-cores http://127.0.0.1:7721,http://127.0.0.1:7722 \\
                  --store sqlite:///abs/loam.db --host 127.0.0.1 --port 7720
 
-The store is used for auth tokens only (`--auth` / LOAM_AUTH=on); without auth the
-gateway binds loopback only. Calls to the cores carry LOAM_INTERNAL_TOKEN.
+The store holds the auth tokens (`--auth` / LOAM_AUTH=on; without auth the gateway
+binds loopback only) and, when given, durable mode: the gateway serves the Resonate
+protocol at `/resonate` on it and pushes what the sweepers' durable timers left in the
+store's outbox to its SSE connections (loam_durable). Calls to the cores carry LOAM_INTERNAL_TOKEN.
 Environment: LOAM_QUEUE_CORES, LOAM_STORE, LOAM_HOST, LOAM_PORT, LOAM_AUTH,
 LOAM_INTERNAL_TOKEN.
 """
@@ -15,12 +17,17 @@ import argparse
 import os
 import sys
 
+from loam_durable.facade import DurableCore
+from loam_durable.hub import Hub
+from loam_durable.timers import DurableOutbox
+
 from loam_common import tracing
 from loam_common.loop import configure_logging
 from loam_common.serving import run_server_main, serve
 from loam_common.store.runner import open_store
 from loam_gateway.app import DEFAULT_PORT, create_app
 from loam_gateway.auth import StoreAuthenticator, auth_on, check_bind
+from loam_gateway.durable_mount import DurableMount
 from loam_gateway.routing import Router
 
 
@@ -29,7 +36,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="loam gateway", description="Run the Loam gateway.")
     p.add_argument("--queue-cores", default=env.get("LOAM_QUEUE_CORES", ""),
                    help="comma-separated queue-core URLs (LOAM_QUEUE_CORES)")  # fmt: skip
-    p.add_argument("--store", default=env.get("LOAM_STORE"), help="store URL, for auth tokens (LOAM_STORE)")
+    p.add_argument(
+        "--store", default=env.get("LOAM_STORE"), help="store URL: auth tokens and durable mode (LOAM_STORE)"
+    )
     p.add_argument("--host", default=env.get("LOAM_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(env.get("LOAM_PORT", DEFAULT_PORT)))
     p.add_argument("--auth", action="store_true", default=auth_on(env.get("LOAM_AUTH")),
@@ -45,10 +54,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def run(args: argparse.Namespace) -> None:
-    store = open_store(args.store) if args.auth else None
+    store = open_store(args.store) if args.store else None
     router = Router(cores=args.cores, internal_token=os.environ.get("LOAM_INTERNAL_TOKEN"))
     tracing.configure_from_env("loam-gateway")
-    app = create_app(router, StoreAuthenticator(store) if store is not None else None)
+    durable, outbox = None, None
+    if store is not None:
+        hub = Hub()
+        core = DurableCore(store, hub)
+        durable, outbox = DurableMount(core, hub), DurableOutbox(core)
+
+    async def start() -> None:
+        if outbox is not None:
+            outbox.start()
+
+    async def stop() -> None:
+        if outbox is not None:
+            await outbox.stop()
+
+    authenticator = StoreAuthenticator(store) if args.auth and store is not None else None
+    app = create_app(router, authenticator, on_startup=start, on_shutdown=stop, durable=durable)
     url = f"http://{args.host}:{args.port}"
 
     def ready(server) -> None:

@@ -6,6 +6,8 @@
 - `/metrics`: Prometheus text (loam_common.metrics); without auth every namespace, with
   auth a token with jobs:admin sees its own namespace
 - with OTEL_TRACES_EXPORTER set, the app is instrumented (loam_common.tracing)
+- `/resonate/`, `/v1/durable/...`: durable mode, the Resonate protocol (`POST /resonate/`, the push channel
+  `GET /resonate/poll/{group}/{pid}`), when a durable app is given (loam_durable)
 - `/ns/<ns>/...`: any of the above in a dev namespace (connect.NamespacePrefix)
 
 Errors outside the Connect app all take one shape, `{code, message, detail}`, with
@@ -39,6 +41,8 @@ from loam_gateway.unary_lane import UnaryLane
 
 DEFAULT_PORT = 7720
 
+DURABLE_BASE = "/resonate"
+DURABLE_PREFIX = DURABLE_BASE + "/"
 _STATUS_CODES = {404: "not_found", 405: "unimplemented", 401: "unauthenticated", 403: "permission_denied",
                  413: "resource_exhausted", 415: "invalid_argument"}  # fmt: skip
 
@@ -65,11 +69,19 @@ class GatewayApp(FastAPI):
     FastAPI's middleware; anything the lane does not take goes the usual way."""
 
     unary_lane: UnaryLane | None = None
+    #: the Resonate-protocol app, served straight from here too: a durable step is two
+    #: small requests, and FastAPI's routing and middleware would cost more than the step
+    durable_app: Any = None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self.unary_lane is not None:
+        if scope["type"] == "http" and (self.unary_lane is not None or self.durable_app is not None):
             lane_scope = strip_namespace(scope) if scope["path"].startswith("/ns/") else scope
-            if await self.unary_lane(lane_scope, receive, send):
+            path = lane_scope["path"]
+            if self.durable_app is not None and (path.startswith(DURABLE_PREFIX) or path == DURABLE_BASE):
+                await self.durable_app(dict(lane_scope, root_path=lane_scope.get("root_path", "") + DURABLE_BASE),
+                                       receive, send)  # fmt: skip
+                return
+            if self.unary_lane is not None and await self.unary_lane(lane_scope, receive, send):
                 return
         await super().__call__(scope, receive, send)
 
@@ -80,9 +92,11 @@ def create_app(
     *,
     on_startup: Callable[[], Awaitable[None]] | None = None,
     on_shutdown: Callable[[], Awaitable[None]] | None = None,
+    durable: Any = None,
 ) -> FastAPI:
     """The gateway app. `on_startup` / `on_shutdown` run in its lifespan (dev starts its
-    sweeper there and closes the store)."""
+    sweeper there and closes the store). `durable` (a durable_mount.DurableMount) adds
+    durable mode: the Resonate-protocol app at `/resonate` and `/v1/durable/...`."""
     access = Access(authenticator)
     metrics_operation = operation("metrics")
 
@@ -147,6 +161,9 @@ def create_app(
             ns = (await access.check(request.headers, metrics_operation)).namespace
         return Response(await router.metrics_text(ns), media_type=metrics.CONTENT_TYPE)
 
+    if durable is not None:
+        app.durable_app = durable.asgi(access)
+        app.include_router(durable.rest_router())
     app.include_router(build_router())
     app.include_router(build_events_router())
     connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access))

@@ -4,7 +4,10 @@ The data directory (default `./.loam`) holds the store (`loam.db`) and the blobs
 (`blobs/`). The gateway calls a local CoreRpc (no network hop); the sweeper (every
 200 ms) and the relay (every 100 ms) run as in-process loops under the owner id
 `loam-dev`; they share the core's store, so the core's effect sink wakes the parked
-leases of the queues where a sweep reclaimed or promoted jobs. Prints the URL, then exactly one line with "ready" once
+leases of the queues where a sweep reclaimed or promoted jobs. Durable mode
+(loam_durable, the Resonate protocol) is mounted at `<url>/resonate`, its timers run as
+an in-process loop next to the sweeper and its pushes go straight to the SSE
+connections of this process. Prints the URLs, then exactly one line with "ready" once
 the server accepts connections. Ctrl-C or SIGTERM stops it: in-flight calls get up to
 3 s, then the loops stop (releasing their shard leases) and the store is closed.
 
@@ -22,6 +25,10 @@ import os
 import sys
 from pathlib import Path
 
+from loam_durable.facade import DurableCore
+from loam_durable.hub import Hub
+from loam_durable.timers import DurableTimers
+
 from loam_common import tracing
 from loam_common.blobs import DirBlobStore
 from loam_common.loop import configure_logging
@@ -29,6 +36,7 @@ from loam_common.serving import run_server_main, serve
 from loam_common.store.runner import open_store
 from loam_gateway.app import DEFAULT_PORT, create_app
 from loam_gateway.auth import StoreAuthenticator, auth_on, check_bind
+from loam_gateway.durable_mount import DurableMount
 from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import CoreRpc
@@ -41,6 +49,12 @@ SWEEP_INTERVAL_S = 0.2
 OWNER_ID = "loam-dev"  # the same after a restart, so its shard leases come straight back
 
 
+def _durable_retry_ms() -> int:
+    """How long a pending durable task waits before its `execute` is sent again
+    (LOAM_DURABLE_RETRY_MS; Resonate's own default is 30 s)."""
+    return int(os.environ.get("LOAM_DURABLE_RETRY_MS", "30000"))
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog="loam dev", description="Run every Loam service in one process.")
@@ -49,6 +63,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data", default=env.get("LOAM_DATA", "./.loam"), help="data directory (default ./.loam)")
     p.add_argument("--auth", action="store_true", default=auth_on(env.get("LOAM_AUTH")),
                    help="require bearer tokens (LOAM_AUTH=on); needed to bind a non-loopback host")  # fmt: skip
+    p.add_argument("--durable-retry-ms", type=int, default=_durable_retry_ms(),
+                   help="ms a pending durable task waits before its execute is sent again (LOAM_DURABLE_RETRY_MS)")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     return p.parse_args(argv)
 
@@ -61,10 +77,13 @@ async def run(args: argparse.Namespace) -> None:
     core = QueueCore(store, blobs)
     tracing.configure_from_env("loam-dev")  # OTEL_TRACES_EXPORTER=console|otlp|...; off when unset
     router = Router(local=CoreRpc(core))
+    hub = Hub()
+    durable = DurableCore(store, hub, retry_ms=args.durable_retry_ms)
     loops = [
         # Same store as the core: the core's effect sink wakes what the sweeps make ready.
         SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S),
         RelayService(store, OWNER_ID),
+        DurableTimers(durable, OWNER_ID, SWEEP_INTERVAL_S),
     ]
 
     async def start() -> None:
@@ -79,11 +98,14 @@ async def run(args: argparse.Namespace) -> None:
                 log.exception("stopping %s failed", loop.name)
 
     authenticator = StoreAuthenticator(store) if args.auth else None
-    app = create_app(router, authenticator, on_startup=start, on_shutdown=stop)
+    app = create_app(
+        router, authenticator, on_startup=start, on_shutdown=stop, durable=DurableMount(durable, hub)
+    )
     url = f"http://{args.host}:{args.port}"
 
     def ready(server) -> None:
         print(f"loam dev: serving {url} (data in {data}, auth {'on' if args.auth else 'off'})", flush=True)
+        print(f"loam dev: durable (Resonate) at {url}/resonate", flush=True)
         print(f"loam dev: ready on {url}", flush=True)
 
     try:

@@ -18,6 +18,9 @@ import os
 import socket
 import sys
 
+from loam_durable.facade import DurableCore
+from loam_durable.timers import DurableTimers
+
 from loam_common.blobs import open_blobs
 from loam_common.loop import configure_logging, serve_until_signalled
 from loam_common.store.runner import open_store
@@ -72,8 +75,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def run(args: argparse.Namespace) -> None:
     store = open_store(args.store)
     blobs = open_blobs(args.blobs) if args.blobs else None
+    ttl_ns = int(args.lease_ttl * 1e9)
+    # Durable timers here have no SSE connections: their pushes go to the store's outbox,
+    # which the durable service drains onto its connections.
+    durable = DurableTimers(DurableCore(store, None), args.id, args.interval, ttl_ns=ttl_ns)
     service = SweeperService(
-        store, blobs, args.id, args.queue_cores, args.interval, ttl_ns=int(args.lease_ttl * 1e9)
+        store, blobs, args.id, args.queue_cores, args.interval, ttl_ns=ttl_ns, durable=durable
     )
     await serve_until_signalled(service, store, f"loam sweeper {args.id}")
 

@@ -5,7 +5,9 @@
    heartbeat, rendezvous over the live sweepers, take / renew / release,
 3. runs `Sweeper.run_once()` over the shards it owns, every sweep transaction fenced
    by the shard's lease, so a sweeper whose shard was taken over writes nothing more,
-4. wakes the long-polls of each queue where jobs became ready (stalled jobs reclaimed,
+4. fires the durable timers (`durable`, a loam_durable DurableTimers: promise timeouts,
+   task leases and retries, Resonate schedules), when given,
+5. wakes the long-polls of each queue where jobs became ready (stalled jobs reclaimed,
    delayed jobs promoted, schedule ticks): the sweep transitions declare `Ready`
    (loam_common.effects); in a process of its own the sweeper's effect sink,
    `RemoteWake`, collects them and the pass ends with a POST of `{"ns", "queue"}` to
@@ -24,6 +26,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from loam_common import rendezvous
 from loam_common.api.headers import TOKEN_HEADER
@@ -58,6 +61,7 @@ class SweeperService(Loop):
         *,
         ttl_ns: int = DEFAULT_TTL_NS,
         internal_token: str | None = None,
+        durable: Any = None,
     ) -> None:
         super().__init__(interval)
         self.store = store
@@ -69,6 +73,7 @@ class SweeperService(Loop):
         self.remote_wake = RemoteWake()
         if self.queue_cores:
             store.add_sink(self.remote_wake)
+        self.durable = durable
         self.ownership = ShardOwnership(store, KIND, owner_id, ttl_ns)
         self.sweeper = Sweeper(store, blobs, owns=self.ownership.owns, fence=self.ownership.fence)
         self._http = None
@@ -82,6 +87,8 @@ class SweeperService(Loop):
         for shard_id in rep.lost:
             log.info("sweeper %s: lost %s to another sweeper", self.owner_id, shard_id)
             self.ownership.lost(shard_id)
+        if self.durable is not None:
+            await self.durable.run_once()
         woke = self.remote_wake.take()
         if woke:
             await self._wake(woke)
@@ -89,6 +96,8 @@ class SweeperService(Loop):
 
     async def on_stop(self) -> None:
         self.store.remove_sink(self.remote_wake)
+        if self.durable is not None:
+            await self.durable.on_stop()
         try:
             await self.ownership.release_all()
         except Exception:  # the store may be gone; the leases then expire on their own

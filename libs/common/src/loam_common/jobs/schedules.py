@@ -25,7 +25,9 @@ still delayed, as BullMQ does."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 from dataclasses import dataclass, field
 
 from loam_common import ids, keys, validate
@@ -466,8 +468,51 @@ def schedule_list(tx: Txn, ns: str, after: str = "", limit: int = 100) -> tuple[
     """Schedules in id order after `after`; the second value is the id to continue
     after, empty when this was the last page."""
     validate.in_range("page_size", limit, 1, LIST_LIMIT)
+    if after.startswith(DURABLE_PREFIX):  # the Loam schedules are behind: the durable ones go on
+        return _durable_schedules(tx, ns, after[len(DURABLE_PREFIX) :], limit)
     prefix = keys.schedules_all(ns)
     start = keys.schedule(ns, after) + b"\x00" if after else prefix
     rows = tx.scan(start, keys.prefix_end(prefix), limit=limit + 1)
     recs = [pb.ScheduleRecord.FromString(v) for _, v in rows[:limit]]
-    return recs, (recs[-1].id if len(rows) > limit else "")
+    if len(rows) > limit:
+        return recs, recs[-1].id
+    if len(recs) == limit:  # a full page: the durable schedules start the next one
+        return recs, DURABLE_PREFIX if _has_durable(tx, ns) else ""
+    more, token = _durable_schedules(tx, ns, "", limit - len(recs))
+    return recs + more, token
+
+
+#: Resonate schedules (durable mode, loam_durable) are listed after the Loam ones, under
+#: this prefix (a Resonate schedule id has no `:`); they are fired by the durable timers.
+DURABLE_PREFIX = "resonate:"
+
+
+def _durable_schedules(tx: Txn, ns: str, after: str, limit: int) -> tuple[list[pb.ScheduleRecord], str]:
+    """A page of the namespace's Resonate schedules as ScheduleRecords (read-only here)."""
+    prefix = keys.durable_schedules(ns)
+    start = keys.durable_schedule(ns, after) + b"\x00" if after else prefix
+    rows = tx.scan(start, keys.prefix_end(prefix), limit=limit + 1)
+    out = []
+    for _, v in rows[:limit]:
+        s = json.loads(v)
+        task = pb.TaskSpec(name=_durable_func(s.get("promiseParam") or {}))
+        out.append(pb.ScheduleRecord(
+            id=DURABLE_PREFIX + s["id"], cron=s["cron"], tz="UTC", task=task,
+            next_ns=s["nextRunAt"] * 1_000_000 if s["nextRunAt"] < 2**53 else 0,
+            last_tick_ns=s.get("lastRunAt", 0) * 1_000_000, created_ns=s["createdAt"] * 1_000_000,
+            driver=pb.SCHEDULE_DRIVER_SERVER,
+        ))  # fmt: skip
+    return out, (out[-1].id if len(rows) > limit else "")
+
+
+def _has_durable(tx: Txn, ns: str) -> bool:
+    prefix = keys.durable_schedules(ns)
+    return bool(tx.scan(prefix, keys.prefix_end(prefix), limit=1))
+
+
+def _durable_func(param: dict) -> str:
+    """The function a Resonate schedule runs: `func` in its param's base64 JSON."""
+    try:
+        return str(json.loads(base64.b64decode(param.get("data", ""))).get("func", ""))
+    except (ValueError, TypeError, AttributeError):
+        return ""

@@ -1,0 +1,14 @@
+import { startLoamDev, type LoamDev } from "./loam-dev.js";
+
+let dev: LoamDev | undefined;
+
+export async function setup() {
+  if (process.env.LOAM_URL) return; // a server given by the caller
+  dev = await startLoamDev();
+  process.env.LOAM_URL = dev.url;
+  process.env.LOAM_JOBS_URL = dev.url; // @loam/bullmq's, for the BullMQ example
+}
+
+export async function teardown() {
+  await dev?.stop();
+}

@@ -1,0 +1,121 @@
+"""Durable mode's overhead per step: N workflows of 10 `ctx.run` steps of no work, run by
+W worker processes of the stock Python SDK (resonate-sdk) against a fresh `loam dev`.
+
+    .venv/bin/python bench/durable_bench.py [--workflows 1000] [--workers 8] [--out FILE]
+
+Reports steps/s (wall clock from the first dispatch to the last result), the server's
+CPU per step (user + system time of the `loam dev` process tree, read from /proc before
+and after, as bench/drivers/procstat.py does for jobs) and the workers' CPU per step,
+which tells whether the server or the SDK is the limit. A step is two fenced requests
+(`task.fence` create, then settle); each workflow adds a task.create-or-acquire, a
+listener and a fulfil. Results are printed as JSON (and written to --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "drivers"))
+sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
+import procstat  # noqa: E402  (found through the path above)
+from devserver import start_dev_server  # noqa: E402
+
+STEPS = 10
+WORKER = """
+import asyncio, sys
+from datetime import timedelta
+from resonate.resonate import Resonate
+from resonate.retry import Never
+
+async def noop(ctx, i):
+    return i
+
+async def main():
+    r = Resonate(url=sys.argv[1], group="bench", ttl=timedelta(seconds=30), retry_policy=Never())
+
+    @r.register
+    async def ten_steps(ctx, n):
+        for i in range(n):
+            await ctx.run(noop, i)
+        return n
+
+    print("worker ready", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+async def drive(url: str, workflows: int) -> float:
+    from resonate.resonate import Resonate
+
+    r = Resonate(url=url, group="bench-client")
+    run = uuid.uuid4().hex[:8]
+    t0 = time.perf_counter()
+    handles = [
+        r.options(target="bench").rpc(f"bench-{run}-{i}", "ten_steps", STEPS) for i in range(workflows)
+    ]
+    results = await asyncio.gather(*(h.result() for h in handles))
+    elapsed = time.perf_counter() - t0
+    assert results == [STEPS] * workflows
+    await r.stop()
+    return elapsed
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workflows", type=int, default=1000)
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    data = Path(tempfile.mkdtemp(prefix="loam-durable-bench-"))
+    server = start_dev_server(data)
+    url = server.url + "/resonate"
+    script = data / "worker.py"
+    script.write_text(WORKER)
+    workers = [subprocess.Popen([sys.executable, str(script), url], stdout=subprocess.PIPE, text=True)
+               for _ in range(args.workers)]  # fmt: skip
+    try:
+        for w in workers:
+            assert "worker ready" in w.stdout.readline()  # type: ignore[union-attr]
+        time.sleep(1.0)  # their push streams connect in the background
+        asyncio.run(drive(url, min(args.workflows, 20)))  # warm up
+        server_before = procstat.tree_cpu([server.proc.pid])
+        workers_before = procstat.tree_cpu([w.pid for w in workers])
+        elapsed = asyncio.run(drive(url, args.workflows))
+        server_cpu = procstat.busy_cpu(server_before, procstat.tree_cpu([server.proc.pid]))
+        workers_cpu = procstat.busy_cpu(workers_before, procstat.tree_cpu([w.pid for w in workers]))
+        steps = args.workflows * STEPS
+        report = {
+            "workflows": args.workflows,
+            "steps_per_workflow": STEPS,
+            "workers": args.workers,
+            "seconds": round(elapsed, 3),
+            "steps_per_s": round(steps / elapsed, 1),
+            "workflows_per_s": round(args.workflows / elapsed, 1),
+            "server_cpu_us_per_step": round(server_cpu / steps * 1e6, 1),
+            "workers_cpu_us_per_step": round(workers_cpu / steps * 1e6, 1),
+            "cores": os.cpu_count(),
+        }
+        print(json.dumps(report, indent=2))
+        if args.out:
+            args.out.write_text(json.dumps(report, indent=2) + "\n")
+    finally:
+        for w in workers:
+            w.kill()
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

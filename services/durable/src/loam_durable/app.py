@@ -1,0 +1,216 @@
+"""`create_durable_app(core, hub, authenticate)`: the Resonate protocol over HTTP, as a
+plain ASGI app the gateway mounts (at `/resonate`) or `loam-durable` serves alone.
+
+- `POST {base}/`: one request envelope `{kind, head: {corrId, version, auth?}, data}`
+  in, one response envelope `{kind, head: {corrId, status, version}, data}` out, with
+  the HTTP status equal to `head.status` (200 on success, 300 for a suspend redirect,
+  a string `data` on every refusal).
+- `GET {base}/poll/{group}/{pid}`: the push channel, Server-Sent Events: each push one
+  `data: <json>` line; a `: keepalive` comment every `KEEPALIVE_S` so proxies keep the
+  stream open. Authenticated by the `Authorization` header only.
+
+Parsing and mapping only: the checks of each kind's data and the transactions are in
+`DurableCore`. The namespace comes from `authenticate(headers, action)`, which the
+gateway resolves exactly as for its other transports (a bearer token, or in dev on
+loopback the `x-loam-namespace` header that a `/ns/<ns>/` prefix sets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from loam_common.errors import JobsError, PermissionDenied, Unauthenticated
+from loam_common.store.base import StoreUnavailable
+from loam_durable.facade import DurableCore
+from loam_durable.hub import Hub
+from loam_durable.records import PROTOCOL_VERSION, DurableError, response
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_S = 15.0
+MAX_BODY = 16 * 1024 * 1024
+
+#: (headers, action) -> namespace; raises Unauthenticated / PermissionDenied / InvalidArgument
+Authenticate = Callable[[Mapping[str, str], str], Awaitable[str]]
+
+CONSUME = "jobs:consume"
+SCHEDULE = "jobs:schedule"
+
+
+def action_of(kind: str) -> str:
+    """The Loam action a request kind needs: schedules need jobs:schedule, the rest is
+    what a worker does (create, settle, lease), jobs:consume."""
+    return SCHEDULE if kind.startswith("schedule.") else CONSUME
+
+
+def _status_of(error: Exception) -> tuple[int, str]:
+    if isinstance(error, DurableError):
+        return error.status, error.message
+    if isinstance(error, Unauthenticated):
+        return 401, error.message
+    if isinstance(error, PermissionDenied):
+        return 403, error.message
+    if isinstance(error, JobsError):
+        return (400 if error.code == "invalid_argument" else 500), error.message
+    if isinstance(error, StoreUnavailable):
+        return 503, "store unavailable"
+    log.exception("durable request failed", exc_info=error)
+    return 500, "internal error"
+
+
+async def _read_body(receive: Callable[[], Awaitable[dict]]) -> bytes | None:
+    chunks = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return None
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            return b""
+        chunks.append(chunk)
+        if not msg.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _send_json(send: Callable[[dict], Awaitable[None]], status: int, body: Any) -> None:
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]})  # fmt: skip
+    await send({"type": "http.response.body", "body": raw})
+
+
+def _headers(scope: dict) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+
+
+class DurableApp:
+    def __init__(self, core: DurableCore, hub: Hub, authenticate: Authenticate) -> None:
+        self.core = core
+        self.hub = hub
+        self.authenticate = authenticate
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":  # served alone: nothing to start or stop here
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path = scope.get("path", "")
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        method = scope["method"]
+        if path in ("", "/") and method == "POST":
+            await self._envelope(scope, receive, send)
+        elif path.startswith("/poll/") and method == "GET":
+            await self._poll(scope, receive, send, path[len("/poll/") :])
+        elif path in ("/promises", "/tasks", "/schedules") or path.startswith(
+            ("/promises/", "/tasks/", "/schedules/")
+        ):
+            await _send_json(send, 410, "Gone: this server speaks the envelope protocol at POST /")
+        else:
+            await _send_json(
+                send, 404, "Not found: POST / takes requests, GET /poll/{group}/{pid} streams pushes"
+            )
+
+    # -- POST / ----------------------------------------------------------------------------
+    async def _envelope(self, scope: dict, receive: Any, send: Any) -> None:
+        body = await _read_body(receive)
+        if body is None:
+            return
+        kind, corr_id = "", ""
+        try:
+            try:
+                req = json.loads(body)
+            except ValueError:
+                raise DurableError(400, "Request body must be a JSON object") from None
+            if not isinstance(req, dict):
+                raise DurableError(400, "Request body must be a JSON object")
+            kind = req.get("kind") if isinstance(req.get("kind"), str) else ""
+            head = req.get("head")
+            if not isinstance(head, dict):
+                raise DurableError(400, "head must be an object")
+            corr_id = head.get("corrId") if isinstance(head.get("corrId"), str) else ""
+            if head.get("version") != PROTOCOL_VERSION:
+                raise DurableError(
+                    400, f"Unsupported version {head.get('version')!r}: this server speaks {PROTOCOL_VERSION}"
+                )
+            if not self.core.knows(kind):
+                raise DurableError(400, f"Unknown request kind {kind!r}")
+            data = req.get("data")
+            if not isinstance(data, dict):
+                raise DurableError(400, "data must be an object")
+            headers = _headers(scope)
+            auth = head.get("auth")
+            if isinstance(auth, str) and auth:
+                headers["authorization"] = f"Bearer {auth}"
+            ns = await self.authenticate(headers, action_of(kind))
+            status, out = await self.core.request(ns, kind, data)
+        except Exception as e:  # noqa: BLE001 - every refusal becomes an envelope
+            status, message = _status_of(e)
+            await _send_json(send, status, response(kind, corr_id, status, message))
+            return
+        await _send_json(send, status, response(kind, corr_id, status, out))
+
+    # -- GET /poll/{group}/{pid} -------------------------------------------------------------
+    async def _poll(self, scope: dict, receive: Any, send: Any, rest: str) -> None:
+        group, _, pid = rest.partition("/")
+        if not group or not pid or "/" in pid:
+            await _send_json(send, 400, "the push channel is GET /poll/{group}/{pid}")
+            return
+        try:
+            ns = await self.authenticate(_headers(scope), CONSUME)
+        except Exception as e:  # noqa: BLE001
+            status, message = _status_of(e)
+            await _send_json(send, status, message)
+            return
+        conn = self.hub.connect(ns, group, pid)
+        disconnected = asyncio.ensure_future(_wait_disconnect(receive))
+        try:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+                                    (b"x-accel-buffering", b"no")]})  # fmt: skip
+            await send({"type": "http.response.body", "body": b": connected\n\n", "more_body": True})
+            while True:
+                frame = asyncio.ensure_future(conn.queue.get())
+                done, _ = await asyncio.wait(
+                    {frame, disconnected}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                if disconnected in done:
+                    frame.cancel()
+                    if frame.done() and not frame.cancelled():
+                        conn.queue.put_nowait(frame.result())
+                    break
+                if frame in done:
+                    chunk = frame.result()
+                    while not conn.queue.empty():  # write what is waiting in one go
+                        chunk += conn.queue.get_nowait()
+                    await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})
+                else:
+                    frame.cancel()
+                    await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
+        except OSError:
+            pass
+        finally:
+            self.hub.disconnect(conn)
+            disconnected.cancel()
+
+
+async def _wait_disconnect(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def create_durable_app(core: DurableCore, hub: Hub, authenticate: Authenticate) -> DurableApp:
+    return DurableApp(core, hub, authenticate)

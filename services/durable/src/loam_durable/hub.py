@@ -1,0 +1,129 @@
+"""`Hub`: the live SSE connections of this process (`GET {base}/poll/{group}/{pid}`) and
+the delivery of pushes to them by address.
+
+- unicast `poll://uni@group/pid`: that connection, if it is open; else the push is
+  dropped (the SDK's listener refresh recovers an `unblock`).
+- anycast `poll://any@group[/pid]`: the preferred pid if it is connected, else one open
+  member picked at random. Closed connections are never picked: an `execute` written
+  to a dead worker's socket would wait for the 30 s retry timer.
+- an anycast push to a group with no live member waits here (bounded, for
+  `HOLD_S`) and goes to the first member that connects, so a worker that starts right
+  after a lease expired gets its `execute` at once instead of after the retry timer.
+
+A pid may hold several streams at once (a reconnect can overlap a stream whose close
+the server has not seen yet): a push for a pid goes to each of its open streams; the
+SDK ignores what it does not need (a second `execute` of one version fails acquire).
+
+Groups are URL hosts, so they compare in lower case. Connections are per namespace:
+a worker of namespace A never receives a push of namespace B.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections import deque
+
+from loam_durable.records import DurableError, parse_address
+
+log = logging.getLogger(__name__)
+
+HOLD_S = 60.0
+HOLD_MAX = 1000
+QUEUE_MAX = 10_000
+
+
+class Connection:
+    """One SSE stream: pushes wait in `queue` until the response writes them."""
+
+    def __init__(self, ns: str, group: str, pid: str) -> None:
+        self.ns = ns
+        self.group = group
+        self.pid = pid
+        self.queue: asyncio.Queue[str] = asyncio.Queue(QUEUE_MAX)
+        self.open = True
+
+    def push(self, frame: str) -> bool:
+        if not self.open:
+            return False
+        try:
+            self.queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            log.warning("durable: dropping a push to %s/%s: its stream is not reading", self.group, self.pid)
+            return False
+        return True
+
+
+class Hub:
+    def __init__(self) -> None:
+        self._groups: dict[tuple[str, str], dict[str, list[Connection]]] = {}
+        self._held: dict[tuple[str, str], deque[tuple[float, str]]] = {}
+        self.delivered = 0
+        self.dropped = 0
+
+    def connect(self, ns: str, group: str, pid: str) -> Connection:
+        """Register a stream of `pid` in `group`."""
+        conn = Connection(ns, group.lower(), pid)
+        self._groups.setdefault((ns, conn.group), {}).setdefault(pid, []).append(conn)
+        log.debug("durable: stream of %s/%s opened (namespace %s)", conn.group, pid, ns)
+        held = self._held.pop((ns, conn.group), None)
+        if held:
+            cutoff = time.monotonic() - HOLD_S
+            for at, frame in held:
+                if at >= cutoff:
+                    conn.push(frame)
+        return conn
+
+    def disconnect(self, conn: Connection) -> None:
+        conn.open = False
+        log.debug("durable: stream of %s/%s closed", conn.group, conn.pid)
+        members = self._groups.get((conn.ns, conn.group))
+        streams = members.get(conn.pid) if members is not None else None
+        if streams is not None and conn in streams:
+            streams.remove(conn)
+            if not streams:
+                del members[conn.pid]  # type: ignore[union-attr]
+            if not members:
+                del self._groups[(conn.ns, conn.group)]
+
+    def connections(self, ns: str, group: str) -> list[Connection]:
+        return [
+            c for streams in self._groups.get((ns, group.lower()), {}).values() for c in streams if c.open
+        ]
+
+    @staticmethod
+    def _push_pid(streams: list[Connection] | None, frame: str) -> bool:
+        sent = False
+        for c in streams or ():  # every stream of the pid gets it
+            sent = c.push(frame) or sent
+        return sent
+
+    def send(self, ns: str, address: str, message: dict) -> bool:
+        """Deliver one push; False when nobody could take it (held for anycast)."""
+        try:
+            addr = parse_address(address)
+        except DurableError:
+            self.dropped += 1
+            return False
+        frame = "data: " + json.dumps(message, separators=(",", ":")) + "\n\n"
+        members = self._groups.get((ns, addr.group), {})
+        if addr.unicast:
+            ok = self._push_pid(members.get(addr.pid or ""), frame)
+        else:
+            ok = bool(addr.pid) and self._push_pid(members.get(addr.pid or ""), frame)
+            if not ok:
+                live = [streams for streams in members.values() if any(c.open for c in streams)]
+                random.shuffle(live)
+                ok = any(self._push_pid(streams, frame) for streams in live)
+            if not ok:
+                held = self._held.setdefault((ns, addr.group), deque(maxlen=HOLD_MAX))
+                held.append((time.monotonic(), frame))
+        log.debug("durable: push %s to %s: %s", message["kind"], address, "sent" if ok else "nobody there")
+        if ok:
+            self.delivered += 1
+        else:
+            self.dropped += 1
+        return ok
