@@ -49,7 +49,13 @@ def test_the_table_covers_the_proto_service_exactly():
 def test_every_action_is_one_a_token_can_hold():
     for op in OPERATIONS.values():
         assert op.action in auth.ACTIONS, op.name
-    assert {o.name for o in OTHER_OPERATIONS} == {"queue_list", "events_export", "metrics"}
+    assert {o.name for o in OTHER_OPERATIONS} == {
+        "queue_list",
+        "events_export",
+        "metrics",
+        "resonate",
+        "resonate_schedule",
+    }
     assert not set(METHODS) & {o.name for o in OTHER_OPERATIONS}
 
 
@@ -61,8 +67,9 @@ def test_actions_are_what_the_gateway_checked_before():
         auth.ENQUEUE: {"enqueue", "enqueue_bulk", "flow", "get_flow", "exchange_publish"},
         auth.CONSUME: {"lease", "extend", "complete", "complete_batch", "report", "watch"}
         | {m for m in METHODS if m.startswith("result_")}
-        | {"exchange_bind", "exchange_unbind", "exchange_bindings"},
-        auth.SCHEDULE: {"schedule", "unschedule", "get_schedule", "list_schedules"},
+        | {"exchange_bind", "exchange_unbind", "exchange_bindings"}
+        | {"resonate"},  # durable mode: a Resonate worker's requests and pushes
+        auth.SCHEDULE: {"schedule", "unschedule", "get_schedule", "list_schedules", "resonate_schedule"},
         auth.ENGINE: {"submit_engine_job", "control_engine_job"},
         auth.ADMIN: {"queue_admin", "job_admin", "query", "queue_list", "events_export", "metrics"},
     }
