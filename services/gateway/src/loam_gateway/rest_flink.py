@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
-
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument, JobsError
+from pydantic import BaseModel, ConfigDict, Field
+
 from loam_gateway.rest import ERROR_RESPONSES
 
 DeploymentName = Annotated[str, Path(description="the deployment name: 1-128 of A-Z a-z 0-9 . _ : @ -")]

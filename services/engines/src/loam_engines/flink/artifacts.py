@@ -15,6 +15,7 @@ from pathlib import Path
 
 from loam_common.blobs import BlobStore
 from loam_common.errors import InvalidArgument, NotFound
+
 from loam_engines.flink.model import Kind
 
 _FILENAME = re.compile(r"[A-Za-z0-9._-]{1,128}")

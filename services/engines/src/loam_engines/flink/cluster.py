@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from loam_common.errors import Unavailable
+
 from loam_engines.flink.distribution import FlinkDistribution
 from loam_engines.flink.rest import FlinkRest, FlinkRestError
 
@@ -141,20 +142,24 @@ class LocalFlinkCluster:
         self.rest_port = free_port()
         self._write_config(rpc_port=free_port())
         env = self._env()
-        for role, script in (("jobmanager", "jobmanager.sh"), ("taskmanager", "taskmanager.sh")):
-            out = open(self.log_dir / f"{role}.out", "ab")
-            self._children[role] = subprocess.Popen(
-                [str(self.dist.home / "bin" / script), "start-foreground"],
-                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent, cwd=self.root,
-            )  # fmt: skip
-            out.close()
+        for role in ("jobmanager", "taskmanager"):
+            self._children[role] = self._spawn(role, env)
         self._write_state()
         try:
             await self._wait_ready(timeout_s)
         except BaseException:
             await self.stop()
             raise
+
+    def _spawn(self, role: str, env: dict[str, str]) -> subprocess.Popen:
+        # The scripts exec java, so the child's pid is the JVM's. preexec_fn is the only way to
+        # set PR_SET_PDEATHSIG; it runs no Python that could take a lock another thread holds.
+        with open(self.log_dir / f"{role}.out", "ab") as out:
+            return subprocess.Popen(
+                [str(self.dist.home / "bin" / f"{role}.sh"), "start-foreground"],
+                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent, cwd=self.root,  # noqa: PLW1509
+            )  # fmt: skip
 
     async def _wait_ready(self, timeout_s: float) -> None:
         # Flink announces nothing when a TaskManager registers: ask /overview until it counts
@@ -257,6 +262,7 @@ class LocalFlinkCluster:
             "blob.server.port": "0",
             "taskmanager.rpc.port": "0",
             "parallelism.default": "1",
+            "metrics.fetcher.update-interval": "1000",  # status shows restarts within a second
             "execution.checkpointing.interval": self.checkpoint_interval,
             "execution.checkpointing.dir": self.checkpoint_dir.as_uri(),
             "execution.checkpointing.savepoint-dir": self.savepoint_dir.as_uri(),

@@ -15,6 +15,7 @@ from typing import Any
 from loam_common.blobs import BlobStore, DirBlobStore
 from loam_common.errors import InvalidArgument
 from loam_common.store import Store
+
 from loam_engines.flink.artifacts import Artifacts, kind_of
 from loam_engines.flink.cluster import LocalFlinkCluster
 from loam_engines.flink.distribution import FlinkDistribution

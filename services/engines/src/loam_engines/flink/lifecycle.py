@@ -27,10 +27,19 @@ from pathlib import Path
 
 from loam_common import validate
 from loam_common.errors import AlreadyExists, InvalidArgument, JobsError, NotFound
+
 from loam_engines.flink.artifacts import Artifacts, kind_of
 from loam_engines.flink.distribution import FlinkDistribution
 from loam_engines.flink.model import (
-    ACTION_FROM, Deployment, JobSpec, Kind, Pending, Savepoint, State, Version, job_id_for,
+    ACTION_FROM,
+    Deployment,
+    JobSpec,
+    Kind,
+    Pending,
+    Savepoint,
+    State,
+    Version,
+    job_id_for,
 )  # fmt: skip
 from loam_engines.flink.recorder import RunRecorder
 from loam_engines.flink.rest import PYTHON_DRIVER, TERMINAL_STATES, FlinkRest, FlinkRestError, RunRequest
@@ -298,6 +307,7 @@ class FlinkLifecycle:
             d.last_error = f"{p.action} stopped: the savepoint of job {job} failed: {e}"
             await self.recorder.record(ns, d, d.last_error)
             raise FlinkRefused(d.last_error) from e
+        await self._wait_stopped(job)
         d.savepoints.append(Savepoint(location, d.version, job, self._now(), p.action))
         d.job_id = None
         p.stopped_ns = self._now()
@@ -367,28 +377,39 @@ class FlinkLifecycle:
         return FlinkRefused(d.last_error)
 
     async def _wait_ready(self, job_id: str) -> None:
-        # Ready = every vertex RUNNING, a checkpoint completed since the start, no restart.
-        # Flink announces none of these: ask at a short interval until the deadline.
+        # Ready = every vertex RUNNING, a checkpoint completed since the start, no failure.
+        # A failure shows at once in the job's exception history (the numRestarts metric lags
+        # by the JobManager's metric fetch interval). Flink announces none of this: ask at a
+        # short interval until the deadline.
         deadline = time.monotonic() + self.readiness_timeout_s
         state = "unknown"
         while time.monotonic() < deadline:
             detail = await self.rest.job(job_id)
             if detail is not None:
                 state = detail.state
-                if state in TERMINAL_STATES or await self.rest.restarts(job_id) > 0:
-                    raise NotReady(await self._failure_reason(job_id, state))
-                if detail.all_running and (not self.require_checkpoint or (await self.rest.checkpoints(job_id)).completed):
+                causes = await self.rest.exceptions(job_id)
+                if causes:
+                    raise NotReady(f"job {job_id} failed: {causes[0]}")
+                if state in TERMINAL_STATES:
+                    raise NotReady(f"job {job_id} is {state}")
+                if detail.all_running and (
+                    not self.require_checkpoint or (await self.rest.checkpoints(job_id)).completed
+                ):
                     return
             await asyncio.sleep(0.25)
         raise NotReady(f"job {job_id} was not running and checkpointing within {self.readiness_timeout_s:.0f} s "
                        f"(state {state})")  # fmt: skip
 
-    async def _failure_reason(self, job_id: str, state: str) -> str:
-        try:
-            causes = await self.rest.exceptions(job_id)
-        except FlinkRestError:
-            causes = []
-        return f"job {job_id} {'restarted' if state not in TERMINAL_STATES else state}" + (f": {causes[0]}" if causes else "")
+    async def _wait_stopped(self, job_id: str) -> None:
+        # A savepoint completes (a cancel returns) a moment before the job reaches FINISHED
+        # (CANCELED) and frees its slots.
+        deadline = time.monotonic() + self.savepoint_timeout_s
+        while time.monotonic() < deadline:
+            detail = await self.rest.job(job_id)
+            if detail is None or detail.state in TERMINAL_STATES:
+                return
+            await asyncio.sleep(0.1)
+        raise NotReady(f"job {job_id} wrote its savepoint but did not stop within {self.savepoint_timeout_s:.0f} s")
 
     # -- Flink requests ----------------------------------------------------------------------------
     async def _run_request(self, ns: str, spec: JobSpec, job_id: str, savepoint: str | None) -> RunRequest:
@@ -421,6 +442,7 @@ class FlinkLifecycle:
         detail = await self.rest.job(job_id)
         if detail is not None and detail.state not in TERMINAL_STATES:
             await self.rest.cancel(job_id)
+            await self._wait_stopped(job_id)
 
     # -- savepoint and checkpoint retention ----------------------------------------------------------
     async def _retain(self, ns: str, d: Deployment) -> None:

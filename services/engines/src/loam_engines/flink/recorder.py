@@ -14,6 +14,7 @@ from typing import Protocol
 
 from loam_common import keys
 from loam_common.store import Store, Txn
+
 from loam_engines.flink.model import Deployment, LogLine
 
 LOG_CAP = 1000  # lines kept per deployment; older ones are deleted as new ones come

@@ -14,7 +14,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -144,7 +144,7 @@ class FlinkRest:
         if self._owns_client:
             await self._client.aclose()
 
-    async def __aenter__(self) -> FlinkRest:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
