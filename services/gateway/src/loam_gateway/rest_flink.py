@@ -63,13 +63,15 @@ def _spec(body: JobSpecBody) -> dict[str, Any]:
     return body.model_dump(include=set(JobSpecBody.model_fields))
 
 
+async def _caller(request: Request) -> Principal:
+    return await request.app.state.access.check(request.headers, "submit_engine_job")
+
+
+Caller = Annotated[Principal, Depends(_caller)]  # module level: the annotations are strings
+
+
 def build_flink_router() -> APIRouter:
     api = APIRouter(prefix="/v1/engines/flink", responses=ERROR_RESPONSES, tags=["flink"])
-
-    async def caller(request: Request) -> Principal:
-        return await request.app.state.access.check(request.headers, "submit_engine_job")
-
-    Caller = Annotated[Principal, Depends(caller)]
 
     def engine(request: Request):
         found = getattr(request.app.state, "flink", None)
