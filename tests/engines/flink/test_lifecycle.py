@@ -129,7 +129,6 @@ async def test_an_upgrade_to_a_broken_version_rolls_back_by_itself(engine, flink
 
 async def test_bad_input_is_refused_and_leaves_the_running_job_alone(engine, flink_cluster, counter_jar):
     life = engine.lifecycle
-    out = Output(flink_cluster, "bad-")
     jar = await upload_counter(engine, counter_jar)
     await life.deploy(NS, "steady", counter(jar, "bad-v1"))
     before, _ = await life.status(NS, "steady")
@@ -156,8 +155,15 @@ async def test_bad_input_is_refused_and_leaves_the_running_job_alone(engine, fli
     assert (after.state, after.version, after.job_id, len(after.versions)) == (State.RUNNING, 1, before.job_id, 1)
     assert job.state == "RUNNING"
 
-    # A change whose savepoint state has no operator to go to: Flink refuses it, v1 runs again;
-    # with allow_non_restored_state the same change goes through.
+
+@pytest.mark.long
+async def test_a_change_that_cannot_restore_the_state_is_refused_unless_allowed(engine, flink_cluster, counter_jar):
+    """Savepoint state with no operator to go to: Flink refuses the new version, the old one
+    runs again from the savepoint; with allow_non_restored_state the same change goes through."""
+    life = engine.lifecycle
+    out = Output(flink_cluster, "bad-")
+    jar = await upload_counter(engine, counter_jar)
+    await life.deploy(NS, "steady", counter(jar, "bad-v1"))
     mark = out.mark()
     with pytest.raises(UpgradeRolledBack, match="Cannot map checkpoint/savepoint state"):
         await life.upgrade(NS, "steady", counter(jar, "bad-v2", "--stateless"))
