@@ -290,6 +290,7 @@ class FlinkLifecycle:
         assert p is not None and p.job_id is not None
         job = p.job_id
         if p.trigger_id is None:
+            p.stop_requested_ns = self._now()
             try:
                 p.trigger_id = await self.rest.trigger_stop(job, self.savepoint_dir.as_uri())
             except FlinkRestError as e:
@@ -310,7 +311,6 @@ class FlinkLifecycle:
         await self._wait_stopped(job)
         d.savepoints.append(Savepoint(location, d.version, job, self._now(), p.action))
         d.job_id = None
-        p.stopped_ns = self._now()
         self._forget_checkpoints(job)
         if p.action == "suspend":
             d.state, d.pending = State.SUSPENDED, None
@@ -350,8 +350,8 @@ class FlinkLifecycle:
         now = self._now()
         d.version, d.state, d.pending = p.target_version, State.RUNNING, None
         d.timings_ms[f"{p.action}_ms"] = (now - p.started_ns) / 1e6
-        if p.stopped_ns is not None:
-            d.timings_ms[f"{p.action}_downtime_ms"] = (now - p.stopped_ns) / 1e6
+        if p.stop_requested_ns is not None:  # from the stop request to the new job checkpointing
+            d.timings_ms[f"{p.action}_downtime_ms"] = (now - p.stop_requested_ns) / 1e6
         if p.action == "upgrade" and p.failed_version is None:
             d.last_error = None
         await self.recorder.record(ns, d, f"v{d.version} running as job {d.job_id} ({p.action} took "

@@ -108,7 +108,7 @@ class Pending:
     trigger_id: str | None = None  # Flink's id of a savepoint / stop in progress
     savepoint: str | None = None  # where the new job restores from
     from_version: int | None = None
-    stopped_ns: int | None = None  # when the old job stopped (upgrade downtime)
+    stop_requested_ns: int | None = None  # when the old job was asked to stop (downtime starts)
     failed_version: int | None = None  # an upgrade rolling back: the version that failed
 
 
