@@ -5,6 +5,9 @@ bad input is refused and leaves the running job as it was."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 from flinktest import COUNTER_CLASS, NS, Output, first_per_key, last_per_key
 from loam_common.errors import AlreadyExists, InvalidArgument, NotFound
@@ -172,3 +175,32 @@ async def test_a_change_that_cannot_restore_the_state_is_refused_unless_allowed(
     await out.wait(mark, lambda ls: any(c.tag == "bad-v1" for c in ls))
     d = await life.upgrade(NS, "steady", counter(jar, "bad-v3", "--stateless", allow_non_restored_state=True))
     assert (d.state, d.version) == (State.RUNNING, 3)
+
+
+@pytest.mark.long
+async def test_periodic_savepoints_follow_the_policy_and_old_ones_are_disposed(engine, counter_jar):
+    life = engine.lifecycle
+    life.keep_savepoints = 2
+    now = [time.time_ns()]
+    life._now = lambda: now[0]  # the policy's clock; Flink's own time runs as it does
+    jar = await upload_counter(engine, counter_jar)
+    d = await life.deploy(NS, "periodic", counter(jar, "periodic-v1"), savepoint_interval_s=60)
+    assert await life.take_due_savepoints() == []  # not due: it just started
+
+    taken = []
+    for _ in range(4):
+        now[0] += 61 * 1_000_000_000
+        (due,) = await life.take_due_savepoints()
+        assert due[:2] == (NS, "periodic") and due[2].reason == "periodic"
+        taken.append(due[2].path)
+        assert await life.take_due_savepoints() == []  # one per interval
+    d = await life.recorder.load(NS, "periodic")
+    assert [s.path for s in d.savepoints] == taken[-2:]  # the newest two are kept
+    for path in taken[:2]:
+        assert not Path(path.removeprefix("file:")).exists()
+    for path in taken[-2:]:
+        assert (Path(path.removeprefix("file:")) / "_metadata").exists()
+
+    await life.suspend(NS, "periodic")
+    now[0] += 3600 * 1_000_000_000
+    assert await life.take_due_savepoints() == []  # only running deployments

@@ -41,6 +41,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `t/<ns>/flink/d/<deployment>`               | Deployment (JSON)    | loam_engines.flink: a Flink deployment, its versions and savepoints |
 | `t/<ns>/flink/log/<deployment>/<seq u64>`   | LogLine (JSON)       | the deployment's lifecycle log, capped |
 | `sys/flink/busy/<ns>/<deployment>`          | empty                | a Flink action in flight: what a restarted runner resumes |
+| `sys/flink/periodic/<ns>/<deployment>`      | empty                | a RUNNING Flink deployment with a savepoint policy |
 | `sys/tokens/<token id>`                     | TokenRecord          | API tokens (auth.py), hashed   |
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
 | `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays         |
@@ -410,4 +411,18 @@ def flink_busy(ns: str, name: str) -> bytes:
 
 def flink_busy_from_key(key: bytes) -> tuple[str, str]:
     ns, _, name = key[len(flink_busy_all()) :].decode().partition("/")
+    return ns, name
+
+
+def flink_periodic_all() -> bytes:
+    return b"sys/flink/periodic/"
+
+
+def flink_periodic(ns: str, name: str) -> bytes:
+    """`sys/flink/periodic/<ns>/<deployment>`: RUNNING with a periodic savepoint policy."""
+    return flink_periodic_all() + ns.encode() + b"/" + name.encode()
+
+
+def flink_periodic_from_key(key: bytes) -> tuple[str, str]:
+    ns, _, name = key[len(flink_periodic_all()) :].decode().partition("/")
     return ns, name

@@ -41,6 +41,7 @@ class JobSpecBody(BaseModel):
 class DeployBody(JobSpecBody):
     name: str = Field(max_length=128, description="the deployment name")
     savepoint: str | None = Field(None, max_length=4096, description="start from this savepoint")
+    savepoint_interval_s: int = Field(0, ge=0, le=366 * 86400, description="a savepoint this often (0: none)")
 
 
 class ResumeBody(BaseModel):
@@ -96,7 +97,8 @@ def build_flink_router() -> APIRouter:
 
     @api.post("/deployments", status_code=201, summary="Deploy a jar, PyFlink or SQL job")
     async def deploy(request: Request, p: Caller, body: Annotated[DeployBody, Body()]) -> dict:
-        return await engine(request).deployment_create(p.namespace, body.name, _spec(body), body.savepoint)
+        return await engine(request).deployment_create(p.namespace, body.name, _spec(body), body.savepoint,
+                                                       body.savepoint_interval_s)  # fmt: skip
 
     @api.get("/deployments/{name}", summary="A deployment: its record and Flink's view of its job")
     async def get(request: Request, name: DeploymentName, p: Caller) -> dict:

@@ -4,7 +4,8 @@ caller's namespace (already resolved from the credential), runs the lifecycle, a
 plain views (dicts) of deployments, savepoints and logs.
 
 `FlinkEngine.start(root, store, blobs)` brings up the whole local stack: the session cluster
-under `root`, the REST client, the store recorder, the artifact store; `close()` stops it.
+under `root`, the REST client, the store recorder, the artifact store, the periodic
+savepoint loop; it finishes actions a previous runner left in flight; `close()` stops it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from loam_engines.flink.cluster import LocalFlinkCluster
 from loam_engines.flink.distribution import FlinkDistribution
 from loam_engines.flink.lifecycle import FlinkLifecycle, JobStatus
 from loam_engines.flink.model import Deployment, JobSpec, Kind, LogLine, Savepoint
+from loam_engines.flink.periodic import PeriodicSavepoints
 from loam_engines.flink.recorder import RunRecorder, StoreRunRecorder
 from loam_engines.flink.rest import FlinkRest
 
@@ -29,9 +31,11 @@ MAX_CONFIG = 128
 
 
 class FlinkEngine:
-    def __init__(self, lifecycle: FlinkLifecycle, cluster: LocalFlinkCluster | None = None) -> None:
+    def __init__(self, lifecycle: FlinkLifecycle, cluster: LocalFlinkCluster | None = None,
+                 periodic_interval_s: float = 5.0) -> None:  # fmt: skip
         self.lifecycle = lifecycle
         self.cluster = cluster
+        self.periodic = PeriodicSavepoints(lifecycle, periodic_interval_s)
 
     @classmethod
     async def start(
@@ -56,9 +60,11 @@ class FlinkEngine:
         )  # fmt: skip
         engine = cls(lifecycle, cluster)
         await lifecycle.reconcile()
+        engine.periodic.start()
         return engine
 
     async def close(self, *, stop_cluster: bool = True) -> None:
+        await self.periodic.stop()
         await self.lifecycle.rest.aclose()
         if stop_cluster and self.cluster is not None:
             await self.cluster.stop()
@@ -69,8 +75,11 @@ class FlinkEngine:
         return {"artifact": ref, "kind": kind_of(ref).value, "size": len(data)}
 
     # -- deployments --------------------------------------------------------------------------------
-    async def deployment_create(self, ns: str, name: str, spec: dict, savepoint: str | None = None) -> dict:
-        return deployment_view(await self.lifecycle.deploy(ns, name, await self._spec(ns, spec), savepoint=savepoint))
+    async def deployment_create(self, ns: str, name: str, spec: dict, savepoint: str | None = None,
+                                savepoint_interval_s: int = 0) -> dict:  # fmt: skip
+        d = await self.lifecycle.deploy(ns, name, await self._spec(ns, spec), savepoint=savepoint,
+                                        savepoint_interval_s=savepoint_interval_s)  # fmt: skip
+        return deployment_view(d)
 
     async def deployment_list(self, ns: str) -> list[dict]:
         return [deployment_view(d) for d in await self.lifecycle.recorder.list(ns)]
@@ -154,7 +163,7 @@ def deployment_view(d: Deployment, job: JobStatus | None = None) -> dict:
         "savepoints": [savepoint_view(s) for s in d.savepoints],
         "pending": {"action": d.pending.action, "step": d.pending.step} if d.pending else None,
         "last_error": d.last_error, "created_ns": d.created_ns, "updated_ns": d.updated_ns,
-        "timings_ms": dict(d.timings_ms),
+        "timings_ms": dict(d.timings_ms), "savepoint_interval_s": d.savepoint_interval_s,
     }  # fmt: skip
     if job is not None:
         out["job"] = job_view(job)

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,7 @@ class FlinkLifecycle:
         savepoint_timeout_s: float = 120.0,
         keep_savepoints: int = 10,
         require_checkpoint: bool = True,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.recorder = recorder
         self.rest = rest
@@ -102,14 +104,19 @@ class FlinkLifecycle:
         self.savepoint_timeout_s = savepoint_timeout_s
         self.keep_savepoints = keep_savepoints
         self.require_checkpoint = require_checkpoint
+        self._now = clock  # ns since the epoch: record times and the periodic policy's
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._jar_ids: dict[str, str] = {}
 
     # -- actions ---------------------------------------------------------------------------------
-    async def deploy(self, ns: str, name: str, spec: JobSpec, *, savepoint: str | None = None) -> Deployment:
+    async def deploy(self, ns: str, name: str, spec: JobSpec, *, savepoint: str | None = None,
+                     savepoint_interval_s: int = 0) -> Deployment:  # fmt: skip
         """Run `spec` as version 1 of a new deployment (or the next version of a cancelled or
-        failed one of the same name), from `savepoint` if given."""
+        failed one of the same name), from `savepoint` if given; with `savepoint_interval_s`,
+        `take_due_savepoints` takes a savepoint that often while it runs."""
         validate.name("name", name)
+        if not 0 <= savepoint_interval_s <= 366 * 86400:
+            raise InvalidArgument("savepoint_interval_s", "must be 0 (none) to a year, in seconds")
         await self.check_spec(ns, spec)
         if savepoint is not None:
             _check_savepoint_dir(savepoint)
@@ -123,6 +130,7 @@ class FlinkLifecycle:
                 d = Deployment(name=name, state=State.DEPLOYING, version=number, versions=[], pending=pending)
             d.versions.append(Version(number, spec, self._now()))
             d.state, d.pending, d.last_error = State.DEPLOYING, pending, None
+            d.savepoint_interval_s = savepoint_interval_s
             log = f"deploy v{number} ({spec.kind}, {spec.artifact})" + (f" from {savepoint}" if savepoint else "")
             if len(d.versions) == 1:
                 if not await self.recorder.create(ns, d, log):
@@ -131,7 +139,7 @@ class FlinkLifecycle:
                 await self.recorder.record(ns, d, log)
             return await self._run(ns, d)
 
-    async def savepoint(self, ns: str, name: str) -> Savepoint:
+    async def savepoint(self, ns: str, name: str, *, reason: str = "savepoint") -> Savepoint:
         """A savepoint of the running job; it keeps running."""
         async with self._lock(ns, name):
             d = await self._for_action(ns, name, "savepoint")
@@ -141,11 +149,30 @@ class FlinkLifecycle:
                 location = await self.rest.wait_savepoint(d.job_id, trigger, self.savepoint_timeout_s)
             except FlinkRestError as e:
                 raise FlinkRefused(f"the savepoint of {name!r} failed: {e}") from e
-            sp = Savepoint(location, d.version, d.job_id, self._now(), "savepoint")
+            sp = Savepoint(location, d.version, d.job_id, self._now(), reason)
             d.savepoints.append(sp)
-            await self.recorder.record(ns, d, f"savepoint {location}")
+            await self.recorder.record(ns, d, f"{reason} savepoint {location}")
             await self._retain(ns, d)
             return sp
+
+    async def take_due_savepoints(self) -> list[tuple[str, str, Savepoint]]:
+        """One pass of the periodic policy: a savepoint of every running deployment whose last
+        one (or whose start) is older than its interval. A failed one is logged on the
+        deployment and tried again on the next pass."""
+        taken = []
+        now = self._now()
+        for ns, name in await self.recorder.periodic():
+            d = await self.recorder.load(ns, name)
+            if d is None or not d.periodic:
+                continue
+            last = max([d.running_since_ns] + [s.taken_ns for s in d.savepoints if s.job_id == d.job_id])
+            if now - last < d.savepoint_interval_s * 1_000_000_000:
+                continue
+            try:
+                taken.append((ns, name, await self.savepoint(ns, name, reason="periodic")))
+            except (FlinkRefused, NotFound) as e:  # busy, or no longer running: the next pass sees
+                await self.recorder.record(ns, d, f"periodic savepoint skipped: {e}")
+        return taken
 
     async def suspend(self, ns: str, name: str) -> Deployment:
         """Stop the job with a savepoint; `resume` continues from it."""
@@ -348,7 +375,7 @@ class FlinkLifecycle:
         assert p is not None and p.new_job_id is not None
         await self._wait_ready(p.new_job_id)
         now = self._now()
-        d.version, d.state, d.pending = p.target_version, State.RUNNING, None
+        d.version, d.state, d.pending, d.running_since_ns = p.target_version, State.RUNNING, None, now
         d.timings_ms[f"{p.action}_ms"] = (now - p.started_ns) / 1e6
         if p.stop_requested_ns is not None:  # from the stop request to the new job checkpointing
             d.timings_ms[f"{p.action}_downtime_ms"] = (now - p.stop_requested_ns) / 1e6
@@ -495,10 +522,6 @@ class FlinkLifecycle:
         if sp is None:
             raise NotFound(f"{path!r} is not a savepoint of {d.name!r}: see its savepoints in status")
         return sp
-
-    @staticmethod
-    def _now() -> int:
-        return time.time_ns()
 
 
 def _local(path: str) -> Path:

@@ -127,6 +127,12 @@ class Deployment:
     updated_ns: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
     log_seq: int = 0
+    savepoint_interval_s: int = 0  # policy: a periodic savepoint this often while RUNNING (0: none)
+    running_since_ns: int = 0
+
+    @property
+    def periodic(self) -> bool:
+        return self.state == State.RUNNING and self.pending is None and self.savepoint_interval_s > 0
 
     def spec(self, number: int | None = None) -> JobSpec:
         n = self.version if number is None else number
@@ -144,6 +150,7 @@ class Deployment:
 
     def to_json(self) -> bytes:
         d = dataclasses.asdict(self)
+        d.pop("periodic", None)
         d["enc"] = ENCODING
         d["state"] = self.state.value
         d["versions"] = [{"number": v.number, "spec": v.spec.to_dict(), "created_ns": v.created_ns} for v in self.versions]
@@ -160,6 +167,7 @@ class Deployment:
             pending=Pending(**d["pending"]) if d.get("pending") else None,
             last_error=d.get("last_error"), created_ns=d.get("created_ns", 0), updated_ns=d.get("updated_ns", 0),
             timings_ms=dict(d.get("timings_ms", {})), log_seq=d.get("log_seq", 0),
+            savepoint_interval_s=d.get("savepoint_interval_s", 0), running_since_ns=d.get("running_since_ns", 0),
         )  # fmt: skip
 
 

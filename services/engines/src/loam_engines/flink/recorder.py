@@ -4,7 +4,8 @@ generic run record implements it) and `StoreRunRecorder`, its implementation ove
 The lifecycle writes the whole deployment after every step (state, versions, savepoints,
 the action in flight) together with one log line, in one transaction: a restarted runner
 reads back exactly the step it reached. `in_flight()` lists, across namespaces, the
-deployments whose action did not finish, for `FlinkLifecycle.reconcile()`.
+deployments whose action did not finish, for `FlinkLifecycle.reconcile()`; `periodic()` the
+running ones with a savepoint policy, for `PeriodicSavepoints`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ class RunRecorder(Protocol):
         """(namespace, deployment) of every action that has not finished."""
         ...
 
+    async def periodic(self) -> list[tuple[str, str]]:
+        """(namespace, deployment) of every RUNNING deployment with a savepoint policy."""
+        ...
+
 
 # -- transitions (one transaction each) -----------------------------------------------------------
 def flink_deployment_get(tx: Txn, ns: str, name: str) -> bytes | None:
@@ -59,11 +64,12 @@ def flink_deployment_put(tx: Txn, ns: str, deployment: Deployment, log: str | No
             tx.delete(keys.flink_log(ns, deployment.name, deployment.log_seq - LOG_CAP))
     deployment.updated_ns = tx.now_ns()
     tx.put(keys.flink_deployment(ns, deployment.name), deployment.to_json())
-    busy = keys.flink_busy(ns, deployment.name)
-    if deployment.pending is not None:
-        tx.put(busy, b"")
-    else:
-        tx.delete(busy)
+    for key, present in ((keys.flink_busy(ns, deployment.name), deployment.pending is not None),
+                         (keys.flink_periodic(ns, deployment.name), deployment.periodic)):  # fmt: skip
+        if present:
+            tx.put(key, b"")
+        else:
+            tx.delete(key)
 
 
 def flink_deployment_create_if_absent(tx: Txn, ns: str, deployment: Deployment, log: str) -> bool:
@@ -82,6 +88,11 @@ def flink_logs_tail(tx: Txn, ns: str, name: str, limit: int) -> list[bytes]:
 def flink_busy_list(tx: Txn) -> list[tuple[str, str]]:
     prefix = keys.flink_busy_all()
     return [keys.flink_busy_from_key(k) for k, _ in tx.scan(prefix, keys.prefix_end(prefix))]
+
+
+def flink_periodic_list(tx: Txn) -> list[tuple[str, str]]:
+    prefix = keys.flink_periodic_all()
+    return [keys.flink_periodic_from_key(k) for k, _ in tx.scan(prefix, keys.prefix_end(prefix))]
 
 
 class StoreRunRecorder:
@@ -124,3 +135,6 @@ class StoreRunRecorder:
 
     async def in_flight(self) -> list[tuple[str, str]]:
         return await self.store.snapshot(flink_busy_list)
+
+    async def periodic(self) -> list[tuple[str, str]]:
+        return await self.store.snapshot(flink_periodic_list)
