@@ -71,3 +71,32 @@ def first_per_key(lines: list[Count]) -> dict[int, Count]:
     for c in lines:
         out.setdefault(c.key, c)
     return out
+
+
+# -- the SQL test job ----------------------------------------------------------------------------
+COUNTS_SQL = """
+-- counts per id % 3 of a sequence, printed as "<tag>> +U[k, n, top]"
+SET 'pipeline.name' = 'loam-sql-counts';
+CREATE TABLE seq (id BIGINT) WITH ('connector' = 'datagen', 'rows-per-second' = '20',
+  'fields.id.kind' = 'sequence', 'fields.id.start' = '1', 'fields.id.end' = '1000000');
+CREATE TABLE counts (k BIGINT, n BIGINT, top BIGINT, PRIMARY KEY (k) NOT ENFORCED)
+  WITH ('connector' = 'print', 'print-identifier' = '{tag}');
+INSERT INTO counts SELECT id % 3, COUNT(*), MAX(id) FROM seq GROUP BY id % 3;
+"""
+
+
+def sql_counts(path, tag: str, since: int) -> list[tuple[int, int]]:
+    """(key, count) of each +I/+U line the SQL job printed after `since`."""
+    with open(path, "rb") as f:
+        f.seek(since)
+        text = f.read().decode(errors="replace")
+    return [(int(k), int(n)) for k, n in re.findall(rf"^{tag}> \+[IU]\[(\d+), (\d+), \d+\]", text, re.MULTILINE)]
+
+
+async def wait_counts(path, tag, since, predicate, timeout_s=60.0):
+    for _ in range(int(timeout_s / 0.2)):  # print sinks write to a file: look again shortly
+        found = sql_counts(path, tag, since)
+        if predicate(found):
+            return found
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no matching SQL output: {sql_counts(path, tag, since)[-5:]}")

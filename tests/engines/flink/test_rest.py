@@ -6,27 +6,16 @@ answered with the gateway's error shape; another namespace sees nothing."""
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 
 import httpx
 import pytest
 import uvicorn
-from flinktest import NS
+from flinktest import COUNTS_SQL, NS, sql_counts, wait_counts
 from loam_gateway.app import create_app
 from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import CoreRpc
-
-COUNTS_SQL = """
--- counts per id % 3 of a sequence, printed as "<tag>> +U[k, n, top]"
-SET 'pipeline.name' = 'loam-sql-counts';
-CREATE TABLE seq (id BIGINT) WITH ('connector' = 'datagen', 'rows-per-second' = '20',
-  'fields.id.kind' = 'sequence', 'fields.id.start' = '1', 'fields.id.end' = '1000000');
-CREATE TABLE counts (k BIGINT, n BIGINT, top BIGINT, PRIMARY KEY (k) NOT ENFORCED)
-  WITH ('connector' = 'print', 'print-identifier' = '{tag}');
-INSERT INTO counts SELECT id % 3, COUNT(*), MAX(id) FROM seq GROUP BY id % 3;
-"""
 
 
 def free_port() -> int:
@@ -53,27 +42,6 @@ async def gateway(engine):
     await serving
 
 
-def sql_counts(path, tag: str, since: int) -> list[tuple[int, int]]:
-    """(key, count) of each +I/+U line the SQL job printed after `since`."""
-    with open(path, "rb") as f:
-        f.seek(since)
-        text = f.read().decode(errors="replace")
-    return [(int(k), int(n)) for k, n in re.findall(rf"^{tag}> \+[IU]\[(\d+), (\d+), \d+\]", text, re.MULTILINE)]
-
-
-async def wait_counts(path, tag, since, predicate, timeout_s=60.0):
-    for _ in range(int(timeout_s / 0.2)):  # print sinks write to a file: look again shortly
-        found = sql_counts(path, tag, since)
-        if predicate(found):
-            return found
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"no matching SQL output: {sql_counts(path, tag, since)[-5:]}")
-
-
-def last_per_key(pairs):
-    return dict(pairs)
-
-
 async def test_a_flink_sql_job_suspended_and_resumed_over_rest_keeps_counting(gateway, flink_cluster):
     http, out = gateway, flink_cluster.taskmanager_out
     tag = "sqlrest"
@@ -96,7 +64,7 @@ async def test_a_flink_sql_job_suspended_and_resumed_over_rest_keeps_counting(ga
     r = await http.post("/deployments/counts:suspend")
     assert r.status_code == 200, r.text
     assert r.json()["state"] == "SUSPENDED" and r.json()["savepoints"][-1]["reason"] == "suspend"
-    before = last_per_key(sql_counts(out, tag, since))
+    before = dict(sql_counts(out, tag, since))  # the last count of each key
     since = out.stat().st_size
 
     r = await http.post("/deployments/counts:resume")
