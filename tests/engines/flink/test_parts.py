@@ -64,9 +64,15 @@ def test_a_deployment_survives_its_json_unchanged():
 
 
 def test_job_ids_are_fixed_per_submission_and_distinct():
-    assert job_id_for("ns", "d", 1) == job_id_for("ns", "d", 1)
-    assert len({job_id_for("ns", "d", 1), job_id_for("ns", "d", 2), job_id_for("ns2", "d", 1)}) == 3
-    assert len(job_id_for("ns", "d", 1)) == 32 and int(job_id_for("ns", "d", 1), 16) >= 0
+    def at(name: str = "d1", created_ns: int = 1, generation: int = 1) -> Deployment:
+        d = deployment(name)
+        d.created_ns, d.generation = created_ns, generation
+        return d
+
+    assert job_id_for("ns", at()) == job_id_for("ns", at())
+    ids = {job_id_for("ns", at()), job_id_for("ns", at(generation=2)), job_id_for("ns2", at()),
+           job_id_for("ns", at(created_ns=2)), job_id_for("ns", at("d2"))}  # fmt: skip
+    assert len(ids) == 5 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
 
 
 def test_sql_scripts_split_at_semicolons_that_end_a_line():

@@ -316,23 +316,26 @@ class FlinkLifecycle:
         p = d.pending
         assert p is not None and p.job_id is not None
         job = p.job_id
-        if p.trigger_id is None:
-            p.stop_requested_ns = self._now()
-            try:
-                p.trigger_id = await self.rest.trigger_stop(job, self.savepoint_dir.as_uri())
-            except FlinkRestError as e:
-                raise NotReady(f"stopping job {job} with a savepoint failed: {e}") from e
-            await self.recorder.record(ns, d)
         try:
+            if p.trigger_id is None:
+                p.stop_requested_ns = self._now()
+                p.trigger_id = await self.rest.trigger_stop(job, self.savepoint_dir.as_uri())
+                await self.recorder.record(ns, d)
             location = await self.rest.wait_savepoint(job, p.trigger_id, self.savepoint_timeout_s)
         except FlinkRestError as e:
             detail = await self.rest.job(job)
-            if e.status == 404 and detail is not None and detail.state == "RUNNING":
+            if e.status == 404 and p.trigger_id is not None and detail is not None and detail.state == "RUNNING":
                 p.trigger_id = None  # a restarted JobManager forgot the trigger: stop again
                 return
-            # The job is not stopped, or the savepoint failed: nothing changed, abandon the action.
-            d.state, d.pending = State.RUNNING if detail and detail.state == "RUNNING" else State.FAILED, None
-            d.last_error = f"{p.action} stopped: the savepoint of job {job} failed: {e}"
+            # The job did not stop, or its savepoint failed: abandon the action, and say so;
+            # a job still running stays the deployment's job.
+            running = detail is not None and detail.state == "RUNNING"
+            d.state, d.pending = (State.RUNNING if running else State.FAILED), None
+            if not running:
+                d.job_id = None
+            if p.action == "upgrade":
+                d.versions = [v for v in d.versions if v.number != p.target_version]
+            d.last_error = f"{p.action} abandoned: stopping job {job} with a savepoint failed: {e}"
             await self.recorder.record(ns, d, d.last_error)
             raise FlinkRefused(d.last_error) from e
         await self._wait_stopped(job)
@@ -355,7 +358,7 @@ class FlinkLifecycle:
         assert p is not None
         if p.new_job_id is None:
             d.generation += 1
-            p.new_job_id = job_id_for(ns, d.name, d.generation)
+            p.new_job_id = job_id_for(ns, d)
             await self.recorder.record(ns, d)  # the id is known before Flink hears of it
         if await self.rest.job(p.new_job_id) is None:
             request = await self._run_request(ns, d.spec(p.target_version), p.new_job_id, p.savepoint)

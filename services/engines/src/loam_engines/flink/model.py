@@ -171,10 +171,13 @@ class Deployment:
         )  # fmt: skip
 
 
-def job_id_for(ns: str, name: str, generation: int) -> str:
-    """The Flink job id of a deployment's `generation`-th submission: fixed in advance, so a
-    runner that crashed after submitting finds the job instead of submitting it twice."""
-    return hashlib.sha256(f"loam-flink/{ns}/{name}/{generation}".encode()).hexdigest()[:32]
+def job_id_for(ns: str, d: Deployment) -> str:
+    """The Flink job id of the deployment's current generation (its `generation`-th submission):
+    fixed in advance, so a runner that crashed after submitting finds the job instead of
+    submitting it twice. The creation time keeps a deployment made again under an old name
+    (or by another store on the same cluster) from meeting its predecessor's jobs."""
+    seed = f"loam-flink/{ns}/{d.name}/{d.created_ns}/{d.generation}"
+    return hashlib.sha256(seed.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
