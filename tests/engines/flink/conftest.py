@@ -30,7 +30,7 @@ LONG = os.environ.get("LOAM_FLINK_LONG") == "1"
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="long Flink test: make test-engines-flink")
     for item in items:
-        if "long" in item.keywords and not LONG:
+        if item.get_closest_marker("long") is not None and not LONG:
             item.add_marker(skip)
 
 

@@ -12,6 +12,7 @@ import httpx
 import pytest
 import uvicorn
 from flinktest import COUNTS_SQL, NS, sql_counts, wait_counts
+from loam_engines.flink import cli as flink_cli
 from loam_gateway.app import create_app
 from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
@@ -102,8 +103,18 @@ async def test_a_flink_sql_job_suspended_and_resumed_over_rest_keeps_counting(ga
     r = await http.get("/deployments/counts")
     assert r.json()["state"] == "RUNNING" and r.json()["job"]["state"] == "RUNNING"
 
-    r = await http.post("/deployments/counts:cancel")
-    assert r.status_code == 200 and r.json()["state"] == "CANCELLED"
+    # the CLI drives the same routes
+    server = str(http.base_url).removesuffix("/v1/engines/flink/").removesuffix("/v1/engines/flink")
+
+    def cli(*args: str):
+        return asyncio.to_thread(flink_cli.run, ["--url", server, "-n", NS, *args])
+
+    assert [d["name"] for d in (await cli("ls"))["deployments"]] == ["counts"]
+    assert (await cli("savepoint", "counts"))["reason"] == "savepoint"
+    assert (await cli("status", "counts"))["job"]["state"] == "RUNNING"
+    with pytest.raises(SystemExit):
+        await cli("resume", "counts")
+    assert (await cli("cancel", "counts"))["state"] == "CANCELLED"
 
 
 async def test_a_server_without_the_flink_engine_says_so(engine):
