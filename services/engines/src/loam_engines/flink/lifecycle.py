@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from loam_engines.flink.model import (
 from loam_engines.flink.recorder import RunRecorder
 from loam_engines.flink.rest import PYTHON_DRIVER, TERMINAL_STATES, FlinkRest, FlinkRestError, RunRequest
 
+log = logging.getLogger(__name__)
 SQL_RUNNER = Path(__file__).with_name("sql_runner.py")
 MAX_PARALLELISM = 256
 
@@ -157,8 +159,8 @@ class FlinkLifecycle:
 
     async def take_due_savepoints(self) -> list[tuple[str, str, Savepoint]]:
         """One pass of the periodic policy: a savepoint of every running deployment whose last
-        one (or whose start) is older than its interval. A failed one is logged on the
-        deployment and tried again on the next pass."""
+        one (or whose start) is older than its interval. One that cannot be taken now (the
+        deployment is busy or stopped) goes to the runner's log; the next pass tries again."""
         taken = []
         now = self._now()
         for ns, name in await self.recorder.periodic():
@@ -171,7 +173,7 @@ class FlinkLifecycle:
             try:
                 taken.append((ns, name, await self.savepoint(ns, name, reason="periodic")))
             except (FlinkRefused, NotFound) as e:  # busy, or no longer running: the next pass sees
-                await self.recorder.record(ns, d, f"periodic savepoint skipped: {e}")
+                log.warning("periodic savepoint of %s/%s skipped: %s", ns, name, e)
         return taken
 
     async def suspend(self, ns: str, name: str) -> Deployment:
