@@ -60,7 +60,9 @@ async def by_hand(rest: FlinkRest, jar_path: Path, savepoints: Path, round_: int
     jar = await rest.upload_jar(jar_path)
     args = ("--tag", f"hand-{round_}", "--rate", "20")
     t0 = time.monotonic()
-    job = await rest.run_jar(jar, RunRequest(entry_class="loam.KeyedCounter", args=args, job_id=f"{round_:032x}"))
+    job = await rest.run_jar(
+        jar, RunRequest(entry_class="loam.KeyedCounter", args=args, job_id=f"{round_:032x}")
+    )
     await ready(rest, job)
     deploy = time.monotonic() - t0
     t0 = time.monotonic()
@@ -82,7 +84,9 @@ async def with_loam(engine: FlinkEngine, jar_bytes: bytes, round_: int) -> dict[
     life = engine.lifecycle
     name = f"bench-{round_}"
     artifact = (await engine.artifact_put(NS, "keyed-counter.jar", jar_bytes))["artifact"]
-    spec = JobSpec(Kind.JAR, artifact, entry_class="loam.KeyedCounter", args=("--tag", f"loam-{round_}", "--rate", "20"))
+    spec = JobSpec(
+        Kind.JAR, artifact, entry_class="loam.KeyedCounter", args=("--tag", f"loam-{round_}", "--rate", "20")
+    )
     t0 = time.monotonic()
     await life.deploy(NS, name, spec)
     deploy = time.monotonic() - t0
@@ -105,7 +109,9 @@ async def main(rounds: int, out: Path) -> None:
         await cluster.start()
         cold = time.monotonic() - t0
         store = open_store(f"sqlite:///{work / 'loam.db'}")
-        engine = await FlinkEngine.start(work / "engine", store, DirBlobStore(work / "blobs"), cluster=cluster)
+        engine = await FlinkEngine.start(
+            work / "engine", store, DirBlobStore(work / "blobs"), cluster=cluster
+        )
         hand, loam = [], []
         try:
             async with FlinkRest(cluster.rest_url) as rest:
@@ -128,7 +134,9 @@ async def main(rounds: int, out: Path) -> None:
     print(f"cluster cold start: {cold:.1f} s")
     print(f"{'median of ' + str(rounds):<22}{'by hand':>10}{'Loam':>10}{'overhead':>10}")
     for key in ("deploy_s", "savepoint_s", "upgrade_downtime_s"):
-        print(f"{key:<22}{result['by_hand'][key]:>9.2f}s{result['loam'][key]:>9.2f}s{result['overhead_pct'][key]:>9.0f}%")
+        print(
+            f"{key:<22}{result['by_hand'][key]:>9.2f}s{result['loam'][key]:>9.2f}s{result['overhead_pct'][key]:>9.0f}%"
+        )
 
 
 if __name__ == "__main__":

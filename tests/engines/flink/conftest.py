@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from flinktest import JOBS, NS
+
 from loam_common.blobs import DirBlobStore
 from loam_common.store import open_store
 from loam_engines.flink.cluster import LocalFlinkCluster

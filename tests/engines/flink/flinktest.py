@@ -90,7 +90,9 @@ def sql_counts(path, tag: str, since: int) -> list[tuple[int, int]]:
     with open(path, "rb") as f:
         f.seek(since)
         text = f.read().decode(errors="replace")
-    return [(int(k), int(n)) for k, n in re.findall(rf"^{tag}> \+[IU]\[(\d+), (\d+), \d+\]", text, re.MULTILINE)]
+    return [
+        (int(k), int(n)) for k, n in re.findall(rf"^{tag}> \+[IU]\[(\d+), (\d+), \d+\]", text, re.MULTILINE)
+    ]
 
 
 async def wait_counts(path, tag, since, predicate, timeout_s=60.0):

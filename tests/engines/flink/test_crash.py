@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from flinktest import COUNTER_CLASS, NS, Output, first_per_key, last_per_key
+
 from loam_engines.flink.cluster import LocalFlinkCluster
 from loam_engines.flink.model import JobSpec, Kind, State
 
@@ -129,7 +130,9 @@ async def test_a_runner_killed_mid_upgrade_converges_on_restart_without_a_duplic
     d, job = await life.status(NS, "crashy")
     assert (d.state, d.version, d.pending) == (State.RUNNING, 2, None)
     assert job.state == "RUNNING"
-    running = [j for j in await life.rest.jobs() if j.name.startswith("loam-counter-crash") and j.state == "RUNNING"]
+    running = [
+        j for j in await life.rest.jobs() if j.name.startswith("loam-counter-crash") and j.state == "RUNNING"
+    ]
     assert [j.id for j in running] == [d.job_id]
     v2 = await out.wait(mark, lambda ls: len({c.key for c in ls if c.tag == "crash-v2"}) == 2)
     v2_first = first_per_key([c for c in v2 if c.tag == "crash-v2"])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from flinktest import COUNTER_CLASS, NS, Output, first_per_key, last_per_key
+
 from loam_common.errors import AlreadyExists, InvalidArgument, NotFound
 from loam_engines.flink.lifecycle import FlinkRefused, UpgradeRolledBack
 from loam_engines.flink.model import JobSpec, Kind, State
@@ -20,7 +21,9 @@ async def upload_counter(engine, counter_jar) -> str:
 
 
 def counter(artifact: str, tag: str, *extra: str, **kw) -> JobSpec:
-    return JobSpec(Kind.JAR, artifact, entry_class=COUNTER_CLASS, args=("--tag", tag, "--rate", "20", *extra), **kw)
+    return JobSpec(
+        Kind.JAR, artifact, entry_class=COUNTER_CLASS, args=("--tag", tag, "--rate", "20", *extra), **kw
+    )
 
 
 def continues(before: dict, after: dict) -> bool:
@@ -64,7 +67,8 @@ async def test_a_keyed_counter_keeps_its_count_through_upgrade_rollback_suspend_
     assert all(v2_first[k].count == v1_last[k].count + 1 for k in v1_last), (v1_last, v2_first)
     _, job = await life.status(NS, "counter")
     assert job.restored_from is not None and job.restored_from.rstrip("/").endswith(
-        d.savepoints[-1].path.rstrip("/").rsplit("/", 1)[-1])
+        d.savepoints[-1].path.rstrip("/").rsplit("/", 1)[-1]
+    )
 
     # rollback to v1 from the savepoint taken while v1 ran: the count rewinds to it
     await out.wait(mark, lambda ls: any(c.tag == "jar-v2" and c.count > v1_last[c.key].count + 5 for c in ls))
@@ -74,7 +78,11 @@ async def test_a_keyed_counter_keeps_its_count_through_upgrade_rollback_suspend_
     back = await out.wait(mark, lambda ls: len({c.key for c in ls if c.tag == "jar-v1"}) == 2)
     back_first = first_per_key([c for c in back if c.tag == "jar-v1"])
     for k in (0, 1):
-        assert before_sp[k].count < back_first[k].count <= after_sp[k].count + 1, (before_sp, after_sp, back_first)
+        assert before_sp[k].count < back_first[k].count <= after_sp[k].count + 1, (
+            before_sp,
+            after_sp,
+            back_first,
+        )
 
     # suspend, then resume: the count continues
     await out.wait(mark, lambda ls: sum(c.tag == "jar-v1" for c in ls) > 6)
@@ -88,7 +96,10 @@ async def test_a_keyed_counter_keeps_its_count_through_upgrade_rollback_suspend_
     assert (d.state, d.version) == (State.RUNNING, 1)
     resumed = await out.wait(mark, lambda ls: len({c.key for c in ls}) == 2)
     resumed_first = first_per_key(resumed)
-    assert all(resumed_first[k].count == suspended_last[k].count + 1 for k in (0, 1)), (suspended_last, resumed_first)
+    assert all(resumed_first[k].count == suspended_last[k].count + 1 for k in (0, 1)), (
+        suspended_last,
+        resumed_first,
+    )
 
     # cancel
     job_id = d.job_id
@@ -98,7 +109,15 @@ async def test_a_keyed_counter_keeps_its_count_through_upgrade_rollback_suspend_
 
     # every step is in the log, in order
     log = [line.text for line in await life.recorder.logs(NS, "counter", 100)]
-    for word in ("deploy v1", "savepoint", "upgrade v1 -> v2", "rollback v2 -> v1", "suspended", "resume v1", "cancelled"):
+    for word in (
+        "deploy v1",
+        "savepoint",
+        "upgrade v1 -> v2",
+        "rollback v2 -> v1",
+        "suspended",
+        "resume v1",
+        "cancelled",
+    ):
         assert any(word in line for line in log), (word, log)
     assert [v.number for v in d.versions] == [1, 2]
 
@@ -111,7 +130,9 @@ async def test_an_upgrade_to_a_broken_version_rolls_back_by_itself(engine, flink
     await life.deploy(NS, "fragile", counter(jar, "broken-v1"))
     await out.wait(mark, lambda ls: len({c.key for c in ls if c.count >= 3}) == 2)
 
-    with pytest.raises(UpgradeRolledBack, match=r"upgrade to v2 failed: .*version broken-v2 is broken.*v1 runs again"):
+    with pytest.raises(
+        UpgradeRolledBack, match=r"upgrade to v2 failed: .*version broken-v2 is broken.*v1 runs again"
+    ):
         await life.upgrade(NS, "fragile", counter(jar, "broken-v2", "--fail"))
     returned = out.mark()
 
@@ -142,7 +163,9 @@ async def test_bad_input_is_refused_and_leaves_the_running_job_alone(engine, fli
     with pytest.raises(InvalidArgument, match="artifact"):
         await life.upgrade(NS, "steady", counter("not-a-ref", "bad-v2"))
     with pytest.raises(NotFound, match="is not a savepoint of 'steady'"):
-        await life.rollback(NS, "steady", version=1, savepoint="file:/tmp/nowhere/savepoint-000000-000000000000")
+        await life.rollback(
+            NS, "steady", version=1, savepoint="file:/tmp/nowhere/savepoint-000000-000000000000"
+        )
     with pytest.raises(FlinkRefused, match="nothing to roll back to"):
         await life.rollback(NS, "steady")
     with pytest.raises(FlinkRefused, match="cannot resume 'steady': it is RUNNING"):
@@ -155,12 +178,19 @@ async def test_bad_input_is_refused_and_leaves_the_running_job_alone(engine, fli
         await life.upgrade(NS, "steady", counter(jar, "bad-v2", parallelism=0))
 
     after, job = await life.status(NS, "steady")
-    assert (after.state, after.version, after.job_id, len(after.versions)) == (State.RUNNING, 1, before.job_id, 1)
+    assert (after.state, after.version, after.job_id, len(after.versions)) == (
+        State.RUNNING,
+        1,
+        before.job_id,
+        1,
+    )
     assert job.state == "RUNNING"
 
 
 @pytest.mark.long
-async def test_a_change_that_cannot_restore_the_state_is_refused_unless_allowed(engine, flink_cluster, counter_jar):
+async def test_a_change_that_cannot_restore_the_state_is_refused_unless_allowed(
+    engine, flink_cluster, counter_jar
+):
     """Savepoint state with no operator to go to: Flink refuses the new version, the old one
     runs again from the savepoint; with allow_non_restored_state the same change goes through."""
     life = engine.lifecycle

@@ -4,6 +4,7 @@ runner's statement splitting, Flink error messages, the wheel's Java options."""
 from __future__ import annotations
 
 import pytest
+
 from loam_common import keys
 from loam_common.store import open_store
 from loam_engines.flink.cluster import wheel_java_opts
@@ -16,7 +17,9 @@ REF = "a" * 64 + "/job.jar"
 
 
 def deployment(name: str = "d1") -> Deployment:
-    return Deployment(name=name, state=State.DEPLOYING, version=1, versions=[Version(1, JobSpec(Kind.JAR, REF), 5)])
+    return Deployment(
+        name=name, state=State.DEPLOYING, version=1, versions=[Version(1, JobSpec(Kind.JAR, REF), 5)]
+    )
 
 
 @pytest.fixture
@@ -58,7 +61,9 @@ async def test_the_log_keeps_the_newest_lines(recorder):
 
 def test_a_deployment_survives_its_json_unchanged():
     d = deployment()
-    d.pending = Pending("upgrade", "verify", 2, 1, job_id="j", new_job_id="k", savepoint="file:/s", from_version=1)
+    d.pending = Pending(
+        "upgrade", "verify", 2, 1, job_id="j", new_job_id="k", savepoint="file:/s", from_version=1
+    )
     d.timings_ms["deploy_ms"] = 12.5
     assert Deployment.from_json(d.to_json()) == d
 
@@ -94,7 +99,10 @@ def test_flink_errors_are_cut_to_their_root_cause():
     trace = ("org.apache.flink.runtime.rest.handler.RestHandlerException: Could not execute application.\n"
              "\tat x.y(Z.java:1)\nCaused by: java.lang.RuntimeException: wrapped\n"
              "Caused by: java.lang.IllegalStateException: Cannot map checkpoint/savepoint state for operator 1\n")  # fmt: skip
-    assert root_cause([trace]) == "java.lang.IllegalStateException: Cannot map checkpoint/savepoint state for operator 1"
+    assert (
+        root_cause([trace])
+        == "java.lang.IllegalStateException: Cannot map checkpoint/savepoint state for operator 1"
+    )
     assert root_cause(["Not found: /jobs/x"]) == "Not found: /jobs/x"
     assert root_cause([]) == "Flink gave no reason"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from flinktest import JOBS, NS, Output, first_per_key, last_per_key
+
 from loam_engines.flink.model import JobSpec, Kind, State
 
 
@@ -12,7 +13,9 @@ from loam_engines.flink.model import JobSpec, Kind, State
 async def test_a_pyflink_counter_continues_its_count_across_an_upgrade(engine, flink_cluster):
     life = engine.lifecycle
     out = Output(flink_cluster, "py-")
-    script = (await engine.artifact_put(NS, "py_counter.py", (JOBS / "py_counter.py").read_bytes()))["artifact"]
+    script = (await engine.artifact_put(NS, "py_counter.py", (JOBS / "py_counter.py").read_bytes()))[
+        "artifact"
+    ]
     mark = out.mark()
     d = await life.deploy(NS, "pycount", JobSpec(Kind.PYTHON, script, args=("--tag", "py-v1")))
     assert d.state == State.RUNNING

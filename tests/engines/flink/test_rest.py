@@ -12,6 +12,7 @@ import httpx
 import pytest
 import uvicorn
 from flinktest import COUNTS_SQL, NS, sql_counts, wait_counts
+
 from loam_engines.flink import cli as flink_cli
 from loam_gateway.app import create_app
 from loam_gateway.routing import Router
@@ -31,7 +32,9 @@ async def gateway(engine):
     app = create_app(Router(local=CoreRpc(QueueCore(store))))
     app.state.flink = engine
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
     server.install_signal_handlers = lambda: None
     serving = asyncio.create_task(server.serve())
     while not server.started:
@@ -47,7 +50,9 @@ async def test_a_flink_sql_job_suspended_and_resumed_over_rest_keeps_counting(ga
     http, out = gateway, flink_cluster.taskmanager_out
     tag = "sqlrest"
 
-    r = await http.post("/artifacts", params={"filename": "counts.sql"}, content=COUNTS_SQL.format(tag=tag).encode())
+    r = await http.post(
+        "/artifacts", params={"filename": "counts.sql"}, content=COUNTS_SQL.format(tag=tag).encode()
+    )
     assert r.status_code == 200, r.text
     artifact = r.json()["artifact"]
     assert r.json()["kind"] == "sql"
@@ -59,7 +64,9 @@ async def test_a_flink_sql_job_suspended_and_resumed_over_rest_keeps_counting(ga
 
     r = await http.get("/deployments/counts")
     body = r.json()
-    assert body["job"]["state"] == "RUNNING" and body["job"]["all_running"] and body["job"]["checkpoints"] >= 1
+    assert (
+        body["job"]["state"] == "RUNNING" and body["job"]["all_running"] and body["job"]["checkpoints"] >= 1
+    )
     await wait_counts(out, tag, since, lambda ps: len({k for k, n in ps if n >= 5}) == 3)
 
     r = await http.post("/deployments/counts:suspend")

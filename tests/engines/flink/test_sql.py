@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from flinktest import COUNTS_SQL, NS, sql_counts, wait_counts
+
 from loam_engines.flink.lifecycle import UpgradeRolledBack
 from loam_engines.flink.model import JobSpec, Kind, State
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
-from loam_common.auth import Principal
-from loam_common.errors import InvalidArgument, JobsError
 from pydantic import BaseModel, ConfigDict, Field
 
+from loam_common.api.methods import operation
+from loam_common.auth import Principal
+from loam_common.errors import InvalidArgument, JobsError
 from loam_gateway.rest import ERROR_RESPONSES
 
 DeploymentName = Annotated[str, Path(description="the deployment name: 1-128 of A-Z a-z 0-9 . _ : @ -")]
@@ -30,12 +31,16 @@ MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
 class JobSpecBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     artifact: str | None = Field(None, max_length=300, description="an uploaded artifact (`<sha256>/<file>`)")
-    sql: str | None = Field(None, max_length=1_000_000, description="Flink SQL statements, instead of an artifact")
+    sql: str | None = Field(
+        None, max_length=1_000_000, description="Flink SQL statements, instead of an artifact"
+    )
     entry_class: str | None = Field(None, max_length=512, description="a jar job's main class")
     args: list[str] = Field(default_factory=list, max_length=256, description="the program's arguments")
     parallelism: int = Field(1, ge=1, le=256)
     config: dict[str, str] = Field(default_factory=dict, description="Flink options for this job")
-    allow_non_restored_state: bool = Field(False, description="start even if savepoint state has no operator to go to")
+    allow_non_restored_state: bool = Field(
+        False, description="start even if savepoint state has no operator to go to"
+    )
 
 
 class DeployBody(JobSpecBody):
@@ -46,13 +51,19 @@ class DeployBody(JobSpecBody):
 
 class ResumeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    savepoint: str | None = Field(None, max_length=4096, description="a recorded savepoint; default the newest")
+    savepoint: str | None = Field(
+        None, max_length=4096, description="a recorded savepoint; default the newest"
+    )
 
 
 class RollbackBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    version: int | None = Field(None, ge=1, description="the version to run; default the one before the current")
-    savepoint: str | None = Field(None, max_length=4096, description="a recorded savepoint; default that version's newest")
+    version: int | None = Field(
+        None, ge=1, description="the version to run; default the one before the current"
+    )
+    savepoint: str | None = Field(
+        None, max_length=4096, description="a recorded savepoint; default that version's newest"
+    )
 
 
 class NoFlinkEngine(JobsError):
@@ -64,8 +75,11 @@ def _spec(body: JobSpecBody) -> dict[str, Any]:
     return body.model_dump(include=set(JobSpecBody.model_fields))
 
 
+_ENGINE_OPERATION = operation("submit_engine_job")  # the action every engine call needs: jobs:engine
+
+
 async def _caller(request: Request) -> Principal:
-    return await request.app.state.access.check(request.headers, "submit_engine_job")
+    return await request.app.state.access.check(request.headers, _ENGINE_OPERATION)
 
 
 Caller = Annotated[Principal, Depends(_caller)]  # module level: the annotations are strings
@@ -77,7 +91,9 @@ def build_flink_router() -> APIRouter:
     def engine(request: Request):
         found = getattr(request.app.state, "flink", None)
         if found is None:
-            raise NoFlinkEngine("this server runs no Flink engine (make engines-flink, then start the engine runner)")
+            raise NoFlinkEngine(
+                "this server runs no Flink engine (make engines-flink, then start the engine runner)"
+            )
         return found
 
     @api.post("/artifacts", summary="Upload a job artifact (.jar, .py, .sql) as the request body")
@@ -123,7 +139,9 @@ def build_flink_router() -> APIRouter:
         return await engine(request).deployment_resume(p.namespace, name, body.savepoint if body else None)
 
     @api.post("/deployments/{name}:upgrade", summary="Stop with a savepoint, run a new version from it")
-    async def upgrade(request: Request, name: DeploymentName, p: Caller, body: Annotated[JobSpecBody, Body()]) -> dict:
+    async def upgrade(
+        request: Request, name: DeploymentName, p: Caller, body: Annotated[JobSpecBody, Body()]
+    ) -> dict:
         return await engine(request).deployment_upgrade(p.namespace, name, _spec(body))
 
     @api.post("/deployments/{name}:rollback", summary="Run a recorded version from a recorded savepoint")

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from loam_common.blobs import BlobStore
 from loam_common.errors import InvalidArgument, NotFound
-
 from loam_engines.flink.model import Kind
 
 _FILENAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -39,7 +38,9 @@ class Artifacts:
 
     async def put(self, ns: str, filename: str, data: bytes) -> str:
         if not _FILENAME.fullmatch(filename or "") or filename.startswith("."):
-            raise InvalidArgument("filename", f"{filename!r} is not a file name: use 1-128 of A-Z a-z 0-9 . _ -")
+            raise InvalidArgument(
+                "filename", f"{filename!r} is not a file name: use 1-128 of A-Z a-z 0-9 . _ -"
+            )
         kind_of(filename)
         if not data:
             raise InvalidArgument("artifact", "is empty")

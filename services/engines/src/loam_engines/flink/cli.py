@@ -48,7 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     deploy.add_argument("name")
     job_options(deploy)
     deploy.add_argument("--savepoint", help="start from this savepoint")
-    deploy.add_argument("--savepoint-every", type=int, default=0, metavar="SECONDS", help="periodic savepoints")
+    deploy.add_argument(
+        "--savepoint-every", type=int, default=0, metavar="SECONDS", help="periodic savepoints"
+    )
     upgrade = sub.add_parser("upgrade", help="stop with a savepoint, run a new version from it")
     upgrade.add_argument("name")
     job_options(upgrade)
@@ -117,7 +119,9 @@ def run(argv: list[str] | None = None) -> Any:
         elif a.command == "resume":
             r = http.post(f"/deployments/{a.name}:resume", json={"savepoint": a.savepoint})
         elif a.command == "rollback":
-            r = http.post(f"/deployments/{a.name}:rollback", json={"version": a.version, "savepoint": a.savepoint})
+            r = http.post(
+                f"/deployments/{a.name}:rollback", json={"version": a.version, "savepoint": a.savepoint}
+            )
         else:  # savepoint, suspend, cancel
             r = http.post(f"/deployments/{a.name}:{a.command}")
         _check(r)

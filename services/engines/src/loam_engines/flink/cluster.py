@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 from loam_common.errors import Unavailable
-
 from loam_engines.flink.distribution import FlinkDistribution
 from loam_engines.flink.rest import FlinkRest, FlinkRestError
 
@@ -179,7 +178,9 @@ class LocalFlinkCluster:
                 except FlinkRestError:
                     pass  # REST not up yet
                 if time.monotonic() > deadline:
-                    raise FlinkClusterError(f"the Flink cluster at {self.root} was not ready within {timeout_s:.0f} s")
+                    raise FlinkClusterError(
+                        f"the Flink cluster at {self.root} was not ready within {timeout_s:.0f} s"
+                    )
                 await asyncio.sleep(0.25)
 
     async def healthy(self) -> bool:
@@ -307,7 +308,9 @@ class LocalFlinkCluster:
 
 def _runs_with(pid: int, marker: str) -> bool:
     try:
-        return marker in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return marker in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace"
+        )
     except OSError:
         return False
 

@@ -55,7 +55,9 @@ class FlinkDistribution:
         if not dists:
             raise FlinkUnavailable(f"{home}/lib has no flink-dist jar: the apache-flink install is broken")
         version = dists[0].name[len("flink-dist-") : -len(".jar")]
-        return cls(venv=path, home=home, python=path / "bin" / "python", java_home=_java_home(), version=version)
+        return cls(
+            venv=path, home=home, python=path / "bin" / "python", java_home=_java_home(), version=version
+        )
 
 
 def _find_default_venv() -> Path:
@@ -71,5 +73,7 @@ def _java_home() -> Path:
         return Path(os.environ["JAVA_HOME"])
     java = shutil.which("java")
     if java is None:
-        raise FlinkUnavailable("no `java` on PATH and no JAVA_HOME: Flink needs a JDK 17 (apt-get install openjdk-17-jdk-headless)")
+        raise FlinkUnavailable(
+            "no `java` on PATH and no JAVA_HOME: Flink needs a JDK 17 (apt-get install openjdk-17-jdk-headless)"
+        )
     return Path(java).resolve().parent.parent

@@ -16,7 +16,6 @@ from typing import Any
 from loam_common.blobs import BlobStore, DirBlobStore
 from loam_common.errors import InvalidArgument
 from loam_common.store import Store
-
 from loam_engines.flink.artifacts import Artifacts, kind_of
 from loam_engines.flink.cluster import LocalFlinkCluster
 from loam_engines.flink.distribution import FlinkDistribution
@@ -116,7 +115,9 @@ class FlinkEngine:
         sql = body.get("sql")
         artifact = body.get("artifact")
         if (sql is None) == (artifact is None):
-            raise InvalidArgument("artifact", "give exactly one of artifact (an uploaded .jar/.py/.sql) or sql")
+            raise InvalidArgument(
+                "artifact", "give exactly one of artifact (an uploaded .jar/.py/.sql) or sql"
+            )
         if sql is not None:
             if not isinstance(sql, str) or not sql.strip():
                 raise InvalidArgument("sql", "must be SQL statements")
@@ -126,7 +127,9 @@ class FlinkEngine:
         config = body.get("config") or {}
         if len(args) > MAX_ARGS or not all(isinstance(a, str) for a in args):
             raise InvalidArgument("args", f"must be at most {MAX_ARGS} strings")
-        if len(config) > MAX_CONFIG or not all(isinstance(k, str) and isinstance(v, str) for k, v in config.items()):
+        if len(config) > MAX_CONFIG or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in config.items()
+        ):
             raise InvalidArgument("config", f"must map at most {MAX_CONFIG} Flink option names to strings")
         parallelism = body.get("parallelism") or 1
         if not isinstance(parallelism, int) or isinstance(parallelism, bool):
@@ -142,7 +145,13 @@ def spec_view(spec: JobSpec) -> dict:
 
 
 def savepoint_view(s: Savepoint) -> dict:
-    return {"path": s.path, "version": s.version, "job_id": s.job_id, "taken_ns": s.taken_ns, "reason": s.reason}
+    return {
+        "path": s.path,
+        "version": s.version,
+        "job_id": s.job_id,
+        "taken_ns": s.taken_ns,
+        "reason": s.reason,
+    }
 
 
 def log_view(line: LogLine) -> dict:

@@ -29,7 +29,6 @@ from pathlib import Path
 
 from loam_common import validate
 from loam_common.errors import AlreadyExists, InvalidArgument, JobsError, NotFound
-
 from loam_engines.flink.artifacts import Artifacts, kind_of
 from loam_engines.flink.distribution import FlinkDistribution
 from loam_engines.flink.model import (
@@ -125,7 +124,9 @@ class FlinkLifecycle:
         async with self._lock(ns, name):
             d = await self.recorder.load(ns, name)
             if d is not None and d.state not in (State.CANCELLED, State.FAILED):
-                raise AlreadyExists(f"Flink deployment {name!r} exists ({d.state}): upgrade it, or cancel it first", name)
+                raise AlreadyExists(
+                    f"Flink deployment {name!r} exists ({d.state}): upgrade it, or cancel it first", name
+                )
             number = (max(v.number for v in d.versions) + 1) if d else 1
             pending = Pending("deploy", "submit", number, self._now(), savepoint=savepoint)
             if d is None:
@@ -133,7 +134,9 @@ class FlinkLifecycle:
             d.versions.append(Version(number, spec, self._now()))
             d.state, d.pending, d.last_error = State.DEPLOYING, pending, None
             d.savepoint_interval_s = savepoint_interval_s
-            log = f"deploy v{number} ({spec.kind}, {spec.artifact})" + (f" from {savepoint}" if savepoint else "")
+            log = f"deploy v{number} ({spec.kind}, {spec.artifact})" + (
+                f" from {savepoint}" if savepoint else ""
+            )
             if len(d.versions) == 1:
                 if not await self.recorder.create(ns, d, log):
                     raise AlreadyExists(f"Flink deployment {name!r} exists", name)
@@ -192,7 +195,9 @@ class FlinkLifecycle:
             sp = self._recorded_savepoint(d, savepoint) if savepoint else d.latest_savepoint()
             d.state = State.RESUMING
             d.pending = Pending("resume", "submit", d.version, self._now(), savepoint=sp.path if sp else None)
-            await self.recorder.record(ns, d, f"resume v{d.version}" + (f" from {sp.path}" if sp else " without state"))
+            await self.recorder.record(
+                ns, d, f"resume v{d.version}" + (f" from {sp.path}" if sp else " without state")
+            )
             return await self._run(ns, d)
 
     async def upgrade(self, ns: str, name: str, spec: JobSpec) -> Deployment:
@@ -205,11 +210,17 @@ class FlinkLifecycle:
             number = max(v.number for v in d.versions) + 1
             d.versions.append(Version(number, spec, self._now()))
             d.state = State.UPGRADING
-            d.pending = Pending("upgrade", "stop", number, self._now(), job_id=d.job_id, from_version=d.version)
-            await self.recorder.record(ns, d, f"upgrade v{d.version} -> v{number}: stop job {d.job_id} with a savepoint")
+            d.pending = Pending(
+                "upgrade", "stop", number, self._now(), job_id=d.job_id, from_version=d.version
+            )
+            await self.recorder.record(
+                ns, d, f"upgrade v{d.version} -> v{number}: stop job {d.job_id} with a savepoint"
+            )
             return await self._run(ns, d)
 
-    async def rollback(self, ns: str, name: str, *, version: int | None = None, savepoint: str | None = None) -> Deployment:
+    async def rollback(
+        self, ns: str, name: str, *, version: int | None = None, savepoint: str | None = None
+    ) -> Deployment:
         """Run a recorded version again from a recorded savepoint. By default the version before
         the current one, from that version's newest savepoint; a running job is stopped with
         a savepoint first (so the state it had is kept, and can be rolled forward to)."""
@@ -219,10 +230,14 @@ class FlinkLifecycle:
             if version is None:
                 earlier = [n for n in numbers if n < d.version]
                 if not earlier:
-                    raise FlinkRefused(f"{name!r} runs its first version v{d.version}: there is nothing to roll back to")
+                    raise FlinkRefused(
+                        f"{name!r} runs its first version v{d.version}: there is nothing to roll back to"
+                    )
                 version = earlier[-1]
             if version not in numbers:
-                raise NotFound(f"{name!r} has no version {version}: it has {', '.join(f'v{n}' for n in numbers)}")
+                raise NotFound(
+                    f"{name!r} has no version {version}: it has {', '.join(f'v{n}' for n in numbers)}"
+                )
             if savepoint is not None:
                 sp = self._recorded_savepoint(d, savepoint)
             else:
@@ -247,7 +262,9 @@ class FlinkLifecycle:
             for job in jobs:
                 await self._cancel_job(job)
             d.state, d.job_id, d.pending = State.CANCELLED, None, None
-            await self.recorder.record(ns, d, "cancelled" + (f" job {', '.join(sorted(jobs))}" if jobs else ""))
+            await self.recorder.record(
+                ns, d, "cancelled" + (f" job {', '.join(sorted(jobs))}" if jobs else "")
+            )
             return d
 
     async def status(self, ns: str, name: str) -> tuple[Deployment, JobStatus | None]:
@@ -271,7 +288,9 @@ class FlinkLifecycle:
                 d = await self.recorder.load(ns, name)
                 if d is None or d.pending is None:
                     continue
-                await self.recorder.record(ns, d, f"resume {d.pending.action} at step {d.pending.step} after a restart")
+                await self.recorder.record(
+                    ns, d, f"resume {d.pending.action} at step {d.pending.step} after a restart"
+                )
                 with contextlib.suppress(FlinkRefused):
                     await self._run(ns, d)
                 done.append((ns, name))
@@ -326,7 +345,12 @@ class FlinkLifecycle:
             location = await self.rest.wait_savepoint(job, p.trigger_id, self.savepoint_timeout_s)
         except FlinkRestError as e:
             detail = await self.rest.job(job)
-            if e.status == 404 and p.trigger_id is not None and detail is not None and detail.state == "RUNNING":
+            if (
+                e.status == 404
+                and p.trigger_id is not None
+                and detail is not None
+                and detail.state == "RUNNING"
+            ):
                 p.trigger_id = None  # a restarted JobManager forgot the trigger: stop again
                 return
             # The job did not stop, or its savepoint failed: abandon the action, and say so;
@@ -401,7 +425,9 @@ class FlinkLifecycle:
             d.last_error = f"upgrade to v{failed} failed: {reason}"
             p.failed_version, p.target_version, p.new_job_id, p.step = failed, p.from_version, None, "submit"
             d.job_id = None
-            await self.recorder.record(ns, d, f"{d.last_error}; rolling back to v{p.from_version} from {p.savepoint}")
+            await self.recorder.record(
+                ns, d, f"{d.last_error}; rolling back to v{p.from_version} from {p.savepoint}"
+            )
             return UpgradeRolledBack(f"{d.last_error}; v{p.from_version} runs again from {p.savepoint}")
         d.state, d.job_id, d.pending = State.FAILED, None, None
         d.last_error = f"{p.action} of v{p.target_version} failed: {reason}"
@@ -441,7 +467,9 @@ class FlinkLifecycle:
             if detail is None or detail.state in TERMINAL_STATES:
                 return
             await asyncio.sleep(0.1)
-        raise NotReady(f"job {job_id} wrote its savepoint but did not stop within {self.savepoint_timeout_s:.0f} s")
+        raise NotReady(
+            f"job {job_id} wrote its savepoint but did not stop within {self.savepoint_timeout_s:.0f} s"
+        )
 
     # -- Flink requests ----------------------------------------------------------------------------
     async def _run_request(self, ns: str, spec: JobSpec, job_id: str, savepoint: str | None) -> RunRequest:
@@ -467,7 +495,9 @@ class FlinkLifecycle:
             upload_name = path.name
         if upload_name not in self._jar_ids:
             known = {j.name: j.id for j in await self.rest.jars()}
-            self._jar_ids[upload_name] = known.get(upload_name) or await self.rest.upload_jar(path, upload_name)
+            self._jar_ids[upload_name] = known.get(upload_name) or await self.rest.upload_jar(
+                path, upload_name
+            )
         return self._jar_ids[upload_name]
 
     async def _cancel_job(self, job_id: str) -> None:

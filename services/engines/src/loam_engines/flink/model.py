@@ -153,7 +153,9 @@ class Deployment:
         d.pop("periodic", None)
         d["enc"] = ENCODING
         d["state"] = self.state.value
-        d["versions"] = [{"number": v.number, "spec": v.spec.to_dict(), "created_ns": v.created_ns} for v in self.versions]
+        d["versions"] = [
+            {"number": v.number, "spec": v.spec.to_dict(), "created_ns": v.created_ns} for v in self.versions
+        ]
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod

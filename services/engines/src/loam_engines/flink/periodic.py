@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from loam_common.loop import Loop
-
 from loam_engines.flink.lifecycle import FlinkLifecycle
 
 

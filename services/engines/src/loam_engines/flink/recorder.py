@@ -15,7 +15,6 @@ from typing import Protocol
 
 from loam_common import keys
 from loam_common.store import Store, Txn
-
 from loam_engines.flink.model import Deployment, LogLine
 
 LOG_CAP = 1000  # lines kept per deployment; older ones are deleted as new ones come
@@ -127,7 +126,11 @@ class StoreRunRecorder:
         done = await self.store.transact(attempt)
         if done is None:
             return False
-        deployment.log_seq, deployment.created_ns, deployment.updated_ns = done.log_seq, done.created_ns, done.updated_ns
+        deployment.log_seq, deployment.created_ns, deployment.updated_ns = (
+            done.log_seq,
+            done.created_ns,
+            done.updated_ns,
+        )
         return True
 
     async def logs(self, ns: str, name: str, limit: int = 100) -> list[LogLine]:

@@ -81,7 +81,11 @@ class JobDetail:
     @property
     def all_running(self) -> bool:
         """Flink says RUNNING as soon as the job is scheduled; it truly runs once every vertex does."""
-        return self.state == "RUNNING" and bool(self.vertices) and all(v.status == "RUNNING" for v in self.vertices)
+        return (
+            self.state == "RUNNING"
+            and bool(self.vertices)
+            and all(v.status == "RUNNING" for v in self.vertices)
+        )
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,10 @@ class RunRequest:
     config: dict[str, str] = field(default_factory=dict)
 
     def body(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"programArgsList": list(self.args), "allowNonRestoredState": self.allow_non_restored_state}
+        out: dict[str, Any] = {
+            "programArgsList": list(self.args),
+            "allowNonRestoredState": self.allow_non_restored_state,
+        }
         if self.entry_class:
             out["entryClass"] = self.entry_class
         if self.parallelism:
@@ -135,7 +142,9 @@ class AsyncOperation:
 class FlinkRest:
     """One Flink cluster's REST API at `base_url` (`http://localhost:<rest.port>`)."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 30.0, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, timeout_s: float = 30.0, client: httpx.AsyncClient | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self._client = client or httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s)
         self._owns_client = client is None
@@ -175,7 +184,10 @@ class FlinkRest:
     # -- jobs ----------------------------------------------------------------------------------
     async def jobs(self) -> list[JobOverview]:
         d = await self._call("GET", "/jobs/overview")
-        return [JobOverview(j["jid"], j.get("name", ""), j["state"], j.get("start-time", 0)) for j in d.get("jobs", [])]
+        return [
+            JobOverview(j["jid"], j.get("name", ""), j["state"], j.get("start-time", 0))
+            for j in d.get("jobs", [])
+        ]
 
     async def job(self, job_id: str) -> JobDetail | None:
         """None when the cluster does not know the job (never submitted, or a restarted JobManager)."""
@@ -185,7 +197,10 @@ class FlinkRest:
             if e.status == 404:
                 return None
             raise
-        vertices = tuple(Vertex(v.get("name", ""), v.get("status", ""), v.get("parallelism", 0)) for v in d.get("vertices", []))
+        vertices = tuple(
+            Vertex(v.get("name", ""), v.get("status", ""), v.get("parallelism", 0))
+            for v in d.get("vertices", [])
+        )
         return JobDetail(d["jid"], d.get("name", ""), d["state"], vertices)
 
     async def checkpoints(self, job_id: str) -> CheckpointStats:
@@ -250,7 +265,9 @@ class FlinkRest:
 
     async def wait_savepoint(self, job_id: str, trigger_id: str, timeout_s: float = 120.0) -> str:
         """The savepoint's location once Flink wrote it (FlinkRestError if it failed)."""
-        op = await _wait(lambda: self.savepoint_status(job_id, trigger_id), timeout_s, f"savepoint of job {job_id}")
+        op = await _wait(
+            lambda: self.savepoint_status(job_id, trigger_id), timeout_s, f"savepoint of job {job_id}"
+        )
         if op.failure or not op.location:
             raise FlinkRestError(409, f"the savepoint of job {job_id} failed: {op.failure or 'no location'}")
         return op.location
