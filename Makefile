@@ -7,9 +7,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROTO_OUT := libs/common/src/loam_common/gen
 
-.PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts
+.PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink
 
-PACKAGES := libs/common services/durable services/queue-core services/sweeper services/relay services/gateway adapters/python adapters/celery
+PACKAGES := libs/common services/durable services/queue-core services/sweeper services/relay services/gateway services/engines adapters/python adapters/celery
 
 $(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -83,10 +83,30 @@ compose-check:
 dev: venv
 	$(BIN)/loam dev
 
-test: venv
+test: venv engines-flink
 	$(BIN)/python -m pytest -q
 	$(MAKE) test-bullmq
 	$(MAKE) test-durable-ts
+
+# Flink (issue 21): the apache-flink wheel carries a whole Flink distribution; it gets its own
+# virtualenv, never .venv (its pins: apache-beam, pandas, numpy, pyarrow). Java 17 runs it.
+FLINK_VENV := .engines/flink
+FLINK_VERSION := 2.3.0
+
+$(FLINK_VENV)/.installed: Makefile
+	command -v javac >/dev/null || (apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless)
+	test -x $(FLINK_VENV)/bin/python || $(PYTHON) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/pip install -q apache-flink==$(FLINK_VERSION)
+	touch $@
+
+engines-flink: $(FLINK_VENV)/.installed
+
+# The long Flink lifecycle tests (a few minutes on 2 cores); `make test` runs the short ones.
+test-engines-flink: venv engines-flink
+	LOAM_FLINK_LONG=1 $(BIN)/python -m pytest -q -p no:randomly tests/engines/flink
+
+bench-flink: venv engines-flink
+	$(BIN)/python bench/flink_bench.py
 
 bench: venv
 	$(BIN)/python bench/core_bench.py

@@ -47,6 +47,10 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `t/<ns>/dur/ret/<settled_ms u64><root id>`  | empty                | settled roots, for retention   |
 | `t/<ns>/dur/ob/<ns u64><8 random bytes>`    | outbound message JSON| pushes a timer process left    |
 | `t/<ns>/dur/cfg`                            | durable config JSON  | retention TTL per namespace    |
+| `t/<ns>/flink/d/<deployment>`               | Deployment (JSON)    | loam_engines.flink: a Flink deployment, its versions and savepoints |
+| `t/<ns>/flink/log/<deployment>/<seq u64>`   | LogLine (JSON)       | the deployment's lifecycle log, capped |
+| `sys/flink/busy/<ns>/<deployment>`          | empty                | a Flink action in flight: what a restarted runner resumes |
+| `sys/flink/periodic/<ns>/<deployment>`      | empty                | a RUNNING Flink deployment with a savepoint policy |
 | `sys/tokens/<token id>`                     | TokenRecord          | API tokens (auth.py), hashed   |
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
 | `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays         |
@@ -468,3 +472,48 @@ def member(kind: str, member_id: str) -> bytes:
 def seq_from_key(key: bytes, prefix_len: int) -> int:
     """The u64 sequence right after a shard prefix (outbox and event log keys)."""
     return U64.unpack_from(key, prefix_len)[0]
+
+
+def flink_deployments(ns: str) -> bytes:
+    return ns_prefix(ns) + b"flink/d/"
+
+
+def flink_deployment(ns: str, name: str) -> bytes:
+    """`t/<ns>/flink/d/<deployment>`: one Flink deployment (loam_engines.flink.model)."""
+    return flink_deployments(ns) + name.encode()
+
+
+def flink_logs(ns: str, name: str) -> bytes:
+    return ns_prefix(ns) + b"flink/log/" + name.encode() + b"/"
+
+
+def flink_log(ns: str, name: str, seq: int) -> bytes:
+    return flink_logs(ns, name) + U64.pack(seq)
+
+
+def flink_busy_all() -> bytes:
+    return b"sys/flink/busy/"
+
+
+def flink_busy(ns: str, name: str) -> bytes:
+    """`sys/flink/busy/<ns>/<deployment>`: an action in flight, across every namespace."""
+    return flink_busy_all() + ns.encode() + b"/" + name.encode()
+
+
+def flink_busy_from_key(key: bytes) -> tuple[str, str]:
+    ns, _, name = key[len(flink_busy_all()) :].decode().partition("/")
+    return ns, name
+
+
+def flink_periodic_all() -> bytes:
+    return b"sys/flink/periodic/"
+
+
+def flink_periodic(ns: str, name: str) -> bytes:
+    """`sys/flink/periodic/<ns>/<deployment>`: RUNNING with a periodic savepoint policy."""
+    return flink_periodic_all() + ns.encode() + b"/" + name.encode()
+
+
+def flink_periodic_from_key(key: bytes) -> tuple[str, str]:
+    ns, _, name = key[len(flink_periodic_all()) :].decode().partition("/")
+    return ns, name

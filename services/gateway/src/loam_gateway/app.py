@@ -36,6 +36,7 @@ from loam_gateway.auth import Authenticator
 from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix, strip_namespace
 from loam_gateway.rest import build_router
 from loam_gateway.rest_events import build_events_router
+from loam_gateway.rest_flink import build_flink_router
 from loam_gateway.routing import Router
 from loam_gateway.unary_lane import UnaryLane
 
@@ -166,6 +167,7 @@ def create_app(
         app.include_router(durable.rest_router())
     app.include_router(build_router())
     app.include_router(build_events_router())
+    app.include_router(build_flink_router())
     connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access))
     app.mount(connect_app.path, connect_app)
     app.add_middleware(NamespacePrefix, connect_app=connect_app)

@@ -1,0 +1,104 @@
+"""Helpers of the Flink tests: the test jobs' names and reading their printed output."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from loam_engines.flink.cluster import LocalFlinkCluster
+
+JOBS = Path(__file__).parent / "jobs"
+NS = "flink-tests"
+COUNTER_CLASS = "loam.KeyedCounter"
+
+
+# -- reading the jobs' output ----------------------------------------------------------------------
+_LINE = re.compile(r"loam-(?:py)?counter tag=(\S+) key=(\d+) count=(\d+) (?:seq|id)=(\d+)")
+
+
+@dataclass(frozen=True)
+class Count:
+    tag: str
+    key: int
+    count: int
+    seq: int
+
+
+class Output:
+    """The counter lines printed to the TaskManager's stdout after a mark."""
+
+    def __init__(self, cluster: LocalFlinkCluster, marker: str) -> None:
+        self.path = cluster.taskmanager_out
+        self.marker = marker  # the tag prefix of the deployment under test
+
+    def mark(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def read(self, since: int = 0) -> list[Count]:
+        with open(self.path, "rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
+        out = []
+        for m in _LINE.finditer(text):
+            if m.group(1).startswith(self.marker):
+                out.append(Count(m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))))
+        return out
+
+    async def wait(self, since: int, predicate, timeout_s: float = 60.0) -> list[Count]:
+        # Print sinks write to a file; nothing signals a new line, so look again shortly.
+        deadline = time.monotonic() + timeout_s
+        while True:
+            lines = self.read(since)
+            if predicate(lines):
+                return lines
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no matching output within {timeout_s} s; last lines: {lines[-5:]}")
+            await asyncio.sleep(0.2)
+
+
+def last_per_key(lines: list[Count]) -> dict[int, Count]:
+    out: dict[int, Count] = {}
+    for c in lines:
+        out[c.key] = c
+    return out
+
+
+def first_per_key(lines: list[Count]) -> dict[int, Count]:
+    out: dict[int, Count] = {}
+    for c in lines:
+        out.setdefault(c.key, c)
+    return out
+
+
+# -- the SQL test job ----------------------------------------------------------------------------
+COUNTS_SQL = """
+-- counts per id % 3 of a sequence, printed as "<tag>> +U[k, n, top]"
+SET 'pipeline.name' = 'loam-sql-counts';
+CREATE TABLE seq (id BIGINT) WITH ('connector' = 'datagen', 'rows-per-second' = '20',
+  'fields.id.kind' = 'sequence', 'fields.id.start' = '1', 'fields.id.end' = '1000000');
+CREATE TABLE counts (k BIGINT, n BIGINT, top BIGINT, PRIMARY KEY (k) NOT ENFORCED)
+  WITH ('connector' = 'print', 'print-identifier' = '{tag}');
+INSERT INTO counts SELECT id % 3, COUNT(*), MAX(id) FROM seq GROUP BY id % 3;
+"""
+
+
+def sql_counts(path, tag: str, since: int) -> list[tuple[int, int]]:
+    """(key, count) of each +I/+U line the SQL job printed after `since`."""
+    with open(path, "rb") as f:
+        f.seek(since)
+        text = f.read().decode(errors="replace")
+    return [
+        (int(k), int(n)) for k, n in re.findall(rf"^{tag}> \+[IU]\[(\d+), (\d+), \d+\]", text, re.MULTILINE)
+    ]
+
+
+async def wait_counts(path, tag, since, predicate, timeout_s=60.0):
+    for _ in range(int(timeout_s / 0.2)):  # print sinks write to a file: look again shortly
+        found = sql_counts(path, tag, since)
+        if predicate(found):
+            return found
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no matching SQL output: {sql_counts(path, tag, since)[-5:]}")
