@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROTO_OUT := libs/common/src/loam_common/gen
 
-.PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
+.PHONY: console console-gen console-gen-check test-console chromium venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
 
 PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway adapters/python adapters/celery
 
@@ -57,6 +57,35 @@ test-bullmq: venv $(BULLMQ)/node_modules/.package-lock.json
 bench-bullmq: venv $(BULLMQ)/node_modules/.package-lock.json
 	cd $(BULLMQ) && npm run bench
 
+# The web console (console/, a TypeScript single-page app served by the gateway at
+# /console): its API types are generated from the gateway's own /openapi.json, then
+# type-checked and bundled by esbuild into console/dist (the build fails over its size
+# budget). `console-gen-check` fails when the committed openapi.json or types are stale.
+CONSOLE := console
+
+$(CONSOLE)/node_modules/.package-lock.json: $(CONSOLE)/package-lock.json
+	cd $(CONSOLE) && npm ci --no-audit --no-fund
+
+console-gen: venv $(CONSOLE)/node_modules/.package-lock.json
+	$(BIN)/python $(CONSOLE)/scripts/openapi.py
+	cd $(CONSOLE) && npm run --silent gen
+
+console-gen-check: console-gen
+	git diff --exit-code -- $(CONSOLE)/openapi.json $(CONSOLE)/src/api.gen.ts || \
+		(echo "the console's API types are stale: run make console and commit" && exit 1)
+
+console: console-gen
+	cd $(CONSOLE) && npm run --silent typecheck && npm run --silent build
+
+# Debian's Chromium, which the console's browser tests drive through playwright-core.
+chromium:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
+# The console end to end: one `loam dev` (auth on) with real jobs and one Chromium for
+# every test (console/test/).
+test-console: console chromium
+	cd $(CONSOLE) && LOAM_PYTHON=$(abspath $(BIN)/python) npm test
+
 # docker-compose.yml on paper (no Docker engine runs here): Debian's docker-compose parses
 # and checks it. The internal token only has to be set for interpolation.
 compose-check:
@@ -70,6 +99,7 @@ dev: venv
 test: venv
 	$(BIN)/python -m pytest -q
 	$(MAKE) test-bullmq
+	$(MAKE) test-console
 
 bench: venv
 	$(BIN)/python bench/core_bench.py
@@ -92,4 +122,4 @@ bench-smoke: venv
 	$(BIN)/python bench/harness.py --smoke --out $${TMPDIR:-/tmp}/loam-bench-smoke
 
 clean:
-	rm -rf $(VENV) .loam
+	rm -rf $(VENV) .loam $(CONSOLE)/dist

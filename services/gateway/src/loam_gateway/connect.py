@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from loam_common.auth import ADMIN, CONSUME, ENGINE, ENQUEUE, SCHEDULE, Principal
+from loam_common.auth import ADMIN, CONSUME, ENGINE, ENQUEUE, READ, SCHEDULE, Principal
 from loam_common.errors import PermissionDenied
 from loam_gateway.auth import NAMESPACE_HEADER, Authenticator, DevAuthenticator, require
 from loam_gateway.routing import Router
@@ -55,7 +55,16 @@ ACTIONS: dict[str, str] = {
     "exchange_publish": ENQUEUE,
     "events_export": ADMIN,  # REST only: a queue's events as Parquet / Arrow
     "metrics": ADMIN,  # /metrics with auth on: the token's namespace only
+    "queue_get": ADMIN,  # REST only: a queue's settings and counts
+    "job_get": ADMIN,  # REST only: one job with its logs, and its children
+    "workers": ADMIN,  # REST only: the workers seen on a queue
 }
+# Methods that only read: a jobs:read token (the console's viewer) may call them too,
+# besides a token holding the method's own action.
+READABLE: frozenset[str] = frozenset({
+    "query", "queue_list", "queue_get", "job_get", "workers", "watch",
+    "get_schedule", "list_schedules", "get_flow",
+})  # fmt: skip
 # A method added to jobs.proto and not in the table needs jobs:admin until it is
 # listed (tests/gateway/test_connect.py keeps the table complete).
 DEFAULT_ACTION = ADMIN
@@ -69,6 +78,14 @@ class Access:
         self._dev = DevAuthenticator() if authenticator is None else None
 
     async def check(self, headers: Mapping[str, str], method: str) -> Principal:
+        principal = await self.identify(headers)
+        if self._dev is None and not (method in READABLE and principal.can(READ)):
+            require(principal, ACTIONS.get(method, DEFAULT_ACTION))
+        return principal
+
+    async def identify(self, headers: Mapping[str, str]) -> Principal:
+        """The caller, whatever they may do (the console's sign-in asks which namespace
+        and actions a token holds)."""
         if self._dev is not None:
             return await self._dev.authenticate(headers)
         principal = await self.authenticator.authenticate(headers)
@@ -78,7 +95,6 @@ class Access:
                 f"this token is for namespace {principal.namespace!r}, not {named!r}; "
                 "the namespace comes from the token: drop the header or the /ns/ prefix"
             )
-        require(principal, ACTIONS.get(method, DEFAULT_ACTION))
         return principal
 
 

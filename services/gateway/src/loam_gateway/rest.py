@@ -628,7 +628,7 @@ def build_router() -> APIRouter:
         return QueueList(queues=[q for q in found if q is not None])
 
     @api.get("/queues/{queue}", response_model=QueueDetail, tags=["queues"], summary="A queue's settings and counts")
-    async def get_queue(request: Request, queue: QueueName, p: Principal = caller("queue_admin")) -> QueueDetail:
+    async def get_queue(request: Request, queue: QueueName, p: Principal = caller("queue_get")) -> QueueDetail:
         r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))))
         return QueueDetail(name=queue, config=config_view(r.config), counts=counts_view(r.counts))
 
@@ -717,7 +717,7 @@ def build_router() -> APIRouter:
 
     @api.get("/queues/{queue}/jobs/{job}", response_model=JobDetail, tags=["jobs"],
              summary="One job with its logs and error history")  # fmt: skip
-    async def get_job(request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")) -> JobDetail:
+    async def get_job(request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_get")) -> JobDetail:
         got = await job_op(request, p, queue, job, J.JobOp(get={}))
         logs = await job_op(request, p, queue, got.job.id, J.JobOp(logs={}))
         return JobDetail(
@@ -825,7 +825,7 @@ def build_router() -> APIRouter:
     @api.get("/queues/{queue}/jobs/{job}/children", response_model=ChildrenList, tags=["flows"],
              summary="A job's dependencies with their results and failures (BullMQ getChildrenValues)")  # fmt: skip
     async def job_children(
-        request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")
+        request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_get")
     ) -> ChildrenList:
         r = await job_op(request, p, queue, job, J.JobOp(children={}))
         return ChildrenList(children=[dependency_view(d) for d in r.children])

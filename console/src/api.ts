@@ -1,0 +1,102 @@
+/** The REST facade, typed from /openapi.json (api.gen.ts). Every call sends the signed-in
+ * token as a bearer header (no cookies); errors come back as ApiError with the
+ * server's `{code, message}`. */
+import type { components } from "./api.gen";
+
+export type Schemas = components["schemas"];
+export type Job = Schemas["JobView"];
+export type JobDetail = Schemas["JobDetail"];
+export type JobPage = Schemas["JobPage"];
+export type Counts = Schemas["Counts"];
+export type QueueSummary = Schemas["QueueSummary"];
+export type QueueDetail = Schemas["QueueDetail"];
+export type QueueStats = Schemas["QueueStats"];
+export type QueueActionResult = Schemas["QueueActionResult"];
+export type JobActionResult = Schemas["JobActionResult"];
+export type Schedule = Schemas["ScheduleView"];
+export type Worker = Schemas["WorkerView"];
+export type WhoAmI = Schemas["WhoAmI"];
+export type Dependency = Schemas["DependencyView"];
+export type StateName = Job["state"];
+
+export const STATES: StateName[] = [
+  "waiting", "prioritized", "delayed", "active", "waiting-children",
+  "completed", "failed", "dead-lettered", "canceled",
+];
+
+const TOKEN_KEY = "loam.token";
+
+export function token(): string | null {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+export function setToken(t: string | null): void {
+  if (t) sessionStorage.setItem(TOKEN_KEY, t);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+export class ApiError extends Error {
+  constructor(public status: number, public code: string, message: string) {
+    super(message);
+  }
+}
+
+export function headers(extra: Record<string, string> = {}): Record<string, string> {
+  const t = token();
+  return t ? { ...extra, authorization: `Bearer ${t}` } : extra;
+}
+
+async function request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+  let resp: Response;
+  try {
+    resp = await fetch(path, {
+      method,
+      headers: headers(body === undefined ? {} : { "content-type": "application/json" }),
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal,
+    });
+  } catch (e) {
+    if ((e as Error).name === "AbortError") throw e;
+    throw new ApiError(0, "unavailable", "the server cannot be reached");
+  }
+  if (!resp.ok) {
+    let code = "internal", message = `HTTP ${resp.status}`;
+    try {
+      const err = await resp.json();
+      code = err.code ?? code;
+      message = err.message ?? message;
+    } catch { /* not JSON */ }
+    throw new ApiError(resp.status, code, message);
+  }
+  return resp.status === 204 ? (undefined as T) : ((await resp.json()) as T);
+}
+
+const q = encodeURIComponent;
+
+export const api = {
+  whoami: () => request<WhoAmI>("GET", "/v1/whoami"),
+  queues: () => request<Schemas["QueueList"]>("GET", "/v1/queues"),
+  queueStats: () => request<Schemas["QueueStatsList"]>("GET", "/v1/queues:stats"),
+  queue: (name: string) => request<QueueDetail>("GET", `/v1/queues/${q(name)}`),
+  jobs: (queue: string, opts: { states: StateName[]; name?: string; pageSize?: number; pageToken?: string }, signal?: AbortSignal) => {
+    const p = new URLSearchParams();
+    for (const s of opts.states) p.append("state", s);
+    if (opts.name) p.set("name", opts.name);
+    p.set("page_size", String(opts.pageSize ?? 50));
+    if (opts.pageToken) p.set("page_token", opts.pageToken);
+    return request<JobPage>("GET", `/v1/queues/${q(queue)}/jobs?${p}`, undefined, signal);
+  },
+  job: (queue: string, id: string) => request<JobDetail>("GET", `/v1/queues/${q(queue)}/jobs/${q(id)}`),
+  children: (queue: string, id: string) =>
+    request<Schemas["ChildrenList"]>("GET", `/v1/queues/${q(queue)}/jobs/${q(id)}/children`),
+  jobAction: (queue: string, id: string, verb: "retry" | "remove" | "promote" | "cancel") =>
+    request<JobActionResult>("POST", `/v1/queues/${q(queue)}/jobs/${q(id)}:${verb}`),
+  changePriority: (queue: string, id: string, priority: number) =>
+    request<JobActionResult>("POST", `/v1/queues/${q(queue)}/jobs/${q(id)}:change-priority`, { priority }),
+  queueAction: (queue: string, verb: "pause" | "resume" | "drain" | "clean", body?: unknown) =>
+    request<QueueActionResult>("POST", `/v1/queues/${q(queue)}:${verb}`, body ?? {}),
+  redrive: (queue: string) => request<QueueActionResult>("POST", `/v1/queues/${q(queue)}/dead-letters:redrive`, {}),
+  schedules: (pageToken?: string) =>
+    request<Schemas["SchedulePage"]>("GET", `/v1/schedules?page_size=100${pageToken ? `&page_token=${q(pageToken)}` : ""}`),
+  workers: (queue: string) => request<Schemas["WorkerList"]>("GET", `/v1/queues/${q(queue)}/workers`),
+};

@@ -1,0 +1,81 @@
+/** What several pages share: row navigation by keyboard, confirmed actions, states. */
+import { ApiError } from "../api";
+import { h, toast } from "../dom";
+import type { Ctx } from "../main";
+
+/** j / k move the selected row of `tbody`, Enter opens its first link. */
+export function rowKeys(ctx: Ctx, tbody: HTMLElement): void {
+  let index = -1;
+  const rows = () => Array.from(tbody.querySelectorAll<HTMLTableRowElement>("tr"));
+  const select = (i: number) => {
+    const all = rows();
+    if (!all.length) return;
+    index = Math.max(0, Math.min(i, all.length - 1));
+    all.forEach((r, j) => r.classList.toggle("sel", j === index));
+    all[index].scrollIntoView({ block: "nearest" });
+    all[index].querySelector<HTMLAnchorElement>("a")?.focus({ preventScroll: true });
+  };
+  const onKey = (e: KeyboardEvent) => {
+    const t = e.target as HTMLElement;
+    if (e.ctrlKey || e.metaKey || e.altKey || t.closest("input, textarea, select")) return;
+    if (e.key === "j") select(index + 1);
+    else if (e.key === "k") select(index - 1);
+    else return;
+    e.preventDefault();
+  };
+  document.addEventListener("keydown", onKey);
+  ctx.onLeave(() => document.removeEventListener("keydown", onKey));
+}
+
+/** A button that runs `act` (after a confirm when `confirmText` is given), shows what
+ * happened, and calls `done` after a success. */
+export function actionButton(
+  label: string,
+  act: () => Promise<string>,
+  opts: { confirmText?: string; danger?: boolean; done?: () => void; ariaLabel?: string } = {},
+): HTMLButtonElement {
+  const b = h("button", { type: "button", class: opts.danger ? "danger" : "", "aria-label": opts.ariaLabel ?? false }, label);
+  b.addEventListener("click", async () => {
+    if (opts.confirmText && !confirm(opts.confirmText)) return;
+    b.disabled = true;
+    try {
+      toast(await act());
+      opts.done?.();
+    } catch (e) {
+      toast(e instanceof ApiError ? `${label} refused: ${e.message}` : `${label} failed: ${e}`);
+    } finally {
+      b.disabled = false;
+    }
+  });
+  return b;
+}
+
+export function empty(text: string, ...more: (Node | string)[]): HTMLElement {
+  return h("div", { class: "empty" }, h("p", null, text), ...more);
+}
+
+export function liveBadge(): { el: HTMLElement; set: (on: boolean) => void } {
+  const el = h("span", { class: "live off", "data-testid": "live", role: "status" }, "offline");
+  return {
+    el,
+    set(on) {
+      el.className = `live ${on ? "on" : "off"}`;
+      el.textContent = on ? "live" : "paused";
+    },
+  };
+}
+
+/** Run `fn` at most once per `ms`, the last call winning (events arrive in bursts). */
+export function throttle(fn: () => void, ms: number): () => void {
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  let last = 0;
+  return () => {
+    if (timer) return;
+    const wait = Math.max(0, last + ms - Date.now());
+    timer = setTimeout(() => {
+      timer = null;
+      last = Date.now();
+      fn();
+    }, wait);
+  };
+}

@@ -1,0 +1,120 @@
+/** One job: its payload, result, progress, logs, every attempt's error with its stack
+ * trace, its timeline (the record's times, then the events seen live), its children,
+ * and the actions on it (retry, promote, cancel, remove, change priority). Live: the
+ * queue's stream, filtered to this job, reloads the record when it changes. */
+import { api, type Job, type JobDetail } from "../api";
+import { duration, h, json, num, replace, time } from "../dom";
+import { canAdmin, link, navigate, type Ctx } from "../main";
+import { queueStream } from "../sse";
+import { actionButton, empty, liveBadge, throttle } from "./common";
+import { jobActions } from "./queue";
+
+const PAYLOAD_SHOWN = 20_000; // characters before "show all"
+
+function payload(label: string, p: Job["payload"] | null | undefined): HTMLElement {
+  if (!p || (!p.size && p.data == null && !p.data_base64)) return h("p", { class: "muted" }, `No ${label.toLowerCase()}.`);
+  const text = p.data !== null && p.data !== undefined ? json(p.data) : p.data_base64 ?? "";
+  const pre = h("pre", { tabindex: "0", "aria-label": label }, text.slice(0, PAYLOAD_SHOWN));
+  const more = text.length > PAYLOAD_SHOWN &&
+    h("button", { type: "button", on: { click: (e: Event) => { pre.textContent = text; (e.target as HTMLElement).remove(); } } },
+      `Show all ${num(text.length)} characters`);
+  return h("div", null, h("p", { class: "muted" }, `${p.content_type || "no content type"}, ${num(p.size)} bytes`,
+    p.blob_ref ? " (in the blob store)" : ""), pre, more);
+}
+
+function timeline(j: Job): HTMLElement {
+  const rows: [number, string][] = [
+    [j.created_ns, "created"], [j.processed_ns, "started (last attempt)"], [j.finished_ns, "finished"],
+    ...j.errors.map((e): [number, string] => [e.at_ns, `attempt ${e.attempt} failed: ${e.code || "error"}`]),
+  ];
+  if (j.state === "delayed" && j.due_ns) rows.push([j.due_ns, "due"]);
+  rows.push([j.state_ns, `entered ${j.state}`]);
+  return h("ol", { class: "timeline", "aria-label": "Timeline" },
+    rows.filter(([t]) => t).sort((a, b) => a[0] - b[0]).map(([t, what]) => h("li", null, h("time", null, time(t)), " — ", what)));
+}
+
+export async function jobPage(ctx: Ctx): Promise<void> {
+  const { queue, job: ref } = ctx.params;
+  let detail: JobDetail = await api.job(queue, ref);
+  const live = liveBadge();
+  const events = h("ol", { class: "timeline", "aria-label": "Events seen live", "data-testid": "live-events" });
+  const box = h("div");
+  const load = async () => {
+    detail = await api.job(queue, ref);
+    draw();
+  };
+  const children = h("div", null, h("p", { class: "muted" }, "Loading children…"));
+  api.children(queue, detail.job.id).then((r) => replace(children, r.children.length
+    ? h("table", null, h("thead", null, h("tr", null, h("th", { scope: "col" }, "Job"), h("th", { scope: "col" }, "Node"),
+        h("th", { scope: "col" }, "State"), h("th", { scope: "col" }, "Error"))),
+      h("tbody", null, r.children.map((c) => h("tr", null,
+        h("td", null, h("a", { href: link(`/queues/${encodeURIComponent(c.queue)}/jobs/${encodeURIComponent(c.job_id)}`) }, `${c.queue} / ${c.job_id}`)),
+        h("td", null, c.node), h("td", null, c.state), h("td", null, c.error?.message ?? "")))))
+    : h("p", { class: "muted" }, "No children.")))
+    .catch((e) => replace(children, h("p", { class: "muted" }, `Children unavailable: ${e.message}`)));
+
+  function priorityForm(j: Job): HTMLElement | false {
+    if (!canAdmin() || !["waiting", "prioritized"].includes(j.state)) return false;
+    const input = h("input", { id: "priority", type: "number", min: "0", max: String(2 ** 21 - 1), value: String(j.priority), style: "width:7rem" });
+    return h("span", { class: "row", style: "margin:0" }, h("label", { for: "priority" }, "Priority"), input,
+      actionButton("Change priority", async () => {
+        await api.changePriority(queue, j.id, Number(input.value));
+        return `Job ${j.id} now has priority ${input.value}`;
+      }, { done: () => void load() }));
+  }
+
+  function draw() {
+    const j = detail.job;
+    const parent = j.headers["parent"] || j.headers["x-loam-parent"];
+    replace(box,
+      h("h1", null, `Job ${j.id}`, h("span", { class: `badge ${j.state}`, "data-testid": "job-state" }, j.state), live.el),
+      h("div", { class: "row", role: "group", "aria-label": "Job actions" },
+        jobActions(queue, j, () => {
+          if (j.state !== "active") void load().catch(() => navigate(link(`/queues/${encodeURIComponent(queue)}`)));
+        }), priorityForm(j)),
+      h("div", { class: "grid2" },
+        h("section", { class: "panel", "aria-labelledby": "h-summary" }, h("h2", { id: "h-summary" }, "Summary"),
+          h("dl", { class: "kv" },
+            h("dt", null, "Queue"), h("dd", null, h("a", { href: link(`/queues/${encodeURIComponent(queue)}`) }, queue)),
+            h("dt", null, "Task"), h("dd", null, j.name),
+            h("dt", null, "Attempts"), h("dd", null, `${j.attempt} of ${j.attempts_max || "∞"}`),
+            h("dt", null, "Priority"), h("dd", null, `${j.priority}${j.lifo ? " (LIFO)" : ""}`),
+            j.job_key && [h("dt", null, "Job key"), h("dd", null, j.job_key)],
+            j.subject && [h("dt", null, "Subject"), h("dd", null, j.subject)],
+            j.worker && [h("dt", null, "Worker"), h("dd", null, j.worker)],
+            j.origin_queue && [h("dt", null, "From queue"), h("dd", null, j.origin_queue)],
+            parent && [h("dt", null, "Parent"), h("dd", null, parent)],
+            j.processed_ns && j.finished_ns ? [h("dt", null, "Ran for"), h("dd", null, duration(j.finished_ns - j.processed_ns))] : null,
+            j.stalled ? [h("dt", null, "Stalled"), h("dd", null, `${j.stalled} times`)] : null)),
+        h("section", { class: "panel", "aria-labelledby": "h-timeline" }, h("h2", { id: "h-timeline" }, "Timeline"),
+          timeline(j), h("h3", null, "Live"), events)),
+      h("section", { "aria-labelledby": "h-payload" }, h("h2", { id: "h-payload" }, "Payload"), payload("Payload", j.payload)),
+      h("section", { "aria-labelledby": "h-result" }, h("h2", { id: "h-result" }, "Result"), payload("Result", j.result)),
+      h("section", { "aria-labelledby": "h-progress" }, h("h2", { id: "h-progress" }, "Progress"),
+        j.progress != null ? h("pre", { tabindex: "0" }, json(j.progress)) : h("p", { class: "muted" }, "No progress reported.")),
+      h("section", { "aria-labelledby": "h-errors" }, h("h2", { id: "h-errors" }, `Attempts with errors (${j.errors.length})`),
+        j.errors.length ? j.errors.map((e) => h("details", { class: "panel", open: e === j.errors[j.errors.length - 1] },
+          h("summary", null, `Attempt ${e.attempt} — ${time(e.at_ns)} — ${e.code ? `${e.code}: ` : ""}${e.message}`),
+          e.stacktrace ? h("pre", { tabindex: "0", "aria-label": `Stack trace of attempt ${e.attempt}` }, e.stacktrace)
+            : h("p", { class: "muted" }, "No stack trace.")))
+          : h("p", { class: "muted" }, "No failed attempts.")),
+      h("section", { "aria-labelledby": "h-logs" }, h("h2", { id: "h-logs" }, `Logs (${num(detail.log_count)})`),
+        detail.logs.length ? h("pre", { tabindex: "0", "aria-label": "Logs" },
+          detail.logs.map((l) => `${time(l.at_ns)}  ${l.line}`).join("\n")) : h("p", { class: "muted" }, "No log lines.")),
+      h("section", { "aria-labelledby": "h-children" }, h("h2", { id: "h-children" }, "Children"), children),
+    );
+  }
+  replace(ctx.main, h("p", { class: "muted" }, h("a", { href: link("/") }, "Queues"), " / ",
+    h("a", { href: link(`/queues/${encodeURIComponent(queue)}`) }, queue), " / ", detail.job.id), box);
+  draw();
+  if (!detail.job) replace(box, empty("No such job."));
+
+  const reload = throttle(() => void load().catch(() => {}), 200);
+  const stream = queueStream(queue, (e) => {
+    const ev = e.data?.data;
+    if (!ev || ev.job_id !== detail.job.id) return;
+    events.appendChild(h("li", null, h("time", null, time(Number(ev.time_ns))), " — ", ev.event));
+    reload();
+  }, live.set);
+  ctx.onLeave(() => stream.stop());
+}

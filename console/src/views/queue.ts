@@ -1,0 +1,165 @@
+/** One queue: its counts as tabs by state, the jobs of the chosen state a page at a time
+ * (cursor paging: `?state=failed&name=send&cursor=…`, every filter in the URL), the
+ * queue's actions (pause/resume, drain, clean by state and age, redrive its dead letters)
+ * and each job's (retry, promote, cancel, remove). Live: the queue's event stream moves
+ * the counts and, on the first page, the list. */
+import { api, STATES, type Counts, type Job, type QueueDetail, type StateName } from "../api";
+import { ago, h, num, replace } from "../dom";
+import { canAdmin, link, setQuery, type Ctx } from "../main";
+import { queueStream } from "../sse";
+import { actionButton, empty, liveBadge, rowKeys, throttle } from "./common";
+
+const COUNT_FIELD: Record<StateName, keyof Counts> = {
+  waiting: "waiting", prioritized: "prioritized", delayed: "delayed", active: "active",
+  "waiting-children": "waiting_children", completed: "completed", failed: "failed",
+  "dead-lettered": "dead_lettered", canceled: "canceled",
+};
+const PAGE_SIZE = 50;
+const RETRYABLE = new Set<StateName>(["failed", "completed", "dead-lettered", "canceled"]);
+const CANCELABLE = new Set<StateName>(["waiting", "prioritized", "delayed", "waiting-children"]);
+
+export function jobActions(queue: string, job: Job, done: () => void): HTMLElement[] {
+  if (!canAdmin()) return [];
+  const id = job.id, out: HTMLElement[] = [];
+  const label = (verb: string) => `${verb} job ${id}`;
+  if (RETRYABLE.has(job.state))
+    out.push(actionButton("Retry", async () => (await api.jobAction(queue, id, "retry"), `Job ${id} retried`),
+      { done, ariaLabel: label("Retry") }));
+  if (job.state === "delayed")
+    out.push(actionButton("Promote", async () => (await api.jobAction(queue, id, "promote"), `Job ${id} promoted`),
+      { done, ariaLabel: label("Promote") }));
+  if (CANCELABLE.has(job.state))
+    out.push(actionButton("Cancel", async () => (await api.jobAction(queue, id, "cancel"), `Job ${id} canceled`),
+      { done, ariaLabel: label("Cancel") }));
+  if (job.state !== "active")
+    out.push(actionButton("Remove", async () => (await api.jobAction(queue, id, "remove"), `Job ${id} removed`),
+      { done, danger: true, confirmText: `Remove job ${id}? This cannot be undone.`, ariaLabel: label("Remove") }));
+  return out;
+}
+
+function queueActions(queue: string, detail: QueueDetail, reload: () => void): HTMLElement {
+  if (!canAdmin()) return h("p", { class: "muted" }, "Read only: this token cannot change the queue.");
+  const paused = detail.counts.paused;
+  const affected = (verb: string) => (r: { affected: number }) => `${verb}: ${num(r.affected)} jobs`;
+  const cleanState = h("select", { id: "clean-state", "aria-label": "State to clean" },
+    ["completed", "failed", "dead-lettered", "canceled", "waiting", "delayed", "prioritized"].map((s) => h("option", { value: s }, s)));
+  const cleanAge = h("input", { id: "clean-age", type: "number", min: "0", value: "0", style: "width:6rem",
+    "aria-label": "Only jobs older than this many minutes" });
+  return h("div", { class: "row", role: "group", "aria-label": "Queue actions" },
+    actionButton(paused ? "Resume" : "Pause", async () => {
+      await api.queueAction(queue, paused ? "resume" : "pause");
+      return `Queue ${queue} ${paused ? "resumed" : "paused"}`;
+    }, { done: reload }),
+    actionButton("Drain", async () => affected("Drained")(await api.queueAction(queue, "drain", { delayed: false })),
+      { danger: true, confirmText: `Remove every waiting job of ${queue}?`, done: reload }),
+    h("span", { class: "row", style: "margin:0" },
+      h("label", { for: "clean-state" }, "Clean"), cleanState,
+      h("label", { for: "clean-age" }, "older than (min)"), cleanAge,
+      actionButton("Clean", async () => affected("Cleaned")(await api.queueAction(queue, "clean", {
+        state: cleanState.value, grace_ns: Math.max(0, Number(cleanAge.value) || 0) * 60e9,
+      })), { danger: true, confirmText: `Remove the ${cleanState.value} jobs of ${queue} older than ${cleanAge.value} min?`, done: reload })),
+    actionButton("Redrive dead letters", async () => affected("Redriven")(await api.redrive(queue)),
+      { confirmText: `Move the jobs of ${queue} (a dead-letter queue) back to the queues they came from?`, done: reload }),
+  );
+}
+
+export async function queuePage(ctx: Ctx): Promise<void> {
+  const queue = ctx.params.queue;
+  const sp = ctx.url.searchParams;
+  const state = (STATES.includes(sp.get("state") as StateName) ? sp.get("state") : "waiting") as StateName;
+  const name = sp.get("name") ?? "";
+  const cursor = sp.get("cursor") ?? "";
+  const [detail, page] = await Promise.all([
+    api.queue(queue),
+    api.jobs(queue, { states: [state], name, pageSize: PAGE_SIZE, pageToken: cursor }),
+  ]);
+  let counts = detail.counts;
+  const live = liveBadge();
+  const qs = (s: StateName) => `?state=${s}${name ? `&name=${encodeURIComponent(name)}` : ""}`;
+  const tabs = h("nav", { class: "tabs", "aria-label": "Job states" });
+  const drawTabs = () => replace(tabs, STATES.map((s) =>
+    h("a", { href: link(`/queues/${encodeURIComponent(queue)}`) + qs(s), "aria-current": s === state ? "page" : false,
+      "data-state": s },
+      s, " ", h("span", { class: "count", "data-testid": `count-${s}` }, num(counts[COUNT_FIELD[s]] as number)))));
+  drawTabs();
+
+  const nameInput = h("input", { type: "search", id: "name-filter", value: name, "data-filter": true,
+    placeholder: "task name", "aria-label": "Only jobs with this task name" });
+  const nameForm = h("form", { class: "row", role: "search", on: { submit: (e: Event) => {
+    e.preventDefault();
+    setQuery({ name: nameInput.value.trim(), cursor: null });
+  } } }, nameInput, h("button", { type: "submit" }, "Filter"),
+    name && h("a", { class: "btn", href: link(`/queues/${encodeURIComponent(queue)}`) + `?state=${state}` }, "Clear"));
+
+  const tbody = h("tbody");
+  let jobs = page.jobs;
+  const reloadPage = async () => {
+    const fresh = await api.jobs(queue, { states: [state], name, pageSize: PAGE_SIZE, pageToken: cursor });
+    jobs = fresh.jobs;
+    drawRows();
+  };
+  const reloadAll = () => void Promise.all([reloadPage(), reloadCounts()]).catch(() => {});
+  const drawRows = () => {
+    replace(tbody, jobs.map((j) => h("tr", { "data-job": j.id },
+      h("td", null, h("a", { href: link(`/queues/${encodeURIComponent(queue)}/jobs/${encodeURIComponent(j.id)}`) }, j.id)),
+      h("td", null, j.name),
+      h("td", { class: "hide-sm" }, h("span", { class: `badge ${j.state}` }, j.state)),
+      h("td", { class: "num hide-sm" }, `${j.attempt}/${j.attempts_max || "∞"}`),
+      h("td", { class: "num hide-sm" }, j.priority || "—"),
+      h("td", null, ago(j.state_ns || j.created_ns)),
+      h("td", { class: "hide-sm" }, j.errors.length ? j.errors[j.errors.length - 1].message.slice(0, 120) : ""),
+      h("td", null, h("div", { class: "row", style: "margin:0" }, jobActions(queue, j, reloadAll))))));
+    replace(listBox, jobs.length ? table : empty(cursor ? "No more jobs." :
+      `No ${state} jobs${name ? ` named “${name}”` : ""} in ${queue}.`));
+  };
+  const table = h("div", { class: "wrap" }, h("table", null,
+    h("thead", null, h("tr", null, h("th", { scope: "col" }, "Job"), h("th", { scope: "col" }, "Task"),
+      h("th", { scope: "col", class: "hide-sm" }, "State"), h("th", { scope: "col", class: "num hide-sm" }, "Attempts"),
+      h("th", { scope: "col", class: "num hide-sm" }, "Priority"), h("th", { scope: "col" }, "In state since"),
+      h("th", { scope: "col", class: "hide-sm" }, "Last error"), h("th", { scope: "col" }, "Actions"))),
+    tbody));
+  const listBox = h("div");
+  const base = link(`/queues/${encodeURIComponent(queue)}`) + qs(state);
+  const pager = h("nav", { class: "row", "aria-label": "Pages" },
+    cursor && h("a", { class: "btn", href: base, "data-key": "p" }, "First page"),
+    page.next_page_token && h("a", { class: "btn", href: `${base}&cursor=${encodeURIComponent(page.next_page_token)}`,
+      "data-key": "n", rel: "next" }, "Next page"));
+  const pausedBadge = h("span", { class: "badge paused", hidden: !counts.paused }, "paused");
+  const actionsBox = h("div");
+  const drawActions = (d: QueueDetail) => replace(actionsBox, queueActions(queue, d, () => void reloadCounts()));
+  async function reloadCounts() {
+    const d = await api.queue(queue);
+    counts = d.counts;
+    pausedBadge.hidden = !counts.paused;
+    drawTabs();
+    drawActions(d);
+  }
+  drawActions(detail);
+  replace(ctx.main,
+    h("p", { class: "muted" }, h("a", { href: link("/") }, "Queues"), " / ", queue),
+    h("h1", null, queue, pausedBadge, live.el),
+    actionsBox, tabs, nameForm, listBox, pager);
+  drawRows();
+  rowKeys(ctx, tbody);
+  const onKey = (e: KeyboardEvent) => {
+    if ((e.target as HTMLElement).closest("input, textarea, select") || e.ctrlKey || e.metaKey) return;
+    const a = pager.querySelector<HTMLAnchorElement>(`[data-key="${e.key}"]`);
+    if (a) { e.preventDefault(); a.click(); }
+  };
+  document.addEventListener("keydown", onKey);
+  ctx.onLeave(() => document.removeEventListener("keydown", onKey));
+
+  // Push: counts always; the list on the first page (later pages keep their place).
+  const refreshCounts = throttle(() => void reloadCounts().catch(() => {}), 250);
+  const refreshList = throttle(() => void reloadPage().catch(() => {}), 250);
+  const stream = queueStream(queue, (e) => {
+    if (e.type === "snapshot") {
+      if (e.data.counts) { counts = e.data.counts; pausedBadge.hidden = !counts.paused; drawTabs(); }
+      return;
+    }
+    if (e.type === "ready") return;
+    refreshCounts();
+    if (!cursor || jobs.some((j) => j.id === e.data?.data?.job_id)) refreshList();
+  }, live.set);
+  ctx.onLeave(() => stream.stop());
+}

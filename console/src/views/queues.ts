@@ -1,0 +1,78 @@
+/** The queue list: counts by state, paused, depth and the oldest waiting job's age per
+ * queue, filtered by name (`?q=`, kept in the URL). Live: the namespace's event stream
+ * (`/v1/events`) tells which queues changed; their counts are read again. */
+import { api, type Counts, type QueueStats, type QueueSummary } from "../api";
+import { duration, h, num, replace } from "../dom";
+import { link, setQuery, type Ctx } from "../main";
+import { queuesStream, type EventStream } from "../sse";
+import { empty, liveBadge, rowKeys, throttle } from "./common";
+
+export function depth(c: Counts): number {
+  return c.waiting + c.prioritized + c.delayed;
+}
+
+export async function queuesPage(ctx: Ctx): Promise<void> {
+  const filter = ctx.url.searchParams.get("q") ?? "";
+  let [list, stats] = await Promise.all([api.queues(), api.queueStats().catch(() => null)]);
+  const statsOf = new Map<string, QueueStats>((stats?.queues ?? []).map((s) => [s.name, s]));
+  const live = liveBadge();
+  const input = h("input", { type: "search", value: filter, "data-filter": true, id: "queue-filter",
+    placeholder: "name contains…", "aria-label": "Filter queues by name" });
+  input.addEventListener("input", throttle(() => setQuery({ q: input.value }, false), 300));
+  const tbody = h("tbody");
+  const shown = () => list.queues.filter((q) => q.name.includes(filter)).sort((a, b) => a.name.localeCompare(b.name));
+
+  function row(q: QueueSummary) {
+    const c = q.counts, s = statsOf.get(q.name);
+    return h("tr", { "data-queue": q.name },
+      h("td", null, h("a", { href: link(`/queues/${encodeURIComponent(q.name)}`) }, q.name), " ",
+        c.paused && h("span", { class: "badge paused" }, "paused")),
+      h("td", { class: "num", "data-count": "waiting" }, num(c.waiting + c.prioritized)),
+      h("td", { class: "num hide-sm" }, num(c.delayed)),
+      h("td", { class: "num", "data-count": "active" }, num(c.active)),
+      h("td", { class: "num hide-sm", "data-count": "completed" }, num(c.completed)),
+      h("td", { class: "num", "data-count": "failed" }, num(c.failed)),
+      h("td", { class: "num hide-sm" }, num(c.dead_lettered)),
+      h("td", { class: "num", "data-count": "depth" }, num(depth(c))),
+      h("td", { class: "num hide-sm" }, s && s.oldest_waiting_age_ns ? duration(s.oldest_waiting_age_ns) : "—"),
+    );
+  }
+
+  function draw() {
+    const queues = shown();
+    replace(tbody, queues.map(row));
+    replace(body, queues.length ? table : list.queues.length
+      ? empty(`No queue name contains “${filter}”.`)
+      : empty("No queues yet. A queue appears when its first job is enqueued."));
+  }
+
+  const table = h("div", { class: "wrap" }, h("table", null,
+    h("caption", { class: "muted", style: "text-align:left" }, "Counts by state; depth = waiting + delayed"),
+    h("thead", null, h("tr", null,
+      h("th", { scope: "col" }, "Queue"), h("th", { scope: "col", class: "num" }, "Waiting"),
+      h("th", { scope: "col", class: "num hide-sm" }, "Delayed"), h("th", { scope: "col", class: "num" }, "Active"),
+      h("th", { scope: "col", class: "num hide-sm" }, "Completed"), h("th", { scope: "col", class: "num" }, "Failed"),
+      h("th", { scope: "col", class: "num hide-sm" }, "Dead-lettered"), h("th", { scope: "col", class: "num" }, "Depth"),
+      h("th", { scope: "col", class: "num hide-sm" }, "Oldest waiting"))),
+    tbody));
+  const body = h("div");
+  replace(ctx.main, h("h1", null, "Queues ", h("span", { class: "count" }, `(${list.queues.length})`), live.el),
+    h("div", { class: "row" }, input), body);
+  draw();
+  rowKeys(ctx, tbody);
+
+  const refresh = throttle(async () => {
+    try {
+      [list, stats] = await Promise.all([api.queues(), api.queueStats().catch(() => stats)]);
+      statsOf.clear();
+      for (const s of stats?.queues ?? []) statsOf.set(s.name, s);
+      draw();
+    } catch { /* the next event tries again */ }
+  }, 500);
+  // Live for the first queues shown (one stream carries at most MAX_QUEUES of them); any
+  // event re-reads every count, so the others move too.
+  let stream: EventStream | null = null;
+  const watched = shown().map((q) => q.name);
+  if (watched.length) stream = queuesStream(watched, (e) => { if (e.type !== "snapshot") refresh(); }, live.set);
+  ctx.onLeave(() => stream?.stop());
+}
