@@ -47,7 +47,7 @@ def boom(n: int) -> Exception:
 async def jobs(url: str, token: str, prefix: str) -> dict[str, str]:
     emails, orders, dlq = f"{prefix}emails", f"{prefix}orders", f"{prefix}orders-dlq"
     async with Client(url, token=token) as c:
-        await c.create_queue(emails, attempts=2)
+        await c.create_queue(emails, attempts=2, visibility=3600)  # worker-2 holds its job for the whole run
         await c.create_queue(dlq)
         await c.create_queue(orders, attempts=1, dead_letter_queue=dlq)
         out: dict[str, str] = {}

@@ -1,9 +1,9 @@
 /** The queue list: counts by state, paused, depth and the oldest waiting job's age per
- * queue, filtered by name (`?q=`, kept in the URL). Live: the namespace's event stream
- * (`/v1/events`) tells which queues changed; their counts are read again. */
+ * queue, filtered by name (`?q=`, kept in the URL). Live: one event stream for the queues
+ * shown (`/v1/events`); an event reads the counts again. */
 import { api, type Counts, type QueueStats, type QueueSummary } from "../api";
 import { duration, h, num, replace } from "../dom";
-import { link, setQuery, type Ctx } from "../main";
+import { link, type Ctx } from "../main";
 import { queuesStream, type EventStream } from "../sse";
 import { empty, liveBadge, rowKeys, throttle } from "./common";
 
@@ -12,13 +12,21 @@ export function depth(c: Counts): number {
 }
 
 export async function queuesPage(ctx: Ctx): Promise<void> {
-  const filter = ctx.url.searchParams.get("q") ?? "";
+  let filter = ctx.url.searchParams.get("q") ?? "";
   let [list, stats] = await Promise.all([api.queues(), api.queueStats().catch(() => null)]);
   const statsOf = new Map<string, QueueStats>((stats?.queues ?? []).map((s) => [s.name, s]));
   const live = liveBadge();
   const input = h("input", { type: "search", value: filter, "data-filter": true, id: "queue-filter",
     placeholder: "name contains…", "aria-label": "Filter queues by name" });
-  input.addEventListener("input", throttle(() => setQuery({ q: input.value }, false), 300));
+  // Filtering is local (every queue is loaded); the URL keeps it for deep links.
+  input.addEventListener("input", () => {
+    filter = input.value;
+    const url = new URL(location.href);
+    if (filter) url.searchParams.set("q", filter);
+    else url.searchParams.delete("q");
+    history.replaceState(null, "", url.pathname + url.search);
+    draw();
+  });
   const tbody = h("tbody");
   const shown = () => list.queues.filter((q) => q.name.includes(filter)).sort((a, b) => a.name.localeCompare(b.name));
 
