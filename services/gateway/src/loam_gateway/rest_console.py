@@ -55,7 +55,7 @@ from loam_gateway.rest import (
     counts_view,
     job_view,
 )
-from loam_gateway.rest_events import SSE_MEDIA_TYPE, Cursor, DataMode, LastEventId, cloud_event_json, sse
+from loam_gateway.rest_events import SSE_MEDIA_TYPE, Cursor, DataMode, LastEventId, Limit, cloud_event_json, sse
 
 CONSOLE_DIR_ENV = "LOAM_CONSOLE_DIR"
 MAX_QUEUES = 50  # queues in one /v1/events stream
@@ -228,7 +228,7 @@ def build_console_router() -> APIRouter:
     async def events(
         request: Request,
         queue: Annotated[list[str], Query(min_length=1, max_length=MAX_QUEUES, description="the queues to watch")],
-        cursor: Cursor = None, last_event_id: LastEventId = None, data: DataMode = "protobuf",
+        cursor: Cursor = None, last_event_id: LastEventId = None, limit: Limit = 0, data: DataMode = "protobuf",
         p: Principal = caller("watch"),
     ) -> StreamingResponse:  # fmt: skip
         queues = list(dict.fromkeys(queue))
@@ -239,6 +239,7 @@ def build_console_router() -> APIRouter:
         items = await merged_watch(request.app.state.router, p.namespace, queues, cursors)
 
         async def body() -> AsyncIterator[bytes]:
+            n = 0
             try:
                 async for q, item in items:
                     if item.cursor:
@@ -247,6 +248,9 @@ def build_console_router() -> APIRouter:
                     if kind == "event":
                         doc = cloud_event_json(p.namespace, item.event, data)
                         yield sse(cloudevents.event_type(item.event.event), json.dumps(doc), encode_cursors(cursors))
+                        n += 1
+                        if limit and n >= limit:
+                            return
                     elif item.HasField("counts"):
                         yield sse("snapshot", json.dumps({"queue": q, "counts": counts_view(item.counts).model_dump()}))
                     elif item.ready:

@@ -1,0 +1,184 @@
+"""The REST the console added for every client (loam_gateway.rest_console), through the
+gateway app with a `StoreAuthenticator`: whoami, the viewer role (`jobs:read` reads and
+may change nothing), change-priority, the queue stats, the several-queue event stream
+resumed from its cursor, and the console's static files with the deep-link fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from loam_common import auth
+from loam_common.blobs import DirBlobStore
+from loam_gateway.app import create_app
+from loam_gateway.auth import StoreAuthenticator
+from loam_gateway.routing import Router
+from loam_queue_core import QueueCore
+from loam_queue_core.rpc import CoreRpc
+
+
+@pytest.fixture
+async def gateway(store, tmp_path):
+    core = QueueCore(store, DirBlobStore(tmp_path / "blobs"))
+    app = create_app(Router(local=CoreRpc(core)), StoreAuthenticator(store))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+        yield client
+
+
+@pytest.fixture
+def token(store):
+    async def _token(ns: str, *actions: str) -> dict[str, str]:
+        t, _ = await store.transact(auth.token_create, ns, list(actions), "", None)
+        return {"authorization": f"Bearer {t}"}
+
+    return _token
+
+
+async def enqueue(gw, who, queue: str, name: str = "send") -> str:
+    r = await gw.post(f"/v1/queues/{queue}/jobs", json={"name": name, "data": {"n": 1}}, headers=who)
+    assert r.status_code == 200, r.text
+    return r.json()["job"]
+
+
+def sse_messages(text: str) -> list[dict[str, str]]:
+    out = []
+    for block in text.split("\n\n"):
+        msg: dict[str, str] = {}
+        for line in block.splitlines():
+            key, _, value = line.partition(": ")
+            if key in ("id", "event", "data"):
+                msg[key] = value
+        if msg:
+            out.append(msg)
+    return out
+
+
+async def test_whoami_names_the_tokens_namespace_and_actions(gateway, token):
+    viewer = await token("acme", auth.READ)
+    r = await gateway.get("/v1/whoami", headers=viewer)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["namespace"], body["actions"], body["auth"]) == ("acme", ["jobs:read"], True)
+    assert len(body["token_id"]) == 16
+    r = await gateway.get("/v1/whoami")
+    assert (r.status_code, r.json()["code"]) == (401, "unauthenticated")
+    r = await gateway.get("/v1/whoami", headers={**viewer, "x-loam-namespace": "rival"})
+    assert (r.status_code, r.json()["code"]) == (403, "permission_denied")
+
+
+async def test_a_viewer_reads_everything_and_changes_nothing(gateway, token, dump):
+    admin = await token("acme", *sorted(auth.ACTIONS - {auth.READ}))
+    viewer = await token("acme", auth.READ)
+    job = await enqueue(gateway, admin, "emails")
+    for path in ("/v1/queues", "/v1/queues:stats", "/v1/queues/emails", "/v1/queues/emails/jobs?state=waiting",
+                 f"/v1/queues/emails/jobs/{job}", f"/v1/queues/emails/jobs/{job}/children",
+                 "/v1/queues/emails/workers", "/v1/schedules"):  # fmt: skip
+        r = await gateway.get(path, headers=viewer)
+        assert r.status_code == 200, (path, r.text)
+    before = await dump()
+    for method, path, body in [
+        ("POST", f"/v1/queues/emails/jobs/{job}:cancel", None),
+        ("POST", f"/v1/queues/emails/jobs/{job}:remove", None),
+        ("POST", f"/v1/queues/emails/jobs/{job}:change-priority", {"priority": 3}),
+        ("POST", "/v1/queues/emails:pause", None),
+        ("POST", "/v1/queues/emails:drain", None),
+        ("POST", "/v1/queues/emails/jobs", {"name": "x"}),
+        ("PUT", "/v1/schedules/s", {"queue": "emails", "name": "x", "every_ns": 10**9}),
+    ]:
+        r = await gateway.request(method, path, json=body, headers=viewer)
+        assert (r.status_code, r.json()["code"]) == (403, "permission_denied"), (path, r.text)
+    assert await dump() == before
+    # jobs:read is its own action: it does not come with jobs:admin, and admin alone still reads
+    r = await gateway.get("/v1/queues/emails", headers=await token("acme", auth.ENQUEUE))
+    assert r.status_code == 403
+
+
+async def test_change_priority_moves_a_waiting_job_and_refuses_bad_input(gateway, token, dump):
+    admin = await token("acme", auth.ADMIN, auth.ENQUEUE)
+    job = await enqueue(gateway, admin, "emails")
+    r = await gateway.post(f"/v1/queues/emails/jobs/{job}:change-priority", json={"priority": 9}, headers=admin)
+    assert r.status_code == 200, r.text
+    assert (r.json()["job"]["priority"], r.json()["job"]["state"]) == (9, "prioritized")
+    before = await dump()
+    for body in ({"priority": -1}, {"priority": 2**21}, {}, {"priority": 1, "extra": 1}):
+        r = await gateway.post(f"/v1/queues/emails/jobs/{job}:change-priority", json=body, headers=admin)
+        assert (r.status_code, r.json()["code"]) == (400, "invalid_argument"), (body, r.text)
+    r = await gateway.post("/v1/queues/emails/jobs/nope:change-priority", json={"priority": 1}, headers=admin)
+    assert r.status_code == 404
+    assert await dump() == before
+
+
+async def test_queue_stats_give_the_oldest_waiting_age_and_totals(gateway, token, clock):
+    admin = await token("acme", auth.ADMIN, auth.ENQUEUE)
+    other = await token("rival", auth.ADMIN, auth.ENQUEUE)
+    await enqueue(gateway, admin, "emails")
+    await enqueue(gateway, admin, "emails")
+    await enqueue(gateway, other, "hidden")
+    clock.advance(5 * 10**9)
+    r = await gateway.get("/v1/queues:stats", headers=admin)
+    assert r.status_code == 200, r.text
+    (emails,) = r.json()["queues"]  # the rival's queue is not listed
+    assert emails["name"] == "emails" and emails["enqueued_total"] == 2
+    assert emails["oldest_waiting_age_ns"] >= 5 * 10**9
+
+
+async def test_one_stream_carries_several_queues_and_resumes_from_its_cursor(gateway, token):
+    admin = await token("acme", auth.ADMIN, auth.ENQUEUE, auth.CONSUME)
+    await enqueue(gateway, admin, "a")
+    await enqueue(gateway, admin, "b")
+
+    async def watch(limit: int, cursor: str | None = None) -> list[dict[str, str]]:
+        params = {"queue": ["a", "b"], "data": "json", "limit": limit, **({"cursor": cursor} if cursor else {})}
+        r = await gateway.get("/v1/events", params=params, headers=admin)
+        assert r.status_code == 200, r.text
+        return sse_messages(r.text)
+
+    streaming = asyncio.create_task(watch(4))
+    await asyncio.sleep(0.2)  # the stream has taken its snapshot
+    ja, jb = await enqueue(gateway, admin, "a", "first"), await enqueue(gateway, admin, "b", "second")
+    msgs = await asyncio.wait_for(streaming, 10)
+    snapshots = [json.loads(m["data"]) for m in msgs if m.get("event") == "snapshot"]
+    assert sorted(s["queue"] for s in snapshots) == ["a", "b"]
+    assert {s["queue"]: s["counts"]["waiting"] for s in snapshots} == {"a": 1, "b": 1}
+    events = [m for m in msgs if m.get("event", "").startswith("io.loams.dev.jobs.")]
+    seen = {json.loads(e["data"])["data"]["job_id"] for e in events}
+    assert seen == {ja, jb}
+
+    # resume after the last event: what follows, nothing repeated, both queues still watched
+    resumed = asyncio.create_task(watch(2, events[-1]["id"]))
+    await asyncio.sleep(0.2)
+    jc = await enqueue(gateway, admin, "b", "third")
+    later = [m for m in await asyncio.wait_for(resumed, 10) if m.get("event", "").startswith("io.loams.dev.jobs.")]
+    assert [(m["event"], json.loads(m["data"])["data"]["job_id"]) for m in later] == [
+        ("io.loams.dev.jobs.added.v1", jc), ("io.loams.dev.jobs.waiting.v1", jc)]
+    assert not any(m.get("event") == "snapshot" for m in await asyncio.wait_for(resumed, 0))
+
+    r = await gateway.get("/v1/events", params={"queue": "a", "cursor": "not-a-cursor!"}, headers=admin)
+    assert (r.status_code, r.json()["code"]) == (400, "invalid_argument")
+    r = await gateway.get("/v1/events", params={"queue": [f"q{i}" for i in range(51)]}, headers=admin)
+    assert r.status_code == 400
+
+
+async def test_the_console_is_served_with_deep_links(gateway, tmp_path, monkeypatch):
+    dist = tmp_path / "dist"
+    (dist / "assets").mkdir(parents=True)
+    (dist / "index.html").write_text("<!doctype html><title>app</title>")
+    (dist / "assets" / "app-abc.js").write_text("console.log(1)")
+    (tmp_path / "secret.txt").write_text("no")
+    monkeypatch.setenv("LOAM_CONSOLE_DIR", str(dist))
+    r = await gateway.get("/console/queues/emails/jobs/1?state=failed")
+    assert r.status_code == 200 and "<title>app</title>" in r.text
+    assert r.headers["cache-control"] == "no-cache"
+    r = await gateway.get("/console/assets/app-abc.js")
+    assert r.status_code == 200 and "immutable" in r.headers["cache-control"]
+    assert (await gateway.get("/console/assets/app-gone.js")).status_code == 404
+    r = await gateway.get("/console/..%2Fsecret.txt")
+    assert "no" != r.text and "<title>app</title>" in r.text
+    r = await gateway.get("/console")
+    assert r.status_code == 308 and r.headers["location"] == "/console/"
+    monkeypatch.setenv("LOAM_CONSOLE_DIR", str(tmp_path / "missing"))
+    r = await gateway.get("/console/")
+    assert r.status_code == 503 and "make console" in r.text
