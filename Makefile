@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROTO_OUT := libs/common/src/loam_common/gen
 
-.PHONY: console console-gen console-gen-check test-console chromium venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
+.PHONY: console console-gen console-gen-check test-console console-screenshots chromium bench-console venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
 
 PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway adapters/python adapters/celery
 
@@ -85,6 +85,10 @@ chromium:
 # every test (console/test/).
 test-console: console chromium
 	cd $(CONSOLE) && LOAM_PYTHON=$(abspath $(BIN)/python) npm test
+
+# The same run, saving the main pages as PNGs into docs/console/ (for docs/console.md).
+console-screenshots: console chromium
+	cd $(CONSOLE) && LOAM_PYTHON=$(abspath $(BIN)/python) CONSOLE_SCREENSHOTS=$(abspath docs/console) npm test
 
 # docker-compose.yml on paper (no Docker engine runs here): Debian's docker-compose parses
 # and checks it. The internal token only has to be set for interpolation.

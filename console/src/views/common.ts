@@ -3,18 +3,30 @@ import { ApiError } from "../api";
 import { h, toast } from "../dom";
 import type { Ctx } from "../main";
 
-/** j / k move the selected row of `tbody`, Enter opens its first link. */
+/** j / k move the selected row of `tbody`, Enter opens its first link. The selection is
+ * kept by row identity when a push redraws the rows. */
 export function rowKeys(ctx: Ctx, tbody: HTMLElement): void {
   let index = -1;
+  let selectedKey: string | null = null;
   const rows = () => Array.from(tbody.querySelectorAll<HTMLTableRowElement>("tr"));
-  const select = (i: number) => {
+  const keyOf = (r: HTMLTableRowElement) => Object.values(r.dataset).join("/");
+  const select = (i: number, focus = true) => {
     const all = rows();
     if (!all.length) return;
     index = Math.max(0, Math.min(i, all.length - 1));
     all.forEach((r, j) => r.classList.toggle("sel", j === index));
+    selectedKey = keyOf(all[index]);
+    if (!focus) return;
     all[index].scrollIntoView({ block: "nearest" });
     all[index].querySelector<HTMLAnchorElement>("a")?.focus({ preventScroll: true });
   };
+  const observer = new MutationObserver(() => {
+    if (selectedKey === null) return;
+    const i = rows().findIndex((r) => keyOf(r) === selectedKey);
+    const hadFocus = document.activeElement === document.body || tbody.contains(document.activeElement);
+    if (i >= 0) select(i, hadFocus);
+  });
+  observer.observe(tbody, { childList: true });
   const onKey = (e: KeyboardEvent) => {
     const t = e.target as HTMLElement;
     if (e.ctrlKey || e.metaKey || e.altKey || t.closest("input, textarea, select")) return;
@@ -24,7 +36,10 @@ export function rowKeys(ctx: Ctx, tbody: HTMLElement): void {
     e.preventDefault();
   };
   document.addEventListener("keydown", onKey);
-  ctx.onLeave(() => document.removeEventListener("keydown", onKey));
+  ctx.onLeave(() => {
+    document.removeEventListener("keydown", onKey);
+    observer.disconnect();
+  });
 }
 
 /** A button that runs `act` (after a confirm when `confirmText` is given), shows what
@@ -55,7 +70,7 @@ export function empty(text: string, ...more: (Node | string)[]): HTMLElement {
 }
 
 export function liveBadge(): { el: HTMLElement; set: (on: boolean) => void } {
-  const el = h("span", { class: "live off", "data-testid": "live", role: "status" }, "offline");
+  const el = h("span", { class: "live off", "data-testid": "live", role: "status" }, "connecting");
   return {
     el,
     set(on) {
