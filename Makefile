@@ -98,6 +98,7 @@ compose-check:
 
 # `loam dev`: every service in one process on ./.loam (Ctrl-C stops it).
 dev: venv
+	$(MAKE) console || echo "the console was not built (it needs npm); the server runs without it"
 	$(BIN)/loam dev
 
 test: venv

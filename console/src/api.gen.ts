@@ -260,6 +260,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/queues/{queue}/jobs:search": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Jobs whose id, task name, payload, result or error contains a text, newest first */
+        get: operations["search_v1_queues__queue__jobs_search_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/queues/{queue}/workers": {
         parameters: {
             query?: never;
@@ -1241,6 +1258,21 @@ export interface components {
              * @description when the current rule was set
              */
             updated_ns: number;
+        };
+        /** SearchPage */
+        SearchPage: {
+            /**
+             * Examined
+             * @description jobs looked at by this call
+             */
+            examined: number;
+            /** Jobs */
+            jobs: components["schemas"]["JobView"][];
+            /**
+             * Next Page Token
+             * @description go on from here (page_token); empty: every job was examined
+             */
+            next_page_token: string;
         };
         /** TrimBody */
         TrimBody: {
@@ -2933,6 +2965,122 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["JobActionResult"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    search_v1_queues__queue__jobs_search_get: {
+        parameters: {
+            query: {
+                /** @description the text to find (any case) */
+                text: string;
+                /** @description where to look; any: everywhere */
+                in?: "any" | "id" | "name" | "payload" | "result" | "error";
+                /** @description one or more states; none: all jobs */
+                state?: ("waiting" | "prioritized" | "delayed" | "active" | "waiting-children" | "completed" | "failed" | "dead-lettered" | "canceled")[] | null;
+                /** @description only this task name */
+                name?: string | null;
+                /** @description stop once this many are found */
+                page_size?: number;
+                page_token?: string;
+            };
+            header?: never;
+            path: {
+                /** @description the queue name: 1-128 of A-Z a-z 0-9 . _ : @ - */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SearchPage"];
                 };
             };
             /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */

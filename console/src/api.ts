@@ -86,6 +86,13 @@ export const api = {
     if (opts.pageToken) p.set("page_token", opts.pageToken);
     return request<JobPage>("GET", `/v1/queues/${q(queue)}/jobs?${p}`, undefined, signal);
   },
+  search: (queue: string, opts: { text: string; field: string; states: StateName[]; name?: string; pageToken?: string }, signal?: AbortSignal) => {
+    const p = new URLSearchParams({ text: opts.text, in: opts.field, page_size: "50" });
+    for (const s of opts.states) p.append("state", s);
+    if (opts.name) p.set("name", opts.name);
+    if (opts.pageToken) p.set("page_token", opts.pageToken);
+    return request<Schemas["SearchPage"]>("GET", `/v1/queues/${q(queue)}/jobs:search?${p}`, undefined, signal);
+  },
   job: (queue: string, id: string) => request<JobDetail>("GET", `/v1/queues/${q(queue)}/jobs/${q(id)}`),
   children: (queue: string, id: string) =>
     request<Schemas["ChildrenList"]>("GET", `/v1/queues/${q(queue)}/jobs/${q(id)}/children`),

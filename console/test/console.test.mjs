@@ -23,7 +23,7 @@ async function signedIn(token, viewport = DESKTOP, path = "/console/") {
   const context = await browser.newContext({ viewport });
   const page = await context.newPage();
   page.setDefaultTimeout(10_000);
-  page.on("dialog", (d) => d.accept());
+  page.on("dialog", (d) => (d.type() === "prompt" ? d.accept(d.defaultValue()) : d.accept()));
   const errors = [];
   page.on("pageerror", (e) => errors.push(e));
   page.errors = errors;
@@ -151,6 +151,30 @@ describe("pages", () => {
     assert.match(await page.locator("ol[aria-label=Timeline]").textContent(), /attempt 1 failed/);
     await shot(page, "job");
     await axe(page, "job page");
+    await page.context().close();
+  });
+
+  test("server-side search by error text, as chips in the URL, saved as a view", async () => {
+    const page = await signedIn(admin, DESKTOP, "/console/queues/emails?state=failed");
+    await page.locator("#text-filter").fill("declined (attempt 2");
+    await page.locator("#text-field").selectOption("error");
+    await page.getByRole("button", { name: "Search" }).click();
+    await page.waitForURL(/text=declined/);
+    await page.locator(`tr[data-job="${ids.failed}"]`).waitFor();
+    const chip = page.getByRole("link", { name: /Remove filter error: declined/ });
+    await chip.waitFor();
+    await page.getByRole("button", { name: "Save view" }).click();
+    await page.locator("#toast").filter({ hasText: "Saved view" }).waitFor();
+    // nothing matches elsewhere: an empty state, not an error
+    await page.goto(`${server.url}/console/queues/emails?state=waiting&text=declined&in=error`);
+    await page.getByText(/No waiting jobs matching/).waitFor();
+    await page.goto(`${server.url}/console/queues/emails?state=failed&text=declined&in=error`);
+    await chip.click();
+    await page.waitForURL((u) => !u.search.includes("text="));
+    await page.getByRole("link", { name: "Queues" }).first().click();
+    await page.getByRole("navigation", { name: "Saved views" }).getByRole("link").first().click();
+    await page.locator(`tr[data-job="${ids.failed}"]`).waitFor();
+    assert.match(page.url(), /state=failed.*text=declined/);
     await page.context().close();
   });
 

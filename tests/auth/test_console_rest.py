@@ -10,7 +10,6 @@ import json
 
 import httpx
 import pytest
-
 from loam_common import auth
 from loam_common.blobs import DirBlobStore
 from loam_gateway.app import create_app
@@ -182,3 +181,56 @@ async def test_the_console_is_served_with_deep_links(gateway, tmp_path, monkeypa
     monkeypatch.setenv("LOAM_CONSOLE_DIR", str(tmp_path / "missing"))
     r = await gateway.get("/console/")
     assert r.status_code == 503 and "make console" in r.text
+
+
+async def test_the_queue_list_counts_every_queue_of_the_namespace_only(gateway, token):
+    admin = await token("acme", auth.ADMIN, auth.ENQUEUE)
+    rival = await token("rival", auth.ADMIN, auth.ENQUEUE)
+    for queue, n in (("a", 3), ("b", 1)):
+        for _ in range(n):
+            await enqueue(gateway, admin, queue)
+    await enqueue(gateway, rival, "c")
+    r = await gateway.post("/v1/queues/b:pause", headers=admin)
+    assert r.status_code == 200, r.text
+    r = await gateway.get("/v1/queues", headers=admin)
+    got = {q["name"]: (q["counts"]["waiting"], q["counts"]["paused"]) for q in r.json()["queues"]}
+    assert got == {"a": (3, False), "b": (1, True)}
+
+
+async def test_search_finds_jobs_by_payload_error_and_id_and_goes_on_by_cursor(gateway, token, monkeypatch):
+    from loam_gateway import rest_console
+
+    admin = await token("acme", auth.ADMIN, auth.ENQUEUE, auth.CONSUME)
+    ids = []
+    for i in range(30):
+        r = await gateway.post("/v1/queues/emails/jobs", json={"name": "send", "data": {"to": f"user{i}@Example.com"}},
+                               headers=admin)  # fmt: skip
+        ids.append(r.json()["job"])
+
+    async def search(**params) -> dict:
+        r = await gateway.get("/v1/queues/emails/jobs:search", params=params, headers=admin)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    got = await search(text="USER7@example", **{"in": "payload"})
+    assert [j["id"] for j in got["jobs"]] == [ids[7]] and got["next_page_token"] == ""
+    assert (await search(text=ids[3][-10:], **{"in": "id"}))["jobs"][0]["id"] == ids[3]
+    assert (await search(text="user7", **{"in": "error"}))["jobs"] == []
+    assert len((await search(text="example.com", state="waiting"))["jobs"]) == 30
+
+    # a call that examines few jobs answers short, and the cursor finds the rest, each once
+    monkeypatch.setattr(rest_console, "SEARCH_CHUNK", 4)
+    monkeypatch.setattr(rest_console, "SEARCH_EXAMINED", 8)
+    seen, token_ = [], ""
+    while True:
+        page = await search(text="user1", page_token=token_) if token_ else await search(text="user1")
+        assert page["examined"] <= 8
+        seen += [j["id"] for j in page["jobs"]]
+        token_ = page["next_page_token"]
+        if not token_:
+            break
+    assert sorted(seen) == sorted(ids[i] for i in (1, *range(10, 20)))
+
+    for bad in ({"text": ""}, {"text": "x", "in": "nowhere"}, {"text": "x", "page_size": 0}):
+        r = await gateway.get("/v1/queues/emails/jobs:search", params=bad, headers=admin)
+        assert (r.status_code, r.json()["code"]) == (400, "invalid_argument"), bad

@@ -94,3 +94,28 @@ export function throttle(fn: () => void, ms: number): () => void {
     }, wait);
   };
 }
+
+/** Saved views: a name and a console URL, kept in this browser (localStorage). */
+export interface SavedView { name: string; url: string }
+const VIEWS_KEY = "loam.views";
+
+export function savedViews(): SavedView[] {
+  try {
+    return JSON.parse(localStorage.getItem(VIEWS_KEY) ?? "[]");
+  } catch {
+    return [];
+  }
+}
+
+export function saveView(suggested: string): void {
+  const name = prompt("Name this view", suggested);
+  if (!name) return;
+  const views = savedViews().filter((v) => v.name !== name);
+  views.push({ name, url: location.pathname + location.search });
+  localStorage.setItem(VIEWS_KEY, JSON.stringify(views));
+  toast(`Saved view “${name}”`);
+}
+
+export function removeView(name: string): void {
+  localStorage.setItem(VIEWS_KEY, JSON.stringify(savedViews().filter((v) => v.name !== name)));
+}

@@ -7,7 +7,7 @@ import { api, STATES, type Counts, type Job, type QueueDetail, type StateName } 
 import { ago, h, num, replace } from "../dom";
 import { canAdmin, link, setQuery, type Ctx } from "../main";
 import { queueStream } from "../sse";
-import { actionButton, empty, liveBadge, rowKeys, throttle } from "./common";
+import { actionButton, empty, liveBadge, rowKeys, saveView, throttle } from "./common";
 
 const COUNT_FIELD: Record<StateName, keyof Counts> = {
   waiting: "waiting", prioritized: "prioritized", delayed: "delayed", active: "active",
@@ -15,6 +15,7 @@ const COUNT_FIELD: Record<StateName, keyof Counts> = {
   "dead-lettered": "dead_lettered", canceled: "canceled",
 };
 const PAGE_SIZE = 50;
+const SEARCH_FIELDS = ["any", "id", "name", "payload", "result", "error"];
 const RETRYABLE = new Set<StateName>(["failed", "completed", "dead-lettered", "canceled"]);
 const CANCELABLE = new Set<StateName>(["waiting", "prioritized", "delayed", "waiting-children"]);
 
@@ -69,13 +70,25 @@ export async function queuePage(ctx: Ctx): Promise<void> {
   const state = (STATES.includes(sp.get("state") as StateName) ? sp.get("state") : "waiting") as StateName;
   const name = sp.get("name") ?? "";
   const cursor = sp.get("cursor") ?? "";
-  const [detail, page] = await Promise.all([
-    api.queue(queue),
-    api.jobs(queue, { states: [state], name, pageSize: PAGE_SIZE, pageToken: cursor }),
-  ]);
+  const text = sp.get("text") ?? "";
+  const field = SEARCH_FIELDS.includes(sp.get("in") ?? "") ? sp.get("in")! : "any";
+  // With a text, the server searches (a page may come back short: "Next page" goes on).
+  const fetchPage = () => text
+    ? api.search(queue, { text, field, states: [state], name, pageToken: cursor })
+    : api.jobs(queue, { states: [state], name, pageSize: PAGE_SIZE, pageToken: cursor });
+  const [detail, page] = await Promise.all([api.queue(queue), fetchPage()]);
   let counts = detail.counts;
   const live = liveBadge();
-  const qs = (s: StateName) => `?state=${s}${name ? `&name=${encodeURIComponent(name)}` : ""}`;
+  const filters = (without?: string) => {
+    const p = new URLSearchParams();
+    if (name && without !== "name") p.set("name", name);
+    if (text && without !== "text") {
+      p.set("text", text);
+      if (field !== "any") p.set("in", field);
+    }
+    return p.toString();
+  };
+  const qs = (s: StateName, without?: string) => `?state=${s}${filters(without) ? `&${filters(without)}` : ""}`;
   const tabs = h("nav", { class: "tabs", "aria-label": "Job states" });
   const drawTabs = () => replace(tabs, STATES.map((s) =>
     h("a", { href: link(`/queues/${encodeURIComponent(queue)}`) + qs(s), "aria-current": s === state ? "page" : false,
@@ -83,19 +96,25 @@ export async function queuePage(ctx: Ctx): Promise<void> {
       s, " ", h("span", { class: "count", "data-testid": `count-${s}` }, num(counts[COUNT_FIELD[s]] as number)))));
   drawTabs();
 
-  const nameInput = h("input", { type: "search", id: "name-filter", value: name, "data-filter": true,
-    placeholder: "task name", "aria-label": "Only jobs with this task name" });
-  const nameForm = h("form", { class: "row", role: "search", on: { submit: (e: Event) => {
+  const nameInput = h("input", { type: "search", id: "name-filter", value: name,
+    placeholder: "exact task name", "aria-label": "Only jobs with this task name" });
+  const textInput = h("input", { type: "search", id: "text-filter", value: text, "data-filter": true,
+    placeholder: "id, payload, result, error…", "aria-label": "Search text" });
+  const fieldSelect = h("select", { id: "text-field", "aria-label": "Where to search" },
+    SEARCH_FIELDS.map((f) => h("option", { value: f, selected: f === field }, f === "any" ? "anywhere" : `in ${f}`)));
+  const nameForm = h("form", { class: "row", role: "search", "aria-label": "Filter jobs", on: { submit: (e: Event) => {
     e.preventDefault();
-    setQuery({ name: nameInput.value.trim(), cursor: null });
-  } } }, nameInput, h("button", { type: "submit" }, "Filter"),
-    name && h("a", { class: "btn", href: link(`/queues/${encodeURIComponent(queue)}`) + `?state=${state}` }, "Clear"));
-
+    setQuery({ name: nameInput.value.trim(), text: textInput.value.trim(), in: fieldSelect.value === "any" ? null : fieldSelect.value, cursor: null });
+  } } }, textInput, fieldSelect, nameInput, h("button", { type: "submit" }, "Search"),
+    (name || text) && h("button", { type: "button", on: { click: () => saveView(`${queue} · ${state}${name ? ` · ${name}` : ""}${text ? ` · “${text}”` : ""}`) } }, "Save view"));
+  const chip = (label: string, without: string) => h("a", { class: "chip", href: link(`/queues/${encodeURIComponent(queue)}`) + qs(state, without),
+    "aria-label": `Remove filter ${label}` }, label, " ×");
+  const chips = (name || text) && h("div", { class: "row", "aria-label": "Active filters", role: "group" },
+    name && chip(`task: ${name}`, "name"), text && chip(`${field === "any" ? "text" : field}: ${text}`, "text"));
   const tbody = h("tbody");
   let jobs = page.jobs;
   const reloadPage = async () => {
-    const fresh = await api.jobs(queue, { states: [state], name, pageSize: PAGE_SIZE, pageToken: cursor });
-    jobs = fresh.jobs;
+    jobs = (await fetchPage()).jobs;
     drawRows();
   };
   const reloadAll = () => void Promise.all([reloadPage(), reloadCounts()]).catch(() => {});
@@ -109,8 +128,8 @@ export async function queuePage(ctx: Ctx): Promise<void> {
       h("td", null, ago(j.state_ns || j.created_ns)),
       h("td", { class: "hide-sm" }, j.errors.length ? j.errors[j.errors.length - 1].message.slice(0, 120) : ""),
       h("td", null, h("div", { class: "row", style: "margin:0" }, jobActions(queue, j, reloadAll))))));
-    replace(listBox, jobs.length ? table : empty(cursor ? "No more jobs." :
-      `No ${state} jobs${name ? ` named “${name}”` : ""} in ${queue}.`));
+    replace(listBox, jobs.length ? table : empty(cursor ? "No more jobs here." :
+      `No ${state} jobs${name ? ` named “${name}”` : ""}${text ? ` matching “${text}”` : ""} in ${queue}${page.next_page_token ? " among the first examined: go on with Next page" : ""}.`));
   };
   const table = h("div", { class: "wrap" }, h("table", null,
     h("thead", null, h("tr", null, h("th", { scope: "col" }, "Job"), h("th", { scope: "col" }, "Task"),
@@ -138,7 +157,7 @@ export async function queuePage(ctx: Ctx): Promise<void> {
   replace(ctx.main,
     h("p", { class: "muted" }, h("a", { href: link("/") }, "Queues"), " / ", queue),
     h("h1", null, queue, pausedBadge, live.el),
-    actionsBox, tabs, nameForm, listBox, pager);
+    actionsBox, tabs, nameForm, chips, listBox, pager);
   drawRows();
   rowKeys(ctx, tbody);
   const onKey = (e: KeyboardEvent) => {

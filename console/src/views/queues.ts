@@ -5,7 +5,7 @@ import { api, type Counts, type QueueStats, type QueueSummary } from "../api";
 import { duration, h, num, replace } from "../dom";
 import { link, type Ctx } from "../main";
 import { queuesStream, type EventStream } from "../sse";
-import { empty, liveBadge, rowKeys, throttle } from "./common";
+import { empty, liveBadge, removeView, rowKeys, savedViews, throttle } from "./common";
 
 export function depth(c: Counts): number {
   return c.waiting + c.prioritized + c.delayed;
@@ -64,8 +64,16 @@ export async function queuesPage(ctx: Ctx): Promise<void> {
       h("th", { scope: "col", class: "num hide-sm" }, "Oldest waiting"))),
     tbody));
   const body = h("div");
+  const views = h("div");
+  const drawViews = () => {
+    const saved = savedViews();
+    replace(views, saved.length > 0 && h("nav", { class: "row", "aria-label": "Saved views" }, h("span", { class: "muted" }, "Saved views:"),
+      saved.map((v) => h("span", { class: "chip" }, h("a", { href: v.url }, v.name),
+        h("button", { type: "button", class: "link", "aria-label": `Forget view ${v.name}`, on: { click: () => { removeView(v.name); drawViews(); } } }, "×")))));
+  };
+  drawViews();
   replace(ctx.main, h("h1", null, "Queues ", h("span", { class: "count" }, `(${list.queues.length})`), live.el),
-    h("div", { class: "row" }, input), body);
+    views, h("div", { class: "row" }, input), body);
   draw();
   rowKeys(ctx, tbody);
 

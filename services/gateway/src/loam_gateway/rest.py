@@ -16,7 +16,6 @@ children, a JobAdmin call, jobs:admin).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
@@ -613,19 +612,8 @@ def build_router() -> APIRouter:
     # -- queues ------------------------------------------------------------------------------
     @api.get("/queues", response_model=QueueList, tags=["queues"], summary="List queues with their counts")
     async def list_queues(request: Request, p: Principal = caller("queue_list")) -> QueueList:
-        names = await router_of(request).list_queues(p.namespace)
-
-        async def one(name: str) -> QueueSummary | None:
-            try:
-                r = await call(request, p, "queue_admin", J.QueueAdminRequest(queue=name, op=J.QueueOp(counts={})))
-            except ConnectError as e:
-                if e.code.value == "not_found":  # obliterated meanwhile
-                    return None
-                raise
-            return QueueSummary(name=name, counts=counts_view(r.counts))
-
-        found = await asyncio.gather(*(one(n) for n in names))
-        return QueueList(queues=[q for q in found if q is not None])
+        rows = await router_of(request).list_queues_with_counts(p.namespace)
+        return QueueList(queues=[QueueSummary(name=name, counts=counts_view(c)) for name, c in rows])
 
     @api.get("/queues/{queue}", response_model=QueueDetail, tags=["queues"], summary="A queue's settings and counts")
     async def get_queue(request: Request, queue: QueueName, p: Principal = caller("queue_get")) -> QueueDetail:

@@ -16,6 +16,12 @@ client, documented in `/openapi.json`; and the console's static files at `/conso
   rest_events; a snapshot carries `queue`; the `id` is one cursor for every queue
   (each queue's Watch cursor), so `Last-Event-ID` / `?cursor=` resumes them all.
   Left out of `/openapi.json` like the other streams.
+- `GET /v1/queues/{queue}/jobs:search`: jobs whose id or key, task name, payload,
+  result or error text contains a text, by state, a page at a time. It walks the job
+  list's own cursor (Query) and checks each job, so a call examines at most
+  SEARCH_EXAMINED jobs or runs SEARCH_BUDGET_S, then answers with what it found and the
+  cursor to go on from: a page may be short, or empty, with a next token.
+  Payloads kept in the blob store (over 16 KiB) are not searched.
 - `GET /console/...`: the built single-page app (console/dist, `make console`); any
   path under it that is not a file gets index.html, so deep links load the app.
 
@@ -34,30 +40,44 @@ import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
-from pydantic import BaseModel, Field
-
 from loam_common import cloudevents, validate
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
+from loam_common.jobs import states as S
+from pydantic import BaseModel, Field
+
 from loam_gateway.rest import (
     ERROR_RESPONSES,
     PRIORITY_MAX,
     JobActionResult,
     JobRef,
+    JobView,
     QueueName,
+    StateName,
     _Model,
     _proto,
     counts_view,
     job_view,
 )
-from loam_gateway.rest_events import SSE_MEDIA_TYPE, Cursor, DataMode, LastEventId, Limit, cloud_event_json, sse
+from loam_gateway.rest_events import (
+    SSE_MEDIA_TYPE,
+    Cursor,
+    DataMode,
+    LastEventId,
+    Limit,
+    cloud_event_json,
+    sse,
+)
 
 CONSOLE_DIR_ENV = "LOAM_CONSOLE_DIR"
+SEARCH_EXAMINED = 20_000  # jobs one search call looks at, at most
+SEARCH_BUDGET_S = 0.3  # and about this long
+SEARCH_CHUNK = 200  # jobs per Query inside a search
 MAX_QUEUES = 50  # queues in one /v1/events stream
 
 
@@ -96,6 +116,34 @@ class WorkerList(BaseModel):
 class ChangePriorityBody(_Model):
     priority: int = Field(ge=0, le=PRIORITY_MAX, description="0: the FIFO band; 1.. lower first")
     lifo: bool = False
+
+
+SearchField = Literal["any", "id", "name", "payload", "result", "error"]
+
+
+class SearchPage(BaseModel):
+    jobs: list[JobView]
+    next_page_token: str = Field(description="go on from here (page_token); empty: every job was examined")
+    examined: int = Field(description="jobs looked at by this call")
+
+
+def job_matches(job: pb.Job, needle: str, field: str) -> bool:
+    """Does `needle` (lower case) occur in the job's `field` (case-insensitive)?"""
+    def has(text: str | bytes) -> bool:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        return needle in text.lower()
+
+    checks = {
+        "id": lambda: has(job.id) or has(job.opts.job_key),
+        "name": lambda: has(job.task.name),
+        "payload": lambda: has(job.task.payload.data),
+        "result": lambda: job.HasField("result") and has(job.result.data),
+        "error": lambda: any(has(e.message) or has(e.stacktrace) or has(e.code) for e in job.errors),
+    }
+    if field == "any":
+        return any(check() for check in checks.values())
+    return checks[field]()
 
 
 # one sample of the Prometheus text: name{labels} value
@@ -281,6 +329,33 @@ def build_console_router() -> APIRouter:
         req = _proto(lambda: J.JobAdminRequest(queue=queue, job=job, op=op))
         r = await request.app.state.router.call(p.namespace, "job_admin", req)
         return JobActionResult(job=job_view(r.job) if r.HasField("job") else None, removed=r.removed)
+
+    @api.get("/v1/queues/{queue}/jobs:search", response_model=SearchPage, tags=["jobs"], responses=ERROR_RESPONSES,
+             summary="Jobs whose id, task name, payload, result or error contains a text, newest first")  # fmt: skip
+    async def search(
+        request: Request,
+        queue: QueueName,
+        text: Annotated[str, Query(min_length=1, max_length=256, description="the text to find (any case)")],
+        field: Annotated[SearchField, Query(alias="in", description="where to look; any: everywhere")] = "any",
+        state: Annotated[list[StateName] | None, Query(description="one or more states; none: all jobs")] = None,
+        name: Annotated[str | None, Query(max_length=256, description="only this task name")] = None,
+        page_size: Annotated[int, Query(ge=1, le=200, description="stop once this many are found")] = 50,
+        page_token: Annotated[str, Query(max_length=4096)] = "",
+        p: Principal = caller("query"),
+    ) -> SearchPage:
+        needle, token, examined, found = text.lower(), page_token, 0, []
+        deadline = time.monotonic() + SEARCH_BUDGET_S
+        states = [S.BY_NAME[x] for x in state or ()]
+        while True:
+            req = _proto(lambda: J.QueryRequest(queue=queue, states=states, name=name or "", page_size=SEARCH_CHUNK,
+                                                page_token=token))  # fmt: skip
+            r = await request.app.state.router.call(p.namespace, "query", req)
+            examined += len(r.jobs)
+            found += [j for j in r.jobs if job_matches(j, needle, field)]
+            token = r.next_page_token
+            if not token or len(found) >= page_size or examined >= SEARCH_EXAMINED or time.monotonic() > deadline:
+                break
+        return SearchPage(jobs=[job_view(j) for j in found], next_page_token=token, examined=examined)
 
     # -- the single-page app ---------------------------------------------------------------
     @api.get("/console", include_in_schema=False)

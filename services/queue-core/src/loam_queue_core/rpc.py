@@ -502,6 +502,12 @@ class CoreRpc:
         validate.name("namespace", ns)
         return await self.store.snapshot(admin.queue_list, ns, "", admin.MAX_BATCH)
 
+    async def queue_list_counts(self, ns: str) -> list[tuple[str, J.QueueCounts]]:
+        """Not a JobsService method: every queue with its counts, in one snapshot (REST)."""
+        validate.name("namespace", ns)
+        rows = await self.store.snapshot(admin.queue_list_counts, ns, "", admin.MAX_BATCH)
+        return [(queue, counts_to_proto(c)) for queue, c in rows]
+
     # -- result store ------------------------------------------------------------------
     async def result_get(self, ns: str, req: J.ResultGetRequest) -> J.ResultGetResponse:
         value, version = await self.core.result_get(ns, req.key, req.wait_ns, req.after_version)
