@@ -4,6 +4,23 @@
  */
 
 export interface paths {
+    "/v1/batches/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A batch's progress; with after_version, wait for the next change */
+        get: operations["get_v1_batches__id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/flows": {
         parameters: {
             query?: never;
@@ -66,6 +83,23 @@ export interface paths {
         get: operations["get_queue_v1_queues__queue__get"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/queues/{queue}/batches": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Retry, remove, cancel or promote many jobs as one tracked batch */
+        post: operations["start_v1_queues__queue__batches_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -472,6 +506,113 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** BatchBody */
+        BatchBody: {
+            /**
+             * Action
+             * @enum {string}
+             */
+            action: "retry" | "remove" | "cancel" | "promote";
+            /** @description every job matching this, as listed when the batch runs */
+            filter?: components["schemas"]["BatchFilter"] | null;
+            /**
+             * Ids
+             * @description these jobs (ids or job keys)
+             */
+            ids?: string[] | null;
+        };
+        /** BatchFailure */
+        BatchFailure: {
+            /** Code */
+            code: string;
+            /** Job */
+            job: string;
+            /** Message */
+            message: string;
+        };
+        /** BatchFilter */
+        BatchFilter: {
+            /**
+             * Field
+             * @description where to look for the text
+             * @default any
+             * @enum {string}
+             */
+            field: "any" | "id" | "name" | "payload" | "result" | "error";
+            /**
+             * Name
+             * @description only this task name
+             */
+            name?: string | null;
+            /**
+             * State
+             * @description the jobs in this state
+             * @enum {string}
+             */
+            state: "waiting" | "prioritized" | "delayed" | "active" | "waiting-children" | "completed" | "failed" | "dead-lettered" | "canceled";
+            /**
+             * Text
+             * @description only jobs containing this text
+             */
+            text?: string | null;
+        };
+        /** BatchView */
+        BatchView: {
+            /**
+             * Action
+             * @enum {string}
+             */
+            action: "retry" | "remove" | "cancel" | "promote";
+            /**
+             * By
+             * @description the token id that started it (empty without auth)
+             */
+            by: string;
+            /**
+             * Done
+             * @description jobs acted on so far, succeeded or not
+             */
+            done: number;
+            /** Failed */
+            failed: number;
+            /**
+             * Failures
+             * @description the first 100 failures
+             */
+            failures: components["schemas"]["BatchFailure"][];
+            filter?: components["schemas"]["BatchFilter"] | null;
+            /** Finished Ns */
+            finished_ns: number;
+            /** Id */
+            id: string;
+            /** Queue */
+            queue: string;
+            /**
+             * Selection
+             * @enum {string}
+             */
+            selection: "ids" | "filter";
+            /** Started Ns */
+            started_ns: number;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "running" | "done";
+            /** Succeeded */
+            succeeded: number;
+            /**
+             * Total
+             * @description jobs selected; unknown (null) for a filter until it is done
+             */
+            total: number | null;
+            /**
+             * Version
+             * @description pass as after_version to wait for the next change
+             * @default 0
+             */
+            version: number;
+        };
         /** ChangePriorityBody */
         ChangePriorityBody: {
             /**
@@ -1351,6 +1492,115 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    get_v1_batches__id__get: {
+        parameters: {
+            query?: {
+                /** @description wait until the record is newer than this */
+                after_version?: number;
+                /** @description how long to wait (with after_version) */
+                wait_ms?: number;
+            };
+            header?: never;
+            path: {
+                /** @description the batch id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchView"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     flow_post_v1_flows_post: {
         parameters: {
             query?: never;
@@ -1671,6 +1921,114 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["QueueDetail"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    start_v1_queues__queue__batches_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the queue name: 1-128 of A-Z a-z 0-9 . _ : @ - */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BatchBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchView"];
                 };
             };
             /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */

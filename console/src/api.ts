@@ -18,6 +18,8 @@ export type Worker = Schemas["WorkerView"];
 export type WhoAmI = Schemas["WhoAmI"];
 export type Dependency = Schemas["DependencyView"];
 export type StateName = Job["state"];
+export type Batch = Schemas["BatchView"];
+export type BatchBody = Schemas["BatchBody"];
 
 export const STATES: StateName[] = [
   "waiting", "prioritized", "delayed", "active", "waiting-children",
@@ -103,6 +105,10 @@ export const api = {
   queueAction: (queue: string, verb: "pause" | "resume" | "drain" | "clean", body?: unknown) =>
     request<QueueActionResult>("POST", `/v1/queues/${q(queue)}:${verb}`, body ?? {}),
   redrive: (queue: string) => request<QueueActionResult>("POST", `/v1/queues/${q(queue)}/dead-letters:redrive`, {}),
+  startBatch: (queue: string, body: BatchBody) => request<Batch>("POST", `/v1/queues/${q(queue)}/batches`, body),
+  /** The batch record; with afterVersion, the server waits up to waitMs for a newer one. */
+  batch: (id: string, afterVersion = 0, waitMs = 0, signal?: AbortSignal) =>
+    request<Batch>("GET", `/v1/batches/${q(id)}?after_version=${afterVersion}&wait_ms=${waitMs}`, undefined, signal),
   schedules: (pageToken?: string) =>
     request<Schemas["SchedulePage"]>("GET", `/v1/schedules?page_size=100${pageToken ? `&page_token=${q(pageToken)}` : ""}`),
   workers: (queue: string) => request<Schemas["WorkerList"]>("GET", `/v1/queues/${q(queue)}/workers`),

@@ -265,6 +265,32 @@ describe("actions", () => {
   });
 });
 
+describe("bulk", () => {
+  test("ticked rows and every matching job, as tracked batches with their progress", async () => {
+    const item = { task: { name: "bulk", payload: { data: "e30=", contentType: "application/json" } } };
+    const r = await fetch(`${server.url}/loam.jobs.v1.JobsService/EnqueueBulk`, {
+      method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${admin}` },
+      body: JSON.stringify({ queue: "bulk", jobs: Array.from({ length: 1000 }, () => item) }),
+    });
+    assert.equal(r.status, 200);
+    const page = await signedIn(admin, DESKTOP, "/console/queues/bulk?state=waiting");
+    await settles(rows(page), 50, "rows");
+    const picked = await page.locator("tbody tr").evaluateAll((trs) => trs.slice(0, 2).map((tr) => tr.dataset.job));
+    for (const id of picked) await page.getByRole("checkbox", { name: `Select job ${id}` }).check();
+    await page.locator("#bulk-action").selectOption("cancel");
+    await page.getByRole("button", { name: "Apply to 2 selected" }).click();
+    await page.locator("[data-testid=batch]").filter({ hasText: "2 of 2 done, 2 succeeded, 0 failed — finished." }).waitFor();
+    await page.locator("[data-testid=count-canceled]").filter({ hasText: "2" }).waitFor();
+
+    await page.locator("#bulk-action").selectOption("remove");
+    await page.getByRole("button", { name: "Apply to every matching job" }).click();
+    await page.locator("[data-testid=batch]").filter({ hasText: "998 of 998 done, 998 succeeded, 0 failed — finished." })
+      .waitFor({ timeout: 60_000 });
+    await page.locator("[data-testid=count-waiting]").filter({ hasText: /^0$/ }).waitFor();
+    await page.context().close();
+  });
+});
+
 describe("live", () => {
   test("counts and the list move by push, without a reload", async () => {
     await rest(server, admin, "POST", "/v1/queues/live/jobs", { name: "first", data: {} });

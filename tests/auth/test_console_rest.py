@@ -234,3 +234,50 @@ async def test_search_finds_jobs_by_payload_error_and_id_and_goes_on_by_cursor(g
     for bad in ({"text": ""}, {"text": "x", "in": "nowhere"}, {"text": "x", "page_size": 0}):
         r = await gateway.get("/v1/queues/emails/jobs:search", params=bad, headers=admin)
         assert (r.status_code, r.json()["code"]) == (400, "invalid_argument"), bad
+
+
+async def wait_batch(gw, who, batch: dict) -> dict:
+    """Follow a batch by long polls on its record until it is done."""
+    for _ in range(200):
+        if batch["state"] == "done":
+            return batch
+        r = await gw.get(f"/v1/batches/{batch['id']}", params={"after_version": batch["version"], "wait_ms": 2000},
+                         headers=who)  # fmt: skip
+        assert r.status_code == 200, r.text
+        batch = r.json()
+    raise AssertionError("the batch did not finish")
+
+
+async def test_a_batch_acts_on_a_selection_or_a_filter_and_records_failures(gateway, token, dump):
+    admin = await token("acme", auth.ADMIN, auth.ENQUEUE)
+    viewer = await token("acme", auth.READ)
+    ids = [await enqueue(gateway, admin, "emails", "send" if i % 2 else "ping") for i in range(10)]
+
+    r = await gateway.post("/v1/queues/emails/batches", json={"action": "cancel", "ids": [*ids[:3], "missing"]},
+                           headers=admin)  # fmt: skip
+    assert r.status_code == 202, r.text
+    done = await wait_batch(gateway, viewer, r.json() | {"version": 0})
+    assert (done["total"], done["done"], done["succeeded"], done["failed"]) == (4, 4, 3, 1)
+    assert done["failures"][0]["job"] == "missing" and done["failures"][0]["code"] == "not_found"
+    assert done["by"] and done["finished_ns"] >= done["started_ns"]
+    assert (await gateway.get("/v1/queues/emails", headers=admin)).json()["counts"]["canceled"] == 3
+
+    # every waiting job named "ping": the filter is read when the batch runs
+    body = {"action": "remove", "filter": {"state": "waiting", "name": "ping"}}
+    r = await gateway.post("/v1/queues/emails/batches", json=body, headers=admin)
+    done = await wait_batch(gateway, admin, r.json() | {"version": 0})
+    assert (done["total"], done["succeeded"], done["failed"]) == (3, 3, 0)  # ids 4, 6, 8 (0 and 2 were canceled)
+    r = await gateway.get("/v1/queues/emails/jobs", params={"state": "waiting"}, headers=admin)
+    assert sorted(j["id"] for j in r.json()["jobs"]) == sorted(ids[i] for i in (3, 5, 7, 9))
+
+    before = await dump()
+    for bad in ({"action": "retry"}, {"action": "retry", "ids": []}, {"action": "explode", "ids": ["x"]},
+                {"action": "retry", "ids": ["x"], "filter": {"state": "failed"}}):  # fmt: skip
+        r = await gateway.post("/v1/queues/emails/batches", json=bad, headers=admin)
+        assert (r.status_code, r.json()["code"]) == (400, "invalid_argument"), (bad, r.text)
+    r = await gateway.post("/v1/queues/nope/batches", json={"action": "retry", "ids": ["x"]}, headers=admin)
+    assert r.status_code == 404
+    r = await gateway.post("/v1/queues/emails/batches", json={"action": "retry", "ids": ["x"]}, headers=viewer)
+    assert r.status_code == 403
+    assert await dump() == before
+    assert (await gateway.get("/v1/batches/0123456789abcdef", headers=admin)).status_code == 404

@@ -3,8 +3,8 @@
  * queue's actions (pause/resume, drain, clean by state and age, redrive its dead letters)
  * and each job's (retry, promote, cancel, remove). Live: the queue's event stream moves
  * the counts and, on the first page, the list. */
-import { api, STATES, type Counts, type Job, type QueueDetail, type StateName } from "../api";
-import { ago, h, num, replace } from "../dom";
+import { api, ApiError, STATES, type Batch, type Counts, type Job, type QueueDetail, type StateName } from "../api";
+import { ago, h, num, replace, toast } from "../dom";
 import { canAdmin, link, setQuery, type Ctx } from "../main";
 import { queueStream } from "../sse";
 import { actionButton, empty, liveBadge, rowKeys, saveView, throttle } from "./common";
@@ -120,6 +120,8 @@ export async function queuePage(ctx: Ctx): Promise<void> {
   const reloadAll = () => void Promise.all([reloadPage(), reloadCounts()]).catch(() => {});
   const drawRows = () => {
     replace(tbody, jobs.map((j) => h("tr", { "data-job": j.id },
+      canAdmin() && h("td", null, h("input", { type: "checkbox", "aria-label": `Select job ${j.id}`, checked: selected.has(j.id),
+        on: { change: (e: Event) => { (e.target as HTMLInputElement).checked ? selected.add(j.id) : selected.delete(j.id); drawBulk(); } } })),
       h("td", null, h("a", { href: link(`/queues/${encodeURIComponent(queue)}/jobs/${encodeURIComponent(j.id)}`) }, j.id)),
       h("td", null, j.name),
       h("td", { class: "hide-sm" }, h("span", { class: `badge ${j.state}` }, j.state)),
@@ -132,12 +134,70 @@ export async function queuePage(ctx: Ctx): Promise<void> {
       `No ${state} jobs${name ? ` named “${name}”` : ""}${text ? ` matching “${text}”` : ""} in ${queue}${page.next_page_token ? " among the first examined: go on with Next page" : ""}.`));
   };
   const table = h("div", { class: "wrap" }, h("table", null,
-    h("thead", null, h("tr", null, h("th", { scope: "col" }, "Job"), h("th", { scope: "col" }, "Task"),
+    h("thead", null, h("tr", null, canAdmin() && h("th", { scope: "col" }, h("input", { type: "checkbox", "aria-label": "Select every job of this page",
+      on: { change: (e: Event) => {
+        const on = (e.target as HTMLInputElement).checked;
+        for (const j of jobs) on ? selected.add(j.id) : selected.delete(j.id);
+        drawRows();
+        drawBulk();
+      } } })), h("th", { scope: "col" }, "Job"), h("th", { scope: "col" }, "Task"),
       h("th", { scope: "col", class: "hide-sm" }, "State"), h("th", { scope: "col", class: "num hide-sm" }, "Attempts"),
       h("th", { scope: "col", class: "num hide-sm" }, "Priority"), h("th", { scope: "col" }, "In state since"),
       h("th", { scope: "col", class: "hide-sm" }, "Last error"), h("th", { scope: "col" }, "Actions"))),
     tbody));
   const listBox = h("div");
+  // -- bulk actions: on the rows ticked, or on every job matching the filter, as a batch
+  const selected = new Set<string>();
+  const bulkBox = h("div");
+  const batchBox = h("div", { "aria-live": "polite" });
+  const bulkAction = h("select", { id: "bulk-action", "aria-label": "Bulk action" },
+    ["retry", "remove", "cancel", "promote"].map((a) => h("option", { value: a }, a)));
+  async function startBatch(all: boolean) {
+    const action = bulkAction.value as Batch["action"];
+    const what = all ? `every ${state} job${name ? ` named ${name}` : ""}${text ? ` matching “${text}”` : ""}` : `${selected.size} selected jobs`;
+    if (!confirm(`${action} ${what} in ${queue}?`)) return;
+    try {
+      const batch = await api.startBatch(queue, all
+        ? { action, filter: { state, name: name || null, text: text || null, field: field as any } }
+        : { action, ids: [...selected] });
+      selected.clear();
+      drawBulk();
+      void followBatch(batch);
+    } catch (e) {
+      toast(e instanceof ApiError ? `Bulk ${action} refused: ${e.message}` : String(e));
+    }
+  }
+  function drawBulk() {
+    if (!canAdmin()) return;
+    replace(bulkBox, h("div", { class: "row", role: "group", "aria-label": "Bulk actions" },
+      h("label", { for: "bulk-action" }, "Bulk"), bulkAction,
+      h("button", { type: "button", disabled: selected.size === 0, on: { click: () => void startBatch(false) } },
+        `Apply to ${selected.size} selected`),
+      h("button", { type: "button", on: { click: () => void startBatch(true) } }, "Apply to every matching job")));
+  }
+  let batchAbort: AbortController | null = null;
+  ctx.onLeave(() => batchAbort?.abort());
+  async function followBatch(batch: Batch) {
+    batchAbort?.abort();
+    const abort = (batchAbort = new AbortController());
+    for (;;) {
+      replace(batchBox, h("div", { class: "panel", "data-testid": "batch" },
+        h("strong", null, `Batch ${batch.action}: `),
+        `${num(batch.done)}${batch.total != null ? ` of ${num(batch.total)}` : ""} done, ${num(batch.succeeded)} succeeded, ${num(batch.failed)} failed`,
+        batch.state === "done" ? " — finished." : " — running…",
+        batch.failures.length > 0 && h("details", null, h("summary", null, "Failures"),
+          h("ul", null, batch.failures.map((f) => h("li", null, `${f.job || "batch"}: ${f.code}: ${f.message}`))))));
+      if (batch.state === "done") {
+        reloadAll();
+        return;
+      }
+      try {
+        batch = await api.batch(batch.id, batch.version, 10_000, abort.signal);
+      } catch {
+        return;
+      }
+    }
+  }
   const base = link(`/queues/${encodeURIComponent(queue)}`) + qs(state);
   const pager = h("nav", { class: "row", "aria-label": "Pages" },
     cursor && h("a", { class: "btn", href: base, "data-key": "p" }, "First page"),
@@ -154,10 +214,11 @@ export async function queuePage(ctx: Ctx): Promise<void> {
     drawActions(d);
   }
   drawActions(detail);
+  drawBulk();
   replace(ctx.main,
     h("p", { class: "muted" }, h("a", { href: link("/") }, "Queues"), " / ", queue),
     h("h1", null, queue, pausedBadge, live.el),
-    actionsBox, tabs, nameForm, chips, listBox, pager);
+    actionsBox, tabs, nameForm, chips, bulkBox, batchBox, listBox, pager);
   drawRows();
   rowKeys(ctx, tbody);
   const onKey = (e: KeyboardEvent) => {

@@ -22,6 +22,8 @@ client, documented in `/openapi.json`; and the console's static files at `/conso
   SEARCH_EXAMINED jobs or runs SEARCH_BUDGET_S, then answers with what it found and the
   cursor to go on from: a page may be short, or empty, with a next token.
   Payloads kept in the blob store (over 16 KiB) are not searched.
+- `POST /v1/queues/{queue}/batches`, `GET /v1/batches/{id}`: bulk actions as tracked
+  batches (rest_batches.py).
 - `GET /console/...`: the built single-page app (console/dist, `make console`); any
   path under it that is not a file gets index.html, so deep links load the app.
 
@@ -40,17 +42,18 @@ import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
 from loam_common import cloudevents, validate
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.jobs import states as S
 from pydantic import BaseModel, Field
 
+from loam_gateway.job_search import SearchField, job_matches
 from loam_gateway.rest import (
     ERROR_RESPONSES,
     PRIORITY_MAX,
@@ -64,6 +67,7 @@ from loam_gateway.rest import (
     counts_view,
     job_view,
 )
+from loam_gateway.rest_batches import build_batches_router
 from loam_gateway.rest_events import (
     SSE_MEDIA_TYPE,
     Cursor,
@@ -118,32 +122,10 @@ class ChangePriorityBody(_Model):
     lifo: bool = False
 
 
-SearchField = Literal["any", "id", "name", "payload", "result", "error"]
-
-
 class SearchPage(BaseModel):
     jobs: list[JobView]
     next_page_token: str = Field(description="go on from here (page_token); empty: every job was examined")
     examined: int = Field(description="jobs looked at by this call")
-
-
-def job_matches(job: pb.Job, needle: str, field: str) -> bool:
-    """Does `needle` (lower case) occur in the job's `field` (case-insensitive)?"""
-    def has(text: str | bytes) -> bool:
-        if isinstance(text, bytes):
-            text = text.decode("utf-8", "replace")
-        return needle in text.lower()
-
-    checks = {
-        "id": lambda: has(job.id) or has(job.opts.job_key),
-        "name": lambda: has(job.task.name),
-        "payload": lambda: has(job.task.payload.data),
-        "result": lambda: job.HasField("result") and has(job.result.data),
-        "error": lambda: any(has(e.message) or has(e.stacktrace) or has(e.code) for e in job.errors),
-    }
-    if field == "any":
-        return any(check() for check in checks.values())
-    return checks[field]()
 
 
 # one sample of the Prometheus text: name{labels} value
@@ -356,6 +338,8 @@ def build_console_router() -> APIRouter:
             if not token or len(found) >= page_size or examined >= SEARCH_EXAMINED or time.monotonic() > deadline:
                 break
         return SearchPage(jobs=[job_view(j) for j in found], next_page_token=token, examined=examined)
+
+    api.include_router(build_batches_router())
 
     # -- the single-page app ---------------------------------------------------------------
     @api.get("/console", include_in_schema=False)
