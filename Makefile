@@ -90,6 +90,11 @@ test-console: console chromium
 console-screenshots: console chromium
 	cd $(CONSOLE) && LOAM_PYTHON=$(abspath $(BIN)/python) CONSOLE_SCREENSHOTS=$(abspath docs/console) npm test
 
+# The console's speed bars (1,000 queues; a 50-row page over 1,000,000 jobs; SSE to the
+# page): bench/console_bench.mjs, figures into bench/results/console.json.
+bench-console: console chromium
+	LOAM_PYTHON=$(abspath $(BIN)/python) node bench/console_bench.mjs $(BENCH_ARGS)
+
 # docker-compose.yml on paper (no Docker engine runs here): Debian's docker-compose parses
 # and checks it. The internal token only has to be set for interpolation.
 compose-check:

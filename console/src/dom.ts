@@ -58,8 +58,10 @@ export function ago(ns: number): string {
   return `${duration(Date.now() * 1e6 - ns)} ago`;
 }
 
+const NUMBER = new Intl.NumberFormat("en-US"); // one formatter: toLocaleString makes one per call
+
 export function num(n: number): string {
-  return n.toLocaleString("en-US");
+  return n < 1000 ? String(n) : NUMBER.format(n);
 }
 
 export function json(v: unknown): string {
