@@ -102,6 +102,9 @@ export const api = {
     request<JobActionResult>("POST", `/v1/queues/${q(queue)}/jobs/${q(id)}:${verb}`),
   changePriority: (queue: string, id: string, priority: number) =>
     request<JobActionResult>("POST", `/v1/queues/${q(queue)}/jobs/${q(id)}:change-priority`, { priority }),
+  retryWithPayload: (queue: string, id: string, data: unknown) =>
+    request<JobActionResult>("POST", `/v1/queues/${q(queue)}/jobs/${q(id)}:retry-with-payload`, { data }),
+  redrivePreview: (queue: string) => request<Schemas["RedrivePreview"]>("GET", `/v1/queues/${q(queue)}/dead-letters:preview?limit=20`),
   queueAction: (queue: string, verb: "pause" | "resume" | "drain" | "clean", body?: unknown) =>
     request<QueueActionResult>("POST", `/v1/queues/${q(queue)}:${verb}`, body ?? {}),
   redrive: (queue: string) => request<QueueActionResult>("POST", `/v1/queues/${q(queue)}/dead-letters:redrive`, {}),

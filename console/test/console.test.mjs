@@ -143,7 +143,7 @@ describe("pages", () => {
     await page.locator(`tr[data-job="${ids.failed}"] a`).first().click();
     await page.getByRole("heading", { name: `Job ${ids.failed}` }).waitFor();
     assert.equal(await page.locator("[data-testid=job-state]").textContent(), "failed");
-    const errors = page.locator("details");
+    const errors = page.locator("section[aria-labelledby=h-errors] details");
     assert.equal(await errors.count(), 2);
     assert.match(await errors.nth(1).locator("pre").textContent(), /ValueError: card declined \(attempt 2\)/);
     assert.match(await errors.nth(1).locator("pre").textContent(), /Traceback/);
@@ -234,6 +234,18 @@ describe("actions", () => {
     await page.getByRole("button", { name: `Remove job ${ids.waiting0}` }).click();
     await page.waitForURL(/\/console\/queues\/emails$/);
     assert.equal((await rest(server, admin, "GET", `/v1/queues/emails/jobs/${ids.waiting0}`)).status, 404);
+
+    // edit the payload of a dead-lettered job, then retry it
+    await page.goto(`${server.url}/console/queues/orders/jobs/${ids.dead}`);
+    await page.getByText("Edit the payload, then retry").click();
+    await page.locator("#new-payload").fill("{not json");
+    await page.getByRole("button", { name: "Save and retry" }).click();
+    await page.getByRole("alert").filter({ hasText: "Not JSON" }).waitFor();
+    await page.locator("#new-payload").fill('{"order": 7, "card": "replaced"}');
+    await page.getByRole("button", { name: "Save and retry" }).click();
+    await page.locator("[data-testid=job-state]").filter({ hasText: /waiting|active/ }).waitFor();
+    assert.deepEqual((await rest(server, admin, "GET", `/v1/queues/orders/jobs/${ids.dead}`)).body.job.payload.data,
+      { order: 7, card: "replaced" });
     assert.deepEqual(page.errors, []);
     await page.context().close();
   });
@@ -256,11 +268,18 @@ describe("actions", () => {
     await page.locator("#toast").filter({ hasText: /Drained: \d+ jobs/ }).waitFor();
     assert.equal((await rest(server, admin, "GET", "/v1/queues/emails")).body.counts.waiting, 0);
 
+    const ordersWaiting = async () => (await rest(server, admin, "GET", "/v1/queues/orders")).body.counts.waiting;
+    const waitingBefore = await ordersWaiting();
     await page.goto(`${server.url}/console/queues/orders-dlq`);
     assert.equal(await page.locator("[data-testid=count-waiting]").textContent(), "1");
-    await page.getByRole("button", { name: "Redrive dead letters" }).click();
+    await page.getByRole("button", { name: "Redrive dead letters…" }).click();
+    const preview = page.locator("[data-testid=redrive-preview]");
+    await preview.filter({ hasText: "1 dead letters would move" }).waitFor();
+    assert.match(await preview.textContent(), /1 to orders/);
+    assert.equal(await ordersWaiting(), waitingBefore); // a preview moves nothing
+    await page.getByRole("button", { name: "Redrive now" }).click();
     await page.locator("#toast").filter({ hasText: "Redriven: 1 jobs" }).waitFor();
-    assert.equal((await rest(server, admin, "GET", "/v1/queues/orders")).body.counts.waiting, 1);
+    assert.equal(await ordersWaiting(), waitingBefore + 1);
     await page.context().close();
   });
 });

@@ -281,3 +281,38 @@ async def test_a_batch_acts_on_a_selection_or_a_filter_and_records_failures(gate
     assert r.status_code == 403
     assert await dump() == before
     assert (await gateway.get("/v1/batches/0123456789abcdef", headers=admin)).status_code == 404
+
+
+async def test_edit_then_retry_and_the_redrive_preview(gateway, token, dump):
+    admin = await token("acme", *sorted(auth.ACTIONS))
+    for queue, cfg in (("orders-dlq", {}), ("orders", {"dead_letter_queue": "orders-dlq", "attempts": 1})):
+        r = await gateway.post("/loam.jobs.v1.JobsService/QueueAdmin", headers=admin,
+                               json={"queue": queue, "op": {"create": {"config": {"name": queue, **cfg}}}})  # fmt: skip
+        assert r.status_code == 200, r.text
+    first = await enqueue(gateway, admin, "orders", "charge")
+    await enqueue(gateway, admin, "orders", "charge")
+    for _ in range(2):
+        r = await gateway.post("/loam.jobs.v1.JobsService/Lease", headers=admin, json={"queues": ["orders"], "worker": "w"})
+        (lease,) = r.json()["leases"]
+        r = await gateway.post("/loam.jobs.v1.JobsService/Complete", headers=admin,
+                               json={"token": lease["token"], "outcome": {"fail": {"error": {"message": "bad card"}, "dead_letter": True}}})  # fmt: skip
+        assert r.status_code == 200, r.text
+
+    r = await gateway.get("/v1/queues/orders-dlq/dead-letters:preview", headers=admin)
+    assert r.status_code == 200, r.text
+    preview = r.json()
+    assert preview["ready"] == 2 and preview["to_queues"] == {"orders": 2}
+    assert {m["job"]["origin_queue"] or "orders" for m in preview["sample"]} == {"orders"}
+    assert (await gateway.get("/v1/queues/orders", headers=admin)).json()["counts"]["waiting"] == 0  # a preview moves nothing
+
+    # a waiting job is refused before its payload changes
+    waiting = await enqueue(gateway, admin, "orders", "charge")
+    before = await dump()
+    r = await gateway.post(f"/v1/queues/orders/jobs/{waiting}:retry-with-payload", json={"data": {"card": "new"}}, headers=admin)
+    assert (r.status_code, r.json()["code"]) == (400, "failed_precondition"), r.text
+    assert await dump() == before
+    # a dead-lettered one runs again with the new payload
+    r = await gateway.post(f"/v1/queues/orders/jobs/{first}:retry-with-payload", json={"data": {"card": "new"}}, headers=admin)
+    assert r.status_code == 200, r.text
+    job = (await gateway.get(f"/v1/queues/orders/jobs/{first}", headers=admin)).json()["job"]
+    assert job["state"] == "waiting" and job["payload"]["data"] == {"card": "new"}

@@ -63,6 +63,29 @@ export async function jobPage(ctx: Ctx): Promise<void> {
       }, { done: () => void load() }));
   }
 
+  function editAndRetry(j: Job): HTMLElement | false {
+    if (!canAdmin() || !["failed", "completed", "dead-lettered", "canceled"].includes(j.state) || j.payload.data_base64) return false;
+    const area = h("textarea", { id: "new-payload", rows: 8, style: "width:100%;font-family:monospace",
+      "aria-describedby": "new-payload-help" }, json(j.payload.data ?? null));
+    const error = h("p", { class: "error", role: "alert", hidden: true });
+    return h("details", { class: "panel" }, h("summary", null, "Edit the payload, then retry"),
+      h("p", null, h("label", { for: "new-payload" }, "New payload (JSON)")), area,
+      h("p", { id: "new-payload-help", class: "muted" }, "The job runs again from its first attempt with this payload."),
+      error,
+      actionButton("Save and retry", async () => {
+        let data: unknown;
+        try {
+          data = JSON.parse(area.value);
+        } catch (e) {
+          error.hidden = false;
+          error.textContent = `Not JSON: ${(e as Error).message}`;
+          throw new Error("the payload is not JSON");
+        }
+        await api.retryWithPayload(queue, j.id, data);
+        return `Job ${j.id} retried with the new payload`;
+      }, { done: () => void load() }));
+  }
+
   function draw() {
     const j = detail.job;
     const parent = j.headers["parent"] || j.headers["x-loam-parent"];
@@ -88,7 +111,8 @@ export async function jobPage(ctx: Ctx): Promise<void> {
             j.stalled ? [h("dt", null, "Stalled"), h("dd", null, `${j.stalled} times`)] : null)),
         h("section", { class: "panel", "aria-labelledby": "h-timeline" }, h("h2", { id: "h-timeline" }, "Timeline"),
           timeline(j), h("h3", null, "Live"), events)),
-      h("section", { "aria-labelledby": "h-payload" }, h("h2", { id: "h-payload" }, "Payload"), payload("Payload", j.payload)),
+      h("section", { "aria-labelledby": "h-payload" }, h("h2", { id: "h-payload" }, "Payload"), payload("Payload", j.payload),
+        editAndRetry(j)),
       h("section", { "aria-labelledby": "h-result" }, h("h2", { id: "h-result" }, "Result"), payload("Result", j.result)),
       h("section", { "aria-labelledby": "h-progress" }, h("h2", { id: "h-progress" }, "Progress"),
         j.progress != null ? h("pre", { tabindex: "0" }, json(j.progress)) : h("p", { class: "muted" }, "No progress reported.")),

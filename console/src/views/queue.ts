@@ -59,9 +59,36 @@ function queueActions(queue: string, detail: QueueDetail, reload: () => void): H
       actionButton("Clean", async () => affected("Cleaned")(await api.queueAction(queue, "clean", {
         state: cleanState.value, grace_ns: Math.max(0, Number(cleanAge.value) || 0) * 60e9,
       })), { danger: true, confirmText: `Remove the ${cleanState.value} jobs of ${queue} older than ${cleanAge.value} min?`, done: reload })),
-    actionButton("Redrive dead letters", async () => affected("Redriven")(await api.redrive(queue)),
-      { confirmText: `Move the jobs of ${queue} (a dead-letter queue) back to the queues they came from?`, done: reload }),
+    h("button", { type: "button", on: { click: () => void showRedrivePreview(queue, reload) } }, "Redrive dead letters…"),
   );
+}
+
+/** Before a redrive: what it would move and where each job goes; then "Redrive now". */
+async function showRedrivePreview(queue: string, reload: () => void): Promise<void> {
+  const box = document.getElementById("redrive")!;
+  replace(box, h("p", { class: "loading", role: "status" }, "Reading the dead letters…"));
+  try {
+    const p = await api.redrivePreview(queue);
+    const where = Object.entries(p.to_queues).map(([q, n]) => `${n} to ${q || "nowhere (no origin queue: they stay)"}`).join(", ");
+    replace(box, h("section", { class: "panel", "aria-labelledby": "h-redrive", "data-testid": "redrive-preview" },
+      h("h2", { id: "h-redrive" }, `Redrive preview: ${num(p.ready)} dead letters would move`),
+      p.ready ? h("p", null, `Of the first ${p.sample.length}: ${where}.`) : h("p", { class: "muted" }, "Nothing to redrive."),
+      p.sample.length > 0 && h("div", { class: "wrap" }, h("table", null,
+        h("thead", null, h("tr", null, ["Job", "Task", "Goes to", "Last error"].map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", null, p.sample.map((m) => h("tr", null,
+          h("td", null, h("a", { href: link(`/queues/${encodeURIComponent(queue)}/jobs/${encodeURIComponent(m.job.id)}`) }, m.job.id)),
+          h("td", null, m.job.name), h("td", null, m.to_queue || "—"),
+          h("td", null, m.job.headers["x-loam-errors"]?.slice(0, 120) ?? "")))))),
+      h("div", { class: "row" },
+        p.ready > 0 && actionButton("Redrive now", async () => {
+          const r = await api.redrive(queue);
+          replace(box);
+          return `Redriven: ${num(r.affected)} jobs`;
+        }, { done: reload }),
+        h("button", { type: "button", on: { click: () => replace(box) } }, "Close"))));
+  } catch (e) {
+    replace(box, h("p", { class: "error", role: "alert" }, `No preview: ${(e as Error).message}`));
+  }
 }
 
 export async function queuePage(ctx: Ctx): Promise<void> {
@@ -218,7 +245,7 @@ export async function queuePage(ctx: Ctx): Promise<void> {
   replace(ctx.main,
     h("p", { class: "muted" }, h("a", { href: link("/") }, "Queues"), " / ", queue),
     h("h1", null, queue, pausedBadge, live.el),
-    actionsBox, tabs, nameForm, chips, bulkBox, batchBox, listBox, pager);
+    actionsBox, h("div", { id: "redrive" }), tabs, nameForm, chips, bulkBox, batchBox, listBox, pager);
   drawRows();
   rowKeys(ctx, tbody);
   const onKey = (e: KeyboardEvent) => {

@@ -22,6 +22,11 @@ client, documented in `/openapi.json`; and the console's static files at `/conso
   SEARCH_EXAMINED jobs or runs SEARCH_BUDGET_S, then answers with what it found and the
   cursor to go on from: a page may be short, or empty, with a next token.
   Payloads kept in the blob store (over 16 KiB) are not searched.
+- `POST /v1/queues/{queue}/jobs/{job}:retry-with-payload`: replace a finished job's
+  payload, then retry it ("edit, then retry"); a job that cannot be retried is refused
+  before its payload changes.
+- `GET /v1/queues/{queue}/dead-letters:preview`: what a redrive of this dead-letter
+  queue would move, and where each job would go, before doing it.
 - `POST /v1/queues/{queue}/batches`, `GET /v1/batches/{id}`: bulk actions as tracked
   batches (rest_batches.py).
 - `GET /console/...`: the built single-page app (console/dist, `make console`); any
@@ -42,13 +47,14 @@ import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
 from loam_common import cloudevents, validate
 from loam_common.auth import Principal
-from loam_common.errors import InvalidArgument
+from loam_common.errors import InvalidArgument, InvalidState
+from loam_common.jobs.dlq import ORIGIN_QUEUE
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.jobs import states as S
 from pydantic import BaseModel, Field
@@ -66,6 +72,7 @@ from loam_gateway.rest import (
     _proto,
     counts_view,
     job_view,
+    payload_in,
 )
 from loam_gateway.rest_batches import build_batches_router
 from loam_gateway.rest_events import (
@@ -126,6 +133,26 @@ class SearchPage(BaseModel):
     jobs: list[JobView]
     next_page_token: str = Field(description="go on from here (page_token); empty: every job was examined")
     examined: int = Field(description="jobs looked at by this call")
+
+
+RETRYABLE = ("completed", "failed", "dead-lettered", "canceled")
+
+
+class PayloadBody(_Model):
+    data: Any = Field(None, description="the new payload as JSON")
+    data_base64: str | None = Field(None, description="the new payload's bytes, instead of data")
+    content_type: str | None = Field(None, max_length=256)
+
+
+class RedriveMove(BaseModel):
+    job: JobView
+    to_queue: str = Field(description="the queue it goes back to; empty: it has none and stays")
+
+
+class RedrivePreview(BaseModel):
+    ready: int = Field(description="the dead letters a redrive takes (waiting and prioritized)")
+    sample: list[RedriveMove] = Field(description="up to `limit` of them, with where each goes")
+    to_queues: dict[str, int] = Field(description="in the sample: how many go to each queue ('' : none)")
 
 
 # one sample of the Prometheus text: name{labels} value
@@ -300,6 +327,42 @@ def build_console_router() -> APIRouter:
         r = await request.app.state.router.call(p.namespace, "queue_admin", req)
         return WorkerList(workers=[WorkerView(id=w.id, last_seen_ns=w.last_seen_ns, queues=list(w.queues))
                                    for w in r.workers])  # fmt: skip
+
+    @api.post("/v1/queues/{queue}/jobs/{job}:retry-with-payload", response_model=JobActionResult, tags=["jobs"],
+              responses=ERROR_RESPONSES, summary="Replace a finished job's payload, then retry it")  # fmt: skip
+    async def retry_with_payload(
+        request: Request, queue: QueueName, job: JobRef, body: PayloadBody, p: Principal = caller("job_admin"),
+    ) -> JobActionResult:  # fmt: skip
+        router = request.app.state.router
+        payload = payload_in(body.data, body.data_base64, body.content_type)
+
+        async def op(o: J.JobOp) -> J.JobAdminResponse:
+            return await router.call(p.namespace, "job_admin", _proto(lambda: J.JobAdminRequest(queue=queue, job=job, op=o)))
+
+        state = S.name((await op(J.JobOp(get={}))).job.state)
+        if state not in RETRYABLE:
+            raise InvalidState(job, state, "retry", f"job {job!r} is {state}: only a finished job is retried")
+        await op(J.JobOp(update_data=J.JobOp.UpdateData(data=payload)))
+        r = await op(J.JobOp(retry={}))
+        return JobActionResult(job=job_view(r.job) if r.HasField("job") else None, removed=r.removed)
+
+    @api.get("/v1/queues/{queue}/dead-letters:preview", response_model=RedrivePreview, tags=["queues"],
+             responses=ERROR_RESPONSES, summary="What a redrive of this dead-letter queue would move, and where")  # fmt: skip
+    async def redrive_preview(
+        request: Request, queue: QueueName,
+        limit: Annotated[int, Query(ge=1, le=200, description="how many dead letters to show")] = 20,
+        p: Principal = caller("query"),
+    ) -> RedrivePreview:  # fmt: skip
+        router = request.app.state.router
+        counts = (await router.call(p.namespace, "queue_admin",
+                                    _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))))).counts  # fmt: skip
+        req = _proto(lambda: J.QueryRequest(queue=queue, states=[S.WAITING, S.PRIORITIZED], page_size=limit))
+        jobs = (await router.call(p.namespace, "query", req)).jobs
+        sample = [RedriveMove(job=job_view(j), to_queue=j.task.headers.get(ORIGIN_QUEUE) or j.origin_queue) for j in jobs]
+        to_queues: dict[str, int] = {}
+        for m in sample:
+            to_queues[m.to_queue] = to_queues.get(m.to_queue, 0) + 1
+        return RedrivePreview(ready=counts.waiting + counts.prioritized, sample=sample, to_queues=to_queues)
 
     @api.post("/v1/queues/{queue}/jobs/{job}:change-priority", response_model=JobActionResult, tags=["jobs"],
               responses=ERROR_RESPONSES, summary="Change a waiting job's priority (BullMQ changePriority)")  # fmt: skip
