@@ -174,6 +174,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/queues/{queue}/failures": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Failed jobs grouped by error signature: count, first and last seen */
+        get: operations["failures_v1_queues__queue__failures_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/queues/{queue}/jobs": {
         parameters: {
             query?: never;
@@ -579,6 +596,11 @@ export interface components {
              */
             name?: string | null;
             /**
+             * Signature
+             * @description only jobs with this error signature (GET .../failures)
+             */
+            signature?: string | null;
+            /**
              * State
              * @description the jobs in this state
              * @enum {string}
@@ -832,6 +854,45 @@ export interface components {
             } | null;
             /** Message */
             message: string;
+        };
+        /** FailureGroup */
+        FailureGroup: {
+            /** Count */
+            count: number;
+            /**
+             * Example
+             * @description one full message of the group
+             */
+            example: string;
+            /** First Seen Ns */
+            first_seen_ns: number;
+            /**
+             * Jobs
+             * @description up to 5 job ids, newest first
+             */
+            jobs: string[];
+            /** Last Seen Ns */
+            last_seen_ns: number;
+            /**
+             * Signature
+             * @description the last error's code and message with numbers, ids and quoted values blanked
+             */
+            signature: string;
+        };
+        /** FailureGroups */
+        FailureGroups: {
+            /**
+             * Complete
+             * @description false: there were more failed jobs than were examined (the newest were)
+             */
+            complete: boolean;
+            /** Examined */
+            examined: number;
+            /**
+             * Groups
+             * @description largest first
+             */
+            groups: components["schemas"]["FailureGroup"][];
         };
         /** FlowBody */
         FlowBody: {
@@ -2542,6 +2603,113 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["QueueActionResult"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    failures_v1_queues__queue__failures_get: {
+        parameters: {
+            query?: {
+                /** @description which failures */
+                state?: "failed" | "dead-lettered";
+            };
+            header?: never;
+            path: {
+                /** @description the queue name: 1-128 of A-Z a-z 0-9 . _ : @ - */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FailureGroups"];
                 };
             };
             /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */

@@ -105,6 +105,8 @@ export const api = {
   retryWithPayload: (queue: string, id: string, data: unknown) =>
     request<JobActionResult>("POST", `/v1/queues/${q(queue)}/jobs/${q(id)}:retry-with-payload`, { data }),
   redrivePreview: (queue: string) => request<Schemas["RedrivePreview"]>("GET", `/v1/queues/${q(queue)}/dead-letters:preview?limit=20`),
+  failures: (queue: string, state: "failed" | "dead-lettered") =>
+    request<Schemas["FailureGroups"]>("GET", `/v1/queues/${q(queue)}/failures?state=${state}`),
   queueAction: (queue: string, verb: "pause" | "resume" | "drain" | "clean", body?: unknown) =>
     request<QueueActionResult>("POST", `/v1/queues/${q(queue)}:${verb}`, body ?? {}),
   redrive: (queue: string) => request<QueueActionResult>("POST", `/v1/queues/${q(queue)}/dead-letters:redrive`, {}),

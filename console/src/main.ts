@@ -5,6 +5,7 @@ import { h, replace, toast } from "./dom";
 import { queuesPage } from "./views/queues";
 import { queuePage } from "./views/queue";
 import { jobPage } from "./views/job";
+import { failuresPage } from "./views/failures";
 import { schedulesPage } from "./views/schedules";
 import { workersPage } from "./views/workers";
 
@@ -25,6 +26,7 @@ const routes: [RegExp, Page, string][] = [
   [/^\/?$/, queuesPage, "queues"],
   [/^\/queues\/(?<queue>[^/]+)\/?$/, queuePage, "queues"],
   [/^\/queues\/(?<queue>[^/]+)\/jobs\/(?<job>[^/]+)\/?$/, jobPage, "queues"],
+  [/^\/queues\/(?<queue>[^/]+)\/failures\/?$/, failuresPage, "queues"],
   [/^\/schedules\/?$/, schedulesPage, "schedules"],
   [/^\/workers\/?$/, workersPage, "workers"],
 ];

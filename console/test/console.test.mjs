@@ -310,6 +310,33 @@ describe("bulk", () => {
   });
 });
 
+describe("failures by cause", () => {
+  test("failed jobs grouped by error signature; a group retried as a batch", async () => {
+    const connect = (method, body) => fetch(`${server.url}/loam.jobs.v1.JobsService/${method}`, {
+      method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${admin}` }, body: JSON.stringify(body),
+    }).then((r) => r.json());
+    await connect("QueueAdmin", { queue: "pay", op: { create: { config: { name: "pay", attempts: 1 } } } });
+    for (const message of ["card 4242 declined", "card 1881 declined", "card 7 declined", "timeout after 30 s"]) {
+      await rest(server, admin, "POST", "/v1/queues/pay/jobs", { name: "charge", data: {} });
+      const { leases: [lease] } = await connect("Lease", { queues: ["pay"], worker: "w" });
+      await connect("Complete", { token: lease.token, outcome: { fail: { error: { message, code: "E" } } } });
+    }
+    const page = await signedIn(admin, DESKTOP, "/console/queues/pay");
+    await page.getByRole("link", { name: "Failures grouped by cause" }).click();
+    const group = page.locator('tr[data-signature="E: card # declined"]');
+    await group.waitFor();
+    assert.match(await group.textContent(), /E: card # declined\s*3/);
+    await shot(page, "failures");
+    await axe(page, "failures");
+    await page.getByRole("button", { name: /Retry group: the 3 jobs failing with E: card # declined/ }).click();
+    await page.locator("[data-testid=batch]").filter({ hasText: "3 of 3 done, 3 succeeded" }).waitFor();
+    await group.waitFor({ state: "detached" });
+    const counts = (await rest(server, admin, "GET", "/v1/queues/pay")).body.counts;
+    assert.deepEqual([counts.failed, counts.waiting], [1, 3]);
+    await page.context().close();
+  });
+});
+
 describe("live", () => {
   test("counts and the list move by push, without a reload", async () => {
     await rest(server, admin, "POST", "/v1/queues/live/jobs", { name: "first", data: {} });

@@ -316,3 +316,32 @@ async def test_edit_then_retry_and_the_redrive_preview(gateway, token, dump):
     assert r.status_code == 200, r.text
     job = (await gateway.get(f"/v1/queues/orders/jobs/{first}", headers=admin)).json()["job"]
     assert job["state"] == "waiting" and job["payload"]["data"] == {"card": "new"}
+
+
+async def test_failures_are_grouped_by_signature_and_a_group_is_retried_as_a_batch(gateway, token):
+    admin = await token("acme", *sorted(auth.ACTIONS))
+    r = await gateway.post("/loam.jobs.v1.JobsService/QueueAdmin", headers=admin,
+                           json={"queue": "pay", "op": {"create": {"config": {"name": "pay", "attempts": 1}}}})  # fmt: skip
+    assert r.status_code == 200, r.text
+    messages = [f"card {1000 + i} declined" for i in range(4)] + ["KeyError: 'user_7'", "KeyError: 'user_9'", "boom"]
+    for message in messages:
+        await enqueue(gateway, admin, "pay", "charge")
+        r = await gateway.post("/loam.jobs.v1.JobsService/Lease", headers=admin, json={"queues": ["pay"], "worker": "w"})
+        (lease,) = r.json()["leases"]
+        r = await gateway.post("/loam.jobs.v1.JobsService/Complete", headers=admin,
+                               json={"token": lease["token"], "outcome": {"fail": {"error": {"message": message, "code": "E"}}}})  # fmt: skip
+        assert r.status_code == 200, r.text
+    r = await gateway.get("/v1/queues/pay/failures", headers=admin)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["complete"] and body["examined"] == 7
+    got = [(g["signature"], g["count"]) for g in body["groups"]]
+    assert got == [("E: card # declined", 4), ("E: KeyError: '…'", 2), ("E: boom", 1)]
+    assert body["groups"][0]["first_seen_ns"] <= body["groups"][0]["last_seen_ns"]
+
+    r = await gateway.post("/v1/queues/pay/batches", headers=admin,
+                           json={"action": "retry", "filter": {"state": "failed", "signature": "E: KeyError: '…'"}})  # fmt: skip
+    done = await wait_batch(gateway, admin, r.json() | {"version": 0})
+    assert (done["total"], done["succeeded"]) == (2, 2)
+    counts = (await gateway.get("/v1/queues/pay", headers=admin)).json()["counts"]
+    assert (counts["failed"], counts["waiting"]) == (5, 2)

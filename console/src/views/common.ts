@@ -1,6 +1,6 @@
 /** What several pages share: row navigation by keyboard, confirmed actions, states. */
-import { ApiError } from "../api";
-import { h, toast } from "../dom";
+import { api, ApiError, type Batch } from "../api";
+import { h, num, replace, toast } from "../dom";
 import type { Ctx } from "../main";
 
 /** j / k move the selected row of `tbody`, Enter opens its first link. The selection is
@@ -118,4 +118,27 @@ export function saveView(suggested: string): void {
 
 export function removeView(name: string): void {
   localStorage.setItem(VIEWS_KEY, JSON.stringify(savedViews().filter((v) => v.name !== name)));
+}
+
+/** Show a batch's progress in `box`, following its record by long polls until it is
+ * done (or the page is left); then `onDone`. */
+export function watchBatch(ctx: Ctx, box: HTMLElement, batch: Batch, onDone: () => void): void {
+  const abort = new AbortController();
+  ctx.onLeave(() => abort.abort());
+  void (async () => {
+    for (;;) {
+      replace(box, h("div", { class: "panel", "data-testid": "batch" },
+        h("strong", null, `Batch ${batch.action}: `),
+        `${num(batch.done)}${batch.total != null ? ` of ${num(batch.total)}` : ""} done, ${num(batch.succeeded)} succeeded, ${num(batch.failed)} failed`,
+        batch.state === "done" ? " — finished." : " — running…",
+        batch.failures.length > 0 && h("details", null, h("summary", null, "Failures"),
+          h("ul", null, batch.failures.map((f) => h("li", null, `${f.job || "batch"}: ${f.code}: ${f.message}`))))));
+      if (batch.state === "done") return onDone();
+      try {
+        batch = await api.batch(batch.id, batch.version, 10_000, abort.signal);
+      } catch {
+        return;
+      }
+    }
+  })();
 }

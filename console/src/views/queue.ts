@@ -7,7 +7,7 @@ import { api, ApiError, STATES, type Batch, type Counts, type Job, type QueueDet
 import { ago, h, num, replace, toast } from "../dom";
 import { canAdmin, link, setQuery, type Ctx } from "../main";
 import { queueStream } from "../sse";
-import { actionButton, empty, liveBadge, rowKeys, saveView, throttle } from "./common";
+import { actionButton, empty, liveBadge, rowKeys, saveView, throttle, watchBatch } from "./common";
 
 const COUNT_FIELD: Record<StateName, keyof Counts> = {
   waiting: "waiting", prioritized: "prioritized", delayed: "delayed", active: "active",
@@ -202,29 +202,7 @@ export async function queuePage(ctx: Ctx): Promise<void> {
         `Apply to ${selected.size} selected`),
       h("button", { type: "button", on: { click: () => void startBatch(true) } }, "Apply to every matching job")));
   }
-  let batchAbort: AbortController | null = null;
-  ctx.onLeave(() => batchAbort?.abort());
-  async function followBatch(batch: Batch) {
-    batchAbort?.abort();
-    const abort = (batchAbort = new AbortController());
-    for (;;) {
-      replace(batchBox, h("div", { class: "panel", "data-testid": "batch" },
-        h("strong", null, `Batch ${batch.action}: `),
-        `${num(batch.done)}${batch.total != null ? ` of ${num(batch.total)}` : ""} done, ${num(batch.succeeded)} succeeded, ${num(batch.failed)} failed`,
-        batch.state === "done" ? " — finished." : " — running…",
-        batch.failures.length > 0 && h("details", null, h("summary", null, "Failures"),
-          h("ul", null, batch.failures.map((f) => h("li", null, `${f.job || "batch"}: ${f.code}: ${f.message}`))))));
-      if (batch.state === "done") {
-        reloadAll();
-        return;
-      }
-      try {
-        batch = await api.batch(batch.id, batch.version, 10_000, abort.signal);
-      } catch {
-        return;
-      }
-    }
-  }
+  const followBatch = (batch: Batch) => watchBatch(ctx, batchBox, batch, reloadAll);
   const base = link(`/queues/${encodeURIComponent(queue)}`) + qs(state);
   const pager = h("nav", { class: "row", "aria-label": "Pages" },
     cursor && h("a", { class: "btn", href: base, "data-key": "p" }, "First page"),
@@ -245,7 +223,8 @@ export async function queuePage(ctx: Ctx): Promise<void> {
   replace(ctx.main,
     h("p", { class: "muted" }, h("a", { href: link("/") }, "Queues"), " / ", queue),
     h("h1", null, queue, pausedBadge, live.el),
-    actionsBox, h("div", { id: "redrive" }), tabs, nameForm, chips, bulkBox, batchBox, listBox, pager);
+    actionsBox, h("div", { id: "redrive" }), tabs,
+    h("p", null, h("a", { href: link(`/queues/${encodeURIComponent(queue)}/failures`) }, "Failures grouped by cause")), nameForm, chips, bulkBox, batchBox, listBox, pager);
   drawRows();
   rowKeys(ctx, tbody);
   const onKey = (e: KeyboardEvent) => {

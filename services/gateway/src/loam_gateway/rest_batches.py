@@ -2,7 +2,8 @@
 
 - `POST /v1/queues/{queue}/batches` `{action, ids | filter}` starts one: retry, remove,
   cancel or promote every job of a selection (up to MAX_IDS ids) or every job matching a
-  filter (a state, a task name, a search text as in `jobs:search`). It answers at once
+  filter (a state, a task name, a search text as in `jobs:search`, an error signature
+  as in `failures`). It answers at once
   (202) with the batch record; the jobs are acted on one by one in the gateway, each
   its own JobAdmin call (so one refusal, a job that moved meanwhile, does not stop the
   others), and the record is rewritten as it goes.
@@ -35,7 +36,7 @@ from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
 from pydantic import BaseModel, Field, model_validator
 
-from loam_gateway.job_search import SearchField, job_matches
+from loam_gateway.job_search import SearchField, error_signature, job_matches
 from loam_gateway.rest import ERROR_RESPONSES, QueueName, StateName, _Model, _proto
 
 log = logging.getLogger("loam.gateway.batches")
@@ -55,6 +56,7 @@ class BatchFilter(_Model):
     name: str | None = Field(None, max_length=256, description="only this task name")
     text: str | None = Field(None, min_length=1, max_length=256, description="only jobs containing this text")
     field: SearchField = Field("any", description="where to look for the text")
+    signature: str | None = Field(None, max_length=256, description="only jobs with this error signature (GET .../failures)")
 
 
 class BatchBody(_Model):
@@ -116,7 +118,8 @@ async def _selected(router, ns: str, queue: str, body: BatchBody):
     while True:
         req = J.QueryRequest(queue=queue, states=[S.BY_NAME[f.state]], name=f.name or "", page_size=PAGE, page_token=token)
         r = await router.call(ns, "query", req)
-        yield [j.id for j in r.jobs if needle is None or job_matches(j, needle, f.field)]
+        yield [j.id for j in r.jobs if (needle is None or job_matches(j, needle, f.field))
+               and (f.signature is None or error_signature(j) == f.signature)]
         token = r.next_page_token
         if not token:
             return

@@ -27,6 +27,10 @@ client, documented in `/openapi.json`; and the console's static files at `/conso
   before its payload changes.
 - `GET /v1/queues/{queue}/dead-letters:preview`: what a redrive of this dead-letter
   queue would move, and where each job would go, before doing it.
+- `GET /v1/queues/{queue}/failures?state=failed`: the failed (or dead-lettered) jobs
+  grouped by error signature (job_search.error_signature): count, first and last seen,
+  a few job ids; over the newest FAILURES_EXAMINED of them. A group's jobs are retried
+  or removed by a batch whose filter names the signature.
 - `POST /v1/queues/{queue}/batches`, `GET /v1/batches/{id}`: bulk actions as tracked
   batches (rest_batches.py).
 - `GET /console/...`: the built single-page app (console/dist, `make console`); any
@@ -47,7 +51,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -59,7 +63,7 @@ from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.jobs import states as S
 from pydantic import BaseModel, Field
 
-from loam_gateway.job_search import SearchField, job_matches
+from loam_gateway.job_search import SearchField, error_signature, job_matches
 from loam_gateway.rest import (
     ERROR_RESPONSES,
     PRIORITY_MAX,
@@ -89,6 +93,8 @@ CONSOLE_DIR_ENV = "LOAM_CONSOLE_DIR"
 SEARCH_EXAMINED = 20_000  # jobs one search call looks at, at most
 SEARCH_BUDGET_S = 0.3  # and about this long
 SEARCH_CHUNK = 200  # jobs per Query inside a search
+FAILURES_EXAMINED = 20_000  # failed jobs one grouping looks at, newest first
+GROUP_SAMPLE = 5
 MAX_QUEUES = 50  # queues in one /v1/events stream
 
 
@@ -153,6 +159,21 @@ class RedrivePreview(BaseModel):
     ready: int = Field(description="the dead letters a redrive takes (waiting and prioritized)")
     sample: list[RedriveMove] = Field(description="up to `limit` of them, with where each goes")
     to_queues: dict[str, int] = Field(description="in the sample: how many go to each queue ('' : none)")
+
+
+class FailureGroup(BaseModel):
+    signature: str = Field(description="the last error's code and message with numbers, ids and quoted values blanked")
+    count: int
+    first_seen_ns: int
+    last_seen_ns: int
+    example: str = Field(description="one full message of the group")
+    jobs: list[str] = Field(description=f"up to {GROUP_SAMPLE} job ids, newest first")
+
+
+class FailureGroups(BaseModel):
+    groups: list[FailureGroup] = Field(description="largest first")
+    examined: int
+    complete: bool = Field(description="false: there were more failed jobs than were examined (the newest were)")
 
 
 # one sample of the Prometheus text: name{labels} value
@@ -363,6 +384,36 @@ def build_console_router() -> APIRouter:
         for m in sample:
             to_queues[m.to_queue] = to_queues.get(m.to_queue, 0) + 1
         return RedrivePreview(ready=counts.waiting + counts.prioritized, sample=sample, to_queues=to_queues)
+
+    @api.get("/v1/queues/{queue}/failures", response_model=FailureGroups, tags=["jobs"], responses=ERROR_RESPONSES,
+             summary="Failed jobs grouped by error signature: count, first and last seen")  # fmt: skip
+    async def failures(
+        request: Request, queue: QueueName,
+        state: Annotated[Literal["failed", "dead-lettered"], Query(description="which failures")] = "failed",
+        p: Principal = caller("query"),
+    ) -> FailureGroups:  # fmt: skip
+        groups: dict[str, FailureGroup] = {}
+        token, examined = "", 0
+        while examined < FAILURES_EXAMINED:
+            req = _proto(lambda: J.QueryRequest(queue=queue, states=[S.BY_NAME[state]], page_size=500, page_token=token))
+            r = await request.app.state.router.call(p.namespace, "query", req)
+            for j in r.jobs:
+                sig = error_signature(j)
+                at = j.errors[-1].at_ns if j.errors else j.state_ns
+                g = groups.get(sig)
+                if g is None:
+                    g = groups[sig] = FailureGroup(signature=sig, count=0, first_seen_ns=at, last_seen_ns=at,
+                                                   example=j.errors[-1].message if j.errors else "", jobs=[])  # fmt: skip
+                g.count += 1
+                g.first_seen_ns, g.last_seen_ns = min(g.first_seen_ns, at), max(g.last_seen_ns, at)
+                if len(g.jobs) < GROUP_SAMPLE:
+                    g.jobs.append(j.id)
+            examined += len(r.jobs)
+            token = r.next_page_token
+            if not token:
+                break
+        ordered = sorted(groups.values(), key=lambda g: (-g.count, -g.last_seen_ns))
+        return FailureGroups(groups=ordered, examined=examined, complete=not token)
 
     @api.post("/v1/queues/{queue}/jobs/{job}:change-priority", response_model=JobActionResult, tags=["jobs"],
               responses=ERROR_RESPONSES, summary="Change a waiting job's priority (BullMQ changePriority)")  # fmt: skip
