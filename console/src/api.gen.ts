@@ -1068,6 +1068,13 @@ export interface components {
              */
             next_page_token: string;
         };
+        /** JobRefView */
+        JobRefView: {
+            /** Job Id */
+            job_id: string;
+            /** Queue */
+            queue: string;
+        };
         /** JobView */
         JobView: {
             /**
@@ -1077,6 +1084,12 @@ export interface components {
             attempt: number;
             /** Attempts Max */
             attempts_max: number;
+            /**
+             * Children
+             * @description dependencies ever registered (this job is a parent)
+             * @default 0
+             */
+            children: number;
             /** Created Ns */
             created_ns: number;
             /** Deadline Ns */
@@ -1089,6 +1102,12 @@ export interface components {
             errors: components["schemas"]["JobErrorView"][];
             /** Finished Ns */
             finished_ns: number;
+            /**
+             * Flow
+             * @description the flow this job is a node of
+             * @default
+             */
+            flow: string;
             /** Headers */
             headers: {
                 [key: string]: string;
@@ -1105,7 +1124,18 @@ export interface components {
             name: string;
             /** Origin Queue */
             origin_queue: string;
+            /**
+             * Parents
+             * @description the jobs that wait on this one (flows)
+             */
+            parents?: components["schemas"]["JobRefView"][];
             payload: components["schemas"]["PayloadView"];
+            /**
+             * Pending Children
+             * @description dependencies not finished yet
+             * @default 0
+             */
+            pending_children: number;
             /** Priority */
             priority: number;
             /** Processed Ns */

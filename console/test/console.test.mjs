@@ -187,6 +187,21 @@ describe("pages", () => {
     await page.context().close();
   });
 
+  test("a flow: the child links its parent, the parent lists its children", async () => {
+    const { status, body } = await rest(server, admin, "POST", "/v1/flows", { id: "report-flow", nodes: [
+      { id: "report", queue: "reports", name: "assemble", depends_on: ["part"] },
+      { id: "part", queue: "parts", name: "render", data: { page: 1 } },
+    ] });
+    assert.equal(status, 200, JSON.stringify(body));
+    const page = await signedIn(admin, DESKTOP, `/console/queues/parts/jobs/${body.jobs.part}`);
+    await page.locator("[data-testid=parents]").getByRole("link").click();
+    await page.getByRole("heading", { name: `Job ${body.jobs.report}` }).waitFor();
+    assert.equal(await page.locator("[data-testid=job-state]").textContent(), "waiting-children");
+    await page.getByRole("link", { name: `parts / ${body.jobs.part}` }).waitFor();
+    assert.match(await page.locator("dl.kv").textContent(), /0 of 1 finished/);
+    await page.context().close();
+  });
+
   test("schedules with their next and last run; workers with the jobs they hold", async () => {
     const page = await signedIn(admin, DESKTOP, "/console/schedules");
     const row = page.locator('tr[data-schedule="nightly-report"]');

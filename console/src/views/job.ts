@@ -88,7 +88,7 @@ export async function jobPage(ctx: Ctx): Promise<void> {
 
   function draw() {
     const j = detail.job;
-    const parent = j.headers["parent"] || j.headers["x-loam-parent"];
+    const parents = j.parents ?? [], childCount = j.children ?? 0, pending = j.pending_children ?? 0;
     replace(box,
       h("h1", null, `Job ${j.id}`, h("span", { class: `badge ${j.state}`, "data-testid": "job-state" }, j.state), live.el),
       h("div", { class: "row", role: "group", "aria-label": "Job actions" },
@@ -106,7 +106,11 @@ export async function jobPage(ctx: Ctx): Promise<void> {
             j.subject && [h("dt", null, "Subject"), h("dd", null, j.subject)],
             j.worker && [h("dt", null, "Worker"), h("dd", null, j.worker)],
             j.origin_queue && [h("dt", null, "From queue"), h("dd", null, j.origin_queue)],
-            parent && [h("dt", null, "Parent"), h("dd", null, parent)],
+            parents.length > 0 && [h("dt", null, parents.length > 1 ? "Parents" : "Parent"), h("dd", { "data-testid": "parents" },
+              parents.map((x) => h("a", { href: link(`/queues/${encodeURIComponent(x.queue)}/jobs/${encodeURIComponent(x.job_id)}`),
+                style: "margin-right:.5rem" }, `${x.queue} / ${x.job_id}`)))],
+            j.flow && [h("dt", null, "Flow"), h("dd", null, j.flow)],
+            childCount > 0 && [h("dt", null, "Children"), h("dd", null, `${childCount - pending} of ${childCount} finished`)],
             j.processed_ns && j.finished_ns ? [h("dt", null, "Ran for"), h("dd", null, duration(j.finished_ns - j.processed_ns))] : null,
             j.stalled ? [h("dt", null, "Stalled"), h("dd", null, `${j.stalled} times`)] : null)),
         h("section", { class: "panel", "aria-labelledby": "h-timeline" }, h("h2", { id: "h-timeline" }, "Timeline"),

@@ -119,6 +119,11 @@ class JobErrorView(BaseModel):
     attempt: int
 
 
+class JobRefView(BaseModel):
+    queue: str
+    job_id: str
+
+
 class JobView(BaseModel):
     id: str
     queue: str
@@ -146,6 +151,10 @@ class JobView(BaseModel):
     log_count: int
     origin_queue: str
     headers: dict[str, str]
+    parents: list[JobRefView] = Field(default_factory=list, description="the jobs that wait on this one (flows)")
+    flow: str = Field("", description="the flow this job is a node of")
+    children: int = Field(0, description="dependencies ever registered (this job is a parent)")
+    pending_children: int = Field(0, description="dependencies not finished yet")
 
 
 class LogLineView(BaseModel):
@@ -442,6 +451,10 @@ def job_view(j: pb.Job) -> JobView:
         log_count=j.log_count,
         origin_queue=j.origin_queue,
         headers=dict(j.task.headers),
+        parents=[JobRefView(queue=x.queue, job_id=x.job_id) for x in j.parents],
+        flow=j.flow,
+        children=j.children,
+        pending_children=j.pending_children,
     )
 
 
