@@ -75,6 +75,26 @@ async function request<T>(method: string, path: string, body?: unknown, signal?:
 
 const q = encodeURIComponent;
 
+/** Save a response (an export) as a file: fetched with the bearer header, which a plain
+ * link cannot send. */
+export async function download(path: string, filename: string): Promise<void> {
+  const resp = await fetch(path, { headers: headers() });
+  if (!resp.ok) {
+    const err = await resp.json().catch(() => ({}));
+    throw new ApiError(resp.status, err.code ?? "internal", err.message ?? `HTTP ${resp.status}`);
+  }
+  saveBlob(await resp.blob(), filename);
+}
+
+export function saveBlob(blob: Blob, filename: string): void {
+  const url = URL.createObjectURL(blob);
+  const a = Object.assign(document.createElement("a"), { href: url, download: filename });
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
 export const api = {
   whoami: () => request<WhoAmI>("GET", "/v1/whoami"),
   queues: () => request<Schemas["QueueList"]>("GET", "/v1/queues"),
@@ -107,6 +127,14 @@ export const api = {
   redrivePreview: (queue: string) => request<Schemas["RedrivePreview"]>("GET", `/v1/queues/${q(queue)}/dead-letters:preview?limit=20`),
   failures: (queue: string, state: "failed" | "dead-lettered") =>
     request<Schemas["FailureGroups"]>("GET", `/v1/queues/${q(queue)}/failures?state=${state}`),
+  enqueue: (queue: string, body: Schemas["EnqueueBody"]) => request<Schemas["EnqueueResult"]>("POST", `/v1/queues/${q(queue)}/jobs`, body),
+  exportPath: (queue: string, format: string, opts: { states: StateName[]; name?: string; text?: string; field?: string }) => {
+    const p = new URLSearchParams({ format });
+    for (const s of opts.states) p.append("state", s);
+    if (opts.name) p.set("name", opts.name);
+    if (opts.text) { p.set("text", opts.text); p.set("in", opts.field ?? "any"); }
+    return `/v1/queues/${q(queue)}/jobs:export?${p}`;
+  },
   queueAction: (queue: string, verb: "pause" | "resume" | "drain" | "clean", body?: unknown) =>
     request<QueueActionResult>("POST", `/v1/queues/${q(queue)}:${verb}`, body ?? {}),
   redrive: (queue: string) => request<QueueActionResult>("POST", `/v1/queues/${q(queue)}/dead-letters:redrive`, {}),

@@ -325,6 +325,39 @@ describe("bulk", () => {
   });
 });
 
+describe("enqueue, re-run, export", () => {
+  test("a job enqueued by hand, run again, exported as CSV, and a job's diagnostic bundle", async () => {
+    await rest(server, admin, "POST", "/v1/queues/forms/jobs", { name: "seed", data: {} });
+    const page = await signedIn(admin, DESKTOP, "/console/queues/forms?state=waiting");
+    await page.getByText("Enqueue a job").click();
+    await page.locator("#enqueue-name").fill("by-hand");
+    await page.locator("#enqueue-data").fill('{"to": "zed@example.com"}');
+    await page.getByRole("button", { name: "Enqueue", exact: true }).click();
+    await page.locator("#toast").filter({ hasText: /Enqueued job/ }).waitFor();
+    const row = page.locator("tbody tr", { hasText: "by-hand" });
+    await row.waitFor();
+    const id = await row.getAttribute("data-job");
+
+    const [csv] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: "CSV" }).click()]);
+    const text = readFileSync(await csv.path(), "utf8");
+    assert.match(text.split("\n")[0], /^id,queue,name,state/);
+    assert.match(text, new RegExp(`${id},forms,by-hand,waiting`));
+
+    await page.goto(`${server.url}/console/queues/forms/jobs/${id}`);
+    const [bundle] = await Promise.all([page.waitForEvent("download"),
+      page.getByRole("button", { name: "Download diagnostic bundle" }).click()]);
+    const doc = JSON.parse(readFileSync(await bundle.path(), "utf8"));
+    assert.equal(doc.detail.job.id, id);
+    assert.deepEqual(doc.detail.job.payload.data, { to: "zed@example.com" });
+
+    await page.getByRole("button", { name: "Run again as a new job" }).click();
+    await page.waitForURL((u) => u.pathname.includes("/jobs/") && !u.pathname.endsWith(id));
+    await page.getByRole("heading", { name: /^Job / }).waitFor();
+    assert.match(await page.locator("section[aria-labelledby=h-payload] pre").textContent(), /zed@example.com/);
+    await page.context().close();
+  });
+});
+
 describe("failures by cause", () => {
   test("failed jobs grouped by error signature; a group retried as a batch", async () => {
     const connect = (method, body) => fetch(`${server.url}/loam.jobs.v1.JobsService/${method}`, {

@@ -345,3 +345,24 @@ async def test_failures_are_grouped_by_signature_and_a_group_is_retried_as_a_bat
     assert (done["total"], done["succeeded"]) == (2, 2)
     counts = (await gateway.get("/v1/queues/pay", headers=admin)).json()["counts"]
     assert (counts["failed"], counts["waiting"]) == (5, 2)
+
+
+async def test_export_streams_the_filtered_set_as_ndjson_json_or_csv(gateway, token):
+    import csv
+    import io
+
+    admin = await token("acme", auth.ADMIN, auth.ENQUEUE)
+    for i in range(7):
+        await gateway.post("/v1/queues/emails/jobs", json={"name": "send" if i % 2 else "ping", "data": {"n": i}}, headers=admin)
+    r = await gateway.get("/v1/queues/emails/jobs:export", params={"format": "ndjson", "name": "send"}, headers=admin)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+    lines = [json.loads(x) for x in r.text.splitlines()]
+    assert sorted(x["payload"]["data"]["n"] for x in lines) == [1, 3, 5]
+    r = await gateway.get("/v1/queues/emails/jobs:export", params={"format": "json", "text": '"n": 4', "in": "payload"},
+                          headers=admin)  # fmt: skip
+    assert [x["payload"]["data"]["n"] for x in r.json()] == [4]
+    r = await gateway.get("/v1/queues/emails/jobs:export", params={"format": "csv", "limit": 2}, headers=admin)
+    rows = list(csv.reader(io.StringIO(r.text)))
+    assert rows[0][:4] == ["id", "queue", "name", "state"] and len(rows) == 3
+    r = await gateway.get("/v1/queues/nope/jobs:export", headers=admin)
+    assert r.status_code == 404

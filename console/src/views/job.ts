@@ -2,9 +2,9 @@
  * trace, its timeline (the record's times, then the events seen live), its children,
  * and the actions on it (retry, promote, cancel, remove, change priority). Live: the
  * queue's stream, filtered to this job, reloads the record when it changes. */
-import { api, type Job, type JobDetail } from "../api";
+import { api, saveBlob, type Job, type JobDetail } from "../api";
 import { duration, h, json, num, replace, time } from "../dom";
-import { canAdmin, link, navigate, type Ctx } from "../main";
+import { can, canAdmin, link, navigate, type Ctx } from "../main";
 import { queueStream } from "../sse";
 import { actionButton, empty, liveBadge, throttle } from "./common";
 import { jobActions } from "./queue";
@@ -86,6 +86,13 @@ export async function jobPage(ctx: Ctx): Promise<void> {
       }, { done: () => void load() }));
   }
 
+  const seen: unknown[] = []; // the events this page received, for the bundle
+  async function bundle() {
+    const kids = await api.children(queue, detail.job.id).catch((e) => ({ error: String(e) }));
+    const doc = { exported_at: new Date().toISOString(), server: location.origin, detail, children: kids, events_seen: seen };
+    saveBlob(new Blob([JSON.stringify(doc, null, 2)], { type: "application/json" }), `job-${detail.job.id}.json`);
+  }
+
   function draw() {
     const j = detail.job;
     const parents = j.parents ?? [], childCount = j.children ?? 0, pending = j.pending_children ?? 0;
@@ -94,7 +101,13 @@ export async function jobPage(ctx: Ctx): Promise<void> {
       h("div", { class: "row", role: "group", "aria-label": "Job actions" },
         jobActions(queue, j, () => {
           if (j.state !== "active") void load().catch(() => navigate(link(`/queues/${encodeURIComponent(queue)}`)));
-        }), priorityForm(j)),
+        }), priorityForm(j),
+        can("jobs:enqueue") && j.payload.data_base64 == null && actionButton("Run again as a new job", async () => {
+          const r = await api.enqueue(queue, { name: j.name, data: j.payload.data ?? null, priority: j.priority } as any);
+          navigate(link(`/queues/${encodeURIComponent(queue)}/jobs/${encodeURIComponent(r.job)}`));
+          return `Enqueued job ${r.job}`;
+        }),
+        h("button", { type: "button", on: { click: () => void bundle() } }, "Download diagnostic bundle")),
       h("div", { class: "grid2" },
         h("section", { class: "panel", "aria-labelledby": "h-summary" }, h("h2", { id: "h-summary" }, "Summary"),
           h("dl", { class: "kv" },
@@ -141,6 +154,7 @@ export async function jobPage(ctx: Ctx): Promise<void> {
   const stream = queueStream(queue, (e) => {
     const ev = e.data?.data;
     if (!ev || ev.job_id !== detail.job.id) return;
+    seen.push(e.data);
     events.appendChild(h("li", null, h("time", null, time(Number(ev.time_ns))), " — ", ev.event));
     reload();
   }, live.set);

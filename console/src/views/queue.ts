@@ -3,9 +3,9 @@
  * queue's actions (pause/resume, drain, clean by state and age, redrive its dead letters)
  * and each job's (retry, promote, cancel, remove). Live: the queue's event stream moves
  * the counts and, on the first page, the list. */
-import { api, ApiError, STATES, type Batch, type Counts, type Job, type QueueDetail, type StateName } from "../api";
+import { api, ApiError, download, STATES, type Batch, type Counts, type Job, type QueueDetail, type StateName } from "../api";
 import { ago, h, num, replace, toast } from "../dom";
-import { canAdmin, link, setQuery, type Ctx } from "../main";
+import { can, canAdmin, link, setQuery, type Ctx } from "../main";
 import { queueStream } from "../sse";
 import { actionButton, empty, liveBadge, rowKeys, saveView, throttle, watchBatch } from "./common";
 
@@ -89,6 +89,37 @@ async function showRedrivePreview(queue: string, reload: () => void): Promise<vo
   } catch (e) {
     replace(box, h("p", { class: "error", role: "alert" }, `No preview: ${(e as Error).message}`));
   }
+}
+
+/** Enqueue a job by hand (a re-run, a test): task name, JSON payload, priority, delay. */
+function enqueueForm(queue: string, done: () => void): HTMLElement | false {
+  if (!can("jobs:enqueue")) return false;
+  const name = h("input", { id: "enqueue-name", required: true, placeholder: "task name" });
+  const data = h("textarea", { id: "enqueue-data", rows: 4, style: "width:100%;font-family:monospace" }, "{}");
+  const priority = h("input", { id: "enqueue-priority", type: "number", min: "0", value: "0", style: "width:6rem" });
+  const delay = h("input", { id: "enqueue-delay", type: "number", min: "0", value: "0", style: "width:6rem" });
+  const error = h("p", { class: "error", role: "alert", hidden: true });
+  return h("details", { class: "panel" }, h("summary", null, "Enqueue a job"),
+    h("form", { on: { submit: async (e: Event) => {
+      e.preventDefault();
+      error.hidden = true;
+      try {
+        let payload: unknown;
+        try { payload = JSON.parse(data.value || "null"); } catch (err) { throw new Error(`the payload is not JSON: ${(err as Error).message}`); }
+        const r = await api.enqueue(queue, { name: name.value.trim(), data: payload, priority: Number(priority.value) || 0,
+          delay_ns: Math.round((Number(delay.value) || 0) * 1e9) } as any);
+        toast(`Enqueued job ${r.job} (${r.state})`);
+        done();
+      } catch (err) {
+        error.hidden = false;
+        error.textContent = (err as Error).message;
+      }
+    } } },
+      h("div", { class: "row" }, h("label", { for: "enqueue-name" }, "Task"), name,
+        h("label", { for: "enqueue-priority" }, "Priority"), priority,
+        h("label", { for: "enqueue-delay" }, "Delay (s)"), delay),
+      h("p", null, h("label", { for: "enqueue-data" }, "Payload (JSON)")), data, error,
+      h("button", { type: "submit", class: "primary" }, "Enqueue")));
 }
 
 export async function queuePage(ctx: Ctx): Promise<void> {
@@ -204,6 +235,10 @@ export async function queuePage(ctx: Ctx): Promise<void> {
   }
   const followBatch = (batch: Batch) => watchBatch(ctx, batchBox, batch, reloadAll);
   const base = link(`/queues/${encodeURIComponent(queue)}`) + qs(state);
+  const exportLinks = h("div", { class: "row", role: "group", "aria-label": "Export" }, h("span", { class: "muted" }, "Export these jobs:"),
+    ["ndjson", "json", "csv"].map((format) => h("button", { type: "button", on: { click: () =>
+      download(api.exportPath(queue, format, { states: [state], name, text, field }), `${queue}-${state}.${format}`)
+        .catch((e) => toast(`Export failed: ${e.message}`)) } }, format.toUpperCase())));
   const pager = h("nav", { class: "row", "aria-label": "Pages" },
     cursor && h("a", { class: "btn", href: base, "data-key": "p" }, "First page"),
     page.next_page_token && h("a", { class: "btn", href: `${base}&cursor=${encodeURIComponent(page.next_page_token)}`,
@@ -223,8 +258,8 @@ export async function queuePage(ctx: Ctx): Promise<void> {
   replace(ctx.main,
     h("p", { class: "muted" }, h("a", { href: link("/") }, "Queues"), " / ", queue),
     h("h1", null, queue, pausedBadge, live.el),
-    actionsBox, h("div", { id: "redrive" }), tabs,
-    h("p", null, h("a", { href: link(`/queues/${encodeURIComponent(queue)}/failures`) }, "Failures grouped by cause")), nameForm, chips, bulkBox, batchBox, listBox, pager);
+    actionsBox, enqueueForm(queue, () => reloadAll()), h("div", { id: "redrive" }), tabs,
+    h("p", null, h("a", { href: link(`/queues/${encodeURIComponent(queue)}/failures`) }, "Failures grouped by cause")), nameForm, chips, bulkBox, batchBox, listBox, pager, exportLinks);
   drawRows();
   rowKeys(ctx, tbody);
   const onKey = (e: KeyboardEvent) => {

@@ -31,6 +31,8 @@ client, documented in `/openapi.json`; and the console's static files at `/conso
   grouped by error signature (job_search.error_signature): count, first and last seen,
   a few job ids; over the newest FAILURES_EXAMINED of them. A group's jobs are retried
   or removed by a batch whose filter names the signature.
+- `GET /v1/queues/{queue}/jobs:export?format=ndjson|json|csv`: the jobs of a filter
+  (states, task name, search text), streamed as they are listed, up to EXPORT_MAX.
 - `POST /v1/queues/{queue}/batches`, `GET /v1/batches/{id}`: bulk actions as tracked
   batches (rest_batches.py).
 - `GET /console/...`: the built single-page app (console/dist, `make console`); any
@@ -45,6 +47,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import csv
+import io
 import json
 import os
 import re
@@ -95,6 +99,9 @@ SEARCH_BUDGET_S = 0.3  # and about this long
 SEARCH_CHUNK = 200  # jobs per Query inside a search
 FAILURES_EXAMINED = 20_000  # failed jobs one grouping looks at, newest first
 GROUP_SAMPLE = 5
+EXPORT_MAX = 1_000_000  # jobs in one export
+EXPORT_CSV_COLUMNS = ("id", "queue", "name", "state", "priority", "attempt", "attempts_max", "job_key", "worker",
+                      "created_ns", "processed_ns", "finished_ns", "state_ns", "last_error")  # fmt: skip
 MAX_QUEUES = 50  # queues in one /v1/events stream
 
 
@@ -414,6 +421,71 @@ def build_console_router() -> APIRouter:
                 break
         ordered = sorted(groups.values(), key=lambda g: (-g.count, -g.last_seen_ns))
         return FailureGroups(groups=ordered, examined=examined, complete=not token)
+
+    @api.get("/v1/queues/{queue}/jobs:export", tags=["jobs"], response_class=StreamingResponse,
+             responses={**ERROR_RESPONSES, 200: {"content": {"application/x-ndjson": {}, "application/json": {},
+                                                            "text/csv": {}}}},
+             summary="The jobs matching a filter as NDJSON, JSON or CSV, streamed")  # fmt: skip
+    async def export(
+        request: Request, queue: QueueName,
+        format: Annotated[Literal["ndjson", "json", "csv"], Query(description="one job per line, one array, or CSV")] = "ndjson",
+        state: Annotated[list[StateName] | None, Query(description="one or more states; none: all jobs")] = None,
+        name: Annotated[str | None, Query(max_length=256, description="only this task name")] = None,
+        text: Annotated[str | None, Query(min_length=1, max_length=256, description="only jobs containing this text")] = None,
+        field: Annotated[SearchField, Query(alias="in", description="where to look for the text")] = "any",
+        limit: Annotated[int, Query(ge=0, le=EXPORT_MAX, description="at most this many; 0: up to the maximum")] = 0,
+        p: Principal = caller("query"),
+    ) -> StreamingResponse:  # fmt: skip
+        router = request.app.state.router
+        states = [S.BY_NAME[x] for x in state or ()]
+        needle = text.lower() if text else None
+        cap = limit or EXPORT_MAX
+
+        def query(token: str) -> J.QueryRequest:
+            return _proto(lambda: J.QueryRequest(queue=queue, states=states, name=name or "", page_size=500, page_token=token))
+
+        first = await router.call(p.namespace, "query", query(""))  # a bad queue or filter is an HTTP error
+
+        def row(view: JobView) -> str:
+            d = view.model_dump()
+            d["last_error"] = view.errors[-1].message if view.errors else ""
+            out = io.StringIO()
+            csv.writer(out).writerow([d[c] for c in EXPORT_CSV_COLUMNS])
+            return out.getvalue()
+
+        async def body():
+            n, r = 0, first
+            if format == "csv":
+                yield row_header()
+            elif format == "json":
+                yield "["
+            while True:
+                for j in r.jobs:
+                    if n >= cap:
+                        break
+                    if needle is not None and not job_matches(j, needle, field):
+                        continue
+                    view = job_view(j)
+                    if format == "csv":
+                        yield row(view)
+                    else:
+                        sep = "," if format == "json" and n else ""
+                        yield sep + view.model_dump_json() + ("\n" if format == "ndjson" else "")
+                    n += 1
+                if n >= cap or not r.next_page_token:
+                    break
+                r = await router.call(p.namespace, "query", query(r.next_page_token))
+            if format == "json":
+                yield "]"
+
+        def row_header() -> str:
+            out = io.StringIO()
+            csv.writer(out).writerow(EXPORT_CSV_COLUMNS)
+            return out.getvalue()
+
+        media = {"ndjson": "application/x-ndjson", "json": "application/json", "csv": "text/csv"}[format]
+        return StreamingResponse(body(), media_type=media,
+                                 headers={"content-disposition": f'attachment; filename="{queue}-jobs.{format}"'})  # fmt: skip
 
     @api.post("/v1/queues/{queue}/jobs/{job}:change-priority", response_model=JobActionResult, tags=["jobs"],
               responses=ERROR_RESPONSES, summary="Change a waiting job's priority (BullMQ changePriority)")  # fmt: skip
