@@ -120,6 +120,8 @@ describe("pages", () => {
     const page = await signedIn(admin, DESKTOP, "/console/queues/paging?state=waiting");
     await settles(rows(page), 50, "rows");
     assert.equal(await page.locator("[data-testid=count-waiting]").textContent(), "120");
+    // worker health: a backlog and no worker ever
+    assert.match(await page.locator("[data-testid=no-workers]").textContent(), /120 jobs are ready but no worker/);
     const first = await page.locator("tbody tr").first().getAttribute("data-job");
     await page.getByRole("link", { name: "Next page" }).click();
     await page.waitForURL(/cursor=/);
@@ -138,6 +140,8 @@ describe("pages", () => {
 
   test("the failed tab and a job's detail: payload, errors with stack traces, timeline", async () => {
     const page = await signedIn(admin, DESKTOP, "/console/queues/emails?state=failed");
+    await page.locator(`tr[data-job="${ids.failed}"]`).waitFor();
+    assert.equal(await page.locator("[data-testid=no-workers]").count(), 0); // worker-1 and -2 just leased
     await shot(page, "queue");
     await axe(page, "queue page");
     await page.locator(`tr[data-job="${ids.failed}"] a`).first().click();

@@ -15,6 +15,8 @@ const COUNT_FIELD: Record<StateName, keyof Counts> = {
   "dead-lettered": "dead_lettered", canceled: "canceled",
 };
 const PAGE_SIZE = 50;
+const WORKER_LIVE_NS = 5 * 60e9; // a worker seen this recently counts as live
+const LEASE_WARN_NS = 10e9; // an active job whose lease ends sooner is flagged
 const SEARCH_FIELDS = ["any", "id", "name", "payload", "result", "error"];
 const RETRYABLE = new Set<StateName>(["failed", "completed", "dead-lettered", "canceled"]);
 const CANCELABLE = new Set<StateName>(["waiting", "prioritized", "delayed", "waiting-children"]);
@@ -134,7 +136,7 @@ export async function queuePage(ctx: Ctx): Promise<void> {
   const fetchPage = () => text
     ? api.search(queue, { text, field, states: [state], name, pageToken: cursor })
     : api.jobs(queue, { states: [state], name, pageSize: PAGE_SIZE, pageToken: cursor });
-  const [detail, page] = await Promise.all([api.queue(queue), fetchPage()]);
+  const [detail, page, workers] = await Promise.all([api.queue(queue), fetchPage(), api.workers(queue).catch(() => null)]);
   let counts = detail.counts;
   const live = liveBadge();
   const filters = (without?: string) => {
@@ -185,7 +187,10 @@ export async function queuePage(ctx: Ctx): Promise<void> {
       h("td", { class: "hide-sm" }, h("span", { class: `badge ${j.state}` }, j.state)),
       h("td", { class: "num hide-sm" }, `${j.attempt}/${j.attempts_max || "∞"}`),
       h("td", { class: "num hide-sm" }, j.priority || "—"),
-      h("td", null, ago(j.state_ns || j.created_ns)),
+      h("td", null, ago(j.state_ns || j.created_ns),
+        j.state === "active" && j.deadline_ns && j.deadline_ns - Date.now() * 1e6 < LEASE_WARN_NS &&
+          h("span", { class: "badge failed", title: "the worker must extend or complete it soon, or it is reclaimed as stalled" },
+            j.deadline_ns < Date.now() * 1e6 ? "lease expired" : "lease ending")),
       h("td", { class: "hide-sm" }, j.errors.length ? j.errors[j.errors.length - 1].message.slice(0, 120) : ""),
       h("td", null, h("div", { class: "row", style: "margin:0" }, jobActions(queue, j, reloadAll))))));
     replace(listBox, jobs.length ? table : empty(cursor ? "No more jobs here." :
@@ -252,13 +257,26 @@ export async function queuePage(ctx: Ctx): Promise<void> {
     pausedBadge.hidden = !counts.paused;
     drawTabs();
     drawActions(d);
+    drawHealth();
   }
   drawActions(detail);
   drawBulk();
+  // Worker health next to the backlog: jobs ready but no worker seen lately.
+  const health = h("div", { "aria-live": "polite" });
+  const drawHealth = () => {
+    const ready = counts.waiting + counts.prioritized;
+    const nowNs = Date.now() * 1e6;
+    const live = (workers?.workers ?? []).filter((w) => nowNs - w.last_seen_ns < WORKER_LIVE_NS);
+    replace(health, workers && ready > 0 && !counts.paused && live.length === 0 &&
+      h("p", { class: "error", role: "status", "data-testid": "no-workers" },
+        `${num(ready)} jobs are ready but no worker has leased from ${queue} in the last ${WORKER_LIVE_NS / 60e9} minutes`,
+        (workers.workers.length ? ` (last seen ${ago(workers.workers[0].last_seen_ns)})` : " (none ever)"), "."));
+  };
+  drawHealth();
   replace(ctx.main,
     h("p", { class: "muted" }, h("a", { href: link("/") }, "Queues"), " / ", queue),
     h("h1", null, queue, pausedBadge, live.el),
-    actionsBox, enqueueForm(queue, () => reloadAll()), h("div", { id: "redrive" }), tabs,
+    health, actionsBox, enqueueForm(queue, () => reloadAll()), h("div", { id: "redrive" }), tabs,
     h("p", null, h("a", { href: link(`/queues/${encodeURIComponent(queue)}/failures`) }, "Failures grouped by cause")), nameForm, chips, bulkBox, batchBox, listBox, pager, exportLinks);
   drawRows();
   rowKeys(ctx, tbody);
