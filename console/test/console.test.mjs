@@ -194,7 +194,8 @@ describe("pages", () => {
   test("a flow: the child links its parent, the parent lists its children", async () => {
     const { status, body } = await rest(server, admin, "POST", "/v1/flows", { id: "report-flow", nodes: [
       { id: "report", queue: "reports", name: "assemble", depends_on: ["part"] },
-      { id: "part", queue: "parts", name: "render", data: { page: 1 } },
+      { id: "part", queue: "parts", name: "render", data: { page: 1 }, depends_on: ["leaf"] },
+      { id: "leaf", queue: "parts", name: "fetch" },
     ] });
     assert.equal(status, 200, JSON.stringify(body));
     const page = await signedIn(admin, DESKTOP, `/console/queues/parts/jobs/${body.jobs.part}`);
@@ -203,6 +204,10 @@ describe("pages", () => {
     assert.equal(await page.locator("[data-testid=job-state]").textContent(), "waiting-children");
     await page.getByRole("link", { name: `parts / ${body.jobs.part}` }).waitFor();
     assert.match(await page.locator("dl.kv").textContent(), /0 of 1 finished/);
+    // the tree reads a level when it is opened
+    assert.equal(await page.locator(`[data-child="${body.jobs.leaf}"]`).count(), 0);
+    await page.locator(`[data-child="${body.jobs.part}"] > details > summary`).click();
+    await page.locator(`[data-child="${body.jobs.leaf}"]`).waitFor();
     await page.context().close();
   });
 

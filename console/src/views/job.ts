@@ -33,6 +33,31 @@ function timeline(j: Job): HTMLElement {
     rows.filter(([t]) => t).sort((a, b) => a[0] - b[0]).map(([t, what]) => h("li", null, h("time", null, time(t)), " — ", what)));
 }
 
+/** A job's dependencies as a tree, each level read when it is opened: a flow of any
+ * size costs one call per level looked at. */
+async function childTree(queue: string, id: string): Promise<HTMLElement> {
+  let kids;
+  try {
+    kids = (await api.children(queue, id)).children;
+  } catch (e) {
+    return h("p", { class: "muted" }, `Children unavailable: ${(e as Error).message}`);
+  }
+  if (!kids.length) return h("p", { class: "muted" }, "No children.");
+  return h("ul", { class: "tree" }, kids.map((c) => {
+    const below = h("div");
+    let loaded = false;
+    return h("li", { "data-child": c.job_id }, h("details", { on: { toggle: async (e: Event) => {
+      if (loaded || !(e.target as HTMLDetailsElement).open) return;
+      loaded = true;
+      replace(below, await childTree(c.queue, c.job_id));
+    } } },
+      h("summary", null, h("a", { href: link(`/queues/${encodeURIComponent(c.queue)}/jobs/${encodeURIComponent(c.job_id)}`) }, `${c.queue} / ${c.job_id}`),
+        " ", c.node && h("span", { class: "muted" }, `(${c.node})`), " ", h("span", { class: `badge ${c.state}` }, c.state),
+        c.error ? ` ${c.error.message}` : ""),
+      below));
+  }));
+}
+
 export async function jobPage(ctx: Ctx): Promise<void> {
   const { queue, job: ref } = ctx.params;
   let detail: JobDetail = await api.job(queue, ref);
@@ -44,14 +69,7 @@ export async function jobPage(ctx: Ctx): Promise<void> {
     draw();
   };
   const children = h("div", null, h("p", { class: "muted" }, "Loading children…"));
-  api.children(queue, detail.job.id).then((r) => replace(children, r.children.length
-    ? h("table", null, h("thead", null, h("tr", null, h("th", { scope: "col" }, "Job"), h("th", { scope: "col" }, "Node"),
-        h("th", { scope: "col" }, "State"), h("th", { scope: "col" }, "Error"))),
-      h("tbody", null, r.children.map((c) => h("tr", null,
-        h("td", null, h("a", { href: link(`/queues/${encodeURIComponent(c.queue)}/jobs/${encodeURIComponent(c.job_id)}`) }, `${c.queue} / ${c.job_id}`)),
-        h("td", null, c.node), h("td", null, c.state), h("td", null, c.error?.message ?? "")))))
-    : h("p", { class: "muted" }, "No children.")))
-    .catch((e) => replace(children, h("p", { class: "muted" }, `Children unavailable: ${e.message}`)));
+  void childTree(queue, detail.job.id).then((tree) => replace(children, tree));
 
   function priorityForm(j: Job): HTMLElement | false {
     if (!canAdmin() || !["waiting", "prioritized"].includes(j.state)) return false;
