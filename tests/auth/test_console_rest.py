@@ -1,4 +1,4 @@
-"""The REST the console added for every client (loam_gateway.rest_console), through the
+"""The REST the console added for every client (rest_console, rest_search, rest_batches), through the
 gateway app with a `StoreAuthenticator`: whoami, the viewer role (`jobs:read` reads and
 may change nothing), change-priority, the queue stats, the several-queue event stream
 resumed from its cursor, and the console's static files with the deep-link fallback."""
@@ -198,7 +198,7 @@ async def test_the_queue_list_counts_every_queue_of_the_namespace_only(gateway, 
 
 
 async def test_search_finds_jobs_by_payload_error_and_id_and_goes_on_by_cursor(gateway, token, monkeypatch):
-    from loam_gateway import rest_console
+    from loam_gateway import rest_search
 
     admin = await token("acme", auth.ADMIN, auth.ENQUEUE, auth.CONSUME)
     ids = []
@@ -219,8 +219,8 @@ async def test_search_finds_jobs_by_payload_error_and_id_and_goes_on_by_cursor(g
     assert len((await search(text="example.com", state="waiting"))["jobs"]) == 30
 
     # a call that examines few jobs answers short, and the cursor finds the rest, each once
-    monkeypatch.setattr(rest_console, "SEARCH_CHUNK", 4)
-    monkeypatch.setattr(rest_console, "SEARCH_EXAMINED", 8)
+    monkeypatch.setattr(rest_search, "SEARCH_CHUNK", 4)
+    monkeypatch.setattr(rest_search, "SEARCH_EXAMINED", 8)
     seen, token_ = [], ""
     while True:
         page = await search(text="user1", page_token=token_) if token_ else await search(text="user1")

@@ -21,7 +21,6 @@ import binascii
 import json
 from typing import Annotated, Any, Literal
 
-from connectrpc.errors import ConnectError
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -16,23 +16,13 @@ client, documented in `/openapi.json`; and the console's static files at `/conso
   rest_events; a snapshot carries `queue`; the `id` is one cursor for every queue
   (each queue's Watch cursor), so `Last-Event-ID` / `?cursor=` resumes them all.
   Left out of `/openapi.json` like the other streams.
-- `GET /v1/queues/{queue}/jobs:search`: jobs whose id or key, task name, payload,
-  result or error text contains a text, by state, a page at a time. It walks the job
-  list's own cursor (Query) and checks each job, so a call examines at most
-  SEARCH_EXAMINED jobs or runs SEARCH_BUDGET_S, then answers with what it found and the
-  cursor to go on from: a page may be short, or empty, with a next token.
-  Payloads kept in the blob store (over 16 KiB) are not searched.
 - `POST /v1/queues/{queue}/jobs/{job}:retry-with-payload`: replace a finished job's
   payload, then retry it ("edit, then retry"); a job that cannot be retried is refused
   before its payload changes.
 - `GET /v1/queues/{queue}/dead-letters:preview`: what a redrive of this dead-letter
   queue would move, and where each job would go, before doing it.
-- `GET /v1/queues/{queue}/failures?state=failed`: the failed (or dead-lettered) jobs
-  grouped by error signature (job_search.error_signature): count, first and last seen,
-  a few job ids; over the newest FAILURES_EXAMINED of them. A group's jobs are retried
-  or removed by a batch whose filter names the signature.
-- `GET /v1/queues/{queue}/jobs:export?format=ndjson|json|csv`: the jobs of a filter
-  (states, task name, search text), streamed as they are listed, up to EXPORT_MAX.
+- `GET /v1/queues/{queue}/jobs:search`, `.../failures`, `.../jobs:export`: finding jobs
+  (rest_search.py).
 - `POST /v1/queues/{queue}/batches`, `GET /v1/batches/{id}`: bulk actions as tracked
   batches (rest_batches.py).
 - `GET /console/...`: the built single-page app (console/dist, `make console`); any
@@ -47,27 +37,24 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import csv
-import io
 import json
 import os
 import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
 from loam_common import cloudevents, validate
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument, InvalidState
-from loam_common.jobs.dlq import ORIGIN_QUEUE
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.jobs import states as S
+from loam_common.jobs.dlq import ORIGIN_QUEUE
 from pydantic import BaseModel, Field
 
-from loam_gateway.job_search import SearchField, error_signature, job_matches
 from loam_gateway.rest import (
     ERROR_RESPONSES,
     PRIORITY_MAX,
@@ -75,7 +62,6 @@ from loam_gateway.rest import (
     JobRef,
     JobView,
     QueueName,
-    StateName,
     _Model,
     _proto,
     counts_view,
@@ -92,16 +78,9 @@ from loam_gateway.rest_events import (
     cloud_event_json,
     sse,
 )
+from loam_gateway.rest_search import build_search_router
 
 CONSOLE_DIR_ENV = "LOAM_CONSOLE_DIR"
-SEARCH_EXAMINED = 20_000  # jobs one search call looks at, at most
-SEARCH_BUDGET_S = 0.3  # and about this long
-SEARCH_CHUNK = 200  # jobs per Query inside a search
-FAILURES_EXAMINED = 20_000  # failed jobs one grouping looks at, newest first
-GROUP_SAMPLE = 5
-EXPORT_MAX = 1_000_000  # jobs in one export
-EXPORT_CSV_COLUMNS = ("id", "queue", "name", "state", "priority", "attempt", "attempts_max", "job_key", "worker",
-                      "created_ns", "processed_ns", "finished_ns", "state_ns", "last_error")  # fmt: skip
 MAX_QUEUES = 50  # queues in one /v1/events stream
 
 
@@ -142,12 +121,6 @@ class ChangePriorityBody(_Model):
     lifo: bool = False
 
 
-class SearchPage(BaseModel):
-    jobs: list[JobView]
-    next_page_token: str = Field(description="go on from here (page_token); empty: every job was examined")
-    examined: int = Field(description="jobs looked at by this call")
-
-
 RETRYABLE = ("completed", "failed", "dead-lettered", "canceled")
 
 
@@ -166,21 +139,6 @@ class RedrivePreview(BaseModel):
     ready: int = Field(description="the dead letters a redrive takes (waiting and prioritized)")
     sample: list[RedriveMove] = Field(description="up to `limit` of them, with where each goes")
     to_queues: dict[str, int] = Field(description="in the sample: how many go to each queue ('' : none)")
-
-
-class FailureGroup(BaseModel):
-    signature: str = Field(description="the last error's code and message with numbers, ids and quoted values blanked")
-    count: int
-    first_seen_ns: int
-    last_seen_ns: int
-    example: str = Field(description="one full message of the group")
-    jobs: list[str] = Field(description=f"up to {GROUP_SAMPLE} job ids, newest first")
-
-
-class FailureGroups(BaseModel):
-    groups: list[FailureGroup] = Field(description="largest first")
-    examined: int
-    complete: bool = Field(description="false: there were more failed jobs than were examined (the newest were)")
 
 
 # one sample of the Prometheus text: name{labels} value
@@ -392,101 +350,6 @@ def build_console_router() -> APIRouter:
             to_queues[m.to_queue] = to_queues.get(m.to_queue, 0) + 1
         return RedrivePreview(ready=counts.waiting + counts.prioritized, sample=sample, to_queues=to_queues)
 
-    @api.get("/v1/queues/{queue}/failures", response_model=FailureGroups, tags=["jobs"], responses=ERROR_RESPONSES,
-             summary="Failed jobs grouped by error signature: count, first and last seen")  # fmt: skip
-    async def failures(
-        request: Request, queue: QueueName,
-        state: Annotated[Literal["failed", "dead-lettered"], Query(description="which failures")] = "failed",
-        p: Principal = caller("query"),
-    ) -> FailureGroups:  # fmt: skip
-        groups: dict[str, FailureGroup] = {}
-        token, examined = "", 0
-        while examined < FAILURES_EXAMINED:
-            req = _proto(lambda: J.QueryRequest(queue=queue, states=[S.BY_NAME[state]], page_size=500, page_token=token))
-            r = await request.app.state.router.call(p.namespace, "query", req)
-            for j in r.jobs:
-                sig = error_signature(j)
-                at = j.errors[-1].at_ns if j.errors else j.state_ns
-                g = groups.get(sig)
-                if g is None:
-                    g = groups[sig] = FailureGroup(signature=sig, count=0, first_seen_ns=at, last_seen_ns=at,
-                                                   example=j.errors[-1].message if j.errors else "", jobs=[])  # fmt: skip
-                g.count += 1
-                g.first_seen_ns, g.last_seen_ns = min(g.first_seen_ns, at), max(g.last_seen_ns, at)
-                if len(g.jobs) < GROUP_SAMPLE:
-                    g.jobs.append(j.id)
-            examined += len(r.jobs)
-            token = r.next_page_token
-            if not token:
-                break
-        ordered = sorted(groups.values(), key=lambda g: (-g.count, -g.last_seen_ns))
-        return FailureGroups(groups=ordered, examined=examined, complete=not token)
-
-    @api.get("/v1/queues/{queue}/jobs:export", tags=["jobs"], response_class=StreamingResponse,
-             responses={**ERROR_RESPONSES, 200: {"content": {"application/x-ndjson": {}, "application/json": {},
-                                                            "text/csv": {}}}},
-             summary="The jobs matching a filter as NDJSON, JSON or CSV, streamed")  # fmt: skip
-    async def export(
-        request: Request, queue: QueueName,
-        format: Annotated[Literal["ndjson", "json", "csv"], Query(description="one job per line, one array, or CSV")] = "ndjson",
-        state: Annotated[list[StateName] | None, Query(description="one or more states; none: all jobs")] = None,
-        name: Annotated[str | None, Query(max_length=256, description="only this task name")] = None,
-        text: Annotated[str | None, Query(min_length=1, max_length=256, description="only jobs containing this text")] = None,
-        field: Annotated[SearchField, Query(alias="in", description="where to look for the text")] = "any",
-        limit: Annotated[int, Query(ge=0, le=EXPORT_MAX, description="at most this many; 0: up to the maximum")] = 0,
-        p: Principal = caller("query"),
-    ) -> StreamingResponse:  # fmt: skip
-        router = request.app.state.router
-        states = [S.BY_NAME[x] for x in state or ()]
-        needle = text.lower() if text else None
-        cap = limit or EXPORT_MAX
-
-        def query(token: str) -> J.QueryRequest:
-            return _proto(lambda: J.QueryRequest(queue=queue, states=states, name=name or "", page_size=500, page_token=token))
-
-        first = await router.call(p.namespace, "query", query(""))  # a bad queue or filter is an HTTP error
-
-        def row(view: JobView) -> str:
-            d = view.model_dump()
-            d["last_error"] = view.errors[-1].message if view.errors else ""
-            out = io.StringIO()
-            csv.writer(out).writerow([d[c] for c in EXPORT_CSV_COLUMNS])
-            return out.getvalue()
-
-        async def body():
-            n, r = 0, first
-            if format == "csv":
-                yield row_header()
-            elif format == "json":
-                yield "["
-            while True:
-                for j in r.jobs:
-                    if n >= cap:
-                        break
-                    if needle is not None and not job_matches(j, needle, field):
-                        continue
-                    view = job_view(j)
-                    if format == "csv":
-                        yield row(view)
-                    else:
-                        sep = "," if format == "json" and n else ""
-                        yield sep + view.model_dump_json() + ("\n" if format == "ndjson" else "")
-                    n += 1
-                if n >= cap or not r.next_page_token:
-                    break
-                r = await router.call(p.namespace, "query", query(r.next_page_token))
-            if format == "json":
-                yield "]"
-
-        def row_header() -> str:
-            out = io.StringIO()
-            csv.writer(out).writerow(EXPORT_CSV_COLUMNS)
-            return out.getvalue()
-
-        media = {"ndjson": "application/x-ndjson", "json": "application/json", "csv": "text/csv"}[format]
-        return StreamingResponse(body(), media_type=media,
-                                 headers={"content-disposition": f'attachment; filename="{queue}-jobs.{format}"'})  # fmt: skip
-
     @api.post("/v1/queues/{queue}/jobs/{job}:change-priority", response_model=JobActionResult, tags=["jobs"],
               responses=ERROR_RESPONSES, summary="Change a waiting job's priority (BullMQ changePriority)")  # fmt: skip
     async def change_priority(
@@ -498,33 +361,7 @@ def build_console_router() -> APIRouter:
         r = await request.app.state.router.call(p.namespace, "job_admin", req)
         return JobActionResult(job=job_view(r.job) if r.HasField("job") else None, removed=r.removed)
 
-    @api.get("/v1/queues/{queue}/jobs:search", response_model=SearchPage, tags=["jobs"], responses=ERROR_RESPONSES,
-             summary="Jobs whose id, task name, payload, result or error contains a text, newest first")  # fmt: skip
-    async def search(
-        request: Request,
-        queue: QueueName,
-        text: Annotated[str, Query(min_length=1, max_length=256, description="the text to find (any case)")],
-        field: Annotated[SearchField, Query(alias="in", description="where to look; any: everywhere")] = "any",
-        state: Annotated[list[StateName] | None, Query(description="one or more states; none: all jobs")] = None,
-        name: Annotated[str | None, Query(max_length=256, description="only this task name")] = None,
-        page_size: Annotated[int, Query(ge=1, le=200, description="stop once this many are found")] = 50,
-        page_token: Annotated[str, Query(max_length=4096)] = "",
-        p: Principal = caller("query"),
-    ) -> SearchPage:
-        needle, token, examined, found = text.lower(), page_token, 0, []
-        deadline = time.monotonic() + SEARCH_BUDGET_S
-        states = [S.BY_NAME[x] for x in state or ()]
-        while True:
-            req = _proto(lambda: J.QueryRequest(queue=queue, states=states, name=name or "", page_size=SEARCH_CHUNK,
-                                                page_token=token))  # fmt: skip
-            r = await request.app.state.router.call(p.namespace, "query", req)
-            examined += len(r.jobs)
-            found += [j for j in r.jobs if job_matches(j, needle, field)]
-            token = r.next_page_token
-            if not token or len(found) >= page_size or examined >= SEARCH_EXAMINED or time.monotonic() > deadline:
-                break
-        return SearchPage(jobs=[job_view(j) for j in found], next_page_token=token, examined=examined)
-
+    api.include_router(build_search_router())
     api.include_router(build_batches_router())
 
     # -- the single-page app ---------------------------------------------------------------
