@@ -27,6 +27,7 @@ export const STATES: StateName[] = [
 ];
 
 const TOKEN_KEY = "loam.token";
+const NAMESPACE_KEY = "loam.namespace"; // without auth (loam dev): which namespace to show
 
 export function token(): string | null {
   return sessionStorage.getItem(TOKEN_KEY);
@@ -37,6 +38,15 @@ export function setToken(t: string | null): void {
   else sessionStorage.removeItem(TOKEN_KEY);
 }
 
+export function devNamespace(): string | null {
+  return sessionStorage.getItem(NAMESPACE_KEY);
+}
+
+export function setDevNamespace(ns: string | null): void {
+  if (ns) sessionStorage.setItem(NAMESPACE_KEY, ns);
+  else sessionStorage.removeItem(NAMESPACE_KEY);
+}
+
 export class ApiError extends Error {
   constructor(public status: number, public code: string, message: string) {
     super(message);
@@ -45,7 +55,9 @@ export class ApiError extends Error {
 
 export function headers(extra: Record<string, string> = {}): Record<string, string> {
   const t = token();
-  return t ? { ...extra, authorization: `Bearer ${t}` } : extra;
+  if (t) return { ...extra, authorization: `Bearer ${t}` };
+  const ns = devNamespace(); // a server without auth takes the namespace from this header
+  return ns ? { ...extra, "x-loam-namespace": ns } : extra;
 }
 
 async function request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {

@@ -1,6 +1,6 @@
 /** The console's shell: sign-in, routing (every page and filter is a URL under
  * /console/), the navigation, the theme and the keyboard. The pages are in views/. */
-import { api, ApiError, setToken, token, type WhoAmI } from "./api";
+import { api, ApiError, devNamespace, setDevNamespace, setToken, token, type WhoAmI } from "./api";
 import { h, replace, toast } from "./dom";
 import { queuesPage } from "./views/queues";
 import { queuePage } from "./views/queue";
@@ -99,9 +99,18 @@ function who(): void {
   );
   const box = document.getElementById("who")!;
   if (!me) return replace(box, themeButton);
+  // Without auth (loam dev) any namespace can be looked at: Celery apps on
+  // loam://host/<namespace> put their queues in theirs.
+  const nsInput = !me.auth && h("input", { id: "dev-namespace", value: me.namespace, size: 12, "aria-label": "Namespace",
+    on: { change: (e: Event) => {
+      setDevNamespace((e.target as HTMLInputElement).value.trim() || null);
+      me = null;
+      navigate(link("/"));
+    } } });
   replace(
     box,
-    h("span", { "data-testid": "namespace" }, `namespace ${me.namespace}`),
+    nsInput ? h("label", { "data-testid": "namespace" }, "namespace ", nsInput)
+      : h("span", { "data-testid": "namespace" }, `namespace ${me.namespace}`),
     h("span", { class: "hide-sm" }, me.auth ? me.actions.join(", ") : "(no auth)"),
     themeButton,
     me.auth &&
@@ -166,6 +175,11 @@ async function render(): Promise<void> {
     try {
       me = await api.whoami();
     } catch (e) {
+      if (e instanceof ApiError && e.code === "invalid_argument" && devNamespace()) {
+        setDevNamespace(null); // not a namespace name: back to the default one
+        toast(e.message);
+        return render();
+      }
       if (e instanceof ApiError && (e.status === 401 || e.status === 403)) {
         if (token()) setToken(null);
         history.replaceState(null, "", link(`/signin?next=${encodeURIComponent(url.pathname + url.search)}`));

@@ -537,3 +537,27 @@ describe("layout and access", () => {
     await page.context().close();
   });
 });
+
+describe("without auth (loam dev)", () => {
+  test("no sign-in, and any namespace can be looked at", async () => {
+    const dev = await startServer({ auth: false });
+    try {
+      await fetch(`${dev.url}/v1/queues/nsq/jobs`, { method: "POST",
+        headers: { "content-type": "application/json", "x-loam-namespace": "celery-ns" }, body: JSON.stringify({ name: "t" }) });
+      const page = await (await browser.newContext({ viewport: DESKTOP })).newPage();
+      page.setDefaultTimeout(10_000);
+      await page.goto(`${dev.url}/console/`);
+      await page.getByText("No queues yet").waitFor();
+      await page.locator("#dev-namespace").fill("celery-ns");
+      await page.locator("#dev-namespace").press("Enter");
+      await page.locator('tr[data-queue="nsq"]').waitFor();
+      await page.locator("#dev-namespace").fill("not a name!");
+      await page.locator("#dev-namespace").press("Enter");
+      await page.getByText("No queues yet").waitFor(); // back to the default namespace
+      assert.equal(await page.locator("#dev-namespace").inputValue(), "default");
+      await page.context().close();
+    } finally {
+      await dev.stop();
+    }
+  });
+});

@@ -26,10 +26,10 @@ async function freePort() {
   });
 }
 
-export async function startServer() {
+export async function startServer({ auth = true } = {}) {
   const port = await freePort();
   const data = mkdtempSync(join(tmpdir(), "loam-console-"));
-  const proc = spawn(python, ["-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", String(port), "--data", data, "--auth"], {
+  const proc = spawn(python, ["-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", String(port), "--data", data, ...(auth ? ["--auth"] : [])], {
     stdio: ["ignore", "pipe", "pipe"],
     env: Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("LOAM_"))),
   });
@@ -52,7 +52,7 @@ export async function startServer() {
   proc.removeAllListeners("exit");
   const url = `http://127.0.0.1:${port}`;
   const seed = async (...args) => JSON.parse((await run(python, [join(here, "seed.py"), ...args])).stdout);
-  const tokens = await seed("tokens", data);
+  const tokens = auth ? await seed("tokens", data) : {};
   return {
     url,
     data,
