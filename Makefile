@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROTO_OUT := libs/common/src/loam_common/gen
 
-.PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink
+.PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink console console-gen console-gen-check test-console console-screenshots chromium bench-console
 
 PACKAGES := libs/common services/durable services/queue-core services/sweeper services/relay services/gateway services/engines adapters/python adapters/celery
 
@@ -73,6 +73,44 @@ test-durable-ts: venv $(DURABLE_TS)/node_modules/.package-lock.json $(BULLMQ)/no
 bench-bullmq: venv $(BULLMQ)/node_modules/.package-lock.json
 	cd $(BULLMQ) && npm run bench
 
+# The web console (console/, a TypeScript single-page app served by the gateway at
+# /console): its API types are generated from the gateway's own /openapi.json, then
+# type-checked and bundled by esbuild into console/dist (the build fails over its size
+# budget). `console-gen-check` fails when the committed openapi.json or types are stale.
+CONSOLE := console
+
+$(CONSOLE)/node_modules/.package-lock.json: $(CONSOLE)/package-lock.json
+	cd $(CONSOLE) && npm ci --no-audit --no-fund
+
+console-gen: venv $(CONSOLE)/node_modules/.package-lock.json
+	$(BIN)/python $(CONSOLE)/scripts/openapi.py
+	cd $(CONSOLE) && npm run --silent gen
+
+console-gen-check: console-gen
+	git diff --exit-code -- $(CONSOLE)/openapi.json $(CONSOLE)/src/api.gen.ts || \
+		(echo "the console's API types are stale: run make console and commit" && exit 1)
+
+console: console-gen
+	cd $(CONSOLE) && npm run --silent typecheck && npm run --silent build
+
+# Debian's Chromium, which the console's browser tests drive through playwright-core.
+chromium:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
+# The console end to end: one `loam dev` (auth on) with real jobs and one Chromium for
+# every test (console/test/).
+test-console: console chromium
+	cd $(CONSOLE) && LOAM_PYTHON=$(abspath $(BIN)/python) npm test
+
+# The same run, saving the main pages as PNGs into docs/console/ (for docs/console.md).
+console-screenshots: console chromium
+	cd $(CONSOLE) && LOAM_PYTHON=$(abspath $(BIN)/python) CONSOLE_SCREENSHOTS=$(abspath docs/console) npm test
+
+# The console's speed bars (1,000 queues; a 50-row page over 1,000,000 jobs; SSE to the
+# page): bench/console_bench.mjs, figures into bench/results/console.json.
+bench-console: console chromium
+	LOAM_PYTHON=$(abspath $(BIN)/python) node bench/console_bench.mjs $(BENCH_ARGS)
+
 # docker-compose.yml on paper (no Docker engine runs here): Debian's docker-compose parses
 # and checks it. The internal token only has to be set for interpolation.
 compose-check:
@@ -81,12 +119,14 @@ compose-check:
 
 # `loam dev`: every service in one process on ./.loam (Ctrl-C stops it).
 dev: venv
+	$(MAKE) console || echo "the console was not built (it needs npm); the server runs without it"
 	$(BIN)/loam dev
 
 test: venv engines-flink
 	$(BIN)/python -m pytest -q
 	$(MAKE) test-bullmq
 	$(MAKE) test-durable-ts
+	$(MAKE) test-console
 
 # Flink (issue 21): the apache-flink wheel carries a whole Flink distribution; it gets its own
 # virtualenv, never .venv (its pins: apache-beam, pandas, numpy, pyarrow). Java 17 runs it.
@@ -129,4 +169,4 @@ bench-smoke: venv
 	$(BIN)/python bench/harness.py --smoke --out $${TMPDIR:-/tmp}/loam-bench-smoke
 
 clean:
-	rm -rf $(VENV) .loam
+	rm -rf $(VENV) .loam $(CONSOLE)/dist

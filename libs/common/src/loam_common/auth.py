@@ -36,7 +36,11 @@ CONSUME = "jobs:consume"
 ADMIN = "jobs:admin"
 SCHEDULE = "jobs:schedule"
 ENGINE = "jobs:engine"
-ACTIONS: frozenset[str] = frozenset({ENQUEUE, CONSUME, ADMIN, SCHEDULE, ENGINE})
+# Read-only: list and look at queues, jobs, schedules, workers and watch their events
+# (the console's viewer role). Every read such a token may make is also open to the
+# action that method needs on its own (loam_gateway.connect.READABLE).
+READ = "jobs:read"
+ACTIONS: frozenset[str] = frozenset({ENQUEUE, CONSUME, ADMIN, SCHEDULE, ENGINE, READ})
 
 TOKEN_PREFIX = "loam"
 ID_BYTES = 8

@@ -106,6 +106,7 @@ async def run(args: argparse.Namespace) -> None:
     def ready(server) -> None:
         print(f"loam dev: serving {url} (data in {data}, auth {'on' if args.auth else 'off'})", flush=True)
         print(f"loam dev: durable (Resonate) at {url}/resonate", flush=True)
+        print(f"loam dev: the console is at {url}/console/", flush=True)
         print(f"loam dev: ready on {url}", flush=True)
 
     try:

@@ -16,13 +16,11 @@ children, a JobAdmin call, jobs:admin).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
 from typing import Annotated, Any, Literal
 
-from connectrpc.errors import ConnectError
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
@@ -142,6 +140,11 @@ class JobErrorView(BaseModel):
     attempt: int
 
 
+class JobRefView(BaseModel):
+    queue: str
+    job_id: str
+
+
 class JobView(BaseModel):
     id: str
     queue: str
@@ -169,6 +172,10 @@ class JobView(BaseModel):
     log_count: int
     origin_queue: str
     headers: dict[str, str]
+    parents: list[JobRefView] = Field(default_factory=list, description="the jobs that wait on this one (flows)")
+    flow: str = Field("", description="the flow this job is a node of")
+    children: int = Field(0, description="dependencies ever registered (this job is a parent)")
+    pending_children: int = Field(0, description="dependencies not finished yet")
 
 
 class LogLineView(BaseModel):
@@ -467,6 +474,10 @@ def job_view(j: pb.Job) -> JobView:
         log_count=j.log_count,
         origin_queue=j.origin_queue,
         headers=dict(j.task.headers),
+        parents=[JobRefView(queue=x.queue, job_id=x.job_id) for x in j.parents],
+        flow=j.flow,
+        children=j.children,
+        pending_children=j.pending_children,
     )
 
 
@@ -633,37 +644,12 @@ def build_router() -> APIRouter:
     # -- queues ------------------------------------------------------------------------------
     @api.get("/queues", response_model=QueueList, tags=["queues"], summary="List queues with their counts")
     async def list_queues(request: Request, p: Principal = caller("queue_list")) -> QueueList:
-        names = await router_of(request).queue_list(p.namespace)
+        rows = await router_of(request).queue_list_counts(p.namespace)
+        return QueueList(queues=[QueueSummary(name=name, counts=counts_view(c)) for name, c in rows])
 
-        async def one(name: str) -> QueueSummary | None:
-            try:
-                r = await call(
-                    request, p, "queue_admin", J.QueueAdminRequest(queue=name, op=J.QueueOp(counts={}))
-                )
-            except ConnectError as e:
-                if e.code.value == "not_found":  # obliterated meanwhile
-                    return None
-                raise
-            return QueueSummary(name=name, counts=counts_view(r.counts))
-
-        found = await asyncio.gather(*(one(n) for n in names))
-        return QueueList(queues=[q for q in found if q is not None])
-
-    @api.get(
-        "/queues/{queue}",
-        response_model=QueueDetail,
-        tags=["queues"],
-        summary="A queue's settings and counts",
-    )
-    async def get_queue(
-        request: Request, queue: QueueName, p: Principal = caller("queue_admin")
-    ) -> QueueDetail:
-        r = await call(
-            request,
-            p,
-            "queue_admin",
-            _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))),
-        )
+    @api.get("/queues/{queue}", response_model=QueueDetail, tags=["queues"], summary="A queue's settings and counts")
+    async def get_queue(request: Request, queue: QueueName, p: Principal = caller("queue_get")) -> QueueDetail:
+        r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))))
         return QueueDetail(name=queue, config=config_view(r.config), counts=counts_view(r.counts))
 
     async def queue_op(request: Request, p: Principal, queue: str, op: J.QueueOp) -> QueueActionResult:
@@ -780,9 +766,7 @@ def build_router() -> APIRouter:
 
     @api.get("/queues/{queue}/jobs/{job}", response_model=JobDetail, tags=["jobs"],
              summary="One job with its logs and error history")  # fmt: skip
-    async def get_job(
-        request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")
-    ) -> JobDetail:
+    async def get_job(request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_get")) -> JobDetail:
         got = await job_op(request, p, queue, job, J.JobOp(get={}))
         logs = await job_op(request, p, queue, got.job.id, J.JobOp(logs={}))
         return JobDetail(
@@ -907,7 +891,7 @@ def build_router() -> APIRouter:
     @api.get("/queues/{queue}/jobs/{job}/children", response_model=ChildrenList, tags=["flows"],
              summary="A job's dependencies with their results and failures (BullMQ getChildrenValues)")  # fmt: skip
     async def job_children(
-        request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")
+        request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_get")
     ) -> ChildrenList:
         r = await job_op(request, p, queue, job, J.JobOp(children={}))
         return ChildrenList(children=[dependency_view(d) for d in r.children])

@@ -56,6 +56,8 @@ class LocalCore(Protocol):
 
     async def queue_list(self, ns: str) -> list[str]: ...
 
+    async def queue_list_counts(self, ns: str) -> list[tuple[str, Any]]: ...
+
 
 class Router:
     def __init__(
@@ -178,6 +180,28 @@ class Router:
             return await self._list_remote(ns)
         except Exception as e:  # noqa: BLE001
             raise _as_connect(e, self.local is None) from e
+
+    async def queue_list_counts(self, ns: str) -> list[tuple[str, J.QueueCounts]]:
+        """Every queue of the namespace with its counts (the REST queue list): one store
+        snapshot when the core is in process; one counts call per queue to the cores
+        otherwise (a queue obliterated meanwhile is left out)."""
+        if self.local is not None:
+            try:
+                return await self.local.queue_list_counts(ns)
+            except Exception as e:  # noqa: BLE001
+                raise _as_connect(e, False) from e
+
+        async def one(name: str) -> tuple[str, J.QueueCounts] | None:
+            try:
+                r = await self.call(ns, "queue_admin", J.QueueAdminRequest(queue=name, op=J.QueueOp(counts={})))
+            except ConnectError as e:
+                if e.code.value == "not_found":
+                    return None
+                raise
+            return name, r.counts
+
+        found = await asyncio.gather(*(one(n) for n in await self.queue_list(ns)))
+        return [x for x in found if x is not None]
 
     async def _list_remote(self, ns: str) -> list[str]:
         if self._http is None:

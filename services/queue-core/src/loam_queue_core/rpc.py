@@ -297,6 +297,11 @@ class CoreRpc(AnswersUnimplemented):
         queue names, for REST and the console."""
         return await self.core.queues.names(ns)
 
+    async def queue_list_counts(self, ns: Namespace) -> list[tuple[str, pb.QueueCounts]]:
+        """Not a JobsService method (the queue_list operation with counts): every queue
+        of the namespace with its counts, in one snapshot (REST, the console)."""
+        return await self.core.queues.names_and_counts(ns)
+
     # -- result store ------------------------------------------------------------------
     async def result_get(self, ns: Namespace, req: J.ResultGetRequest) -> J.ResultGetResponse:
         value, version = await self.core.results.get(ns, req.key, req.wait_ns, req.after_version)

@@ -270,6 +270,18 @@ def queue_list(tx: Txn, ns: str, after: str = "", limit: int = MAX_BATCH) -> lis
     return [q for q in names if keys.QueueKeys(ns, q).config() in found]
 
 
+def queue_list_counts(
+    tx: Txn, ns: str, after: str = "", limit: int = MAX_BATCH
+) -> list[tuple[str, pb.QueueCounts]]:
+    """`queue_list` with each queue's counts, read in the same snapshot: the queue list
+    of the console costs one store read per queue shard, not a call per queue."""
+    out = []
+    for queue in queue_list(tx, ns, after, limit):
+        with LinkedQueueTx(tx, ns, queue, create=False) as qt:
+            out.append((queue, _counts(qt)))
+    return out
+
+
 def queue_workers(tx: Txn, ns: str, queue: str, seen_within_ns: int = 0) -> list[pb.Worker]:
     """Workers that leased from the queue (the `w/` records lease writes), most recently
     seen first; with `seen_within_ns`, only those seen that recently."""

@@ -65,6 +65,10 @@ class Queues:
         """The namespace's queue names."""
         return await self.store.snapshot(admin.queue_list, ns, "", admin.MAX_BATCH)
 
+    async def names_and_counts(self, ns: Namespace) -> list[tuple[str, pb.QueueCounts]]:
+        """Every queue of the namespace with its counts, read in one snapshot."""
+        return await self.store.snapshot(admin.queue_list_counts, ns, "", admin.MAX_BATCH)
+
     async def set_rate_limit(
         self, ns: Namespace, queue: str, max_jobs: int, duration_ns: int, sharded: bool
     ) -> pb.QueueConfig:

@@ -1,0 +1,88 @@
+// One `loam dev` (auth on, a scratch data directory, a free port) with real jobs made by
+// seed.py through the Python SDK, and one Debian Chromium driven by playwright-core:
+// started once for every console test.
+import { execFile, spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { chromium } from "playwright-core";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = resolve(here, "..", "..");
+export const python = process.env.LOAM_PYTHON || join(repo, ".venv", "bin", "python");
+const run = promisify(execFile);
+
+async function freePort() {
+  return new Promise((res, rej) => {
+    const s = net.createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => res(port));
+    });
+    s.on("error", rej);
+  });
+}
+
+export async function startServer({ auth = true } = {}) {
+  const port = await freePort();
+  const data = mkdtempSync(join(tmpdir(), "loam-console-"));
+  const proc = spawn(python, ["-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", String(port), "--data", data, ...(auth ? ["--auth"] : [])], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("LOAM_"))),
+  });
+  let log = "";
+  await new Promise((res, rej) => {
+    const timer = setTimeout(() => rej(new Error(`loam dev did not start:\n${log}`)), 30_000);
+    proc.stdout.on("data", (b) => {
+      log += b;
+      if (log.includes("ready")) {
+        clearTimeout(timer);
+        res();
+      }
+    });
+    proc.stderr.on("data", (b) => (log += b));
+    proc.on("exit", (code) => {
+      clearTimeout(timer);
+      rej(new Error(`loam dev exited (${code}):\n${log}`));
+    });
+  });
+  proc.removeAllListeners("exit");
+  const url = `http://127.0.0.1:${port}`;
+  const seed = async (...args) => JSON.parse((await run(python, [join(here, "seed.py"), ...args])).stdout);
+  const tokens = auth ? await seed("tokens", data) : {};
+  return {
+    url,
+    data,
+    tokens,
+    seedJobs: (token, prefix) => seed("jobs", url, token, prefix),
+    async stop() {
+      await new Promise((res) => {
+        proc.once("exit", res);
+        proc.kill("SIGTERM");
+        setTimeout(() => proc.kill("SIGKILL"), 10_000).unref();
+      });
+      rmSync(data, { recursive: true, force: true });
+    },
+  };
+}
+
+export async function startBrowser() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox", "--disable-dev-shm-usage"],
+  });
+}
+
+/** A REST call as a client other than the page (the test's own hands). */
+export async function rest(server, token, method, path, body) {
+  const resp = await fetch(server.url + path, {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await resp.text();
+  return { status: resp.status, body: text ? JSON.parse(text) : null };
+}

@@ -1,0 +1,85 @@
+"""Real jobs for the console's browser tests, made the way users make them: tokens on the
+store (as `loam tokens create` does), then the Python SDK against the running server.
+
+    seed.py tokens <data-dir>          -> {"admin_a", "viewer_a", "admin_b"} as JSON
+    seed.py jobs <url> <token> <queue-prefix> -> the ids of the jobs it made, as JSON
+
+`jobs` makes, in `<prefix>emails`: waiting jobs, a prioritized one, a delayed one, a
+completed one with a result, progress and logs, a failed one (two attempts, each with
+its error and stack trace); in `<prefix>orders` (dead letters to `<prefix>orders-dlq`) a
+job failed into the dead-letter queue; and an hourly schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from loam import Client, Outcome
+from loam_common import auth
+from loam_common.store.runner import open_store
+
+
+async def tokens(data: str) -> dict[str, str]:
+    store = open_store(f"sqlite:///{data}/loam.db")
+    try:
+        out = {}
+        for label, ns, actions in (
+            ("admin_a", "team-a", sorted(auth.ACTIONS)),
+            ("viewer_a", "team-a", [auth.READ]),
+            ("admin_b", "team-b", sorted(auth.ACTIONS)),
+        ):
+            token, _ = await store.transact(auth.token_create, ns, actions, label)
+            out[label] = token
+        return out
+    finally:
+        await store.close()
+
+
+def boom(n: int) -> Exception:
+    try:
+        raise ValueError(f"card declined (attempt {n})")
+    except ValueError as e:
+        return e
+
+
+async def jobs(url: str, token: str, prefix: str) -> dict[str, str]:
+    emails, orders, dlq = f"{prefix}emails", f"{prefix}orders", f"{prefix}orders-dlq"
+    async with Client(url, token=token) as c:
+        await c.create_queue(emails, attempts=2, visibility=3600)  # worker-2 holds its job for the whole run
+        await c.create_queue(dlq)
+        await c.create_queue(orders, attempts=1, dead_letter_queue=dlq)
+        out: dict[str, str] = {}
+        # finished first: leased in order, so these are the oldest jobs
+        out["completed"] = (await c.enqueue(emails, "send-welcome", {"to": "ada@example.com"})).id
+        [held] = await c.lease(emails, worker="worker-1")
+        await c.report(held.token, progress={"percent": 100}, log="rendered the template")
+        await c.report(held.token, log="handed to the mail server")
+        await c.complete(held.token, Outcome.ok({"message_id": "m-1"}))
+        out["failed"] = (await c.enqueue(emails, "send-invoice", {"to": "bob@example.com", "amount": 42})).id
+        for attempt in (1, 2):
+            [held] = await c.lease(emails, worker="worker-1")
+            await c.complete(held.token, Outcome.retry(boom(attempt), after=0) if attempt == 1 else Outcome.fail(boom(attempt)))
+        out["active"] = (await c.enqueue(emails, "send-digest", {"to": "cy@example.com"})).id
+        [held] = await c.lease(emails, worker="worker-2", max=1)
+        out["active_token_job"] = held.id
+        for i in range(3):
+            out[f"waiting{i}"] = (await c.enqueue(emails, "send-newsletter", {"to": f"user{i}@example.com"})).id
+        out["prioritized"] = (await c.enqueue(emails, "send-alert", {"to": "ops@example.com"}, priority=5)).id
+        out["delayed"] = (await c.enqueue(emails, "send-reminder", {"to": "dee@example.com"}, delay=3600)).id
+        out["dead"] = (await c.enqueue(orders, "charge", {"order": 7})).id
+        [held] = await c.lease(orders, worker="worker-3")
+        await c.complete(held.token, Outcome.fail(boom(1), dead_letter=True))
+        await c.schedule(f"{prefix}nightly-report", emails, "build-report", {"kind": "daily"}, every=3600)
+        return out
+
+
+def main() -> None:
+    cmd, *args = sys.argv[1:]
+    result = asyncio.run(tokens(*args) if cmd == "tokens" else jobs(*args))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
