@@ -28,7 +28,7 @@ client, documented in `/openapi.json`; and the console's static files at `/conso
 - `GET /console/...`: the built single-page app (console/dist, `make console`); any
   path under it that is not a file gets index.html, so deep links load the app.
 
-Reads are open to a `jobs:read` token (the viewer role, loam_gateway.connect.READABLE);
+Reads are open to a `jobs:read` token (the viewer role, loam_common.api.methods.VIEWER_READS);
 writes need the method's own action.
 """
 
