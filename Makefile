@@ -7,9 +7,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROTO_OUT := libs/common/src/loam_common/gen
 
-.PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
+ENGINES := .engines
 
-PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway adapters/python adapters/celery
+.PHONY: engines-spark test-engines venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
+
+PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway services/engines adapters/python adapters/celery
 
 $(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +20,15 @@ $(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt
 	touch $@
 
 venv: $(BIN)/.installed
+
+# The engines' own environments (never the core .venv): Sail and the PySpark 4.2 client
+# for the Spark endpoint and SparkBatch runs (~600 MB).
+$(ENGINES)/spark/.installed: services/engines/requirements-spark.txt
+	test -x $(ENGINES)/spark/bin/python || $(PYTHON) -m venv $(ENGINES)/spark
+	$(ENGINES)/spark/bin/pip install -q -r services/engines/requirements-spark.txt
+	touch $@
+
+engines-spark: $(ENGINES)/spark/.installed
 
 proto: venv
 	rm -rf $(PROTO_OUT) && mkdir -p $(PROTO_OUT)
@@ -69,7 +80,7 @@ compose-check:
 dev: venv
 	$(BIN)/loam dev
 
-test: venv
+test: venv engines-spark
 	$(BIN)/python -m pytest -q
 	$(MAKE) test-bullmq
 

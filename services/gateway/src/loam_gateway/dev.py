@@ -11,6 +11,11 @@ the server accepts connections. Ctrl-C or SIGTERM stops it: in-flight calls get 
 Without auth (`LOAM_AUTH` unset) it binds loopback only; `--auth` (or `LOAM_AUTH=on`)
 checks bearer tokens against the store (create them with `loam tokens create`).
 
+The engine runner (loam_engines) runs in the same process: the Spark Connect endpoint
+(`--spark-port`, default 15002, or any free port when 15002 is taken and no port was
+asked for; 0 = any free port) is printed as an `sc://localhost:PORT` URL, and the
+engine RPCs and SparkBatch runs are served.
+
     python -m loam_gateway.dev --host 127.0.0.1 --port 7720 --data ./.loam
 """
 
@@ -26,8 +31,10 @@ from loam_common import tracing
 from loam_common.blobs import DirBlobStore
 from loam_common.loop import configure_logging
 from loam_common.store.runner import open_store
+from loam_engines.credentials import NoCredentials, StoreCredentials
+from loam_engines.engines import Engines, EngineSettings
 from loam_gateway.app import create_app
-from loam_gateway.auth import StoreAuthenticator, check_bind
+from loam_gateway.auth import DevAuthenticator, StoreAuthenticator, check_bind
 from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import CoreRpc
@@ -55,6 +62,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--auth", action="store_true", default=_auth_on(env.get("LOAM_AUTH")),
                    help="require bearer tokens (LOAM_AUTH=on); needed to bind a non-loopback host")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
+    spark_port = env.get("LOAM_SPARK_PORT")
+    p.add_argument("--spark-port", type=int, default=int(spark_port) if spark_port else None,
+                   help="the Spark Connect endpoint's port ($LOAM_SPARK_PORT; default 15002, 0 = any free port)")  # fmt: skip
+    p.add_argument("--sail-idle", type=float, default=float(env.get("LOAM_SAIL_IDLE_S", 300)),
+                   help="seconds a namespace's Sail server stays up with no open session ($LOAM_SAIL_IDLE_S)")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -65,7 +77,19 @@ async def run(args: argparse.Namespace) -> None:
     blobs = DirBlobStore(data / "blobs")
     core = QueueCore(store, blobs)
     tracing.configure_from_env("loam-dev")  # OTEL_TRACES_EXPORTER=console|otlp|...; off when unset
-    router = Router(local=CoreRpc(core))
+    rpc = CoreRpc(core)
+    authenticator = StoreAuthenticator(store) if args.auth else None
+    engines = Engines(
+        store,
+        blobs,
+        rpc,
+        authenticator or DevAuthenticator(),
+        StoreCredentials(store) if args.auth else NoCredentials(),
+        EngineSettings(data_dir=data / "engines", runner_id=OWNER_ID, spark_port=args.spark_port,
+                       sail_idle_s=args.sail_idle),  # fmt: skip
+    )
+    rpc.engines = engines.rpc
+    router = Router(local=rpc)
     loops = [
         SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S, on_ready=core.wake_all),
         RelayService(store, OWNER_ID),
@@ -74,20 +98,25 @@ async def run(args: argparse.Namespace) -> None:
     async def start() -> None:
         for loop in loops:
             loop.start()
+        await engines.start()
 
     async def stop() -> None:
+        try:
+            await engines.stop()
+        except Exception:  # noqa: BLE001 - the loops and the store still have to stop
+            log.exception("stopping the engine runner failed")
         for loop in loops:
             try:
                 await loop.stop()
             except Exception:  # noqa: BLE001 - stopping the others and closing the store matter more
                 log.exception("stopping %s failed", loop.name)
 
-    authenticator = StoreAuthenticator(store) if args.auth else None
     app = create_app(router, authenticator, on_startup=start, on_shutdown=stop)
     url = f"http://{args.host}:{args.port}"
 
     def ready(server) -> None:
         print(f"loam dev: serving {url} (data in {data}, auth {'on' if args.auth else 'off'})", flush=True)
+        print(f"loam dev: spark connect on {engines.spark_url}", flush=True)
         print(f"loam dev: ready on {url}", flush=True)
 
     try:

@@ -4,6 +4,9 @@ functions, and their answers back. No transport here: the queue-core server and 
 gateway (in process, in dev) call it with the namespace they resolved from the
 caller's credential. Errors are JobsErrors (loam_common.connect_errors maps them),
 except the methods other issues bring, which raise Unimplemented (`UNIMPLEMENTED`).
+The engine methods go to the engine runner's `engines` object when one is given
+(loam_engines.rpc.EngineRpc, same `(ns, request) -> response` shape), else they too
+answer Unimplemented.
 
 Bulk admin ops run their batch transaction again while a batch comes back full, so
 one call drains, cleans or retries a whole queue, each transaction bounded.
@@ -33,10 +36,16 @@ from loam_queue_core.core import QueueCore
 from loam_queue_core.watch import watch as watch_stream
 
 # The methods that arrive with later issues: method -> the work that brings it.
-UNIMPLEMENTED: dict[str, str] = {
-    "submit_engine_job": "the engines work",
-    "control_engine_job": "the engines work",
-}
+UNIMPLEMENTED: dict[str, str] = {}
+# Served by the engine runner when this CoreRpc has one (`engines=`).
+ENGINE_METHODS: tuple[str, ...] = (
+    "submit_engine_job",
+    "control_engine_job",
+    "get_engine_run",
+    "list_engine_runs",
+    "list_engine_run_logs",
+)
+NO_ENGINES = "the engine runner (loam_engines), which this server does not run"
 # Every JobsService method by its snake_case name, read off the generated Protocol so
 # this list follows `make proto`.
 METHODS: tuple[str, ...] = tuple(
@@ -171,9 +180,10 @@ def _resolve_job(tx: Txn, ns: str, queue: str, ref: str) -> str:
 class CoreRpc:
     """One async method per JobsService method: `(ns, request) -> response`."""
 
-    def __init__(self, core: QueueCore) -> None:
+    def __init__(self, core: QueueCore, engines: Any = None) -> None:
         self.core = core
         self.store = core.store
+        self.engines = engines
 
     # -- producing -------------------------------------------------------------------
     async def enqueue(self, ns: str, req: J.EnqueueRequest) -> J.EnqueueResponse:
@@ -293,13 +303,28 @@ class CoreRpc:
     async def get_flow(self, ns: str, req: J.GetFlowRequest) -> J.GetFlowResponse:
         return J.GetFlowResponse(flow=await self.core.flow_get(ns, req.id))
 
-    # -- later issues ----------------------------------------------------------------
+    # -- engines (loam_engines) --------------------------------------------------------------
+    def _engines(self, method: str) -> Any:
+        if self.engines is None:
+            raise ConnectError(Code.UNIMPLEMENTED, f"{method} is not available: it needs {NO_ENGINES}")
+        return self.engines
 
     async def submit_engine_job(self, ns: str, req: J.SubmitEngineJobRequest) -> J.SubmitEngineJobResponse:
-        raise unimplemented("submit_engine_job")
+        return await self._engines("submit_engine_job").submit_engine_job(ns, req)
 
     async def control_engine_job(self, ns: str, req: J.ControlEngineJobRequest) -> J.ControlEngineJobResponse:
-        raise unimplemented("control_engine_job")
+        return await self._engines("control_engine_job").control_engine_job(ns, req)
+
+    async def get_engine_run(self, ns: str, req: J.GetEngineRunRequest) -> J.GetEngineRunResponse:
+        return await self._engines("get_engine_run").get_engine_run(ns, req)
+
+    async def list_engine_runs(self, ns: str, req: J.ListEngineRunsRequest) -> J.ListEngineRunsResponse:
+        return await self._engines("list_engine_runs").list_engine_runs(ns, req)
+
+    async def list_engine_run_logs(
+        self, ns: str, req: J.ListEngineRunLogsRequest
+    ) -> J.ListEngineRunLogsResponse:
+        return await self._engines("list_engine_run_logs").list_engine_run_logs(ns, req)
 
     async def watch(self, ns: str, req: J.WatchRequest) -> AsyncIterator[J.WatchResponse]:
         """A snapshot, then the events after it (watch.py)."""
@@ -662,4 +687,4 @@ def _fill_unimplemented() -> None:
 
 _fill_unimplemented()
 
-__all__ = ["METHODS", "STREAMING", "UNARY", "UNIMPLEMENTED", "CoreRpc", "unimplemented"]
+__all__ = ["ENGINE_METHODS", "METHODS", "STREAMING", "UNARY", "UNIMPLEMENTED", "CoreRpc", "unimplemented"]

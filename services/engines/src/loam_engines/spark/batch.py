@@ -1,0 +1,41 @@
+"""SparkBatch: a PySpark script run with the Spark environment's python against the
+namespace's Spark Connect endpoint.
+
+The child gets `SPARK_REMOTE=sc://localhost:<proxy port>/;token=<run token>`, so an
+unmodified `SparkSession.builder.getOrCreate()` (or `loam.spark_session()`) lands on the
+namespace's Sail through the proxy, and `LOAM_SPARK_CONF` (JSON) with the run's conf.
+Without auth the URL names the namespace (`;x-loam-namespace=<ns>`) instead of a token.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loam_common.errors import Unavailable
+from loam_common.gen.loam.jobs.v1 import engines_pb2 as E
+from loam_engines.runner import Launch, spark_env_base
+
+
+class SparkBatchExecutor:
+    def __init__(self, python: Path | None, port: Callable[[], int], credentials: Any) -> None:
+        self.python = python
+        self.port = port
+        self.credentials = credentials
+
+    async def launch(self, ns: str, run: E.EngineRun, script: Path, timeout_s: float) -> Launch:
+        if self.python is None or not Path(self.python).exists():
+            raise Unavailable("no Spark environment on this runner: run `make engines-spark`")
+        spec = run.job.spark_batch
+        token, revoke = await self.credentials.mint(ns, timeout_s, f"engine run {run.id}")
+        url = f"sc://localhost:{self.port()}/;" + (f"token={token}" if token else f"x-loam-namespace={ns}")
+        env = spark_env_base()
+        env.update(
+            SPARK_REMOTE=url,
+            LOAM_SPARK_CONF=json.dumps(dict(spec.conf)),
+            LOAM_RUN_ID=run.id,
+            PYTHONUNBUFFERED="1",
+        )
+        return Launch([str(self.python), str(script), *spec.args], env, revoke)

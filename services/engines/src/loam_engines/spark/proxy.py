@@ -1,0 +1,231 @@
+"""The Spark Connect proxy: one gRPC port in front of every namespace's Sail.
+
+Each call to `/spark.connect.SparkConnectService/<Method>`:
+1. is authenticated from its `authorization: Bearer <token>` metadata (the same
+   authenticator as the gateway's; the token needs `jobs:engine`), before anything
+   starts: a missing or wrong token is `UNAUTHENTICATED`, a token without the action
+   `PERMISSION_DENIED` — both codes PySpark does not retry;
+2. has its session id read from the first request message (field 1 of every Spark
+   Connect request; `session_id`), so it stays on the server that holds the session;
+3. goes to the namespace's Sail (`SailPool`, started on demand); a server that cannot
+   start is `FAILED_PRECONDITION`, never `UNAVAILABLE`, which PySpark retries for ten
+   minutes;
+4. is relayed as raw bytes both ways, any shape (unary and streams look alike on the
+   wire), with the upstream's status, details and trailing metadata (Spark's ErrorInfo
+   in `grpc-status-details-bin`, from which PySpark rebuilds `AnalysisException`), and
+   cancelled upstream when the client goes away.
+
+Nothing of the client's credentials goes upstream: the metadata is filtered and the
+namespace added as `x-loam-namespace`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import grpc
+
+from loam_common.auth import ENGINE, Principal
+from loam_common.errors import JobsError
+from loam_engines.spark.sail import CHANNEL_OPTIONS, BackendUnavailable, SailPool, SessionLost
+
+log = logging.getLogger("loam.engines.spark.proxy")
+
+SERVICE = "/spark.connect.SparkConnectService/"
+RELEASE_SESSION = SERVICE + "ReleaseSession"
+NAMESPACE_HEADER = "x-loam-namespace"
+_DROP_HEADERS = frozenset({"authorization", "user-agent", "te", "content-type", NAMESPACE_HEADER})
+_ERROR_CODES = {
+    "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
+    "permission_denied": grpc.StatusCode.PERMISSION_DENIED,
+    "invalid_argument": grpc.StatusCode.INVALID_ARGUMENT,
+    "not_found": grpc.StatusCode.NOT_FOUND,
+}
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal: ...
+
+
+def session_id(raw: bytes) -> str | None:
+    """Field 1 (a string) of a serialised Spark Connect request, without its protos:
+    protobuf writes fields in number order, so it leads the message when set."""
+    i, n = 0, len(raw)
+    while i < n:
+        key, i = _varint(raw, i)
+        field, wire = key >> 3, key & 7
+        if wire == 2:
+            size, i = _varint(raw, i)
+            if field == 1:
+                try:
+                    return raw[i : i + size].decode()
+                except UnicodeDecodeError:
+                    return None
+            i += size
+        elif wire == 0:
+            _, i = _varint(raw, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        else:
+            return None
+        if field > 1:  # past field 1: it is not set
+            return None
+    return None
+
+
+def _varint(raw: bytes, i: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        if i >= len(raw):
+            raise IndexError("truncated varint")
+        b = raw[i]
+        i += 1
+        out |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return out, i
+        shift += 7
+
+
+def upstream_metadata(incoming: Any, ns: str) -> list[tuple[str, Any]]:
+    out = [(NAMESPACE_HEADER, ns)]
+    for key, value in incoming or ():
+        k = key.lower()
+        if k in _DROP_HEADERS or k.startswith((":", "grpc-")):
+            continue
+        out.append((k, value))
+    return out
+
+
+def downstream_trailers(trailers: Any) -> tuple[tuple[str, Any], ...]:
+    """The upstream's trailing metadata a client may see: everything but gRPC's own
+    reserved keys, except the error details PySpark needs."""
+    out = []
+    for key, value in trailers or ():
+        k = key.lower()
+        if k.startswith("grpc-") and k != "grpc-status-details-bin":
+            continue
+        out.append((k, value))
+    return tuple(out)  # grpc.aio wants a tuple
+
+
+class SparkConnectProxy:
+    """`await proxy.start()` -> the bound port; `await proxy.stop()`."""
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        pool: SailPool,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 15002,
+        on_call: Callable[[str, str], Awaitable[None]] | None = None,
+    ) -> None:
+        self.authenticator = authenticator
+        self.pool = pool
+        self.host = host
+        self.port = port
+        self.on_call = on_call
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> int:
+        # No SO_REUSEPORT (gRPC's default on Linux): a second server on the same port
+        # must fail to bind, not share the port and half the calls.
+        server = grpc.aio.server(options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)])
+        server.add_generic_rpc_handlers((_Handler(self),))
+        try:
+            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        except RuntimeError:
+            bound = 0
+        if not bound:
+            raise OSError(f"cannot bind the Spark Connect proxy to {self.host}:{self.port}: is the port in use?")
+        await server.start()
+        self._server = server
+        self.port = bound
+        return bound
+
+    async def stop(self, grace_s: float = 2.0) -> None:
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None
+
+    @property
+    def url(self) -> str:
+        # `localhost`, not 127.0.0.1: PySpark sends `;token=` over plaintext only to it.
+        return f"sc://localhost:{self.port}"
+
+    # -- one call --------------------------------------------------------------------------
+    async def _principal(self, context: grpc.aio.ServicerContext) -> Principal:
+        headers = {k.lower(): v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        try:
+            principal = await self.authenticator.authenticate(headers)
+            if not principal.can(ENGINE):
+                await context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"this token lacks the 'jobs:engine' action in namespace {principal.namespace!r}",
+                )
+        except JobsError as e:
+            await context.abort(_ERROR_CODES.get(e.code, grpc.StatusCode.UNAUTHENTICATED), e.message)
+        return principal
+
+    async def relay(
+        self, method: str, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        principal = await self._principal(context)
+        ns = principal.namespace
+        try:
+            first = await anext(requests)
+        except StopAsyncIteration:
+            first = None
+        session = session_id(first) if first is not None else None
+        try:
+            backend = await self.pool.acquire(ns, session)
+        except SessionLost as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except BackendUnavailable as e:
+            log.warning("namespace %s: %s", ns, e)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+
+        async def upstream_requests() -> AsyncIterator[bytes]:
+            if first is not None:
+                yield first
+            async for item in requests:
+                yield item
+
+        call = backend.channel.stream_stream(method)(
+            upstream_requests(), metadata=upstream_metadata(context.invocation_metadata(), ns)
+        )
+        closed = False
+        try:
+            async for item in call:
+                yield item
+            trailers = downstream_trailers(await call.trailing_metadata())
+            if trailers:
+                context.set_trailing_metadata(trailers)
+            closed = method == RELEASE_SESSION
+        except grpc.aio.AioRpcError as e:
+            await context.abort(e.code(), e.details() or "", downstream_trailers(e.trailing_metadata()))
+        finally:
+            call.cancel()
+            self.pool.release(backend, session, closed)
+
+
+class _Handler(grpc.GenericRpcHandler):
+    def __init__(self, proxy: SparkConnectProxy) -> None:
+        self.proxy = proxy
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        method = details.method
+        if not method.startswith(SERVICE):
+            return None  # UNIMPLEMENTED
+        proxy = self.proxy
+
+        # grpc.aio wants an async generator function here, not a callable returning one.
+        async def relay(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext):
+            async for item in proxy.relay(method, requests, context):
+                yield item
+
+        return grpc.stream_stream_rpc_method_handler(relay)
