@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from loam_common.auth import ADMIN, ENGINE, ENQUEUE, SCHEDULE, token_create
 from loam_common.store.runner import open_store
 
@@ -71,7 +72,9 @@ class SparkDev:
         return self.proc.returncode
 
 
-def start_spark_dev(data: Path, *extra: str, spark_port: int | None = None, port: int | None = None) -> SparkDev:
+def start_spark_dev(
+    data: Path, *extra: str, spark_port: int | None = None, port: int | None = None
+) -> SparkDev:
     port = port or free_port()
     spark_port = spark_port or free_port()
     cmd = [sys.executable, "-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", str(port), "--auth",

@@ -102,7 +102,9 @@ print(json.dumps(out))
 )
 def test_a_missing_wrong_or_insufficient_token_is_refused_before_any_server_starts(spark_dev, run_client, who,
                                                                                    status):  # fmt: skip
-    token = {"missing": None, "wrong": "loam_" + "0" * 16 + "_" + "1" * 64}.get(who, spark_dev.tokens.get(who))
+    token = {"missing": None, "wrong": "loam_" + "0" * 16 + "_" + "1" * 64}.get(
+        who, spark_dev.tokens.get(who)
+    )
     starts_before = "".join(spark_dev.lines).count("started Sail for namespace")
     out = run_client(REFUSED, token=token, session=False)
     assert out["outcome"] != "answered"

@@ -21,7 +21,9 @@ class StoreCredentials:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    async def mint(self, ns: str, ttl_s: float, name: str) -> tuple[str | None, Callable[[], Awaitable[None]]]:
+    async def mint(
+        self, ns: str, ttl_s: float, name: str
+    ) -> tuple[str | None, Callable[[], Awaitable[None]]]:
         expires = self.store.clock.now_ns() + int(ttl_s * 1e9) + SLACK_NS
         token, rec = await self.store.transact(token_create, ns, [ENGINE], name[:128], expires)
 
@@ -32,7 +34,9 @@ class StoreCredentials:
 
 
 class NoCredentials:
-    async def mint(self, ns: str, ttl_s: float, name: str) -> tuple[str | None, Callable[[], Awaitable[None]]]:
+    async def mint(
+        self, ns: str, ttl_s: float, name: str
+    ) -> tuple[str | None, Callable[[], Awaitable[None]]]:
         async def nothing() -> None:
             return None
 

@@ -31,7 +31,9 @@ class EngineRpc:
         validate.name("run", req.run)
         action = req.action.action if req.HasField("action") else ""
         if action not in ACTIONS:
-            raise InvalidArgument("action.action", f"{action!r} is not an action of a Spark run: use {', '.join(ACTIONS)}")
+            raise InvalidArgument(
+                "action.action", f"{action!r} is not an action of a Spark run: use {', '.join(ACTIONS)}"
+            )
         run = await self.runs.cancel(ns, req.run)
         return J.ControlEngineJobResponse(action=action, record=run)
 
@@ -42,6 +44,8 @@ class EngineRpc:
         page, token = await self.runs.list(ns, req.page_size, req.page_token)
         return J.ListEngineRunsResponse(runs=page, next_page_token=token)
 
-    async def list_engine_run_logs(self, ns: str, req: J.ListEngineRunLogsRequest) -> J.ListEngineRunLogsResponse:
+    async def list_engine_run_logs(
+        self, ns: str, req: J.ListEngineRunLogsRequest
+    ) -> J.ListEngineRunLogsResponse:
         lines, finished = await self.runs.logs(ns, req.run, req.after, req.limit, req.wait_ns)
         return J.ListEngineRunLogsResponse(lines=lines, finished=finished)

@@ -202,7 +202,9 @@ def run_append_logs(tx: Txn, ns: str, run_id: str, lines: list[tuple[int, str, s
     return n
 
 
-def run_logs(tx: Txn, ns: str, run_id: str, after: int, limit: int) -> tuple[list[E.EngineLogLine], E.EngineRun]:
+def run_logs(
+    tx: Txn, ns: str, run_id: str, after: int, limit: int
+) -> tuple[list[E.EngineLogLine], E.EngineRun]:
     run = _must(tx, ns, run_id)
     start = keys.engine_log(ns, run_id, after + 1)
     end = keys.prefix_end(keys.engine_logs(ns, run_id))

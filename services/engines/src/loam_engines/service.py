@@ -54,7 +54,9 @@ def _check(job: E.EngineJob) -> str:
     kind = spec_kind(job)
     spec = getattr(job, kind)
     if not _ENTRYPOINT.fullmatch(spec.entrypoint):
-        raise InvalidArgument(f"job.{kind}.entrypoint", f"{spec.entrypoint!r} is not a script file name like job.py")
+        raise InvalidArgument(
+            f"job.{kind}.entrypoint", f"{spec.entrypoint!r} is not a script file name like job.py"
+        )
     if not spec.source and not job.artifact:
         raise InvalidArgument(f"job.{kind}.source", "is empty: send the script")
     if len(spec.source) > MAX_SOURCE_BYTES:
@@ -112,7 +114,9 @@ class EngineRuns:
             await self.blobs.put(ref, spec.source)  # content-addressed: a resubmit rewrites the same
             stored.artifact = ref
             spec.ClearField("source")
-        task = pb.TaskSpec(name=kind, payload=pb.Payload(data=stored.SerializeToString(), content_type=CONTENT_TYPE))
+        task = pb.TaskSpec(
+            name=kind, payload=pb.Payload(data=stored.SerializeToString(), content_type=CONTENT_TYPE)
+        )
         opts = pb.EnqueueOpts(attempts=max(1, job.attempts))
         if job.HasField("backoff"):
             opts.backoff.CopyFrom(job.backoff)

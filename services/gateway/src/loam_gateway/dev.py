@@ -27,12 +27,13 @@ import os
 import sys
 from pathlib import Path
 
+from loam_engines.credentials import NoCredentials, StoreCredentials
+from loam_engines.engines import Engines, EngineSettings
+
 from loam_common import tracing
 from loam_common.blobs import DirBlobStore
 from loam_common.loop import configure_logging
 from loam_common.store.runner import open_store
-from loam_engines.credentials import NoCredentials, StoreCredentials
-from loam_engines.engines import Engines, EngineSettings
 from loam_gateway.app import create_app
 from loam_gateway.auth import DevAuthenticator, StoreAuthenticator, check_bind
 from loam_gateway.routing import Router
@@ -85,8 +86,12 @@ async def run(args: argparse.Namespace) -> None:
         rpc,
         authenticator or DevAuthenticator(),
         StoreCredentials(store) if args.auth else NoCredentials(),
-        EngineSettings(data_dir=data / "engines", runner_id=OWNER_ID, spark_port=args.spark_port,
-                       sail_idle_s=args.sail_idle),  # fmt: skip
+        EngineSettings(
+            data_dir=data / "engines",
+            runner_id=OWNER_ID,
+            spark_port=args.spark_port,
+            sail_idle_s=args.sail_idle,
+        ),  # fmt: skip
     )
     rpc.engines = engines.rpc
     router = Router(local=rpc)

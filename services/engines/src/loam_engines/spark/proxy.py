@@ -141,7 +141,9 @@ class SparkConnectProxy:
         except RuntimeError:
             bound = 0
         if not bound:
-            raise OSError(f"cannot bind the Spark Connect proxy to {self.host}:{self.port}: is the port in use?")
+            raise OSError(
+                f"cannot bind the Spark Connect proxy to {self.host}:{self.port}: is the port in use?"
+            )
         await server.start()
         self._server = server
         self.port = bound

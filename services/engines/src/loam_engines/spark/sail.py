@@ -127,8 +127,7 @@ class SailPool:
                 known = self._sessions.get(session)
                 if known is not None and (known[0] != ns or known[1] != backend.generation):
                     raise SessionLost(
-                        f"session {session} was lost when its Spark server stopped; "
-                        "create a new SparkSession"
+                        f"session {session} was lost when its Spark server stopped; create a new SparkSession"
                     )
                 self._sessions[session] = (ns, backend.generation, time.monotonic())
             backend.inflight += 1
