@@ -195,3 +195,39 @@ async def test_a_runner_killed_mid_run_leaves_no_orphan_and_the_run_recovers(tmp
         server.stop()
         if restarted is not None:
             restarted.stop()
+
+
+async def test_rest_submits_lists_reads_logs_and_cancels(spark_dev):
+    import httpx
+
+    headers = {"authorization": f"Bearer {spark_dev.tokens['gamma']}"}
+    async with httpx.AsyncClient(base_url=spark_dev.url, headers=headers, timeout=60) as http:
+        r = await http.post(
+            "/v1/engines/spark/runs", json={"entrypoint": "hi.py", "source": "print('hi rest')"}
+        )
+        assert r.status_code == 200, r.text
+        run = r.json()["run"]
+        assert (run["state"], run["engine"], run["kind"]) == ("queued", "sail", "spark_batch")
+        lines, after = [], 0
+        while True:
+            page = (
+                await http.get(
+                    f"/v1/engines/runs/{run['id']}/logs", params={"after": after, "wait_ms": 20000}
+                )
+            ).json()
+            lines += [(x["stream"], x["line"]) for x in page["lines"]]
+            after = page["lines"][-1]["n"] if page["lines"] else after
+            if page["finished"]:
+                break
+        assert ("stdout", "hi rest") in lines
+        got = (await http.get(f"/v1/engines/runs/{run['id']}")).json()
+        assert (got["state"], got["exit_code"]) == ("succeeded", 0)
+        assert run["id"] in [x["id"] for x in (await http.get("/v1/engines/runs")).json()["runs"]]
+        again = await http.post(f"/v1/engines/runs/{run['id']}/cancel")
+        assert again.status_code == 400 and again.json()["code"] == "failed_precondition"
+        bad = await http.post("/v1/engines/spark/runs", json={"entrypoint": "x.py"})
+        assert bad.status_code == 400 and bad.json()["code"] == "invalid_argument"
+        denied = await http.get(
+            "/v1/engines/runs", headers={"authorization": f"Bearer {spark_dev.tokens['no-engine']}"}
+        )
+        assert denied.status_code == 403

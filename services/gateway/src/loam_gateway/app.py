@@ -1,7 +1,8 @@
 """`create_app(router, authenticator)`: the gateway's ASGI app.
 
 - `/loam.jobs.v1.JobsService/*`: Connect JobsService (JSON, binary, gRPC-Web)
-- `/v1/...`: the REST facade (rest.py), documented at `/openapi.json` and `/docs`
+- `/v1/...`: the REST facade (rest.py; engine runs in rest_engines.py), documented at
+  `/openapi.json` and `/docs`
 - `/healthz` (the process is up), `/readyz` (it can serve: the store or the cores answer)
 - `/metrics`: Prometheus text (loam_common.metrics); without auth every namespace, with
   auth a token with jobs:admin sees its own namespace
@@ -32,6 +33,7 @@ from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
 from loam_gateway.auth import Authenticator
 from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix, strip_namespace
 from loam_gateway.rest import build_router
+from loam_gateway.rest_engines import build_engines_router
 from loam_gateway.rest_events import build_events_router
 from loam_gateway.routing import Router
 from loam_gateway.unary_lane import UnaryLane
@@ -145,6 +147,7 @@ def create_app(
 
     app.include_router(build_router())
     app.include_router(build_events_router())
+    app.include_router(build_engines_router())
     connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access))
     app.mount(connect_app.path, connect_app)
     app.add_middleware(NamespacePrefix, connect_app=connect_app)
