@@ -6,6 +6,7 @@
     loam schedules add|ls|get|rm ...                                     cron and interval schedules
     loam flows add|get ...                                               job graphs (chain, group, chord, trees)
     loam tokens create|ls|revoke ...                                     API tokens (on the store)
+    loam spark submit|runs|get|logs|cancel|check ...                     PySpark runs (loam.cli_spark)
 
 Client commands take `--url`, `--token`, `--namespace` (or $LOAM_URL, $LOAM_TOKEN,
 $LOAM_NAMESPACE) and `--json` (machine output on stdout), before or after the command.
@@ -231,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = tokens.add_parser("revoke", parents=[output], help="revoke a token by id")
     r.add_argument("id")
     _store_flag(r)
+
+    from loam import cli_spark
+
+    cli_spark.add_parser(sub, common, _group)
     return p
 
 
@@ -762,8 +767,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.group:
             parser.print_help()
             return EXIT_USAGE
+        from loam.cli_spark import cmd_spark
+
         handler = {"jobs": cmd_jobs, "queues": cmd_queues, "schedules": cmd_schedules, "flows": cmd_flows,
-                   "tokens": cmd_tokens}[args.group]  # fmt: skip
+                   "tokens": cmd_tokens, "spark": cmd_spark}[args.group]  # fmt: skip
         return asyncio.run(handler(args))
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPTED)
