@@ -9,7 +9,7 @@ PROTO_OUT := libs/common/src/loam_common/gen
 
 ENGINES := .engines
 
-.PHONY: engines-spark test-engines venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
+.PHONY: engines-spark engines-spark-jvm test-engines venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq
 
 PACKAGES := libs/common services/queue-core services/sweeper services/relay services/gateway services/engines adapters/python adapters/celery
 
@@ -29,6 +29,18 @@ $(ENGINES)/spark/.installed: services/engines/requirements-spark.txt
 	touch $@
 
 engines-spark: $(ENGINES)/spark/.installed
+
+# The JVM fallback's environment: Apache Spark 4.2 (pyspark, ~500 MB; Java 17).
+$(ENGINES)/spark-jvm/.installed: services/engines/requirements-spark-jvm.txt
+	test -x $(ENGINES)/spark-jvm/bin/python || $(PYTHON) -m venv $(ENGINES)/spark-jvm
+	$(ENGINES)/spark-jvm/bin/pip install -q -r services/engines/requirements-spark-jvm.txt
+	touch $@
+
+engines-spark-jvm: $(ENGINES)/spark-jvm/.installed
+
+# The engine tests that are too slow for `make test` (the JVM Spark Connect server).
+test-engines: venv engines-spark engines-spark-jvm
+	LOAM_TEST_ENGINES=1 $(BIN)/python -m pytest -q tests/engines
 
 proto: venv
 	rm -rf $(PROTO_OUT) && mkdir -p $(PROTO_OUT)
@@ -80,7 +92,7 @@ compose-check:
 dev: venv
 	$(BIN)/loam dev
 
-test: venv engines-spark
+test: venv engines-spark engines-spark-jvm
 	$(BIN)/python -m pytest -q
 	$(MAKE) test-bullmq
 

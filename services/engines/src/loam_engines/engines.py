@@ -16,6 +16,7 @@ from loam_engines.rpc import EngineRpc
 from loam_engines.runner import EngineRunner
 from loam_engines.service import EngineRuns
 from loam_engines.spark.batch import SparkBatchExecutor
+from loam_engines.spark.jvm import JvmConnectPool, SparkSubmitExecutor
 from loam_engines.spark.proxy import SparkConnectProxy
 from loam_engines.spark.sail import SailPool, SailSettings, find_spark_python
 
@@ -34,6 +35,7 @@ class EngineSettings:
     sail_session_timeout_s: float = 900.0
     sail_memory_limit_bytes: int = 0
     spark_python: Path | None = None  # default: find_spark_python()
+    spark_jvm_python: Path | None = None  # default: .engines/spark-jvm
     max_parallel_runs: int = 4
 
 
@@ -54,9 +56,22 @@ class Engines:
             memory_limit_bytes=settings.sail_memory_limit_bytes,
             spill_dir=data / "spill",
         ))  # fmt: skip
+        jvm_python = settings.spark_jvm_python or find_spark_python("LOAM_SPARK_JVM_VENV", "spark-jvm")
+        self.jvm_pool = JvmConnectPool(SailSettings(
+            python=jvm_python,
+            work_dir=data / "spark-jvm",
+            pid_dir=data / "pids",
+            idle_s=settings.sail_idle_s,
+            session_timeout_s=settings.sail_session_timeout_s,
+            start_timeout_s=120.0,
+        ))  # fmt: skip
         port = DEFAULT_SPARK_PORT if settings.spark_port is None else settings.spark_port
-        self.proxy = SparkConnectProxy(authenticator, self.pool, host=settings.spark_host, port=port)
-        executors = {"spark_batch": SparkBatchExecutor(python, lambda: self.proxy.port, credentials)}
+        pools = {"sail": self.pool, "jvm": self.jvm_pool}
+        self.proxy = SparkConnectProxy(authenticator, pools, host=settings.spark_host, port=port)
+        executors = {
+            "spark_batch": SparkBatchExecutor(python, lambda: self.proxy.port, credentials),
+            "spark_submit": SparkSubmitExecutor(jvm_python),
+        }
         self.runner = EngineRunner(self.runs, jobs, blobs, executors, runner_id=settings.runner_id,
                                    work_dir=data / "runs", pid_dir=data / "pids",
                                    max_parallel=settings.max_parallel_runs)  # fmt: skip
@@ -82,3 +97,4 @@ class Engines:
         await self.runner.stop()
         await self.proxy.stop()
         await self.pool.close()
+        await self.jvm_pool.close()

@@ -7,9 +7,10 @@ Each call to `/spark.connect.SparkConnectService/<Method>`:
    `PERMISSION_DENIED` — both codes PySpark does not retry;
 2. has its session id read from the first request message (field 1 of every Spark
    Connect request; `session_id`), so it stays on the server that holds the session;
-3. goes to the namespace's Sail (`SailPool`, started on demand); a server that cannot
-   start is `FAILED_PRECONDITION`, never `UNAVAILABLE`, which PySpark retries for ten
-   minutes;
+3. goes to the namespace's Sail (`SailPool`, started on demand), or with
+   `x-loam-engine: jvm` metadata (`sc://host:port/;x-loam-engine=jvm`) to its Apache
+   Spark Connect server (spark/jvm.py); a server that cannot start is
+   `FAILED_PRECONDITION`, never `UNAVAILABLE`, which PySpark retries for ten minutes;
 4. is relayed as raw bytes both ways, any shape (unary and streams look alike on the
    wire), with the upstream's status, details and trailing metadata (Spark's ErrorInfo
    in `grpc-status-details-bin`, from which PySpark rebuilds `AnalysisException`), and
@@ -36,7 +37,11 @@ log = logging.getLogger("loam.engines.spark.proxy")
 SERVICE = "/spark.connect.SparkConnectService/"
 RELEASE_SESSION = SERVICE + "ReleaseSession"
 NAMESPACE_HEADER = "x-loam-namespace"
-_DROP_HEADERS = frozenset({"authorization", "user-agent", "te", "content-type", NAMESPACE_HEADER})
+ENGINE_HEADER = "x-loam-engine"
+DEFAULT_ENGINE = "sail"
+_DROP_HEADERS = frozenset(
+    {"authorization", "user-agent", "te", "content-type", NAMESPACE_HEADER, ENGINE_HEADER}
+)
 _ERROR_CODES = {
     "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
     "permission_denied": grpc.StatusCode.PERMISSION_DENIED,
@@ -118,14 +123,14 @@ class SparkConnectProxy:
     def __init__(
         self,
         authenticator: Authenticator,
-        pool: SailPool,
+        pools: Mapping[str, SailPool],
         *,
         host: str = "127.0.0.1",
         port: int = 15002,
         on_call: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
         self.authenticator = authenticator
-        self.pool = pool
+        self.pools = dict(pools)  # engine name (x-loam-engine) -> its pool; "sail" by default
         self.host = host
         self.port = port
         self.on_call = on_call
@@ -160,8 +165,7 @@ class SparkConnectProxy:
         return f"sc://localhost:{self.port}"
 
     # -- one call --------------------------------------------------------------------------
-    async def _principal(self, context: grpc.aio.ServicerContext) -> Principal:
-        headers = {k.lower(): v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+    async def _principal(self, context: grpc.aio.ServicerContext, headers: Mapping[str, str]) -> Principal:
         try:
             principal = await self.authenticator.authenticate(headers)
             if not principal.can(ENGINE):
@@ -176,15 +180,21 @@ class SparkConnectProxy:
     async def relay(
         self, method: str, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        principal = await self._principal(context)
+        headers = {k.lower(): v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        principal = await self._principal(context, headers)
         ns = principal.namespace
+        engine = headers.get(ENGINE_HEADER, DEFAULT_ENGINE)
+        pool = self.pools.get(engine)
+        if pool is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"{ENGINE_HEADER}: {engine!r} is not an engine here: use {', '.join(self.pools)}")  # fmt: skip
         try:
             first = await anext(requests)
         except StopAsyncIteration:
             first = None
         session = session_id(first) if first is not None else None
         try:
-            backend = await self.pool.acquire(ns, session)
+            backend = await pool.acquire(ns, session)
         except SessionLost as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except BackendUnavailable as e:
@@ -197,9 +207,10 @@ class SparkConnectProxy:
             async for item in requests:
                 yield item
 
-        call = backend.channel.stream_stream(method)(
-            upstream_requests(), metadata=upstream_metadata(context.invocation_metadata(), ns)
-        )
+        metadata = upstream_metadata(context.invocation_metadata(), ns)
+        if backend.authorization:
+            metadata.append(("authorization", backend.authorization))
+        call = backend.channel.stream_stream(method)(upstream_requests(), metadata=metadata)
         closed = False
         try:
             async for item in call:
@@ -212,7 +223,7 @@ class SparkConnectProxy:
             await context.abort(e.code(), e.details() or "", downstream_trailers(e.trailing_metadata()))
         finally:
             call.cancel()
-            self.pool.release(backend, session, closed)
+            pool.release(backend, session, closed)
 
 
 class _Handler(grpc.GenericRpcHandler):

@@ -88,6 +88,7 @@ class SailBackend:
         self.last_call = time.monotonic()
         self.stderr_tail: deque[str] = deque(maxlen=40)
         self.exited = asyncio.Event()
+        self.authorization: str | None = None  # sent upstream by the proxy, if the server wants one
 
     @property
     def pid(self) -> int:
@@ -177,7 +178,7 @@ class SailPool:
         if time.monotonic() < self._stoppable_at(backend):
             self._arm(backend)
             return
-        log.info("stopping the idle Sail server of namespace %s", backend.ns)
+        log.info("stopping the idle %s server of namespace %s", self.label, backend.ns)
         self._spawn_task(self._stop_idle(backend))
 
     async def _stop_idle(self, backend: SailBackend) -> None:
@@ -205,17 +206,17 @@ class SailPool:
         env.update(s.extra_env)
         return env
 
-    async def _start(self, ns: str) -> SailBackend:
+    #: what the logs and errors call this pool's servers
+    label = "Sail"
+
+    async def _launch(self, ns: str, cwd: Path) -> tuple[processes.Child, int, deque[str], asyncio.Task]:
+        """Start the server process; (child, port, its stderr tail, the task reading it).
+        BackendUnavailable if it does not come up."""
         s = self.settings
         if s.python is None or not Path(s.python).exists():
             raise BackendUnavailable(
                 "no Spark environment: run `make engines-spark` (or set LOAM_SPARK_VENV)"
             )
-        cwd = s.work_dir / ns
-        cwd.mkdir(parents=True, exist_ok=True)
-        self._generation += 1
-        gen = self._generation
-        started = time.monotonic()
         child = await processes.spawn(
             f"sail-{ns}",
             [str(s.python), str(LAUNCHER), "--ip", "127.0.0.1", "--port", "0"],
@@ -232,21 +233,41 @@ class SailPool:
         except (TimeoutError, ValueError, KeyError, TypeError):
             port = None
         if port is None:
-            await child.stop(grace_s=1.0)
-            await asyncio.wait({stderr_task}, timeout=1.0)
-            detail = " | ".join(list(tail)[-5:]) or "no output"
-            raise BackendUnavailable(f"the Sail server of namespace {ns!r} did not start: {detail}")
+            await self._give_up(ns, child, tail, stderr_task)
+        return child, port, tail, stderr_task
+
+    async def _give_up(
+        self, ns: str, child: processes.Child, tail: deque[str], stderr_task: asyncio.Task
+    ) -> None:
+        await child.stop(grace_s=1.0)
+        await asyncio.wait({stderr_task}, timeout=1.0)
+        detail = " | ".join(list(tail)[-5:]) or "no output"
+        raise BackendUnavailable(f"the {self.label} server of namespace {ns!r} did not start: {detail}")
+
+    def _upstream_auth(self) -> str | None:
+        """The `authorization` value the proxy sends this pool's servers (None: none)."""
+        return None
+
+    async def _start(self, ns: str) -> SailBackend:
+        s = self.settings
+        cwd = s.work_dir / ns
+        cwd.mkdir(parents=True, exist_ok=True)
+        self._generation += 1
+        gen = self._generation
+        started = time.monotonic()
+        child, port, tail, stderr_task = await self._launch(ns, cwd)
         backend = SailBackend(ns, gen, child, port)
         backend.stderr_tail = tail
+        backend.authorization = self._upstream_auth()
         try:
             await asyncio.wait_for(backend.channel.channel_ready(), s.start_timeout_s)
         except TimeoutError:
             await self._stop(backend)
-            raise BackendUnavailable(f"the Sail server of namespace {ns!r} did not answer") from None
+            raise BackendUnavailable(f"the {self.label} server of namespace {ns!r} did not answer") from None
         self._backends[ns] = backend
         self.starts += 1
         self._spawn_task(self._watch_exit(backend, stderr_task))
-        log.info("started Sail for namespace %s on port %d (pid %d) in %.0f ms", ns, port, child.pid,
+        log.info("started %s for namespace %s on port %d (pid %d) in %.0f ms", self.label, ns, port, child.pid,
                  (time.monotonic() - started) * 1000)  # fmt: skip
         return backend
 
@@ -254,7 +275,7 @@ class SailPool:
         async for raw in child.proc.stderr:
             line = raw.decode(errors="replace").rstrip()
             tail.append(line)
-            log.debug("sail[%s] %s", ns, line)
+            log.debug("%s[%s] %s", self.label, ns, line)
 
     async def _watch_exit(self, backend: SailBackend, stderr_task: asyncio.Task) -> None:
         rc = await backend.child.proc.wait()
@@ -263,7 +284,7 @@ class SailPool:
         backend.exited.set()
         if self._backends.get(backend.ns) is backend:
             del self._backends[backend.ns]
-            log.warning("the Sail server of namespace %s exited (rc %s)", backend.ns, rc)
+            log.warning("the %s server of namespace %s exited (rc %s)", self.label, backend.ns, rc)
         await backend.channel.close()
 
     async def _stop(self, backend: SailBackend) -> None:
