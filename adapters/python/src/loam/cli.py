@@ -1,6 +1,6 @@
 """The `loam` command.
 
-    loam dev | gateway | queue-core | sweeper | relay [service flags]   run a service
+    loam dev | gateway | queue-core | sweeper | relay | engines [flags] run a service
     loam jobs add|get|ls|retry|rm ...                                    jobs
     loam queues ls|counts|pause|resume|drain ...                         queues
     loam schedules add|ls|get|rm ...                                     cron and interval schedules
@@ -36,6 +36,7 @@ SERVICES = {
     "queue-core": ("loam_queue_core.server", "a queue-core process"),
     "sweeper": ("loam_sweeper.__main__", "a sweeper process: stalled, delayed, retention sweeps"),
     "relay": ("loam_relay.__main__", "a relay process: outbox to event log"),
+    "engines": ("loam_engines.__main__", "the engine runner: the Spark Connect endpoint and engine runs"),
     "events": (
         "loam_queue_core.events_cli",
         "export a queue's events (Parquet / Arrow) or trim its event log",

@@ -293,6 +293,9 @@ class EngineRunner:
             await asyncio.sleep(self.visibility_ns / 3e9)
             try:
                 await self.jobs.extend(ns, req)
+                # A cancel made through another process reaches this runner here.
+                if not attempt.canceled and (await self.runs.get(ns, token.job)).cancel_requested:
+                    self.cancel(ns, token.job)
             except JobsError as e:
                 log.warning("engine run %s/%s lost its lease: %s", ns, token.job, e.message)
                 attempt.lease_lost = True
