@@ -53,13 +53,18 @@ def test_submit_follow_prints_the_output_and_exits_with_the_run_status(spark_dev
     assert [r["state"] for r in listed[:2]] == ["failed", "succeeded"]
 
 
+SLOW = pytest.mark.skipif(
+    not os.environ.get("LOAM_TEST_ENGINES"), reason="kept short in make test: make test-engines"
+)
+
+
 @pytest.mark.parametrize(
     ("source", "verdict", "call"),
     [
-        (PLAIN, "sail", None),
+        pytest.param(PLAIN, "sail", None, marks=SLOW),
         (QUANTILE, "spark-connect-jvm", "approx quantile"),
         (RDD, "spark-submit", "sparkContext"),
-        (TYPO, "script-error", "no_such_fn"),
+        pytest.param(TYPO, "script-error", "no_such_fn", marks=SLOW),
     ],
 )
 def test_check_classifies_what_a_script_needs(spark_dev, spark_python, tmp_path, source, verdict, call):

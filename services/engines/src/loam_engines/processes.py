@@ -4,8 +4,8 @@ a restarted runner can find and end the ones a crash left behind.
 Every child is started
 - in its own session (`setsid`), so the runner signals the whole process group: an
   engine's own children (a JVM under spark-submit, UDF workers) go with it;
-- with `PR_SET_PDEATHSIG = SIGKILL` (Linux), so the kernel kills it the moment the
-  runner dies, even by `kill -9`;
+- with the parent-death signal SIGKILL (Linux, through `setpriv --pdeathsig`), so the
+  kernel kills it the moment the runner dies, even by `kill -9`;
 - with a pid file `<dir>/<name>.pid` holding its pid and start time (`/proc/<pid>/stat`
   field 22): `reap_orphans(dir)` at start-up kills every group whose leader is still the
   process that file names (a reused pid has another start time), for the children the
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
+import shutil
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,15 +30,16 @@ from pathlib import Path
 
 log = logging.getLogger("loam.engines.processes")
 
-_PR_SET_PDEATHSIG = 1
+# The parent-death signal is set by util-linux's `setpriv`, which execs the command: no
+# Python runs between fork and exec (a `preexec_fn` would run the interpreter's at-fork
+# hooks in the child, and grpcio's crash a process forked while its poller runs).
+SETPRIV = shutil.which("setpriv")
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the pid files still cover restarts
-        pass
+def _dying_with_parent(argv: Sequence[str]) -> list[str]:
+    if SETPRIV is None:  # not Linux util-linux: the pid files still cover restarts
+        return list(argv)
+    return [SETPRIV, "--pdeathsig", "KILL", "--", *argv]
 
 
 def start_time(pid: int) -> int | None:
@@ -118,14 +119,13 @@ async def spawn(
     """Start `argv` as a supervised child (see the module docstring). `name` must be
     unique among the live children sharing `pid_dir` (it names the pid file)."""
     proc = await asyncio.create_subprocess_exec(
-        *argv,
+        *_dying_with_parent(argv),
         env=dict(env) if env is not None else None,
         cwd=cwd,
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
         start_new_session=True,
-        preexec_fn=_die_with_parent,
     )
     pid_file = None
     if pid_dir is not None:
