@@ -11,7 +11,7 @@ import signal
 import time
 
 import pytest
-from conftest import start_spark_dev
+from sparkdev import make_tokens, start_spark_dev
 
 import loam
 from loam_common.gen.loam.jobs.v1 import engines_pb2 as E
@@ -161,7 +161,6 @@ async def test_bad_submissions_are_refused_and_change_nothing(spark_dev):
 
 
 async def test_a_runner_killed_mid_run_leaves_no_orphan_and_the_run_recovers(tmp_path, spark_python):
-    from conftest import make_tokens
 
     data = tmp_path / "data"
     server = start_spark_dev(data)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from conftest import free_port
+from sparkdev import free_port
 
 from loam_common.connect_client import jobs_client
 from loam_common.gen.loam.jobs.v1 import engines_pb2 as E
