@@ -152,7 +152,7 @@ def reap_orphans(pid_dir: Path) -> list[int]:
         except (OSError, ValueError, KeyError, TypeError):
             pid_file.unlink(missing_ok=True)
             continue
-        if started is not None and start_time(pid) == started:
+        if started is not None and start_time(pid) == started and alive(pid):
             if _kill_group(pid, signal.SIGKILL):
                 killed.append(pid)
                 log.warning("killed process group %d (%s) left by an earlier runner", pid, pid_file.stem)

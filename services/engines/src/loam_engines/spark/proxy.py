@@ -56,7 +56,15 @@ class Authenticator(Protocol):
 
 def session_id(raw: bytes) -> str | None:
     """Field 1 (a string) of a serialised Spark Connect request, without its protos:
-    protobuf writes fields in number order, so it leads the message when set."""
+    protobuf writes fields in number order, so it leads the message when set. None
+    when it is not there or the bytes are not a message."""
+    try:
+        return _field_one(raw)
+    except IndexError:
+        return None
+
+
+def _field_one(raw: bytes) -> str | None:
     i, n = 0, len(raw)
     while i < n:
         key, i = _varint(raw, i)
@@ -64,6 +72,8 @@ def session_id(raw: bytes) -> str | None:
         if wire == 2:
             size, i = _varint(raw, i)
             if field == 1:
+                if i + size > n:
+                    return None
                 try:
                     return raw[i : i + size].decode()
                 except UnicodeDecodeError:
@@ -200,6 +210,9 @@ class SparkConnectProxy:
         except BackendUnavailable as e:
             log.warning("namespace %s: %s", ns, e)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except (OSError, RuntimeError) as e:  # spawning failed: still not a code PySpark retries
+            log.exception("namespace %s: starting its %s server failed", ns, engine)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the {engine} server cannot start: {e}")
 
         async def upstream_requests() -> AsyncIterator[bytes]:
             if first is not None:
