@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 spark = SparkSession.builder.getOrCreate()  # unmodified: SPARK_REMOTE names the endpoint
 answer = spark.sql("select 40 + 2 as a").collect()[0].a
 print(f"answer {answer} args {sys.argv[1:]}")
+print("time zone", spark.conf.get("spark.sql.session.timeZone"))
 print("to stderr", file=sys.stderr)
 spark.stop()
 """
@@ -48,7 +49,8 @@ async def lines_of(c: loam.Client, run: str) -> list[tuple[str, str]]:
 
 async def test_a_batch_runs_on_the_namespace_endpoint_with_its_output_and_exit_status(spark_dev):
     async with client(spark_dev) as c:
-        run = await c.submit_spark(SPARK_SCRIPT.encode(), entrypoint="answer.py", args=["x", "y z"])
+        run = await c.submit_spark(SPARK_SCRIPT.encode(), entrypoint="answer.py", args=["x", "y z"],
+                                   conf={"spark.sql.session.timeZone": "Asia/Tokyo"})  # fmt: skip
         assert run.state == E.ENGINE_RUN_STATE_QUEUED
         done = await asyncio.wait_for(c.wait_engine_run(run.id), 90)
         lines = await lines_of(c, run.id)
@@ -58,6 +60,7 @@ async def test_a_batch_runs_on_the_namespace_endpoint_with_its_output_and_exit_s
     assert done.attempts[0].started_ns <= done.attempts[0].finished_ns
     assert ("stdout", "answer 42 args ['x', 'y z']") in lines
     assert ("stderr", "to stderr") in lines
+    assert ("stdout", "time zone Asia/Tokyo") in lines  # the run's conf, on an unmodified session
 
 
 async def test_a_failed_attempt_is_retried_by_policy_and_exhausted_attempts_fail(spark_dev, tmp_path):

@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the Spark Connect endpoint's port ($LOAM_SPARK_PORT; default 15002, 0 = any free port)")  # fmt: skip
     p.add_argument("--sail-idle", type=float, default=float(env.get("LOAM_SAIL_IDLE_S", 300)),
                    help="seconds a namespace's Sail server stays up with no open session ($LOAM_SAIL_IDLE_S)")  # fmt: skip
+    p.add_argument("--sail-memory-mb", type=int, default=int(env.get("LOAM_SAIL_MEMORY_MB", 0)),
+                   help="memory cap of each namespace's Sail server, MiB; it spills past it ($LOAM_SAIL_MEMORY_MB, 0 = none)")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -91,6 +93,7 @@ async def run(args: argparse.Namespace) -> None:
             runner_id=OWNER_ID,
             spark_port=args.spark_port,
             sail_idle_s=args.sail_idle,
+            sail_memory_limit_bytes=args.sail_memory_mb << 20,
         ),  # fmt: skip
     )
     rpc.engines = engines.rpc

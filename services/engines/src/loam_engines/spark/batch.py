@@ -3,7 +3,9 @@ namespace's Spark Connect endpoint.
 
 The child gets `SPARK_REMOTE=sc://localhost:<proxy port>/;token=<run token>`, so an
 unmodified `SparkSession.builder.getOrCreate()` (or `loam.spark_session()`) lands on the
-namespace's Sail through the proxy, and `LOAM_SPARK_CONF` (JSON) with the run's conf.
+namespace's Sail through the proxy. The run's conf goes in PySpark's own
+`PYSPARK_REMOTE_INIT_CONF_*` (getOrCreate applies its `spark.sql.*` keys) and in
+`LOAM_SPARK_CONF` (loam.spark_session applies all of them).
 Without auth the URL names the namespace (`;x-loam-namespace=<ns>`) instead of a token.
 """
 
@@ -32,9 +34,14 @@ class SparkBatchExecutor:
         token, revoke = await self.credentials.mint(ns, timeout_s, f"engine run {run.id}")
         url = f"sc://localhost:{self.port()}/;" + (f"token={token}" if token else f"x-loam-namespace={ns}")
         env = spark_env_base()
+        conf = json.dumps(dict(spec.conf))
         env.update(
             SPARK_REMOTE=url,
-            LOAM_SPARK_CONF=json.dumps(dict(spec.conf)),
+            # PySpark's own hand-over of a session's conf: an unmodified getOrCreate()
+            # applies its spark.sql.* keys; loam.spark_session() applies every key.
+            PYSPARK_REMOTE_INIT_CONF_LEN="1",
+            PYSPARK_REMOTE_INIT_CONF_0=conf,
+            LOAM_SPARK_CONF=conf,
             LOAM_RUN_ID=run.id,
             PYTHONUNBUFFERED="1",
         )
