@@ -49,13 +49,13 @@ class SparkDev:
 
 
 def start_spark_dev(
-    data: Path, *extra: str, spark_port: int | None = None, port: int | None = None
+    data: Path, *extra: str, spark_port: int | None = None, port: int | None = None, env: dict | None = None
 ) -> SparkDev:
     port = port or free_port()
     spark_port = spark_port or free_port()
     cmd = [sys.executable, "-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", str(port), "--auth",
            "--data", str(data), "--spark-port", str(spark_port), "--log-level", "info", *extra]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOAM_", "SPARK_"))}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LOAM_", "SPARK_"))}, **(env or {})}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     server = SparkDev(f"http://127.0.0.1:{port}", "", spark_port, data, proc)
     lines: queue.Queue[str | None] = queue.Queue()

@@ -167,3 +167,20 @@ def test_an_idle_server_stops_and_the_next_session_starts_it_again(spark_dev, ru
     assert not _alive(first["pid"])
     second = run_client(code, token=spark_dev.tokens["gamma"])
     assert second["pid"] != first["pid"]
+
+
+def test_a_server_that_cannot_start_is_an_error_pyspark_does_not_retry(tmp_path, spark_python, run_client):
+    import asyncio
+
+    from sparkdev import make_tokens, start_spark_dev
+
+    data = tmp_path / "data"
+    broken = start_spark_dev(data, env={"LOAM_SPARK_VENV": str(tmp_path / "no-such-env")})
+    try:
+        tokens = asyncio.run(make_tokens(data, ["alpha"]))
+        out = run_client(REFUSED, token=tokens["alpha"], url=broken.spark_url, session=False)
+    finally:
+        broken.stop()
+    assert "FAILED_PRECONDITION" in out["message"]
+    assert "make engines-spark" in out["message"]
+    assert out["seconds"] < 10  # not ten minutes of retries

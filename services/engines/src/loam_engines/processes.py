@@ -42,6 +42,11 @@ def _dying_with_parent(argv: Sequence[str]) -> list[str]:
     return [SETPRIV, "--pdeathsig", "KILL", "--", *argv]
 
 
+def path_part(name: str) -> str:
+    """A Loam name (namespace, run id) as one path segment: names may be `.` or `..`."""
+    return f"_{name}" if name in (".", "..") else name
+
+
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot, or None if it is gone."""
     try:

@@ -205,7 +205,7 @@ class EngineRunner:
     ) -> tuple[int | None, str]:
         """Run the child to its end: (exit status or None, error text or "")."""
         spec = getattr(job, kind)
-        work = self.work_dir / ns / f"{run.id}-{lease.attempt}"
+        work = self.work_dir / processes.path_part(ns) / f"{run.id}-{lease.attempt}"
         work.mkdir(parents=True, exist_ok=True)
         timeout_s = (job.timeout_ns or DEFAULT_TIMEOUT_NS) / 1e9
         launch = None

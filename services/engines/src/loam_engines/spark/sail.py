@@ -200,7 +200,7 @@ class SailPool:
             env["SAIL_RUNTIME__MEMORY_POOL__TYPE"] = "greedy"
             env["SAIL_RUNTIME__MEMORY_POOL__GREEDY__MAX_SIZE"] = str(s.memory_limit_bytes)
         if s.spill_dir is not None:
-            spill = s.spill_dir / ns
+            spill = s.spill_dir / processes.path_part(ns)
             spill.mkdir(parents=True, exist_ok=True)
             env["SAIL_RUNTIME__TEMPORARY_FILES__PATHS"] = json.dumps([str(spill)])  # a list
         env.update(s.extra_env)
@@ -250,7 +250,7 @@ class SailPool:
 
     async def _start(self, ns: str) -> SailBackend:
         s = self.settings
-        cwd = s.work_dir / ns
+        cwd = s.work_dir / processes.path_part(ns)
         cwd.mkdir(parents=True, exist_ok=True)
         self._generation += 1
         gen = self._generation
