@@ -40,7 +40,7 @@ def spark_python() -> Path:
 def spark_dev(tmp_path_factory, spark_python):
     data = tmp_path_factory.mktemp("loam-spark")
     server = start_spark_dev(data, "--sail-idle", "2")
-    server.tokens = asyncio.run(make_tokens(data, ["alpha", "beta", "gamma"]))
+    server.tokens = asyncio.run(make_tokens(data, ["alpha", "beta", "gamma", "delta"]))
     try:
         yield server
     finally:

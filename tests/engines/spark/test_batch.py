@@ -233,3 +233,57 @@ async def test_rest_submits_lists_reads_logs_and_cancels(spark_dev):
             "/v1/engines/runs", headers={"authorization": f"Bearer {spark_dev.tokens['no-engine']}"}
         )
         assert denied.status_code == 403
+
+
+def _wheel(tmp_path, name: str, source: str) -> str:
+    """A minimal pure-Python wheel, built by hand (no build backend, no network)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"{name}-1.0.dist-info"
+    files = {
+        f"{name}.py": source,
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{dist}/RECORD,,")
+    wheel = tmp_path / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+        z.writestr(f"{dist}/RECORD", "\n".join(record) + "\n")
+    return str(wheel)
+
+
+UDF_WITH_DEP = """
+from pyspark.sql import SparkSession, functions as F
+import loamtripler  # installed for this namespace: the script sees it
+spark = SparkSession.builder.getOrCreate()
+def triple(x):
+    import loamtripler  # and so does the namespace's Sail, where the UDF runs
+    return loamtripler.triple(x)
+rows = spark.range(3).select(F.udf(triple, "long")("id").alias("t")).collect()
+print("tripled", [r.t for r in rows])
+"""
+
+
+async def test_python_deps_are_installed_for_the_namespace_script_and_its_udfs(spark_dev, tmp_path):
+    wheel = _wheel(tmp_path, "loamtripler", "def triple(x):\n    return 3 * x\n")
+    async with client(spark_dev, "delta") as c:
+        run = await c.submit_spark(UDF_WITH_DEP.encode(), entrypoint="udf.py", python_deps=[wheel])
+        done = await asyncio.wait_for(c.wait_engine_run(run.id), 120)
+        lines = await lines_of(c, run.id)
+        with pytest.raises(loam.errors.InvalidArgument):
+            await c.submit_spark(b"print(1)", entrypoint="x.py", python_deps=["--index-url=http://evil"])
+    assert done.state == E.ENGINE_RUN_STATE_SUCCEEDED, lines
+    assert ("stdout", "tripled [0, 3, 6]") in lines
+    # Another namespace does not get them.
+    async with client(spark_dev, "gamma") as c:
+        other = await c.submit_spark(b"import loamtripler", entrypoint="other.py")
+        other = await asyncio.wait_for(c.wait_engine_run(other.id), 60)
+    assert other.state == E.ENGINE_RUN_STATE_FAILED

@@ -719,6 +719,7 @@ class Client:
         entrypoint: str | None = None,
         args: Iterable[str] = (),
         conf: Mapping[str, str] | None = None,
+        python_deps: Iterable[str] = (),
         jvm: bool = False,
         attempts: int = 1,
         timeout: float | dt.timedelta | None = None,
@@ -732,7 +733,8 @@ class Client:
         (its `SparkSession.builder.getOrCreate()` lands there), or with `jvm=True` a
         SparkSubmit (`spark-submit`, for RDD / SparkContext code). `script` is a path,
         or the source with `entrypoint` naming it. `attempts` and `timeout` (per attempt)
-        are the run's policy. With `schedule` (an id) and `cron` or `every`, nothing runs
+        are the run's policy; `python_deps` (pip requirements or wheel paths) are installed
+        for the namespace first, for the script and its UDFs. With `schedule` (an id) and `cron` or `every`, nothing runs
         now: the schedule's id is returned and each tick starts a run."""
         if isinstance(script, bytes):
             source, file_name = script, entrypoint
@@ -753,6 +755,10 @@ class Client:
         spec.source = source
         spec.args.extend(args)
         spec.conf.update(conf or {})
+        if python_deps:
+            if jvm:
+                raise TypeError("python_deps are for SparkBatch runs on Sail, not jvm=True")
+            spec.python_deps.extend(python_deps)
         req = jpb.SubmitEngineJobRequest(job=job)
         if schedule is not None:
             req.schedule.CopyFrom(_schedule_spec(schedule, "engines", "engine", None, cron=cron, tz=tz, every=every,

@@ -18,6 +18,7 @@ from loam_engines.service import EngineRuns
 from loam_engines.spark.batch import SparkBatchExecutor
 from loam_engines.spark.jvm import JvmConnectPool, SparkSubmitExecutor
 from loam_engines.spark.proxy import SparkConnectProxy
+from loam_engines.spark.pydeps import NamespaceDeps
 from loam_engines.spark.sail import SailPool, SailSettings, find_spark_python
 
 log = logging.getLogger("loam.engines")
@@ -47,6 +48,7 @@ class Engines:
         python = settings.spark_python or find_spark_python()
         self.runs = EngineRuns(store, blobs, jobs)
         self.rpc = EngineRpc(self.runs)
+        self.deps = NamespaceDeps(data / "pydeps", python)
         self.pool = SailPool(SailSettings(
             python=python,
             work_dir=data / "sail",
@@ -55,6 +57,7 @@ class Engines:
             session_timeout_s=settings.sail_session_timeout_s,
             memory_limit_bytes=settings.sail_memory_limit_bytes,
             spill_dir=data / "spill",
+            pydeps=self.deps.path,
         ))  # fmt: skip
         jvm_python = settings.spark_jvm_python or find_spark_python("LOAM_SPARK_JVM_VENV", "spark-jvm")
         self.jvm_pool = JvmConnectPool(SailSettings(
@@ -69,7 +72,7 @@ class Engines:
         pools = {"sail": self.pool, "jvm": self.jvm_pool}
         self.proxy = SparkConnectProxy(authenticator, pools, host=settings.spark_host, port=port)
         executors = {
-            "spark_batch": SparkBatchExecutor(python, lambda: self.proxy.port, credentials),
+            "spark_batch": SparkBatchExecutor(python, lambda: self.proxy.port, credentials, self.deps),
             "spark_submit": SparkSubmitExecutor(jvm_python),
         }
         self.runner = EngineRunner(self.runs, jobs, blobs, executors, runner_id=settings.runner_id,

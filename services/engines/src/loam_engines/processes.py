@@ -171,3 +171,10 @@ def alive(pid: int) -> bool:
         return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+def child_env() -> dict[str, str]:
+    """The environment engine children start from: this process's, without credentials
+    or Spark / Sail settings of its own."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("SPARK_", "PYSPARK_", "LOAM_TOKEN", "SAIL_", "LOAM_INTERNAL"))}  # fmt: skip

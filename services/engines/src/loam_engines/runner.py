@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -363,10 +362,3 @@ class EngineRunner:
             return resp.job.state
         except Exception:  # noqa: BLE001
             return None
-
-
-def spark_env_base() -> dict[str, str]:
-    """The environment engine children start from: Loam's, without credentials or
-    Spark settings of the server's own."""
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("SPARK_", "PYSPARK_", "LOAM_TOKEN", "SAIL_", "LOAM_INTERNAL"))}  # fmt: skip

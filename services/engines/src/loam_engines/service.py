@@ -29,6 +29,7 @@ from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.store.runner import Store
 from loam_engines import runs
+from loam_engines.spark.pydeps import check_requirements
 
 # spec kind (EngineJob's oneof) -> the queue its runs wait on
 QUEUES: dict[str, str] = {"spark_batch": "engines.spark", "spark_submit": "engines.spark-jvm"}
@@ -71,10 +72,8 @@ def _check(job: E.EngineJob) -> str:
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,256}", k):
             raise InvalidArgument(f"job.{kind}.conf", f"{k!r} is not a Spark conf key")
         validate.text(f"job.{kind}.conf[{k}]", v, 4096)
-    if kind == "spark_batch" and spec.python_deps:
-        raise InvalidArgument("job.spark_batch.python_deps",
-                              "installing Python dependencies per run is not supported yet: "
-                              "install them into the Spark environment")  # fmt: skip
+    if kind == "spark_batch":
+        check_requirements(spec.python_deps, "job.spark_batch.python_deps")
     if job.attempts > MAX_ATTEMPTS:
         raise InvalidArgument("job.attempts", f"at most {MAX_ATTEMPTS}")
     if not 0 <= job.timeout_ns <= MAX_TIMEOUT_NS:

@@ -28,7 +28,7 @@ from pathlib import Path
 from loam_common.errors import Unavailable
 from loam_common.gen.loam.jobs.v1 import engines_pb2 as E
 from loam_engines import processes
-from loam_engines.runner import Launch, spark_env_base
+from loam_engines.runner import Launch
 from loam_engines.spark.sail import BackendUnavailable, SailPool, SailSettings
 
 CONF_DIR = Path(__file__).with_name("conf")
@@ -49,7 +49,7 @@ def spark_home(python: Path | None) -> Path | None:
 
 
 def jvm_env(python: Path, home: Path) -> dict[str, str]:
-    env = spark_env_base()
+    env = processes.child_env()
     env.update(
         SPARK_HOME=str(home),
         PYSPARK_PYTHON=str(python),

@@ -26,6 +26,7 @@ import os
 import signal
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,8 @@ class SailSettings:
     memory_limit_bytes: int = 0  # 0 = no cap
     spill_dir: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    # ns -> a directory of the namespace's own Python packages, on its server's PYTHONPATH
+    pydeps: Callable[[str], Path] | None = None
 
 
 def find_spark_python(env_var: str = "LOAM_SPARK_VENV", name: str = "spark") -> Path | None:
@@ -203,6 +206,8 @@ class SailPool:
             spill = s.spill_dir / processes.path_part(ns)
             spill.mkdir(parents=True, exist_ok=True)
             env["SAIL_RUNTIME__TEMPORARY_FILES__PATHS"] = json.dumps([str(spill)])  # a list
+        if s.pydeps is not None:
+            env["PYTHONPATH"] = str(s.pydeps(ns))
         env.update(s.extra_env)
         return env
 
