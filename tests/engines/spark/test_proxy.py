@@ -184,3 +184,12 @@ def test_a_server_that_cannot_start_is_an_error_pyspark_does_not_retry(tmp_path,
     assert "FAILED_PRECONDITION" in out["message"]
     assert "make engines-spark" in out["message"]
     assert out["seconds"] < 10  # not ten minutes of retries
+
+
+def test_a_second_loam_dev_on_a_taken_spark_port_stops_with_one_clear_line(spark_dev, tmp_path):
+    from sparkdev import start_spark_dev
+
+    with pytest.raises(RuntimeError) as err:
+        start_spark_dev(tmp_path / "second", spark_port=spark_dev.spark_port)
+    assert "exited with 1" in str(err.value)
+    assert f"cannot bind the Spark Connect proxy to 127.0.0.1:{spark_dev.spark_port}" in str(err.value)

@@ -39,7 +39,7 @@ from loam_gateway.auth import DevAuthenticator, StoreAuthenticator, check_bind
 from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import CoreRpc
-from loam_queue_core.server import run_server_main, serve
+from loam_queue_core.server import ServeError, run_server_main, serve
 from loam_relay.service import RelayService
 from loam_sweeper.service import SweeperService
 
@@ -106,7 +106,6 @@ async def run(args: argparse.Namespace) -> None:
     async def start() -> None:
         for loop in loops:
             loop.start()
-        await engines.start()
 
     async def stop() -> None:
         try:
@@ -128,6 +127,11 @@ async def run(args: argparse.Namespace) -> None:
         print(f"loam dev: ready on {url}", flush=True)
 
     try:
+        # Before the HTTP server: a Spark port that is taken stops `loam dev` with one line.
+        try:
+            await engines.start()
+        except OSError as e:
+            raise ServeError(str(e)) from None
         await serve(app, args.host, args.port, on_ready=ready, log_level=args.log_level)
     finally:
         await stop()
