@@ -2,7 +2,9 @@
 child process, recording the run as it goes (EngineRuns).
 
 Per namespace with engine jobs and per kind's queue, one loop long-polls `Lease` (a
-wake-up, not a poll), up to `max_parallel` runs at a time. A leased job:
+wake-up, not a poll), up to `max_parallel` runs of that namespace and queue at a time
+(a cap per loop: an idle long-poll holds a slot of its own loop only, so namespaces
+never starve each other). A leased job:
 1. starts an attempt of its run (`attempt_started`; a run canceled meanwhile is dropped);
 2. fetches its script from the blob store into a working directory;
 3. starts the kind's command (`Executor`) as a child (loam_engines.processes), streams
@@ -92,7 +94,7 @@ class EngineRunner:
         self.work_dir = work_dir
         self.pid_dir = pid_dir
         self.visibility_ns = visibility_ns
-        self._slots = asyncio.Semaphore(max_parallel)
+        self.max_parallel = max_parallel
         self._loops: dict[tuple[str, str], asyncio.Task] = {}
         self._attempts: dict[tuple[str, str], _Attempt] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -146,31 +148,32 @@ class EngineRunner:
     async def _lease_loop(self, ns: str, queue: str) -> None:
         req = J.LeaseRequest(queues=[queue], worker=self.runner_id, max=1, wait_ns=LEASE_WAIT_NS,
                              visibility_ns=self.visibility_ns)  # fmt: skip
+        slots = asyncio.Semaphore(self.max_parallel)
         while not self._stopping:
-            await self._slots.acquire()
+            await slots.acquire()
             try:
                 resp = await self.jobs.lease(ns, req)
             except asyncio.CancelledError:
-                self._slots.release()
+                slots.release()
                 raise
             except Exception:  # noqa: BLE001 - a store hiccup: try again shortly
-                self._slots.release()
+                slots.release()
                 log.exception("lease from %s/%s failed", ns, queue)
                 await asyncio.sleep(1.0)
                 continue
             if not resp.leases:
-                self._slots.release()
+                slots.release()
                 continue
             for lease in resp.leases:
-                self._spawn(self._run_then_free(ns, lease))
+                self._spawn(self._run_then_free(ns, lease, slots))
 
-    async def _run_then_free(self, ns: str, lease: J.Lease) -> None:
+    async def _run_then_free(self, ns: str, lease: J.Lease, slots: asyncio.Semaphore) -> None:
         try:
             await self._run(ns, lease)
         except Exception:  # noqa: BLE001 - one run's failure must not stop the runner
             log.exception("engine run %s/%s failed in the runner", ns, lease.token.job)
         finally:
-            self._slots.release()
+            slots.release()
 
     # -- one attempt ---------------------------------------------------------------------
     async def _run(self, ns: str, lease: J.Lease) -> None:

@@ -162,17 +162,22 @@ class EngineRuns:
         validate.in_range("wait_ns", wait_ns, 0, MAX_WAIT_NS)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ns / 1e9
+        event: asyncio.Event | None = None
         while True:
-            event = self._log_waiters.setdefault((ns, run_id), asyncio.Event())
             lines, run = await self.store.snapshot(runs.run_logs, ns, run_id, after, limit)
             finished = run.state in runs.FINISHED
             left = deadline - loop.time()
             if lines or finished or left <= 0:
                 return lines, finished and len(lines) < limit
+            if event is None:
+                # Register, then read again: a line written between the two is not missed.
+                event = self._log_waiters.setdefault((ns, run_id), asyncio.Event())
+                continue
             try:
                 await asyncio.wait_for(event.wait(), left)
             except TimeoutError:
                 pass
+            event = None
 
     def _changed(self, ns: str, run_id: str) -> None:
         event = self._log_waiters.pop((ns, run_id), None)
