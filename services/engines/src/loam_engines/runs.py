@@ -110,7 +110,13 @@ def run_start_attempt_if_runnable(tx: Txn, ns: str, start: AttemptStart) -> E.En
         run = E.EngineRun(id=start.run_id, job=start.job, state=QUEUED, queue=start.queue,
                           schedule=start.schedule, created_ns=tx.now_ns())  # fmt: skip
         engine_namespace_register(tx, ns)
-    if run.state in FINISHED or run.cancel_requested:
+    if run.state in FINISHED:
+        return None
+    if run.cancel_requested:  # canceled while its job was being leased: it ends here
+        run.state = CANCELED
+        run.finished_ns = tx.now_ns()
+        run.error = "canceled"
+        _put(tx, ns, run)
         return None
     now = tx.now_ns()
     # A lease of the same attempt again (the runner restarted and the job came back
