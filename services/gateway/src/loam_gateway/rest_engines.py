@@ -42,7 +42,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ScheduleBody(_Model):
+class EngineScheduleBody(_Model):
     id: str = Field(min_length=1, max_length=128)
     cron: str | None = Field(None, max_length=256)
     every_s: float | None = Field(None, gt=0, le=10**9)
@@ -59,10 +59,10 @@ class SparkRunBody(_Model):
     attempts: int = Field(1, ge=1, le=100)
     timeout_s: float = Field(0, ge=0, le=7 * 24 * 3600, description="per attempt; 0 = one hour")
     name: str = Field("", max_length=256)
-    schedule: ScheduleBody | None = None
+    schedule: EngineScheduleBody | None = None
 
 
-class AttemptView(BaseModel):
+class EngineAttemptView(BaseModel):
     attempt: int
     started_ns: int
     finished_ns: int
@@ -84,11 +84,11 @@ class EngineRunView(BaseModel):
     exit_code: int | None
     error: str
     schedule: str
-    attempts: list[AttemptView]
+    attempts: list[EngineAttemptView]
     log_count: int
 
 
-class SubmitResult(BaseModel):
+class EngineSubmitResult(BaseModel):
     run: EngineRunView | None = None
     schedule: str | None = None
 
@@ -98,15 +98,15 @@ class EngineRunList(BaseModel):
     next_page_token: str
 
 
-class LogLineView(BaseModel):
+class EngineLogLineView(BaseModel):
     n: int
     at_ns: int
     stream: str
     line: str
 
 
-class LogPage(BaseModel):
-    lines: list[LogLineView]
+class EngineLogPage(BaseModel):
+    lines: list[EngineLogLineView]
     finished: bool
 
 
@@ -126,7 +126,7 @@ def run_view(r: E.EngineRun) -> EngineRunView:
         error=r.error,
         schedule=r.schedule,
         attempts=[
-            AttemptView(
+            EngineAttemptView(
                 attempt=a.attempt,
                 started_ns=a.started_ns,
                 finished_ns=a.finished_ns,
@@ -187,14 +187,14 @@ def build_engines_router() -> APIRouter:
     async def call(request: Request, p: Principal, method: str, req: Any) -> Any:
         return await request.app.state.router.call(p.namespace, method, req)
 
-    @api.post("/spark/runs", response_model=SubmitResult, summary="Submit a PySpark script as an engine run")
+    @api.post("/spark/runs", response_model=EngineSubmitResult, summary="Submit a PySpark script as an engine run")
     async def submit(
         request: Request, body: Annotated[SparkRunBody, Body()], p: Principal = caller("submit_engine_job")
-    ) -> SubmitResult:
+    ) -> EngineSubmitResult:
         resp = await call(request, p, "submit_engine_job", submit_request(body))
         if body.schedule is not None:
-            return SubmitResult(schedule=resp.schedule)
-        return SubmitResult(run=run_view(resp.record))
+            return EngineSubmitResult(schedule=resp.schedule)
+        return EngineSubmitResult(run=run_view(resp.record))
 
     @api.get("/runs", response_model=EngineRunList, summary="The namespace's engine runs, newest first")
     async def list_runs(
@@ -212,7 +212,7 @@ def build_engines_router() -> APIRouter:
         resp = await call(request, p, "get_engine_run", J.GetEngineRunRequest(run=run))
         return run_view(resp.record)
 
-    @api.get("/runs/{run}/logs", response_model=LogPage, summary="A run's output lines, optionally waiting")
+    @api.get("/runs/{run}/logs", response_model=EngineLogPage, summary="A run's output lines, optionally waiting")
     async def logs(
         request: Request,
         run: RunId,
@@ -220,11 +220,11 @@ def build_engines_router() -> APIRouter:
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
         wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
         p: Principal = caller("list_engine_run_logs"),
-    ) -> LogPage:
+    ) -> EngineLogPage:
         req = J.ListEngineRunLogsRequest(run=run, after=after, limit=limit, wait_ns=wait_ms * 1_000_000)
         resp = await call(request, p, "list_engine_run_logs", req)
-        return LogPage(
-            lines=[LogLineView(n=x.n, at_ns=x.at_ns, stream=x.stream, line=x.line) for x in resp.lines],
+        return EngineLogPage(
+            lines=[EngineLogLineView(n=x.n, at_ns=x.at_ns, stream=x.stream, line=x.line) for x in resp.lines],
             finished=resp.finished,
         )
 

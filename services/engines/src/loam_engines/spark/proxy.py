@@ -23,6 +23,7 @@ namespace added as `x-loam-namespace`.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -147,6 +148,16 @@ class SparkConnectProxy:
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> int:
+        if self.port:
+            # Ask the OS first: gRPC would log its own error line for a taken port (and
+            # tools that watch `loam dev`'s output for "ready" read "already" in it).
+            with socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((self.host, self.port))
+                except OSError:
+                    raise OSError(f"cannot bind the Spark Connect proxy to {self.host}:{self.port}: "
+                                  "is the port in use?") from None  # fmt: skip
         # No SO_REUSEPORT (gRPC's default on Linux): a second server on the same port
         # must fail to bind, not share the port and half the calls.
         server = grpc.aio.server(options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)])
