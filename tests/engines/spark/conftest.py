@@ -29,6 +29,14 @@ SDK_SPARK = ROOT / "adapters" / "python" / "src" / "loam" / "spark.py"
 
 
 @pytest.fixture(scope="session")
+def spark_jvm() -> Path:
+    """The JVM fallback's environment (`make engines-spark-jvm` runs once if missing)."""
+    if not (ROOT / ".engines" / "spark-jvm" / ".installed").exists():
+        subprocess.run(["make", "-C", str(ROOT), "engines-spark-jvm"], check=True)
+    return ROOT / ".engines" / "spark-jvm" / "bin" / "python"
+
+
+@pytest.fixture(scope="session")
 def spark_python() -> Path:
     python = ROOT / ".engines" / "spark" / "bin" / "python"
     if not (ROOT / ".engines" / "spark" / ".installed").exists():

@@ -23,7 +23,7 @@ sys.exit(int(sys.argv[1]))
 """
 
 
-async def test_spark_submit_runs_rdd_code_with_its_exit_status(spark_dev):
+async def test_spark_submit_runs_rdd_code_with_its_exit_status(spark_dev, spark_jvm):
     async with loam.Client(spark_dev.url, token=spark_dev.tokens["alpha"]) as c:
         ok = await c.submit_spark(WORD_COUNT.encode(), entrypoint="wc.py", args=["0"], jvm=True)
         assert ok.job.engine == E.ENGINE_KIND_SPARK_JVM
@@ -35,7 +35,7 @@ async def test_spark_submit_runs_rdd_code_with_its_exit_status(spark_dev):
 
 
 @pytest.mark.skipif(not os.environ.get("LOAM_TEST_ENGINES"), reason="slow (JVM): make test-engines")
-def test_the_jvm_connect_server_serves_what_sail_lacks_through_the_proxy(spark_dev, run_client):
+def test_the_jvm_connect_server_serves_what_sail_lacks_through_the_proxy(spark_dev, spark_jvm, run_client):
     code = """
     out = {{"quantile": spark.range(101).approxQuantile("id", [0.5], 0.0)[0]}}
     out["sql"] = spark.sql("select 1 + 1 as two").collect()[0].two
