@@ -7,7 +7,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 PROTO_OUT := libs/common/src/loam_common/gen
 
-.PHONY: venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink console console-gen console-gen-check test-console console-screenshots chromium bench-console
+ENGINES := .engines
+
+.PHONY: engines-spark engines-spark-jvm test-engines venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink console console-gen console-gen-check test-console console-screenshots chromium bench-console
 
 PACKAGES := libs/common services/durable services/queue-core services/sweeper services/relay services/gateway services/engines adapters/python adapters/celery
 
@@ -18,6 +20,27 @@ $(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt
 	touch $@
 
 venv: $(BIN)/.installed
+
+# The engines' own environments (never the core .venv): Sail and the PySpark 4.2 client
+# for the Spark endpoint and SparkBatch runs (~600 MB).
+$(ENGINES)/spark/.installed: services/engines/requirements-spark.txt
+	test -x $(ENGINES)/spark/bin/python || $(PYTHON) -m venv $(ENGINES)/spark
+	$(ENGINES)/spark/bin/pip install -q -r services/engines/requirements-spark.txt
+	touch $@
+
+engines-spark: $(ENGINES)/spark/.installed
+
+# The JVM fallback's environment: Apache Spark 4.2 (pyspark, ~500 MB; Java 17).
+$(ENGINES)/spark-jvm/.installed: services/engines/requirements-spark-jvm.txt
+	test -x $(ENGINES)/spark-jvm/bin/python || $(PYTHON) -m venv $(ENGINES)/spark-jvm
+	$(ENGINES)/spark-jvm/bin/pip install -q -r services/engines/requirements-spark-jvm.txt
+	touch $@
+
+engines-spark-jvm: $(ENGINES)/spark-jvm/.installed
+
+# The engine tests that are too slow for `make test` (the JVM Spark Connect server).
+test-engines: venv engines-spark engines-spark-jvm
+	LOAM_TEST_ENGINES=1 $(BIN)/python -m pytest -q tests/engines
 
 proto: venv
 	rm -rf $(PROTO_OUT) && mkdir -p $(PROTO_OUT)
@@ -122,7 +145,7 @@ dev: venv
 	$(MAKE) console || echo "the console was not built (it needs npm); the server runs without it"
 	$(BIN)/loam dev
 
-test: venv engines-flink
+test: venv engines-flink engines-spark engines-spark-jvm
 	$(BIN)/python -m pytest -q
 	$(MAKE) test-bullmq
 	$(MAKE) test-durable-ts

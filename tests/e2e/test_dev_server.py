@@ -299,11 +299,11 @@ async def test_errors_and_their_codes(make_api, kind):
 
 
 @pytest.mark.parametrize("kind", CONSUMERS)
-async def test_unimplemented_and_bad_outcome(make_api, kind):
+async def test_empty_engine_job_and_bad_outcome(make_api, kind):
     api = make_api(kind)
-    with pytest.raises(E.JobsError) as err:
+    with pytest.raises(E.InvalidArgument) as err:
         await api.call("submit_engine_job", J.SubmitEngineJobRequest())
-    assert err.value.code == "unimplemented"
+    assert err.value.field == "job"
     q = qname()
     await api.enqueue(q, "x")
     (lease,) = await api.lease([q], max=1)

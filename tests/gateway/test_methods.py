@@ -70,7 +70,9 @@ def test_actions_are_what_the_gateway_checked_before():
         | {"exchange_bind", "exchange_unbind", "exchange_bindings"}
         | {"resonate"},  # durable mode: a Resonate worker's requests and pushes
         auth.SCHEDULE: {"schedule", "unschedule", "get_schedule", "list_schedules", "resonate_schedule"},
-        auth.ENGINE: {"submit_engine_job", "control_engine_job"},
+        auth.ENGINE: {
+            "submit_engine_job", "control_engine_job", "get_engine_run", "list_engine_runs", "list_engine_run_logs"
+        },
         auth.ADMIN: {"queue_admin", "job_admin", "query", "queue_list", "events_export", "metrics"},
     }
 
@@ -105,6 +107,9 @@ ROUTES = [
     ("get_flow", J.GetFlowRequest(id="f1"), "flows/f1"),
     ("submit_engine_job", J.SubmitEngineJobRequest(), ""),
     ("control_engine_job", J.ControlEngineJobRequest(run="r1"), ""),
+    ("get_engine_run", J.GetEngineRunRequest(run="r1"), ""),
+    ("list_engine_runs", J.ListEngineRunsRequest(), ""),
+    ("list_engine_run_logs", J.ListEngineRunLogsRequest(run="r1"), ""),
     ("watch", J.WatchRequest(selector=J.Selector(queue="q1")), "q1"),
     ("watch", J.WatchRequest(selector=J.Selector(job=J.LeaseToken(queue="q2", job="j"))), "q2"),
     ("watch", J.WatchRequest(selector=J.Selector(flow="f1")), "flows/f1"),
@@ -151,16 +156,17 @@ def test_the_queue_core_implements_every_method_not_marked_as_later_work():
             assert inspect.isasyncgenfunction(fn) if m.streaming else inspect.iscoroutinefunction(fn), m.name
         else:
             assert not defined, f"CoreRpc.{m.name} exists: drop its arrives_with from the table"
-    assert [m.name for m in JOBS_METHODS if m.arrives_with] == ["submit_engine_job", "control_engine_job"]
+    assert [m.name for m in JOBS_METHODS if m.arrives_with] == []  # every method is built
 
 
-async def test_later_work_answers_unimplemented_naming_it():
-    rpc = CoreRpc.__new__(CoreRpc)  # the answer needs no core
-    for name in ("submit_engine_job", "control_engine_job"):
+async def test_engine_methods_without_a_runner_answer_unimplemented_naming_it():
+    rpc = CoreRpc.__new__(CoreRpc)
+    rpc.engines = None  # a queue core that runs no engine runner
+    for name in ("submit_engine_job", "control_engine_job", "get_engine_run"):
         with pytest.raises(ConnectError) as err:
             await getattr(rpc, name)("ns", METHODS[name].request())
         assert err.value.code == Code.UNIMPLEMENTED
-        assert err.value.message == f"{name} is not available yet: it arrives with the engines work"
+        assert "engine runner" in err.value.message
     with pytest.raises(AttributeError):
         rpc.enqueue_everything  # noqa: B018 - neither in the table nor defined
 

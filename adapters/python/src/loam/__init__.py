@@ -16,6 +16,8 @@ Loam (URL, token, namespace from $LOAM_URL, $LOAM_TOKEN, $LOAM_NAMESPACE).
 `SyncClient` offers the same calls, blocking. Errors are the typed classes of
 `loam.errors` (NotFound, Fenced, ...); a handler raises `UnrecoverableError` to fail
 its job without more attempts. `loam.testing` runs a real server for tests.
+`loam.spark_session()` opens a PySpark session on the namespace's Spark endpoint
+(loam.spark; needs pyspark-client).
 """
 
 from loam import errors
@@ -26,6 +28,14 @@ from loam.flows import Flow, FlowNode, chain, chord, group
 from loam.options import Outcome
 from loam.views import Child, Enqueued, FlowInfo, JobInfo, LeasedJob, ScheduleInfo
 from loam.worker import Worker
+
+
+def spark_session(url: str | None = None, **kwargs):  # noqa: ANN201 - a pyspark SparkSession
+    """A PySpark session on Loam's Spark endpoint with the LOAM_TOKEN header (loam.spark)."""
+    from loam.spark import spark_session as _spark_session
+
+    return _spark_session(url, **kwargs)
+
 
 __all__ = [
     "Child",
@@ -48,4 +58,5 @@ __all__ = [
     "chord",
     "errors",
     "group",
+    "spark_session",
 ]

@@ -1,11 +1,12 @@
 """The `loam` command.
 
-    loam dev | gateway | queue-core | sweeper | relay | durable [service flags]   run a service
+    loam dev | gateway | queue-core | sweeper | relay | durable | engines [flags]   run a service
     loam jobs add|get|ls|retry|rm ...                                    jobs
     loam queues ls|counts|pause|resume|drain ...                         queues
     loam schedules add|ls|get|rm ...                                     cron and interval schedules
     loam flows add|get ...                                               job graphs (chain, group, chord, trees)
     loam tokens create|ls|revoke ...                                     API tokens (on the store)
+    loam spark submit|runs|get|logs|cancel|check ...                     PySpark runs (loam.cli_spark)
 
 Client commands take `--url`, `--token`, `--namespace` (or $LOAM_URL, $LOAM_TOKEN,
 $LOAM_NAMESPACE) and `--json` (machine output on stdout), before or after the command.
@@ -36,6 +37,7 @@ SERVICES = {
     "sweeper": ("loam_sweeper.__main__", "a sweeper process: stalled, delayed, retention sweeps"),
     "relay": ("loam_relay.__main__", "a relay process: outbox to event log"),
     "durable": ("loam_durable.__main__", "the durable (Resonate protocol) service on its own"),
+    "engines": ("loam_engines.__main__", "the engine runner: the Spark Connect endpoint and engine runs"),
     "events": (
         "loam_queue_core.events_cli",
         "export a queue's events (Parquet / Arrow) or trim its event log",
@@ -230,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = tokens.add_parser("revoke", parents=[output], help="revoke a token by id")
     r.add_argument("id")
     _store_flag(r)
+
+    from loam import cli_spark
+
+    cli_spark.add_parser(sub, common, _group)
     return p
 
 
@@ -761,8 +767,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.group:
             parser.print_help()
             return EXIT_USAGE
+        from loam.cli_spark import cmd_spark
+
         handler = {"jobs": cmd_jobs, "queues": cmd_queues, "schedules": cmd_schedules, "flows": cmd_flows,
-                   "tokens": cmd_tokens}[args.group]  # fmt: skip
+                   "tokens": cmd_tokens, "spark": cmd_spark}[args.group]  # fmt: skip
         return asyncio.run(handler(args))
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPTED)

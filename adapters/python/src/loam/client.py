@@ -44,6 +44,7 @@ from loam.views import (
 )
 from loam_common.api.headers import NAMESPACE_HEADER
 from loam_common.connect_client import jobs_client
+from loam_common.gen.loam.jobs.v1 import engines_pb2 as epb
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
@@ -709,6 +710,101 @@ class Client:
     async def list_schedules(self) -> list[ScheduleInfo]:
         """Every schedule of the namespace, in id order."""
         return [s async for s in self.iter_schedules(page_size=1000)]
+
+    # -- engine runs (Spark) ------------------------------------------------------------
+    async def submit_spark(
+        self,
+        script: str | os.PathLike[str] | bytes,
+        *,
+        entrypoint: str | None = None,
+        args: Iterable[str] = (),
+        conf: Mapping[str, str] | None = None,
+        python_deps: Iterable[str] = (),
+        jvm: bool = False,
+        attempts: int = 1,
+        timeout: float | dt.timedelta | None = None,
+        name: str = "",
+        schedule: str | None = None,
+        cron: str | None = None,
+        every: float | dt.timedelta | None = None,
+        tz: str | None = None,
+    ) -> epb.EngineRun | str:
+        """Run a PySpark script as an engine run: a SparkBatch on the namespace's Sail
+        (its `SparkSession.builder.getOrCreate()` lands there), or with `jvm=True` a
+        SparkSubmit (`spark-submit`, for RDD / SparkContext code). `script` is a path,
+        or the source with `entrypoint` naming it. `attempts` and `timeout` (per attempt)
+        are the run's policy; `python_deps` (pip requirements or wheel paths) are installed
+        for the namespace first, for the script and its UDFs. With `schedule` (an id) and `cron` or `every`, nothing runs
+        now: the schedule's id is returned and each tick starts a run."""
+        if isinstance(script, bytes):
+            source, file_name = script, entrypoint
+        elif isinstance(script, os.PathLike) or (
+            isinstance(script, str) and "\n" not in script and os.path.exists(script)
+        ):
+            with open(script, "rb") as f:
+                source = f.read()
+            file_name = entrypoint or os.path.basename(os.fspath(script))
+        else:
+            source, file_name = str(script).encode(), entrypoint
+        if not file_name:
+            raise TypeError("submit_spark(source) needs entrypoint=, the script's file name")
+        job = epb.EngineJob(name=name, attempts=attempts,
+                            timeout_ns=payloads.ns(timeout, "timeout") if timeout is not None else 0)  # fmt: skip
+        spec = job.spark_submit if jvm else job.spark_batch
+        spec.entrypoint = file_name
+        spec.source = source
+        spec.args.extend(args)
+        spec.conf.update(conf or {})
+        if python_deps:
+            if jvm:
+                raise TypeError("python_deps are for SparkBatch runs on Sail, not jvm=True")
+            spec.python_deps.extend(python_deps)
+        req = jpb.SubmitEngineJobRequest(job=job)
+        if schedule is not None:
+            req.schedule.CopyFrom(_schedule_spec(schedule, "engines", "engine", None, cron=cron, tz=tz, every=every,
+                                                 limit=None, start=None, end=None, offset=None, immediately=False,
+                                                 misfire=None, misfire_grace=None, opts={}))  # fmt: skip
+        resp = await self._call(self._rpc.submit_engine_job, req)
+        return resp.schedule if schedule is not None else resp.record
+
+    async def engine_run(self, run: str) -> epb.EngineRun:
+        """One engine run: state, attempts with exit status and timings; NotFound if none."""
+        return (await self._call(self._rpc.get_engine_run, jpb.GetEngineRunRequest(run=run))).record
+
+    async def engine_runs(self, *, page_size: int = 100) -> list[epb.EngineRun]:
+        """The namespace's engine runs, newest first (one page)."""
+        req = jpb.ListEngineRunsRequest(page_size=page_size)
+        return list((await self._call(self._rpc.list_engine_runs, req)).runs)
+
+    async def engine_run_logs(
+        self, run: str, *, after: int = 0, wait: float = 0
+    ) -> tuple[list[epb.EngineLogLine], bool]:
+        """The run's lines numbered after `after`, and whether the run is over; with
+        `wait` (seconds, at most 30), waits for the next line when there is none yet."""
+        req = jpb.ListEngineRunLogsRequest(run=run, after=after, wait_ns=int(wait * 1e9))
+        resp = await self._call(self._rpc.list_engine_run_logs, req, timeout=(self.timeout or 0) + wait)
+        return list(resp.lines), resp.finished
+
+    async def follow_engine_run(self, run: str, *, after: int = 0) -> AsyncIterator[epb.EngineLogLine]:
+        """Every line of the run's log as it comes, until the run is over."""
+        while True:
+            lines, finished = await self.engine_run_logs(run, after=after, wait=25)
+            for line in lines:
+                after = line.n
+                yield line
+            if finished:
+                return
+
+    async def wait_engine_run(self, run: str) -> epb.EngineRun:
+        """Wait for the run to finish (following its log), then its record."""
+        async for _ in self.follow_engine_run(run):
+            pass
+        return await self.engine_run(run)
+
+    async def cancel_engine_run(self, run: str) -> epb.EngineRun:
+        """Cancel a run: a waiting one at once, a running one once its process stopped."""
+        req = jpb.ControlEngineJobRequest(run=run, action=epb.EngineAction(action="cancel"))
+        return (await self._call(self._rpc.control_engine_job, req)).record
 
     # -- flows -----------------------------------------------------------------------
     async def flow(

@@ -51,7 +51,10 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `t/<ns>/flink/log/<deployment>/<seq u64>`   | LogLine (JSON)       | the deployment's lifecycle log, capped |
 | `sys/flink/busy/<ns>/<deployment>`          | empty                | a Flink action in flight: what a restarted runner resumes |
 | `sys/flink/periodic/<ns>/<deployment>`      | empty                | a RUNNING Flink deployment with a savepoint policy |
+| `t/<ns>/eng/run/<run id>`                   | EngineRun            | engine runs (loam_engines)     |
+| `t/<ns>/eng/log/<run id>/<n u32>`           | EngineLogLine        | a run's output, n from 1       |
 | `sys/tokens/<token id>`                     | TokenRecord          | API tokens (auth.py), hashed   |
+| `sys/engines/ns/<ns>`                       | empty                | namespaces with engine jobs    |
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
 | `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays         |
 
@@ -436,6 +439,42 @@ def durable_outbox(ns: str, at_ns: int, nonce: bytes) -> bytes:
 
 def durable_config(ns: str) -> bytes:
     return durable_all(ns) + b"cfg"
+# engine runs (loam_engines.runs) -----------------------------------------------------------
+def engine_runs_all(ns: str) -> bytes:
+    return ns_prefix(ns) + b"eng/run/"
+
+
+def engine_run(ns: str, run_id: str) -> bytes:
+    """`t/<ns>/eng/run/<run id>`: one engine run (EngineRun); the id is its job's ULID,
+    so byte order is age."""
+    return engine_runs_all(ns) + run_id.encode()
+
+
+def engine_run_id_from_key(ns: str, key: bytes) -> str:
+    return key[len(engine_runs_all(ns)) :].decode()
+
+
+def engine_logs(ns: str, run_id: str) -> bytes:
+    return ns_prefix(ns) + b"eng/log/" + run_id.encode() + b"/"
+
+
+def engine_log(ns: str, run_id: str, n: int) -> bytes:
+    """`t/<ns>/eng/log/<run id>/<n u32>`: one line of a run's output (EngineLogLine)."""
+    return engine_logs(ns, run_id) + U32.pack(n)
+
+
+def engine_namespaces_all() -> bytes:
+    return b"sys/engines/ns/"
+
+
+def engine_namespace(ns: str) -> bytes:
+    """`sys/engines/ns/<ns>`: a namespace that has submitted or scheduled engine jobs,
+    so a runner knows whose engine queues to lease from."""
+    return engine_namespaces_all() + ns.encode()
+
+
+def engine_namespace_from_key(key: bytes) -> str:
+    return key[len(engine_namespaces_all()) :].decode()
 
 
 # system keys (outside every tenant prefix) -----------------------------------------------

@@ -1,7 +1,8 @@
 """`create_app(router, authenticator)`: the gateway's ASGI app.
 
 - `/loam.jobs.v1.JobsService/*`: Connect JobsService (JSON, binary, gRPC-Web)
-- `/v1/...`: the REST facade (rest.py, rest_events.py, rest_console.py), documented at `/openapi.json`
+- `/v1/...`: the REST facade (rest.py, rest_events.py, rest_console.py; engine runs in
+  rest_engines.py, Flink deployments in rest_flink.py), documented at `/openapi.json`
 - `/console/`: the web console (console/, built by `make console`)
 - `/healthz` (the process is up), `/readyz` (it can serve: the store or the cores answer)
 - `/metrics`: Prometheus text (loam_common.metrics); without auth every namespace, with
@@ -37,6 +38,7 @@ from loam_gateway.auth import Authenticator
 from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix, strip_namespace
 from loam_gateway.rest import build_router
 from loam_gateway.rest_console import build_console_router
+from loam_gateway.rest_engines import build_engines_router
 from loam_gateway.rest_events import build_events_router
 from loam_gateway.rest_flink import build_flink_router
 from loam_gateway.routing import Router
@@ -171,6 +173,7 @@ def create_app(
     app.include_router(build_events_router())
     app.include_router(build_flink_router())
     app.include_router(build_console_router())  # /v1/whoami, queues:stats, ...; /console
+    app.include_router(build_engines_router())
     connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access))
     app.mount(connect_app.path, connect_app)
     app.add_middleware(NamespacePrefix, connect_app=connect_app)

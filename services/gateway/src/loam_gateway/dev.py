@@ -14,6 +14,11 @@ the server accepts connections. Ctrl-C or SIGTERM stops it: in-flight calls get 
 Without auth (`LOAM_AUTH` unset) it binds loopback only; `--auth` (or `LOAM_AUTH=on`)
 checks bearer tokens against the store (create them with `loam tokens create`).
 
+The engine runner (loam_engines) runs in the same process: the Spark Connect endpoint
+(`--spark-port`, default 15002, or any free port when 15002 is taken and no port was
+asked for; 0 = any free port) is printed as an `sc://localhost:PORT` URL, and the
+engine RPCs and SparkBatch runs are served.
+
     python -m loam_gateway.dev --host 127.0.0.1 --port 7720 --data ./.loam
 """
 
@@ -28,14 +33,16 @@ from pathlib import Path
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 from loam_durable.timers import DurableTimers
+from loam_engines.credentials import NoCredentials, StoreCredentials
+from loam_engines.engines import Engines, EngineSettings
 
 from loam_common import tracing
 from loam_common.blobs import DirBlobStore
 from loam_common.loop import configure_logging
-from loam_common.serving import run_server_main, serve
+from loam_common.serving import ServeError, run_server_main, serve
 from loam_common.store.runner import open_store
 from loam_gateway.app import DEFAULT_PORT, create_app
-from loam_gateway.auth import StoreAuthenticator, auth_on, check_bind
+from loam_gateway.auth import DevAuthenticator, StoreAuthenticator, auth_on, check_bind
 from loam_gateway.durable_mount import DurableMount
 from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
@@ -66,6 +73,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--durable-retry-ms", type=int, default=_durable_retry_ms(),
                    help="ms a pending durable task waits before its execute is sent again (LOAM_DURABLE_RETRY_MS)")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
+    spark_port = env.get("LOAM_SPARK_PORT")
+    p.add_argument("--spark-port", type=int, default=int(spark_port) if spark_port else None,
+                   help="the Spark Connect endpoint's port ($LOAM_SPARK_PORT; default 15002, 0 = any free port)")  # fmt: skip
+    p.add_argument("--sail-idle", type=float, default=float(env.get("LOAM_SAIL_IDLE_S", 300)),
+                   help="seconds a namespace's Sail server stays up with no open session ($LOAM_SAIL_IDLE_S)")  # fmt: skip
+    p.add_argument("--sail-memory-mb", type=int, default=int(env.get("LOAM_SAIL_MEMORY_MB", 0)),
+                   help="memory cap of each namespace's Sail server, MiB; it spills past it ($LOAM_SAIL_MEMORY_MB, 0 = none)")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -76,9 +90,26 @@ async def run(args: argparse.Namespace) -> None:
     blobs = DirBlobStore(data / "blobs")
     core = QueueCore(store, blobs)
     tracing.configure_from_env("loam-dev")  # OTEL_TRACES_EXPORTER=console|otlp|...; off when unset
-    router = Router(local=CoreRpc(core))
     hub = Hub()
     durable = DurableCore(store, hub, retry_ms=args.durable_retry_ms)
+    rpc = CoreRpc(core)
+    authenticator = StoreAuthenticator(store) if args.auth else None
+    engines = Engines(
+        store,
+        blobs,
+        rpc,
+        authenticator or DevAuthenticator(),
+        StoreCredentials(store) if args.auth else NoCredentials(),
+        EngineSettings(
+            data_dir=data / "engines",
+            runner_id=OWNER_ID,
+            spark_port=args.spark_port,
+            sail_idle_s=args.sail_idle,
+            sail_memory_limit_bytes=args.sail_memory_mb << 20,
+        ),  # fmt: skip
+    )
+    rpc.engines = engines.rpc
+    router = Router(local=rpc)
     loops = [
         # Same store as the core: the core's effect sink wakes what the sweeps make ready.
         SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S),
@@ -91,13 +122,16 @@ async def run(args: argparse.Namespace) -> None:
             loop.start()
 
     async def stop() -> None:
+        try:
+            await engines.stop()
+        except Exception:  # noqa: BLE001 - the loops and the store still have to stop
+            log.exception("stopping the engine runner failed")
         for loop in loops:
             try:
                 await loop.stop()
             except Exception:  # noqa: BLE001 - stopping the others and closing the store matter more
                 log.exception("stopping %s failed", loop.name)
 
-    authenticator = StoreAuthenticator(store) if args.auth else None
     app = create_app(
         router, authenticator, on_startup=start, on_shutdown=stop, durable=DurableMount(durable, hub)
     )
@@ -107,9 +141,15 @@ async def run(args: argparse.Namespace) -> None:
         print(f"loam dev: serving {url} (data in {data}, auth {'on' if args.auth else 'off'})", flush=True)
         print(f"loam dev: durable (Resonate) at {url}/resonate", flush=True)
         print(f"loam dev: the console is at {url}/console/", flush=True)
+        print(f"loam dev: spark connect on {engines.spark_url}", flush=True)
         print(f"loam dev: ready on {url}", flush=True)
 
     try:
+        # Before the HTTP server: a Spark port that is taken stops `loam dev` with one line.
+        try:
+            await engines.start()
+        except OSError as e:
+            raise ServeError(str(e)) from None
         await serve(app, args.host, args.port, on_ready=ready, log_level=args.log_level)
     finally:
         await stop()

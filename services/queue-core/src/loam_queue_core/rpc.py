@@ -5,6 +5,9 @@ and the gateway (in process, in dev) call it with the namespace they resolved fr
 caller's credential. Errors are JobsErrors (loam_common.connect_errors maps them).
 The methods the method table marks as arriving with later work (loam_common.api.methods,
 `arrives_with`) are not defined here: `AnswersUnimplemented` answers them.
+The engine methods go to the engine runner's `engines` object when one is given
+(loam_engines.rpc.EngineRpc, same `(ns, request) -> response` shape), else they
+answer Unimplemented.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 
 from loam_common import validate
 from loam_common.api.methods import AnswersUnimplemented
@@ -35,6 +41,8 @@ from loam_common.validate import Namespace
 from loam_queue_core.core import QueueCore
 from loam_queue_core.facade.job_admin import JobAdmin, job_ref
 from loam_queue_core.watch import watch as watch_stream
+
+NO_ENGINES = "the engine runner (loam_engines), which this server does not run"
 
 
 def _token(token: J.LeaseToken, has: bool, field: str = "token") -> tuple[str, str, int]:
@@ -129,9 +137,10 @@ def enqueued(r: Enqueued) -> J.Enqueued:
 class CoreRpc(AnswersUnimplemented):
     """One async method per JobsService method: `(ns, request) -> response`."""
 
-    def __init__(self, core: QueueCore) -> None:
+    def __init__(self, core: QueueCore, engines: Any = None) -> None:
         self.core = core
         self.store = core.store
+        self.engines = engines
 
     # -- producing -------------------------------------------------------------------
     async def enqueue(self, ns: Namespace, req: J.EnqueueRequest) -> J.EnqueueResponse:
@@ -247,6 +256,29 @@ class CoreRpc(AnswersUnimplemented):
 
     async def get_flow(self, ns: Namespace, req: J.GetFlowRequest) -> J.GetFlowResponse:
         return J.GetFlowResponse(flow=await self.core.flows.get(ns, req.id))
+
+    # -- engines (loam_engines) --------------------------------------------------------------
+    def _engines(self, method: str) -> Any:
+        if self.engines is None:
+            raise ConnectError(Code.UNIMPLEMENTED, f"{method} is not available: it needs {NO_ENGINES}")
+        return self.engines
+
+    async def submit_engine_job(self, ns: Namespace, req: J.SubmitEngineJobRequest) -> J.SubmitEngineJobResponse:
+        return await self._engines("submit_engine_job").submit_engine_job(ns, req)
+
+    async def control_engine_job(self, ns: Namespace, req: J.ControlEngineJobRequest) -> J.ControlEngineJobResponse:
+        return await self._engines("control_engine_job").control_engine_job(ns, req)
+
+    async def get_engine_run(self, ns: Namespace, req: J.GetEngineRunRequest) -> J.GetEngineRunResponse:
+        return await self._engines("get_engine_run").get_engine_run(ns, req)
+
+    async def list_engine_runs(self, ns: Namespace, req: J.ListEngineRunsRequest) -> J.ListEngineRunsResponse:
+        return await self._engines("list_engine_runs").list_engine_runs(ns, req)
+
+    async def list_engine_run_logs(
+        self, ns: Namespace, req: J.ListEngineRunLogsRequest
+    ) -> J.ListEngineRunLogsResponse:
+        return await self._engines("list_engine_run_logs").list_engine_run_logs(ns, req)
 
     async def watch(self, ns: Namespace, req: J.WatchRequest) -> AsyncIterator[J.WatchResponse]:
         """A snapshot, then the events after it (watch.py)."""

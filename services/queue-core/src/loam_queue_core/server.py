@@ -122,8 +122,20 @@ async def _json_object(request: Request) -> dict:
     return body
 
 
+def _engine_rpc(core: QueueCore, rpc: CoreRpc):  # noqa: ANN202 - loam_engines.rpc.EngineRpc or None
+    """The engine runs' JobsService methods, when loam_engines is installed: they need
+    only the store, the blobs and this core; the runner itself runs elsewhere."""
+    try:
+        from loam_engines.rpc import EngineRpc
+        from loam_engines.service import EngineRuns
+    except ImportError:
+        return None
+    return EngineRpc(EngineRuns(core.store, core.blobs, rpc))
+
+
 def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdown=None) -> Starlette:
     rpc = CoreRpc(core)
+    rpc.engines = _engine_rpc(core, rpc)
     auth = InternalAuth(internal_token)
     connect_app = JobsServiceASGIApplication(CoreService(rpc, auth))
 

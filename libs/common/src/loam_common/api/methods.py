@@ -185,8 +185,6 @@ def _rpc(
     )
 
 
-ENGINES_WORK = "the engines work"
-
 # Every JobsService method, in jobs.proto's order. Reads and writes: Lease writes (it
 # takes jobs); QueueAdmin and JobAdmin write (most of their ops do).
 # fmt: off
@@ -205,10 +203,12 @@ JOBS_METHODS: tuple[Method, ...] = (
     _rpc("get_schedule",       SCHEDULE, READ,  by_schedule_id,      "a schedule's record"),
     _rpc("list_schedules",     SCHEDULE, READ,  schedules,           "the namespace's schedules"),
     _rpc("get_flow",           ENQUEUE,  READ,  by_flow_id,          "a flow's record"),
-    _rpc("submit_engine_job",  ENGINE,   WRITE, anywhere,            "run a Spark or Flink job",
-         arrives_with=ENGINES_WORK),
-    _rpc("control_engine_job", ENGINE,   WRITE, anywhere,            "stop, cancel or savepoint an engine run",
-         arrives_with=ENGINES_WORK),
+    _rpc("submit_engine_job",  ENGINE,   WRITE, anywhere,            "run a Spark or Flink job"),
+    _rpc("control_engine_job", ENGINE,   WRITE, anywhere,            "stop, cancel or savepoint an engine run"),
+    _rpc("get_engine_run",     ENGINE,   READ,  anywhere,            "an engine run's record"),
+    _rpc("list_engine_runs",   ENGINE,   READ,  anywhere,            "the namespace's engine runs, newest first"),
+    _rpc("list_engine_run_logs", ENGINE, READ,  anywhere,            "an engine run's output lines, waiting up to wait_ns",
+         long_poll=True),
     _rpc("watch",              CONSUME,  READ,  by_selector,         "a snapshot, then the events after it"),
     _rpc("queue_admin",        ADMIN,    WRITE, by_queue,            "a queue's settings, counts and bulk ops"),
     _rpc("job_admin",          ADMIN,    WRITE, by_queue,            "one job: read, retry, remove, promote..."),

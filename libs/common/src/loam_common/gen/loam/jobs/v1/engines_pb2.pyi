@@ -1,8 +1,9 @@
+from loam_common.gen.loam.jobs.v1 import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -12,12 +13,31 @@ class EngineKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ENGINE_KIND_UNSPECIFIED: _ClassVar[EngineKind]
     ENGINE_KIND_SAIL: _ClassVar[EngineKind]
     ENGINE_KIND_FLINK: _ClassVar[EngineKind]
+    ENGINE_KIND_SPARK_JVM: _ClassVar[EngineKind]
+
+class EngineRunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ENGINE_RUN_STATE_UNSPECIFIED: _ClassVar[EngineRunState]
+    ENGINE_RUN_STATE_QUEUED: _ClassVar[EngineRunState]
+    ENGINE_RUN_STATE_RUNNING: _ClassVar[EngineRunState]
+    ENGINE_RUN_STATE_RETRYING: _ClassVar[EngineRunState]
+    ENGINE_RUN_STATE_SUCCEEDED: _ClassVar[EngineRunState]
+    ENGINE_RUN_STATE_FAILED: _ClassVar[EngineRunState]
+    ENGINE_RUN_STATE_CANCELED: _ClassVar[EngineRunState]
 ENGINE_KIND_UNSPECIFIED: EngineKind
 ENGINE_KIND_SAIL: EngineKind
 ENGINE_KIND_FLINK: EngineKind
+ENGINE_KIND_SPARK_JVM: EngineKind
+ENGINE_RUN_STATE_UNSPECIFIED: EngineRunState
+ENGINE_RUN_STATE_QUEUED: EngineRunState
+ENGINE_RUN_STATE_RUNNING: EngineRunState
+ENGINE_RUN_STATE_RETRYING: EngineRunState
+ENGINE_RUN_STATE_SUCCEEDED: EngineRunState
+ENGINE_RUN_STATE_FAILED: EngineRunState
+ENGINE_RUN_STATE_CANCELED: EngineRunState
 
 class EngineJob(_message.Message):
-    __slots__ = ("engine", "name", "artifact", "config")
+    __slots__ = ("engine", "name", "artifact", "config", "attempts", "backoff", "timeout_ns", "spark_batch", "spark_submit")
     class ConfigEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -29,14 +49,128 @@ class EngineJob(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_NS_FIELD_NUMBER: _ClassVar[int]
+    SPARK_BATCH_FIELD_NUMBER: _ClassVar[int]
+    SPARK_SUBMIT_FIELD_NUMBER: _ClassVar[int]
     engine: EngineKind
     name: str
     artifact: str
     config: _containers.ScalarMap[str, str]
-    def __init__(self, engine: _Optional[_Union[EngineKind, str]] = ..., name: _Optional[str] = ..., artifact: _Optional[str] = ..., config: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    attempts: int
+    backoff: _types_pb2.Backoff
+    timeout_ns: int
+    spark_batch: SparkBatch
+    spark_submit: SparkSubmit
+    def __init__(self, engine: _Optional[_Union[EngineKind, str]] = ..., name: _Optional[str] = ..., artifact: _Optional[str] = ..., config: _Optional[_Mapping[str, str]] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[_types_pb2.Backoff, _Mapping]] = ..., timeout_ns: _Optional[int] = ..., spark_batch: _Optional[_Union[SparkBatch, _Mapping]] = ..., spark_submit: _Optional[_Union[SparkSubmit, _Mapping]] = ...) -> None: ...
+
+class SparkBatch(_message.Message):
+    __slots__ = ("entrypoint", "source", "args", "conf", "python_deps")
+    class ConfEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    CONF_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_DEPS_FIELD_NUMBER: _ClassVar[int]
+    entrypoint: str
+    source: bytes
+    args: _containers.RepeatedScalarFieldContainer[str]
+    conf: _containers.ScalarMap[str, str]
+    python_deps: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, entrypoint: _Optional[str] = ..., source: _Optional[bytes] = ..., args: _Optional[_Iterable[str]] = ..., conf: _Optional[_Mapping[str, str]] = ..., python_deps: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SparkSubmit(_message.Message):
+    __slots__ = ("entrypoint", "source", "args", "conf", "master")
+    class ConfEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    CONF_FIELD_NUMBER: _ClassVar[int]
+    MASTER_FIELD_NUMBER: _ClassVar[int]
+    entrypoint: str
+    source: bytes
+    args: _containers.RepeatedScalarFieldContainer[str]
+    conf: _containers.ScalarMap[str, str]
+    master: str
+    def __init__(self, entrypoint: _Optional[str] = ..., source: _Optional[bytes] = ..., args: _Optional[_Iterable[str]] = ..., conf: _Optional[_Mapping[str, str]] = ..., master: _Optional[str] = ...) -> None: ...
 
 class EngineAction(_message.Message):
     __slots__ = ("action",)
     ACTION_FIELD_NUMBER: _ClassVar[int]
     action: str
     def __init__(self, action: _Optional[str] = ...) -> None: ...
+
+class EngineRunAttempt(_message.Message):
+    __slots__ = ("attempt", "started_ns", "finished_ns", "exit_code", "error", "runner", "pid")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_NS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_NS_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RUNNER_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    started_ns: int
+    finished_ns: int
+    exit_code: int
+    error: str
+    runner: str
+    pid: int
+    def __init__(self, attempt: _Optional[int] = ..., started_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., runner: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
+
+class EngineRun(_message.Message):
+    __slots__ = ("id", "job", "state", "created_ns", "started_ns", "finished_ns", "attempts", "exit_code", "error", "queue", "schedule", "log_count", "cancel_requested", "epoch")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_NS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_NS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_NS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    LOG_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    job: EngineJob
+    state: EngineRunState
+    created_ns: int
+    started_ns: int
+    finished_ns: int
+    attempts: _containers.RepeatedCompositeFieldContainer[EngineRunAttempt]
+    exit_code: int
+    error: str
+    queue: str
+    schedule: str
+    log_count: int
+    cancel_requested: bool
+    epoch: int
+    def __init__(self, id: _Optional[str] = ..., job: _Optional[_Union[EngineJob, _Mapping]] = ..., state: _Optional[_Union[EngineRunState, str]] = ..., created_ns: _Optional[int] = ..., started_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[EngineRunAttempt, _Mapping]]] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., queue: _Optional[str] = ..., schedule: _Optional[str] = ..., log_count: _Optional[int] = ..., cancel_requested: _Optional[bool] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class EngineLogLine(_message.Message):
+    __slots__ = ("n", "at_ns", "stream", "line")
+    N_FIELD_NUMBER: _ClassVar[int]
+    AT_NS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    n: int
+    at_ns: int
+    stream: str
+    line: str
+    def __init__(self, n: _Optional[int] = ..., at_ns: _Optional[int] = ..., stream: _Optional[str] = ..., line: _Optional[str] = ...) -> None: ...

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExchangeBindRequest, ExchangeBindResponse, ExchangeBindingsRequest, ExchangeBindingsResponse, ExchangePublishRequest, ExchangePublishResponse, ExchangeUnbindRequest, ExchangeUnbindResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetFlowRequest, GetFlowResponse, GetScheduleRequest, GetScheduleResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetManyRequest, ResultSetManyResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse
+from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExchangeBindRequest, ExchangeBindResponse, ExchangeBindingsRequest, ExchangeBindingsResponse, ExchangePublishRequest, ExchangePublishResponse, ExchangeUnbindRequest, ExchangeUnbindResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetEngineRunRequest, GetEngineRunResponse, GetFlowRequest, GetFlowResponse, GetScheduleRequest, GetScheduleResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListEngineRunLogsRequest, ListEngineRunLogsResponse, ListEngineRunsRequest, ListEngineRunsResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetManyRequest, ResultSetManyResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -99,6 +99,15 @@ class JobsService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def control_engine_job(self, request: ControlEngineJobRequest, ctx: RequestContext[ControlEngineJobRequest, ControlEngineJobResponse], /) -> ControlEngineJobResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_engine_run(self, request: GetEngineRunRequest, ctx: RequestContext[GetEngineRunRequest, GetEngineRunResponse], /) -> GetEngineRunResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_engine_runs(self, request: ListEngineRunsRequest, ctx: RequestContext[ListEngineRunsRequest, ListEngineRunsResponse], /) -> ListEngineRunsResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_engine_run_logs(self, request: ListEngineRunLogsRequest, ctx: RequestContext[ListEngineRunLogsRequest, ListEngineRunLogsResponse], /) -> ListEngineRunLogsResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     def watch(self, request: WatchRequest, ctx: RequestContext[WatchRequest, WatchResponse], /) -> AsyncIterator[WatchResponse]:
@@ -337,6 +346,39 @@ class JobsServiceASGIApplication(ConnectASGIApplication[JobsService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.control_engine_job,
+                ),
+                "/loam.jobs.v1.JobsService/GetEngineRun": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetEngineRun",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=GetEngineRunRequest,
+                        output=GetEngineRunResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_engine_run,
+                ),
+                "/loam.jobs.v1.JobsService/ListEngineRuns": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListEngineRuns",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=ListEngineRunsRequest,
+                        output=ListEngineRunsResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_engine_runs,
+                ),
+                "/loam.jobs.v1.JobsService/ListEngineRunLogs": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListEngineRunLogs",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=ListEngineRunLogsRequest,
+                        output=ListEngineRunLogsResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_engine_run_logs,
                 ),
                 "/loam.jobs.v1.JobsService/Watch": Endpoint.server_stream(
                     method=MethodInfo(
@@ -853,6 +895,66 @@ class JobsServiceClient(ConnectClient):
                 service_name="loam.jobs.v1.JobsService",
                 input=ControlEngineJobRequest,
                 output=ControlEngineJobResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def get_engine_run(
+        self,
+        request: GetEngineRunRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetEngineRunResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetEngineRun",
+                service_name="loam.jobs.v1.JobsService",
+                input=GetEngineRunRequest,
+                output=GetEngineRunResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def list_engine_runs(
+        self,
+        request: ListEngineRunsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListEngineRunsResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListEngineRuns",
+                service_name="loam.jobs.v1.JobsService",
+                input=ListEngineRunsRequest,
+                output=ListEngineRunsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def list_engine_run_logs(
+        self,
+        request: ListEngineRunLogsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListEngineRunLogsResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListEngineRunLogs",
+                service_name="loam.jobs.v1.JobsService",
+                input=ListEngineRunLogsRequest,
+                output=ListEngineRunLogsResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

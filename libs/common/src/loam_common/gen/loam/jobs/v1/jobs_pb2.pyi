@@ -401,16 +401,22 @@ class GetFlowResponse(_message.Message):
     def __init__(self, flow: _Optional[_Union[_types_pb2.FlowRecord, _Mapping]] = ...) -> None: ...
 
 class SubmitEngineJobRequest(_message.Message):
-    __slots__ = ("job",)
+    __slots__ = ("job", "schedule")
     JOB_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     job: _engines_pb2.EngineJob
-    def __init__(self, job: _Optional[_Union[_engines_pb2.EngineJob, _Mapping]] = ...) -> None: ...
+    schedule: ScheduleSpec
+    def __init__(self, job: _Optional[_Union[_engines_pb2.EngineJob, _Mapping]] = ..., schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ...) -> None: ...
 
 class SubmitEngineJobResponse(_message.Message):
-    __slots__ = ("run",)
+    __slots__ = ("run", "record", "schedule")
     RUN_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     run: str
-    def __init__(self, run: _Optional[str] = ...) -> None: ...
+    record: _engines_pb2.EngineRun
+    schedule: str
+    def __init__(self, run: _Optional[str] = ..., record: _Optional[_Union[_engines_pb2.EngineRun, _Mapping]] = ..., schedule: _Optional[str] = ...) -> None: ...
 
 class ControlEngineJobRequest(_message.Message):
     __slots__ = ("run", "action")
@@ -421,10 +427,60 @@ class ControlEngineJobRequest(_message.Message):
     def __init__(self, run: _Optional[str] = ..., action: _Optional[_Union[_engines_pb2.EngineAction, _Mapping]] = ...) -> None: ...
 
 class ControlEngineJobResponse(_message.Message):
-    __slots__ = ("action",)
+    __slots__ = ("action", "record")
     ACTION_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
     action: str
-    def __init__(self, action: _Optional[str] = ...) -> None: ...
+    record: _engines_pb2.EngineRun
+    def __init__(self, action: _Optional[str] = ..., record: _Optional[_Union[_engines_pb2.EngineRun, _Mapping]] = ...) -> None: ...
+
+class GetEngineRunRequest(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: str
+    def __init__(self, run: _Optional[str] = ...) -> None: ...
+
+class GetEngineRunResponse(_message.Message):
+    __slots__ = ("record",)
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: _engines_pb2.EngineRun
+    def __init__(self, record: _Optional[_Union[_engines_pb2.EngineRun, _Mapping]] = ...) -> None: ...
+
+class ListEngineRunsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListEngineRunsResponse(_message.Message):
+    __slots__ = ("runs", "next_page_token")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[_engines_pb2.EngineRun]
+    next_page_token: str
+    def __init__(self, runs: _Optional[_Iterable[_Union[_engines_pb2.EngineRun, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListEngineRunLogsRequest(_message.Message):
+    __slots__ = ("run", "after", "limit", "wait_ns")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    WAIT_NS_FIELD_NUMBER: _ClassVar[int]
+    run: str
+    after: int
+    limit: int
+    wait_ns: int
+    def __init__(self, run: _Optional[str] = ..., after: _Optional[int] = ..., limit: _Optional[int] = ..., wait_ns: _Optional[int] = ...) -> None: ...
+
+class ListEngineRunLogsResponse(_message.Message):
+    __slots__ = ("lines", "finished")
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    lines: _containers.RepeatedCompositeFieldContainer[_engines_pb2.EngineLogLine]
+    finished: bool
+    def __init__(self, lines: _Optional[_Iterable[_Union[_engines_pb2.EngineLogLine, _Mapping]]] = ..., finished: _Optional[bool] = ...) -> None: ...
 
 class Selector(_message.Message):
     __slots__ = ("job", "queue", "flow", "schedule")

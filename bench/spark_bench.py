@@ -1,0 +1,229 @@
+"""The Spark endpoint's costs, next to the issue's targets (spec §9; issue 20):
+
+| figure | target |
+|---|---|
+| added latency of the proxy per Spark Connect call, p50 (proxy - direct) | <= 1 ms |
+| cold start of a namespace's Sail through the proxy, to the first answer | <= 150 ms |
+| a SparkBatch run from submit to the script's first line | <= 1 s |
+
+1. A Sail server and the proxy run in this process (SailPool + SparkConnectProxy, a
+   token check that accepts one token); a PySpark 4.2 client in a subprocess times
+   `spark.range(10).count()` (one ExecutePlan plus its ReleaseExecutes) and
+   `spark.conf.get(...)` (one Config call) directly against Sail and through the proxy.
+2. Cold start: the namespace's server stopped, a raw gRPC `Config` call through the proxy
+   (no client start-up in the figure), timed to its answer; then the same call warm.
+3. `loam dev` as a subprocess (no auth); the SDK submits `print('first')` as a SparkBatch
+   run and follows its log; the figure is the line's time (the runner's clock) minus the
+   submit's start.
+
+Needs `make engines-spark`. Prints a table and writes JSON (`--out`, default
+bench/results/spark_bench.json).
+
+    .venv/bin/python bench/spark_bench.py [--calls 300] [--cold 5] [--batches 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+from loam_engines.spark.proxy import SparkConnectProxy
+from loam_engines.spark.sail import SailPool, SailSettings, find_spark_python
+
+from loam_common.auth import ACTIONS, Principal
+from loam_common.errors import Unauthenticated
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "bench-token"
+CONFIG = "/spark.connect.SparkConnectService/Config"
+
+CLIENT = r"""
+import json, sys, time
+from pyspark.sql.connect.session import SparkSession
+url, calls = sys.argv[1], int(sys.argv[2])
+spark = SparkSession.builder.remote(url).getOrCreate()
+spark.range(10).count()
+out = {}
+for name, op in (("range_count", lambda: spark.range(10).count()),
+                 ("conf_get", lambda: spark.conf.get("spark.sql.session.timeZone"))):
+    for _ in range(20):
+        op()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        op()
+        times.append((time.perf_counter() - t0) * 1000)
+    out[name] = times
+spark.stop()
+print(json.dumps(out))
+"""
+
+
+class OneToken:
+    async def authenticate(self, headers):  # noqa: ANN001, ANN201
+        if headers.get("authorization") != f"Bearer {TOKEN}":
+            raise Unauthenticated("bad token")
+        return Principal(namespace="bench", actions=ACTIONS, token_id="bench")
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return round(s[min(len(s) - 1, int(p * len(s)))], 3)
+
+
+def config_request(session: str) -> bytes:
+    """A serialised ConfigRequest{session_id, user_context{user_id}, operation{get{keys}}},
+    by hand: field 1 session id, 2 user context, 3 operation (Get = field 2 of it)."""
+
+    def ld(field: int, payload: bytes) -> bytes:
+        n, out = len(payload), b""
+        while True:
+            byte = n & 0x7F
+            n >>= 7
+            out += bytes([byte | (0x80 if n else 0)])
+            if not n:
+                break
+        return bytes([(field << 3) | 2]) + out + payload
+
+    get = ld(1, b"spark.sql.session.timeZone")
+    return ld(1, session.encode()) + ld(2, ld(1, b"bench")) + ld(3, ld(2, get))
+
+
+async def raw_config(port: int, session: str) -> float:
+    """One Config call through the proxy on a fresh channel, in ms to its answer."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        await ch.channel_ready()
+        call = ch.unary_unary(CONFIG)
+        t0 = time.perf_counter()
+        await call(config_request(session), metadata=[("authorization", f"Bearer {TOKEN}")])
+        return (time.perf_counter() - t0) * 1000
+
+
+def run_client(python: Path, url: str, calls: int) -> dict[str, list[float]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:  # PySpark needs a file, not -c
+        f.write(CLIENT)
+    try:
+        out = subprocess.run([str(python), f.name, url, str(calls)], capture_output=True, text=True, env=env,
+                             check=True, timeout=600)  # fmt: skip
+    finally:
+        os.unlink(f.name)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+async def proxy_figures(python: Path, calls: int, cold_runs: int, work: Path) -> dict:
+    pool = SailPool(SailSettings(python=python, work_dir=work / "sail", pid_dir=work / "pids", idle_s=3600))
+    proxy = SparkConnectProxy(OneToken(), {"sail": pool}, port=0)
+    port = await proxy.start()
+    try:
+        backend = await pool.acquire("bench", None)
+        pool.release(backend, None)
+        direct = await asyncio.to_thread(run_client, python, f"sc://127.0.0.1:{backend.port}", calls)
+        proxied = await asyncio.to_thread(run_client, python, f"sc://127.0.0.1:{port}/;authorization=Bearer {TOKEN}",
+                                          calls)  # fmt: skip
+        cold, warm = [], []
+        for i in range(cold_runs):
+            b = pool.backend("bench")
+            if b is not None:
+                await pool._stop(b)  # noqa: SLF001 - the bench stops it the way the idle timer does
+            cold.append(await raw_config(port, f"00000000-0000-4000-8000-{i:012d}"))
+            warm.append(await raw_config(port, f"00000000-0000-4000-8000-{i:012d}"))
+    finally:
+        await proxy.stop()
+        await pool.close()
+    out = {}
+    for op in ("range_count", "conf_get"):
+        d, p = direct[op], proxied[op]
+        out[op] = {"direct_p50_ms": pct(d, 0.5), "direct_p95_ms": pct(d, 0.95), "proxy_p50_ms": pct(p, 0.5),
+                   "proxy_p95_ms": pct(p, 0.95), "added_p50_ms": round(pct(p, 0.5) - pct(d, 0.5), 3)}  # fmt: skip
+    out["cold_start"] = {"first_answer_ms": [round(x, 1) for x in cold], "median_ms": round(statistics.median(cold), 1),
+                         "warm_median_ms": round(statistics.median(warm), 2)}  # fmt: skip
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def batch_figures(runs: int, work: Path) -> dict:
+    import loam
+
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOAM_", "SPARK_"))}
+    proc = subprocess.Popen([sys.executable, "-m", "loam_gateway.dev", "--port", str(port), "--data", str(work / "dev"),
+                             "--spark-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=env)  # fmt: skip
+    try:
+        for line in proc.stdout:
+            if "ready on" in line:
+                break
+        figures = []
+        async with loam.Client(f"http://127.0.0.1:{port}") as c:
+            for _ in range(runs):
+                t0 = time.time_ns()
+                run = await c.submit_spark(b"print('first')", entrypoint="first.py")
+                async for line in c.follow_engine_run(run.id):
+                    if line.stream == "stdout":
+                        figures.append((line.at_ns - t0) / 1e6)
+                        break
+                await c.wait_engine_run(run.id)
+        return {"submit_to_first_line_ms": [round(x, 1) for x in figures],
+                "median_ms": round(statistics.median(figures), 1)}  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+async def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--cold", type=int, default=5)
+    p.add_argument("--batches", type=int, default=5)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "spark_bench.json")
+    args = p.parse_args()
+    python = find_spark_python()
+    if python is None:
+        print("no Spark environment: run `make engines-spark`", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        report = {
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "load_avg": os.getloadavg(),
+            },
+            "proxy": await proxy_figures(python, args.calls, args.cold, work),
+            "batch": await batch_figures(args.batches, work),
+        }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    px, b = report["proxy"], report["batch"]
+    print(f"{'figure':58} {'value':>10} {'target':>8}")
+    for op in ("conf_get", "range_count"):
+        f = px[op]
+        print(f"{'proxy added p50, ' + op + ' (' + str(f['direct_p50_ms']) + ' -> ' + str(f['proxy_p50_ms']) + ' ms)':58} "
+              f"{f['added_p50_ms']:>8} ms {'<= 1 ms':>8}")  # fmt: skip
+    print(f"{'cold start through the proxy to the first answer (median)':58} {px['cold_start']['median_ms']:>8} ms "
+          f"{'<= 150':>8}")  # fmt: skip
+    print(f"{'SparkBatch submit to first line (median)':58} {b['median_ms']:>8} ms {'<= 1000':>8}")
+    print(f"load average {report['machine']['load_avg']}; JSON in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

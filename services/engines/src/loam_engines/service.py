@@ -1,0 +1,233 @@
+"""`EngineRuns`: the engine-run facade, the one place that runs the transactions of
+runs.py. The transports (the JobsService engine methods, REST `/v1/engines/...`) and
+the runner call it; nothing else touches the run records.
+
+A submit stores the script as an artifact (the blob store, content-addressed), then
+hands the run to the queue core as a job on the kind's queue (`engines.spark` for
+SparkBatch, `engines.spark-jvm` for SparkSubmit) with the run's attempts and backoff as
+the job's, or as a Loam schedule that enqueues such a job per tick. The queue core does
+the admission, the retries and the schedule; the runner leases those jobs.
+
+`jobs` is anything with the JobsService methods as `(ns, request) -> response` (the
+queue core's CoreRpc in process, a Connect client otherwise): this package sees the
+queue core only through its protobuf surface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Callable
+from typing import Any
+
+from loam_common import validate
+from loam_common.blobs import BlobStore
+from loam_common.errors import InvalidArgument, InvalidState
+from loam_common.gen.loam.jobs.v1 import engines_pb2 as E
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.store.runner import Store
+from loam_engines import runs
+from loam_engines.spark.pydeps import check_requirements
+
+# spec kind (EngineJob's oneof) -> the queue its runs wait on
+QUEUES: dict[str, str] = {"spark_batch": "engines.spark", "spark_submit": "engines.spark-jvm"}
+KIND_ENGINE = {"spark_batch": E.ENGINE_KIND_SAIL, "spark_submit": E.ENGINE_KIND_SPARK_JVM}
+CONTENT_TYPE = "application/x-protobuf; type=loam.jobs.v1.EngineJob"
+MAX_SOURCE_BYTES = 10 * 1024 * 1024
+MAX_ATTEMPTS = 100
+DEFAULT_TIMEOUT_NS = 3600 * 10**9
+MAX_TIMEOUT_NS = 7 * 24 * 3600 * 10**9
+MAX_WAIT_NS = 30 * 10**9
+_ENTRYPOINT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.py")
+
+
+def spec_kind(job: E.EngineJob) -> str:
+    kind = job.WhichOneof("spec")
+    if kind not in QUEUES:
+        raise InvalidArgument("job", f"set one of {', '.join(QUEUES)}")
+    return kind
+
+
+def _check(job: E.EngineJob) -> str:
+    """The kind of a valid job; InvalidArgument naming the field otherwise."""
+    kind = spec_kind(job)
+    spec = getattr(job, kind)
+    if not _ENTRYPOINT.fullmatch(spec.entrypoint):
+        raise InvalidArgument(
+            f"job.{kind}.entrypoint", f"{spec.entrypoint!r} is not a script file name like job.py"
+        )
+    if not spec.source and not job.artifact:
+        raise InvalidArgument(f"job.{kind}.source", "is empty: send the script")
+    if len(spec.source) > MAX_SOURCE_BYTES:
+        raise InvalidArgument(f"job.{kind}.source", f"is over {MAX_SOURCE_BYTES} bytes")
+    if len(spec.args) > 256:
+        raise InvalidArgument(f"job.{kind}.args", "at most 256")
+    for i, a in enumerate(spec.args):
+        validate.text(f"job.{kind}.args[{i}]", a, 4096)
+        if "\0" in a:
+            raise InvalidArgument(f"job.{kind}.args[{i}]", "contains a NUL byte")
+    for k, v in spec.conf.items():
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,256}", k):
+            raise InvalidArgument(f"job.{kind}.conf", f"{k!r} is not a Spark conf key")
+        validate.text(f"job.{kind}.conf[{k}]", v, 4096)
+    if kind == "spark_batch":
+        check_requirements(spec.python_deps, "job.spark_batch.python_deps")
+    if job.attempts > MAX_ATTEMPTS:
+        raise InvalidArgument("job.attempts", f"at most {MAX_ATTEMPTS}")
+    if not 0 <= job.timeout_ns <= MAX_TIMEOUT_NS:
+        raise InvalidArgument("job.timeout_ns", "must be between 0 (one hour) and 7 days")
+    validate.text("job.name", job.name, 256)
+    return kind
+
+
+def job_from_payload(payload: pb.Payload) -> E.EngineJob:
+    return E.EngineJob.FromString(payload.data)
+
+
+class EngineRuns:
+    def __init__(self, store: Store, blobs: BlobStore, jobs: Any) -> None:
+        self.store = store
+        self.blobs = blobs
+        self.jobs = jobs
+        # Hooks the in-process runner sets: a namespace has engine jobs now; cancel a run.
+        self.on_namespace: Callable[[str], None] | None = None
+        self.on_cancel: Callable[[str, str], bool] | None = None
+        self._log_waiters: dict[tuple[str, str], asyncio.Event] = {}
+
+    # -- submit --------------------------------------------------------------------------
+    async def submit(
+        self, ns: str, job: E.EngineJob, schedule: J.ScheduleSpec | None = None
+    ) -> tuple[E.EngineRun | None, str]:
+        """(the run, "") or, with a schedule, (None, the schedule's id)."""
+        validate.name("namespace", ns)
+        kind = _check(job)
+        stored = E.EngineJob()
+        stored.CopyFrom(job)
+        stored.engine = KIND_ENGINE[kind]
+        spec = getattr(stored, kind)
+        if spec.source:
+            digest = hashlib.sha256(spec.source).hexdigest()
+            ref = f"{ns}/engines/{digest}/{spec.entrypoint}"
+            await self.blobs.put(ref, spec.source)  # content-addressed: a resubmit rewrites the same
+            stored.artifact = ref
+            spec.ClearField("source")
+        task = pb.TaskSpec(
+            name=kind, payload=pb.Payload(data=stored.SerializeToString(), content_type=CONTENT_TYPE)
+        )
+        opts = pb.EnqueueOpts(attempts=max(1, job.attempts))
+        if job.HasField("backoff"):
+            opts.backoff.CopyFrom(job.backoff)
+        queue = QUEUES[kind]
+        await self.store.transact(runs.engine_namespace_register, ns)
+        if self.on_namespace is not None:
+            self.on_namespace(ns)
+        if schedule is not None:
+            spec_ = J.ScheduleSpec()
+            spec_.CopyFrom(schedule)
+            spec_.queue = queue
+            spec_.task.CopyFrom(task)
+            spec_.opts.CopyFrom(opts)
+            resp = await self.jobs.schedule(ns, J.ScheduleRequest(spec=spec_))
+            return None, resp.id
+        resp = await self.jobs.enqueue(ns, J.EnqueueRequest(queue=queue, task=task, opts=opts))
+        run = E.EngineRun(id=resp.enqueued.job, job=stored, state=runs.QUEUED, queue=queue)
+        return await self.store.transact(runs.run_create_if_absent, ns, run), ""
+
+    # -- reads ---------------------------------------------------------------------------
+    async def get(self, ns: str, run_id: str) -> E.EngineRun:
+        validate.name("run", run_id)
+        return await self.store.snapshot(runs.run_get, ns, run_id)
+
+    async def list(self, ns: str, page_size: int = 0, page_token: str = "") -> tuple[list[E.EngineRun], str]:
+        validate.name("namespace", ns)
+        size = page_size or 100
+        validate.in_range("page_size", size, 1, 1000)
+        if page_token:
+            validate.name("page_token", page_token)
+        page = await self.store.snapshot(runs.run_list, ns, size + 1, page_token)
+        more = len(page) > size
+        page = page[:size]
+        return page, (page[-1].id if more and page else "")
+
+    async def logs(
+        self, ns: str, run_id: str, after: int = 0, limit: int = 0, wait_ns: int = 0
+    ) -> tuple[list[E.EngineLogLine], bool]:
+        """Lines numbered after `after`, and whether the run is over. With none yet and
+        `wait_ns`, waits for the next line (or the end) up to that long."""
+        validate.name("run", run_id)
+        limit = limit or 1000
+        validate.in_range("limit", limit, 1, 10_000)
+        validate.in_range("wait_ns", wait_ns, 0, MAX_WAIT_NS)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ns / 1e9
+        event: asyncio.Event | None = None
+        while True:
+            lines, run = await self.store.snapshot(runs.run_logs, ns, run_id, after, limit)
+            finished = run.state in runs.FINISHED
+            left = deadline - loop.time()
+            if lines or finished or left <= 0:
+                return lines, finished and len(lines) < limit
+            if event is None:
+                # Register, then read again: a line written between the two is not missed.
+                event = self._log_waiters.setdefault((ns, run_id), asyncio.Event())
+                continue
+            try:
+                await asyncio.wait_for(event.wait(), left)
+            except TimeoutError:
+                pass
+            event = None
+
+    def _changed(self, ns: str, run_id: str) -> None:
+        event = self._log_waiters.pop((ns, run_id), None)
+        if event is not None:
+            event.set()
+
+    # -- cancel --------------------------------------------------------------------------
+    async def cancel(self, ns: str, run_id: str) -> E.EngineRun:
+        run = await self.get(ns, run_id)
+        if run.state in runs.FINISHED:
+            raise InvalidState(run_id, runs.state_name(run.state), "canceled",
+                               f"engine run {run_id} is already {runs.state_name(run.state)}")  # fmt: skip
+        running = run.state == runs.RUNNING
+        if not running:
+            # Waiting or between attempts: the job itself is canceled; a lease that wins
+            # the race sees `cancel_requested` and drops the job.
+            try:
+                await self.jobs.job_admin(ns, J.JobAdminRequest(queue=run.queue, job=run_id,
+                                                                op=J.JobOp(cancel=J.JobOp.Cancel())))  # fmt: skip
+            except Exception:  # noqa: BLE001 - leased meanwhile: the runner stops it below
+                running = True
+        run = await self.store.transact(runs.run_cancel_if_unfinished, ns, run_id, running)
+        if running and self.on_cancel is not None:
+            self.on_cancel(ns, run_id)
+        self._changed(ns, run_id)
+        return run
+
+    # -- the runner's side ---------------------------------------------------------------
+    async def namespaces(self) -> list[str]:
+        return await self.store.snapshot(runs.engine_namespaces)
+
+    async def attempt_started(self, ns: str, start: runs.AttemptStart) -> E.EngineRun | None:
+        run = await self.store.transact(runs.run_start_attempt_if_runnable, ns, start)
+        self._changed(ns, start.run_id)
+        return run
+
+    async def attempt_pid(self, ns: str, run_id: str, pid: int) -> None:
+        await self.store.transact(runs.run_set_pid, ns, run_id, pid)
+
+    async def append_logs(self, ns: str, run_id: str, lines: list[tuple[int, str, str]]) -> None:
+        if lines:
+            await self.store.transact(runs.run_append_logs, ns, run_id, lines)
+            self._changed(ns, run_id)
+
+    async def attempt_finished(
+        self, ns: str, run_id: str, state: int, exit_code: int | None, error: str
+    ) -> E.EngineRun:
+        run = await self.store.transact(runs.run_finish_attempt, ns, run_id, state, exit_code, error)
+        self._changed(ns, run_id)
+        return run
+
+    async def running_on(self, ns: str, runner: str) -> list[E.EngineRun]:
+        return await self.store.snapshot(runs.runs_running_on, ns, runner)
