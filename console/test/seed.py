@@ -60,12 +60,17 @@ async def jobs(url: str, token: str, prefix: str) -> dict[str, str]:
         out["failed"] = (await c.enqueue(emails, "send-invoice", {"to": "bob@example.com", "amount": 42})).id
         for attempt in (1, 2):
             [held] = await c.lease(emails, worker="worker-1")
-            await c.complete(held.token, Outcome.retry(boom(attempt), after=0) if attempt == 1 else Outcome.fail(boom(attempt)))
+            await c.complete(
+                held.token,
+                Outcome.retry(boom(attempt), after=0) if attempt == 1 else Outcome.fail(boom(attempt)),
+            )
         out["active"] = (await c.enqueue(emails, "send-digest", {"to": "cy@example.com"})).id
         [held] = await c.lease(emails, worker="worker-2", max=1)
         out["active_token_job"] = held.id
         for i in range(3):
-            out[f"waiting{i}"] = (await c.enqueue(emails, "send-newsletter", {"to": f"user{i}@example.com"})).id
+            out[f"waiting{i}"] = (
+                await c.enqueue(emails, "send-newsletter", {"to": f"user{i}@example.com"})
+            ).id
         out["prioritized"] = (await c.enqueue(emails, "send-alert", {"to": "ops@example.com"}, priority=5)).id
         out["delayed"] = (await c.enqueue(emails, "send-reminder", {"to": "dee@example.com"}, delay=3600)).id
         out["dead"] = (await c.enqueue(orders, "charge", {"order": 7})).id

@@ -10,6 +10,7 @@ import json
 
 import httpx
 import pytest
+
 from loam_common import auth
 from loam_common.blobs import DirBlobStore
 from loam_gateway.app import create_app
@@ -98,7 +99,9 @@ async def test_a_viewer_reads_everything_and_changes_nothing(gateway, token, dum
 async def test_change_priority_moves_a_waiting_job_and_refuses_bad_input(gateway, token, dump):
     admin = await token("acme", auth.ADMIN, auth.ENQUEUE)
     job = await enqueue(gateway, admin, "emails")
-    r = await gateway.post(f"/v1/queues/emails/jobs/{job}:change-priority", json={"priority": 9}, headers=admin)
+    r = await gateway.post(
+        f"/v1/queues/emails/jobs/{job}:change-priority", json={"priority": 9}, headers=admin
+    )
     assert r.status_code == 200, r.text
     assert (r.json()["job"]["priority"], r.json()["job"]["state"]) == (9, "prioritized")
     before = await dump()
@@ -130,7 +133,12 @@ async def test_one_stream_carries_several_queues_and_resumes_from_its_cursor(gat
     await enqueue(gateway, admin, "b")
 
     async def watch(limit: int, cursor: str | None = None) -> list[dict[str, str]]:
-        params = {"queue": ["a", "b"], "data": "json", "limit": limit, **({"cursor": cursor} if cursor else {})}
+        params = {
+            "queue": ["a", "b"],
+            "data": "json",
+            "limit": limit,
+            **({"cursor": cursor} if cursor else {}),
+        }
         r = await gateway.get("/v1/events", params=params, headers=admin)
         assert r.status_code == 200, r.text
         return sse_messages(r.text)
@@ -150,9 +158,13 @@ async def test_one_stream_carries_several_queues_and_resumes_from_its_cursor(gat
     resumed = asyncio.create_task(watch(2, events[-1]["id"]))
     await asyncio.sleep(0.2)
     jc = await enqueue(gateway, admin, "b", "third")
-    later = [m for m in await asyncio.wait_for(resumed, 10) if m.get("event", "").startswith("io.loams.dev.jobs.")]
+    later = [
+        m for m in await asyncio.wait_for(resumed, 10) if m.get("event", "").startswith("io.loams.dev.jobs.")
+    ]
     assert [(m["event"], json.loads(m["data"])["data"]["job_id"]) for m in later] == [
-        ("io.loams.dev.jobs.added.v1", jc), ("io.loams.dev.jobs.waiting.v1", jc)]
+        ("io.loams.dev.jobs.added.v1", jc),
+        ("io.loams.dev.jobs.waiting.v1", jc),
+    ]
     assert not any(m.get("event") == "snapshot" for m in await asyncio.wait_for(resumed, 0))
 
     r = await gateway.get("/v1/events", params={"queue": "a", "cursor": "not-a-cursor!"}, headers=admin)
@@ -266,7 +278,11 @@ async def test_a_batch_acts_on_a_selection_or_a_filter_and_records_failures(gate
     body = {"action": "remove", "filter": {"state": "waiting", "name": "ping"}}
     r = await gateway.post("/v1/queues/emails/batches", json=body, headers=admin)
     done = await wait_batch(gateway, admin, r.json() | {"version": 0})
-    assert (done["total"], done["succeeded"], done["failed"]) == (3, 3, 0)  # ids 4, 6, 8 (0 and 2 were canceled)
+    assert (done["total"], done["succeeded"], done["failed"]) == (
+        3,
+        3,
+        0,
+    )  # ids 4, 6, 8 (0 and 2 were canceled)
     r = await gateway.get("/v1/queues/emails/jobs", params={"state": "waiting"}, headers=admin)
     assert sorted(j["id"] for j in r.json()["jobs"]) == sorted(ids[i] for i in (3, 5, 7, 9))
 
@@ -277,7 +293,9 @@ async def test_a_batch_acts_on_a_selection_or_a_filter_and_records_failures(gate
         assert (r.status_code, r.json()["code"]) == (400, "invalid_argument"), (bad, r.text)
     r = await gateway.post("/v1/queues/nope/batches", json={"action": "retry", "ids": ["x"]}, headers=admin)
     assert r.status_code == 404
-    r = await gateway.post("/v1/queues/emails/batches", json={"action": "retry", "ids": ["x"]}, headers=viewer)
+    r = await gateway.post(
+        "/v1/queues/emails/batches", json={"action": "retry", "ids": ["x"]}, headers=viewer
+    )
     assert r.status_code == 403
     assert await dump() == before
     assert (await gateway.get("/v1/batches/0123456789abcdef", headers=admin)).status_code == 404
@@ -292,7 +310,9 @@ async def test_edit_then_retry_and_the_redrive_preview(gateway, token, dump):
     first = await enqueue(gateway, admin, "orders", "charge")
     await enqueue(gateway, admin, "orders", "charge")
     for _ in range(2):
-        r = await gateway.post("/loam.jobs.v1.JobsService/Lease", headers=admin, json={"queues": ["orders"], "worker": "w"})
+        r = await gateway.post(
+            "/loam.jobs.v1.JobsService/Lease", headers=admin, json={"queues": ["orders"], "worker": "w"}
+        )
         (lease,) = r.json()["leases"]
         r = await gateway.post("/loam.jobs.v1.JobsService/Complete", headers=admin,
                                json={"token": lease["token"], "outcome": {"fail": {"error": {"message": "bad card"}, "dead_letter": True}}})  # fmt: skip
@@ -303,16 +323,22 @@ async def test_edit_then_retry_and_the_redrive_preview(gateway, token, dump):
     preview = r.json()
     assert preview["ready"] == 2 and preview["to_queues"] == {"orders": 2}
     assert {m["job"]["origin_queue"] or "orders" for m in preview["sample"]} == {"orders"}
-    assert (await gateway.get("/v1/queues/orders", headers=admin)).json()["counts"]["waiting"] == 0  # a preview moves nothing
+    assert (await gateway.get("/v1/queues/orders", headers=admin)).json()["counts"][
+        "waiting"
+    ] == 0  # a preview moves nothing
 
     # a waiting job is refused before its payload changes
     waiting = await enqueue(gateway, admin, "orders", "charge")
     before = await dump()
-    r = await gateway.post(f"/v1/queues/orders/jobs/{waiting}:retry-with-payload", json={"data": {"card": "new"}}, headers=admin)
+    r = await gateway.post(
+        f"/v1/queues/orders/jobs/{waiting}:retry-with-payload", json={"data": {"card": "new"}}, headers=admin
+    )
     assert (r.status_code, r.json()["code"]) == (400, "failed_precondition"), r.text
     assert await dump() == before
     # a dead-lettered one runs again with the new payload
-    r = await gateway.post(f"/v1/queues/orders/jobs/{first}:retry-with-payload", json={"data": {"card": "new"}}, headers=admin)
+    r = await gateway.post(
+        f"/v1/queues/orders/jobs/{first}:retry-with-payload", json={"data": {"card": "new"}}, headers=admin
+    )
     assert r.status_code == 200, r.text
     job = (await gateway.get(f"/v1/queues/orders/jobs/{first}", headers=admin)).json()["job"]
     assert job["state"] == "waiting" and job["payload"]["data"] == {"card": "new"}
@@ -323,10 +349,16 @@ async def test_failures_are_grouped_by_signature_and_a_group_is_retried_as_a_bat
     r = await gateway.post("/loam.jobs.v1.JobsService/QueueAdmin", headers=admin,
                            json={"queue": "pay", "op": {"create": {"config": {"name": "pay", "attempts": 1}}}})  # fmt: skip
     assert r.status_code == 200, r.text
-    messages = [f"card {1000 + i} declined" for i in range(4)] + ["KeyError: 'user_7'", "KeyError: 'user_9'", "boom"]
+    messages = [f"card {1000 + i} declined" for i in range(4)] + [
+        "KeyError: 'user_7'",
+        "KeyError: 'user_9'",
+        "boom",
+    ]
     for message in messages:
         await enqueue(gateway, admin, "pay", "charge")
-        r = await gateway.post("/loam.jobs.v1.JobsService/Lease", headers=admin, json={"queues": ["pay"], "worker": "w"})
+        r = await gateway.post(
+            "/loam.jobs.v1.JobsService/Lease", headers=admin, json={"queues": ["pay"], "worker": "w"}
+        )
         (lease,) = r.json()["leases"]
         r = await gateway.post("/loam.jobs.v1.JobsService/Complete", headers=admin,
                                json={"token": lease["token"], "outcome": {"fail": {"error": {"message": message, "code": "E"}}}})  # fmt: skip
@@ -353,15 +385,23 @@ async def test_export_streams_the_filtered_set_as_ndjson_json_or_csv(gateway, to
 
     admin = await token("acme", auth.ADMIN, auth.ENQUEUE)
     for i in range(7):
-        await gateway.post("/v1/queues/emails/jobs", json={"name": "send" if i % 2 else "ping", "data": {"n": i}}, headers=admin)
-    r = await gateway.get("/v1/queues/emails/jobs:export", params={"format": "ndjson", "name": "send"}, headers=admin)
+        await gateway.post(
+            "/v1/queues/emails/jobs",
+            json={"name": "send" if i % 2 else "ping", "data": {"n": i}},
+            headers=admin,
+        )
+    r = await gateway.get(
+        "/v1/queues/emails/jobs:export", params={"format": "ndjson", "name": "send"}, headers=admin
+    )
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
     lines = [json.loads(x) for x in r.text.splitlines()]
     assert sorted(x["payload"]["data"]["n"] for x in lines) == [1, 3, 5]
     r = await gateway.get("/v1/queues/emails/jobs:export", params={"format": "json", "text": '"n": 4', "in": "payload"},
                           headers=admin)  # fmt: skip
     assert [x["payload"]["data"]["n"] for x in r.json()] == [4]
-    r = await gateway.get("/v1/queues/emails/jobs:export", params={"format": "csv", "limit": 2}, headers=admin)
+    r = await gateway.get(
+        "/v1/queues/emails/jobs:export", params={"format": "csv", "limit": 2}, headers=admin
+    )
     rows = list(csv.reader(io.StringIO(r.text)))
     assert rows[0][:4] == ["id", "queue", "name", "state"] and len(rows) == 3
     r = await gateway.get("/v1/queues/nope/jobs:export", headers=admin)

@@ -50,12 +50,9 @@ def test_every_action_is_one_a_token_can_hold():
     for op in OPERATIONS.values():
         assert op.action in auth.ACTIONS, op.name
     assert {o.name for o in OTHER_OPERATIONS} == {
-        "queue_list",
-        "events_export",
-        "metrics",
-        "resonate",
-        "resonate_schedule",
-    }
+        "queue_list", "events_export", "metrics", "queue_get", "job_get", "workers",
+        "resonate", "resonate_schedule",
+    }  # fmt: skip
     assert not set(METHODS) & {o.name for o in OTHER_OPERATIONS}
 
 
@@ -73,8 +70,16 @@ def test_actions_are_what_the_gateway_checked_before():
         auth.ENGINE: {
             "submit_engine_job", "control_engine_job", "get_engine_run", "list_engine_runs", "list_engine_run_logs"
         },
-        auth.ADMIN: {"queue_admin", "job_admin", "query", "queue_list", "events_export", "metrics"},
+        auth.ADMIN: {"queue_admin", "job_admin", "query", "queue_list", "events_export", "metrics"}
+        | {"queue_get", "job_get", "workers"},  # REST reads the console added (decision 0028)
     }
+
+
+def test_a_read_token_may_call_exactly_the_reads():
+    """jobs:read (the console's viewer) opens the operations the table marks as reads."""
+    reads = {op.name for op in OPERATIONS.values() if not op.writes}
+    assert {"query", "queue_list", "queue_get", "job_get", "workers", "watch", "list_schedules"} <= reads
+    assert not reads & {"queue_admin", "job_admin", "enqueue", "lease", "complete", "schedule", "result_set"}
 
 
 def test_a_name_not_in_the_table_is_refused_where_it_is_named():

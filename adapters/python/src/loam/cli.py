@@ -221,7 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     output = _common(connection=False)
     tokens = _group(sub, "tokens", "API tokens, directly on the store")
     c = tokens.add_parser("create", parents=[output], help="make a token (shown once)")
-    c.add_argument("--namespace", "-n", dest="token_namespace", required=True, help="the namespace it acts in")
+    c.add_argument(
+        "--namespace", "-n", dest="token_namespace", required=True, help="the namespace it acts in"
+    )
     c.add_argument("--actions", required=True, help="comma-separated: jobs:enqueue, jobs:consume, jobs:admin, jobs:schedule, jobs:engine, jobs:read (read only)")  # fmt: skip
     c.add_argument("--name", default="", help="a label for listings")
     c.add_argument("--expires", type=float, help="seconds until it expires (default never)")

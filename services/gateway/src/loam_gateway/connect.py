@@ -3,7 +3,9 @@ actions), check the method's action, and hand the request to the Router. Nothing
 happens here; the REST facade uses the same `Access` and the same Router.
 
 The action each method needs is its `action` in the method table
-(loam_common.api.methods), as is every REST-only operation's. Without an
+(loam_common.api.methods), as is every REST-only operation's; an operation the table
+marks as a read is also open to a `jobs:read` token (the console's viewer role).
+Without an
 authenticator (dev, loopback only) every action is allowed and the namespace is the
 `x-loam-namespace` header (which a `/ns/<ns>/...` URL prefix sets, see
 `NamespacePrefix`), or `default`. With one, the namespace comes from the credential
@@ -15,10 +17,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from loam_common import auth
 from loam_common.api.headers import NAMESPACE_HEADER
-from loam_common.api.methods import VIEWER_READS, Method, Operation
+from loam_common.api.methods import Method, Operation
 from loam_common.api.service import JobsServiceHandlers
-from loam_common.auth import READ, Principal
+from loam_common.auth import Principal
 from loam_common.errors import PermissionDenied
 from loam_gateway.auth import Authenticator, DevAuthenticator, require
 from loam_gateway.routing import Router
@@ -34,7 +37,7 @@ class Access:
 
     async def check(self, headers: Mapping[str, str], operation: Operation) -> Principal:
         principal = await self.identify(headers)
-        if self._dev is None and not (operation.name in VIEWER_READS and principal.can(READ)):
+        if self._dev is None and not (not operation.writes and principal.can(auth.READ)):
             require(principal, operation.action)
         return principal
 

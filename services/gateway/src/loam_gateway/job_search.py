@@ -15,6 +15,7 @@ SearchField = Literal["any", "id", "name", "payload", "result", "error"]
 
 def job_matches(job: pb.Job, needle: str, field: str) -> bool:
     """Does `needle` (lower case) occur in the job's `field` (case-insensitive)?"""
+
     def has(text: str | bytes) -> bool:
         if isinstance(text, bytes):
             text = text.decode("utf-8", "replace")
@@ -33,7 +34,9 @@ def job_matches(job: pb.Job, needle: str, field: str) -> bool:
 
 
 # What varies between two failures of one cause: numbers, ids, hex, quoted values.
-_VARYING = re.compile(r"""'[^']*'|"[^"]*"|\b0x[0-9a-fA-F]+\b|\b[0-9A-Za-z]*\d[0-9A-Za-z_-]{7,}\b|\d+(\.\d+)?""")
+_VARYING = re.compile(
+    r"""'[^']*'|"[^"]*"|\b0x[0-9a-fA-F]+\b|\b[0-9A-Za-z]*\d[0-9A-Za-z_-]{7,}\b|\d+(\.\d+)?"""
+)
 SIGNATURE_MAX = 200
 
 

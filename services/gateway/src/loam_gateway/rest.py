@@ -172,7 +172,9 @@ class JobView(BaseModel):
     log_count: int
     origin_queue: str
     headers: dict[str, str]
-    parents: list[JobRefView] = Field(default_factory=list, description="the jobs that wait on this one (flows)")
+    parents: list[JobRefView] = Field(
+        default_factory=list, description="the jobs that wait on this one (flows)"
+    )
     flow: str = Field("", description="the flow this job is a node of")
     children: int = Field(0, description="dependencies ever registered (this job is a parent)")
     pending_children: int = Field(0, description="dependencies not finished yet")
@@ -644,12 +646,24 @@ def build_router() -> APIRouter:
     # -- queues ------------------------------------------------------------------------------
     @api.get("/queues", response_model=QueueList, tags=["queues"], summary="List queues with their counts")
     async def list_queues(request: Request, p: Principal = caller("queue_list")) -> QueueList:
-        rows = await router_of(request).queue_list_counts(p.namespace)
+        rows = await router_of(request).queue_list_with_counts(p.namespace)
         return QueueList(queues=[QueueSummary(name=name, counts=counts_view(c)) for name, c in rows])
 
-    @api.get("/queues/{queue}", response_model=QueueDetail, tags=["queues"], summary="A queue's settings and counts")
-    async def get_queue(request: Request, queue: QueueName, p: Principal = caller("queue_get")) -> QueueDetail:
-        r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))))
+    @api.get(
+        "/queues/{queue}",
+        response_model=QueueDetail,
+        tags=["queues"],
+        summary="A queue's settings and counts",
+    )
+    async def get_queue(
+        request: Request, queue: QueueName, p: Principal = caller("queue_get")
+    ) -> QueueDetail:
+        r = await call(
+            request,
+            p,
+            "queue_admin",
+            _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))),
+        )
         return QueueDetail(name=queue, config=config_view(r.config), counts=counts_view(r.counts))
 
     async def queue_op(request: Request, p: Principal, queue: str, op: J.QueueOp) -> QueueActionResult:
@@ -766,7 +780,9 @@ def build_router() -> APIRouter:
 
     @api.get("/queues/{queue}/jobs/{job}", response_model=JobDetail, tags=["jobs"],
              summary="One job with its logs and error history")  # fmt: skip
-    async def get_job(request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_get")) -> JobDetail:
+    async def get_job(
+        request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_get")
+    ) -> JobDetail:
         got = await job_op(request, p, queue, job, J.JobOp(get={}))
         logs = await job_op(request, p, queue, got.job.id, J.JobOp(logs={}))
         return JobDetail(

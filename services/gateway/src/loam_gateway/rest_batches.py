@@ -29,13 +29,14 @@ from typing import Annotated, Any, Literal
 
 from connectrpc.errors import ConnectError
 from fastapi import APIRouter, Depends, Path, Query, Request
+from pydantic import BaseModel, Field, model_validator
+
+from loam_common.api.methods import operation
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from pydantic import BaseModel, Field, model_validator
-
 from loam_gateway.job_search import SearchField, error_signature, job_matches
 from loam_gateway.rest import ERROR_RESPONSES, QueueName, StateName, _Model, _proto
 
@@ -56,14 +57,19 @@ class BatchFilter(_Model):
     name: str | None = Field(None, max_length=256, description="only this task name")
     text: str | None = Field(None, min_length=1, max_length=256, description="only jobs containing this text")
     field: SearchField = Field("any", description="where to look for the text")
-    signature: str | None = Field(None, max_length=256, description="only jobs with this error signature (GET .../failures)")
+    signature: str | None = Field(
+        None, max_length=256, description="only jobs with this error signature (GET .../failures)"
+    )
 
 
 class BatchBody(_Model):
     action: BatchAction
     ids: list[Annotated[str, Field(min_length=1, max_length=1024)]] | None = Field(
-        None, max_length=MAX_IDS, description="these jobs (ids or job keys)")
-    filter: BatchFilter | None = Field(None, description="every job matching this, as listed when the batch runs")
+        None, max_length=MAX_IDS, description="these jobs (ids or job keys)"
+    )
+    filter: BatchFilter | None = Field(
+        None, description="every job matching this, as listed when the batch runs"
+    )
 
     @model_validator(mode="after")
     def _one_selection(self) -> BatchBody:
@@ -116,18 +122,28 @@ async def _selected(router, ns: str, queue: str, body: BatchBody):
     needle = f.text.lower() if f.text else None
     token = ""
     while True:
-        req = J.QueryRequest(queue=queue, states=[S.BY_NAME[f.state]], name=f.name or "", page_size=PAGE, page_token=token)
+        req = J.QueryRequest(
+            queue=queue, states=[S.BY_NAME[f.state]], name=f.name or "", page_size=PAGE, page_token=token
+        )
         r = await router.call(ns, "query", req)
-        yield [j.id for j in r.jobs if (needle is None or job_matches(j, needle, f.field))
-               and (f.signature is None or error_signature(j) == f.signature)]
+        yield [
+            j.id
+            for j in r.jobs
+            if (needle is None or job_matches(j, needle, f.field))
+            and (f.signature is None or error_signature(j) == f.signature)
+        ]
         token = r.next_page_token
         if not token:
             return
 
 
 async def _save(router, ns: str, view: BatchView) -> None:
-    value = pb.Payload(data=view.model_dump_json(exclude={"version"}).encode(), content_type="application/json")
-    await router.call(ns, "result_set", J.ResultSetRequest(key=batch_key(view.id), value=value, ttl_ns=BATCH_TTL_NS))
+    value = pb.Payload(
+        data=view.model_dump_json(exclude={"version"}).encode(), content_type="application/json"
+    )
+    await router.call(
+        ns, "result_set", J.ResultSetRequest(key=batch_key(view.id), value=value, ttl_ns=BATCH_TTL_NS)
+    )
 
 
 async def run_batch(router, ns: str, view: BatchView, body: BatchBody) -> None:
@@ -136,7 +152,9 @@ async def run_batch(router, ns: str, view: BatchView, body: BatchBody) -> None:
         async for chunk in _selected(router, ns, view.queue, body):
             for job in chunk:
                 try:
-                    await router.call(ns, "job_admin", J.JobAdminRequest(queue=view.queue, job=job, op=_OPS[view.action]()))
+                    await router.call(
+                        ns, "job_admin", J.JobAdminRequest(queue=view.queue, job=job, op=_OPS[view.action]())
+                    )
                     view.succeeded += 1
                 except ConnectError as e:
                     view.failed += 1
@@ -158,18 +176,26 @@ async def run_batch(router, ns: str, view: BatchView, body: BatchBody) -> None:
 def build_batches_router() -> APIRouter:
     api = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
-    def caller(method: str):
+    def caller(name: str):
+        op = operation(name)  # a name not in the method table fails as the router is built
+
         async def dep(request: Request) -> Principal:
-            return await request.app.state.access.check(request.headers, method)
+            return await request.app.state.access.check(request.headers, op)
 
         return Depends(dep)
 
     @api.post("/queues/{queue}/batches", response_model=BatchView, status_code=202, tags=["jobs"],
               summary="Retry, remove, cancel or promote many jobs as one tracked batch")  # fmt: skip
-    async def start(request: Request, queue: QueueName, body: BatchBody, p: Principal = caller("job_admin")) -> BatchView:
+    async def start(
+        request: Request, queue: QueueName, body: BatchBody, p: Principal = caller("job_admin")
+    ) -> BatchView:
         router = request.app.state.router
         # the queue must exist (and be this namespace's): a typo is an error now, not a failed batch
-        await router.call(p.namespace, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))))
+        await router.call(
+            p.namespace,
+            "queue_admin",
+            _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))),
+        )
         view = BatchView(
             id=secrets.token_hex(8), queue=queue, action=body.action, selection="ids" if body.ids else "filter",
             filter=body.filter, state="running", total=len(body.ids) if body.ids else None, done=0, succeeded=0,
@@ -186,8 +212,12 @@ def build_batches_router() -> APIRouter:
     async def get(
         request: Request,
         id: Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="the batch id")],
-        after_version: Annotated[int, Query(ge=0, description="wait until the record is newer than this")] = 0,
-        wait_ms: Annotated[int, Query(ge=0, le=WAIT_MAX_MS, description="how long to wait (with after_version)")] = 0,
+        after_version: Annotated[
+            int, Query(ge=0, description="wait until the record is newer than this")
+        ] = 0,
+        wait_ms: Annotated[
+            int, Query(ge=0, le=WAIT_MAX_MS, description="how long to wait (with after_version)")
+        ] = 0,
         p: Principal = caller("job_get"),
     ) -> BatchView:
         req = J.ResultGetRequest(key=batch_key(id), after_version=after_version,

@@ -28,7 +28,7 @@ client, documented in `/openapi.json`; and the console's static files at `/conso
 - `GET /console/...`: the built single-page app (console/dist, `make console`); any
   path under it that is not a file gets index.html, so deep links load the app.
 
-Reads are open to a `jobs:read` token (the viewer role, loam_common.api.methods.VIEWER_READS);
+Reads are open to a `jobs:read` token (the viewer role, loam_gateway.connect.READABLE);
 writes need the method's own action.
 """
 
@@ -47,6 +47,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field
+
 from loam_common import cloudevents, validate
 from loam_common.api.methods import operation
 from loam_common.auth import Principal
@@ -54,8 +56,6 @@ from loam_common.errors import InvalidArgument, InvalidState
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.jobs import states as S
 from loam_common.jobs.dlq import ORIGIN_QUEUE
-from pydantic import BaseModel, Field
-
 from loam_gateway.rest import (
     ERROR_RESPONSES,
     PRIORITY_MAX,
@@ -143,7 +143,7 @@ class RedrivePreview(BaseModel):
 
 
 # one sample of the Prometheus text: name{labels} value
-_SAMPLE = re.compile(r'^(loam_jobs_[a-z_]+)\{([^}]*)\} (\S+)$')
+_SAMPLE = re.compile(r"^(loam_jobs_[a-z_]+)\{([^}]*)\} (\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -176,7 +176,9 @@ def parse_stats(text: str, now_ns: int) -> QueueStatsList:
 
 
 def encode_cursors(cursors: dict[str, bytes]) -> str:
-    raw = json.dumps({q: base64.b64encode(c).decode() for q, c in sorted(cursors.items())}, separators=(",", ":"))
+    raw = json.dumps(
+        {q: base64.b64encode(c).decode() for q, c in sorted(cursors.items())}, separators=(",", ":")
+    )
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
@@ -187,7 +189,9 @@ def decode_cursors(text: str) -> dict[str, bytes]:
             raise ValueError
         return {str(q): base64.b64decode(c, validate=True) for q, c in raw.items()}
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
-        raise InvalidArgument("cursor", "is not a cursor this stream sent (Last-Event-ID / ?cursor=)") from None
+        raise InvalidArgument(
+            "cursor", "is not a cursor this stream sent (Last-Event-ID / ?cursor=)"
+        ) from None
 
 
 async def merged_watch(router, ns: str, queues: list[str], cursors: dict[str, bytes]):
@@ -248,8 +252,7 @@ def build_console_router() -> APIRouter:
     api = APIRouter()
 
     def caller(name: str):
-        """The route's caller, checked for the action the method table gives `name`."""
-        op = operation(name)  # a name not in the table fails here, as the router is built
+        op = operation(name)  # a name not in the method table fails as the router is built
 
         async def dep(request: Request) -> Principal:
             return await request.app.state.access.check(request.headers, op)
@@ -294,12 +297,17 @@ def build_console_router() -> APIRouter:
                     kind = item.WhichOneof("item")
                     if kind == "event":
                         doc = cloud_event_json(p.namespace, item.event, data)
-                        yield sse(cloudevents.event_type(item.event.event), json.dumps(doc), encode_cursors(cursors))
+                        yield sse(
+                            cloudevents.event_type(item.event.event), json.dumps(doc), encode_cursors(cursors)
+                        )
                         n += 1
                         if limit and n >= limit:
                             return
                     elif item.HasField("counts"):
-                        yield sse("snapshot", json.dumps({"queue": q, "counts": counts_view(item.counts).model_dump()}))
+                        yield sse(
+                            "snapshot",
+                            json.dumps({"queue": q, "counts": counts_view(item.counts).model_dump()}),
+                        )
                     elif item.ready:
                         yield sse("ready", json.dumps({"queue": q}), encode_cursors(cursors))
                     elif kind is None:
@@ -327,7 +335,9 @@ def build_console_router() -> APIRouter:
         payload = payload_in(body.data, body.data_base64, body.content_type)
 
         async def op(o: J.JobOp) -> J.JobAdminResponse:
-            return await router.call(p.namespace, "job_admin", _proto(lambda: J.JobAdminRequest(queue=queue, job=job, op=o)))
+            return await router.call(
+                p.namespace, "job_admin", _proto(lambda: J.JobAdminRequest(queue=queue, job=job, op=o))
+            )
 
         state = S.name((await op(J.JobOp(get={}))).job.state)
         if state not in RETRYABLE:
@@ -348,7 +358,10 @@ def build_console_router() -> APIRouter:
                                     _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))))).counts  # fmt: skip
         req = _proto(lambda: J.QueryRequest(queue=queue, states=[S.WAITING, S.PRIORITIZED], page_size=limit))
         jobs = (await router.call(p.namespace, "query", req)).jobs
-        sample = [RedriveMove(job=job_view(j), to_queue=j.task.headers.get(ORIGIN_QUEUE) or j.origin_queue) for j in jobs]
+        sample = [
+            RedriveMove(job=job_view(j), to_queue=j.task.headers.get(ORIGIN_QUEUE) or j.origin_queue)
+            for j in jobs
+        ]
         to_queues: dict[str, int] = {}
         for m in sample:
             to_queues[m.to_queue] = to_queues.get(m.to_queue, 0) + 1

@@ -25,11 +25,12 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+
+from loam_common.api.methods import operation
 from loam_common.auth import Principal
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.jobs import states as S
-from pydantic import BaseModel, Field
-
 from loam_gateway.job_search import SearchField, error_signature, job_matches
 from loam_gateway.rest import ERROR_RESPONSES, JobView, QueueName, StateName, _proto, job_view
 
@@ -50,7 +51,9 @@ class SearchPage(BaseModel):
 
 
 class FailureGroup(BaseModel):
-    signature: str = Field(description="the last error's code and message with numbers, ids and quoted values blanked")
+    signature: str = Field(
+        description="the last error's code and message with numbers, ids and quoted values blanked"
+    )
     count: int
     first_seen_ns: int
     last_seen_ns: int
@@ -61,16 +64,19 @@ class FailureGroup(BaseModel):
 class FailureGroups(BaseModel):
     groups: list[FailureGroup] = Field(description="largest first")
     examined: int
-    complete: bool = Field(description="false: there were more failed jobs than were examined (the newest were)")
-
+    complete: bool = Field(
+        description="false: there were more failed jobs than were examined (the newest were)"
+    )
 
 
 def build_search_router() -> APIRouter:
     api = APIRouter()
 
-    def caller(method: str):
+    def caller(name: str):
+        op = operation(name)  # a name not in the method table fails as the router is built
+
         async def dep(request: Request) -> Principal:
-            return await request.app.state.access.check(request.headers, method)
+            return await request.app.state.access.check(request.headers, op)
 
         return Depends(dep)
 
@@ -80,8 +86,12 @@ def build_search_router() -> APIRouter:
         request: Request,
         queue: QueueName,
         text: Annotated[str, Query(min_length=1, max_length=256, description="the text to find (any case)")],
-        field: Annotated[SearchField, Query(alias="in", description="where to look; any: everywhere")] = "any",
-        state: Annotated[list[StateName] | None, Query(description="one or more states; none: all jobs")] = None,
+        field: Annotated[
+            SearchField, Query(alias="in", description="where to look; any: everywhere")
+        ] = "any",
+        state: Annotated[
+            list[StateName] | None, Query(description="one or more states; none: all jobs")
+        ] = None,
         name: Annotated[str | None, Query(max_length=256, description="only this task name")] = None,
         page_size: Annotated[int, Query(ge=1, le=200, description="stop once this many are found")] = 50,
         page_token: Annotated[str, Query(max_length=4096)] = "",
@@ -90,14 +100,26 @@ def build_search_router() -> APIRouter:
         needle, token, examined, found = text.lower(), page_token, 0, []
         deadline = time.monotonic() + SEARCH_BUDGET_S
         states = [S.BY_NAME[x] for x in state or ()]
+
+        def page(at: str) -> J.QueryRequest:
+            return _proto(
+                lambda: J.QueryRequest(
+                    queue=queue, states=states, name=name or "", page_size=SEARCH_CHUNK, page_token=at
+                )
+            )
+
         while True:
-            req = _proto(lambda: J.QueryRequest(queue=queue, states=states, name=name or "", page_size=SEARCH_CHUNK,
-                                                page_token=token))  # fmt: skip
+            req = page(token)
             r = await request.app.state.router.call(p.namespace, "query", req)
             examined += len(r.jobs)
             found += [j for j in r.jobs if job_matches(j, needle, field)]
             token = r.next_page_token
-            if not token or len(found) >= page_size or examined >= SEARCH_EXAMINED or time.monotonic() > deadline:
+            if (
+                not token
+                or len(found) >= page_size
+                or examined >= SEARCH_EXAMINED
+                or time.monotonic() > deadline
+            ):
                 break
         return SearchPage(jobs=[job_view(j) for j in found], next_page_token=token, examined=examined)
 
@@ -110,8 +132,14 @@ def build_search_router() -> APIRouter:
     ) -> FailureGroups:  # fmt: skip
         groups: dict[str, FailureGroup] = {}
         token, examined = "", 0
+
+        def page(at: str) -> J.QueryRequest:
+            return _proto(
+                lambda: J.QueryRequest(queue=queue, states=[S.BY_NAME[state]], page_size=500, page_token=at)
+            )
+
         while examined < FAILURES_EXAMINED:
-            req = _proto(lambda: J.QueryRequest(queue=queue, states=[S.BY_NAME[state]], page_size=500, page_token=token))
+            req = page(token)
             r = await request.app.state.router.call(p.namespace, "query", req)
             for j in r.jobs:
                 sig = error_signature(j)
@@ -151,7 +179,11 @@ def build_search_router() -> APIRouter:
         cap = limit or EXPORT_MAX
 
         def query(token: str) -> J.QueryRequest:
-            return _proto(lambda: J.QueryRequest(queue=queue, states=states, name=name or "", page_size=500, page_token=token))
+            return _proto(
+                lambda: J.QueryRequest(
+                    queue=queue, states=states, name=name or "", page_size=500, page_token=token
+                )
+            )
 
         first = await router.call(p.namespace, "query", query(""))  # a bad queue or filter is an HTTP error
 

@@ -43,6 +43,7 @@ from loam_common.connect_client import jobs_client
 from loam_common.connect_errors import to_connect
 from loam_common.event_export import export_bytes
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceClient
 from loam_common.store.runner import Store
 
@@ -56,7 +57,7 @@ class LocalCore(Protocol):
 
     async def queue_list(self, ns: str) -> list[str]: ...
 
-    async def queue_list_counts(self, ns: str) -> list[tuple[str, Any]]: ...
+    async def queue_list_counts(self, ns: str) -> list[tuple[str, pb.QueueCounts]]: ...
 
 
 class Router:
@@ -181,7 +182,7 @@ class Router:
         except Exception as e:  # noqa: BLE001
             raise _as_connect(e, self.local is None) from e
 
-    async def queue_list_counts(self, ns: str) -> list[tuple[str, J.QueueCounts]]:
+    async def queue_list_with_counts(self, ns: str) -> list[tuple[str, pb.QueueCounts]]:
         """Every queue of the namespace with its counts (the REST queue list): one store
         snapshot when the core is in process; one counts call per queue to the cores
         otherwise (a queue obliterated meanwhile is left out)."""
@@ -191,9 +192,11 @@ class Router:
             except Exception as e:  # noqa: BLE001
                 raise _as_connect(e, False) from e
 
-        async def one(name: str) -> tuple[str, J.QueueCounts] | None:
+        async def one(name: str) -> tuple[str, pb.QueueCounts] | None:
             try:
-                r = await self.call(ns, "queue_admin", J.QueueAdminRequest(queue=name, op=J.QueueOp(counts={})))
+                r = await self.call(
+                    ns, "queue_admin", J.QueueAdminRequest(queue=name, op=J.QueueOp(counts={}))
+                )
             except ConnectError as e:
                 if e.code.value == "not_found":
                     return None

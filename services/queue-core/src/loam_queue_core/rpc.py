@@ -330,9 +330,9 @@ class CoreRpc(AnswersUnimplemented):
         return await self.core.queues.names(ns)
 
     async def queue_list_counts(self, ns: Namespace) -> list[tuple[str, pb.QueueCounts]]:
-        """Not a JobsService method (the queue_list operation with counts): every queue
-        of the namespace with its counts, in one snapshot (REST, the console)."""
-        return await self.core.queues.names_and_counts(ns)
+        """Not a JobsService method (the queue_list operation of the method table): every
+        queue with its counts, in one snapshot, for REST and the console."""
+        return await self.core.queues.names_with_counts(ns)
 
     # -- result store ------------------------------------------------------------------
     async def result_get(self, ns: Namespace, req: J.ResultGetRequest) -> J.ResultGetResponse:

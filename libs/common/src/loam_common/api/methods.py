@@ -239,18 +239,14 @@ OTHER_OPERATIONS: tuple[Operation, ...] = (
               doc="a queue's events as Parquet or Arrow (GET /v1/queues/{queue}/events:export)"),
     Operation(name="metrics",       action=ADMIN, writes=READ,
               doc="Prometheus text; with auth on, the token's namespace only (GET /metrics)"),
-    Operation(name="queue_get",     action=ADMIN, writes=READ, doc="a queue's settings and counts (REST)"),
-    Operation(name="job_get",       action=ADMIN, writes=READ, doc="one job with its logs and children (REST)"),
-    Operation(name="workers",       action=ADMIN, writes=READ, doc="the workers seen on a queue (REST)"),
+    Operation(name="queue_get",     action=ADMIN, writes=READ,
+              doc="a queue's settings and counts (GET /v1/queues/{queue})"),
+    Operation(name="job_get",       action=ADMIN, writes=READ,
+              doc="a job with its logs, or its children (GET /v1/queues/{queue}/jobs/{job})"),
+    Operation(name="workers",       action=ADMIN, writes=READ,
+              doc="the workers seen on a queue (GET /v1/queues/{queue}/workers)"),
 )
 # fmt: on
-
-#: What a `jobs:read` token (the console's viewer) may call besides what its own actions
-#: allow: looking at queues, jobs, schedules, flows and workers, and watching their events.
-VIEWER_READS: frozenset[str] = frozenset({
-    "query", "queue_list", "queue_get", "job_get", "workers", "watch",
-    "get_schedule", "list_schedules", "get_flow",
-})
 
 #: JobsService methods by snake_case name
 METHODS: dict[str, Method] = {m.name: m for m in JOBS_METHODS}

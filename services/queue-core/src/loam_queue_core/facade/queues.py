@@ -65,8 +65,8 @@ class Queues:
         """The namespace's queue names."""
         return await self.store.snapshot(admin.queue_list, ns, "", admin.MAX_BATCH)
 
-    async def names_and_counts(self, ns: Namespace) -> list[tuple[str, pb.QueueCounts]]:
-        """Every queue of the namespace with its counts, read in one snapshot."""
+    async def names_with_counts(self, ns: Namespace) -> list[tuple[str, pb.QueueCounts]]:
+        """The namespace's queues with their counts, in one snapshot (the console's list)."""
         return await self.store.snapshot(admin.queue_list_counts, ns, "", admin.MAX_BATCH)
 
     async def set_rate_limit(
