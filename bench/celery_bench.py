@@ -118,7 +118,9 @@ def run_pair(name: str, broker: str, backend: str, n: int, concurrency: int, wor
         deadline = time.monotonic() + 30
         while not app.control.ping(timeout=0.5):
             if time.monotonic() > deadline or worker.poll() is not None:
-                raise RuntimeError(f"{name} worker did not answer:\n{log.read_text(errors='replace')[-2000:]}")
+                raise RuntimeError(
+                    f"{name} worker did not answer:\n{log.read_text(errors='replace')[-2000:]}"
+                )
         benchapp.add.apply_async((0, 0), queue=queue).forget()  # warm up the producer
         t0 = time.perf_counter()
         results = [benchapp.add.apply_async((i, i), queue=queue) for i in range(n)]
@@ -137,7 +139,11 @@ def run_pair(name: str, broker: str, backend: str, n: int, concurrency: int, wor
         app.close()
         if calls is not None:
             benchapp.dump()
-        return {"enqueue": n / enqueue_s, "drain": n / drain_s, "steady": (n - 1) / max(drain_s - t_first, 1e-9)}
+        return {
+            "enqueue": n / enqueue_s,
+            "drain": n / drain_s,
+            "steady": (n - 1) / max(drain_s - t_first, 1e-9),
+        }
     finally:
         if worker.poll() is None:
             worker.send_signal(signal.SIGTERM)
@@ -161,7 +167,9 @@ def main() -> int:
     p.add_argument("-n", type=int, default=2000, help="tasks per run (default 2000)")
     p.add_argument("-c", type=int, default=4, help="worker processes (default 4)")
     p.add_argument("--only", choices=["loam", "redis"])
-    p.add_argument("--rounds", type=int, default=1, help="rounds, alternating which system goes first (default 1)")
+    p.add_argument(
+        "--rounds", type=int, default=1, help="rounds, alternating which system goes first (default 1)"
+    )
     p.add_argument("--calls", action="store_true",
                    help="also count the loam:// side's server calls per task, by method (all processes)")  # fmt: skip
     args = p.parse_args()
@@ -192,7 +200,11 @@ def main() -> int:
                     stdout=open(work / "redis.log", "wb"), stderr=subprocess.STDOUT,
                 ))  # fmt: skip
                 wait_for(work / "redis.log", "Ready to accept")
-                systems["Celery on Redis"] = ("redis", f"redis://127.0.0.1:{port}/0", f"redis://127.0.0.1:{port}/1")
+                systems["Celery on Redis"] = (
+                    "redis",
+                    f"redis://127.0.0.1:{port}/0",
+                    f"redis://127.0.0.1:{port}/1",
+                )
         for i in range(args.rounds):
             # Alternate who goes first, so neither always meets the other's leftovers.
             for row, (name, broker, backend) in sorted(systems.items(), reverse=bool(i % 2)):
@@ -216,7 +228,9 @@ def main() -> int:
         print(f"{row:18} " + " ".join(f"{_spread([r[m] for r in runs]):>22}" for m in metrics))
     if len(rows) == 2 and args.rounds > 0:
         loam, redis = rows["Celery on Loam"], rows["Celery on Redis"]
-        ratios = [_spread([a[m] / b[m] for a, b in zip(loam, redis, strict=True)], "{:.2f}x") for m in metrics]
+        ratios = [
+            _spread([a[m] / b[m] for a, b in zip(loam, redis, strict=True)], "{:.2f}x") for m in metrics
+        ]
         print(f"{'Loam / Redis':18} " + " ".join(f"{r:>22}" for r in ratios) + "   (per round, then median)")
     if per_method:
         total = sum(per_method.values())

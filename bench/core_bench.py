@@ -44,9 +44,10 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from google.protobuf.internal import api_implementation
+
 from loam_common import ids, keys
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Ok
 from loam_common.store.runner import Store, open_store
 from loam_queue_core.core import QueueCore
 
@@ -224,8 +225,16 @@ class Bench:
             wall, loop_cpu = time.perf_counter() - t0, time.thread_time() - c0
             if label and self.writer and self.writer.active:
                 b, c, cpu = (x - y for x, y in zip(self.writer.snap(), w0, strict=True))
-                split = Split(label, wall, loop_cpu, cpu, b, c / b if b else 0.0, jobs,
-                              jobs / (loop_cpu + cpu) if jobs and loop_cpu + cpu else 0.0)
+                split = Split(
+                    label,
+                    wall,
+                    loop_cpu,
+                    cpu,
+                    b,
+                    c / b if b else 0.0,
+                    jobs,
+                    jobs / (loop_cpu + cpu) if jobs and loop_cpu + cpu else 0.0,
+                )
                 self.report.splits.append(split)
                 self.log(
                     f"  [{label}] wall {wall:.2f}s, loop thread cpu {loop_cpu:.2f}s, writer thread cpu "
@@ -256,7 +265,7 @@ class Bench:
             k = min(batch, left)
             jobs = [(_task(self.data), None) for _ in range(k)]
             t0 = time.perf_counter()
-            await core.enqueue_bulk(NS, QUEUE, jobs)
+            await core.jobs.enqueue_bulk(NS, QUEUE, jobs)
             spent += time.perf_counter() - t0
             left -= k
         return spent
@@ -285,7 +294,7 @@ class Bench:
 
             async def caller(mine: list[pb.TaskSpec]) -> None:
                 for t in mine:
-                    await core.enqueue(NS, QUEUE, t)
+                    await core.jobs.enqueue(NS, QUEUE, t)
 
             with self.profiled("single", per * callers):
                 t0 = time.perf_counter()
@@ -293,8 +302,13 @@ class Bench:
                 spent = time.perf_counter() - t0
         rate = per * callers / spent
         self.add(
-            Row(f"single enqueue ({callers} concurrent callers)", rate, "jobs/s", ">= 10,000 jobs/s",
-                rate >= 10_000)
+            Row(
+                f"single enqueue ({callers} concurrent callers)",
+                rate,
+                "jobs/s",
+                ">= 10,000 jobs/s",
+                rate >= 10_000,
+            )
         )
 
     async def lease(self) -> None:
@@ -307,12 +321,10 @@ class Bench:
             async def worker(name: str) -> None:
                 nonlocal done
                 while True:
-                    jobs = await core.lease(NS, [QUEUE], name, batch)
+                    jobs = await core.jobs.lease(NS, [QUEUE], name, batch)
                     if not jobs:
                         return
-                    res = await core.complete_many(
-                        NS, [(QUEUE, j.id, j.epoch, Outcome.ok()) for j in jobs]
-                    )
+                    res = await core.jobs.complete_many(NS, [(QUEUE, j.id, j.epoch, Ok()) for j in jobs])
                     done += len(res)
 
             with self.profiled("lease", n):
@@ -323,13 +335,20 @@ class Bench:
         assert done == n and c.completed == n, (done, c)  # the bench's own sanity, not a target
         rate = n / spent
         self.add(
-            Row(f"lease {batch} + complete_many ({workers} workers)", rate, "jobs/s", ">= 40,000 jobs/s",
-                rate >= 40_000)
+            Row(
+                f"lease {batch} + complete_many ({workers} workers)",
+                rate,
+                "jobs/s",
+                ">= 40,000 jobs/s",
+                rate >= 40_000,
+            )
         )
 
     async def backlog(self) -> None:
         big = self.args.big
-        levels = self.args.levels or sorted({lv for lv in (1_000, 100_000 if big >= 1_000_000 else big // 10, big)})
+        levels = self.args.levels or sorted(
+            {lv for lv in (1_000, 100_000 if big >= 1_000_000 else big // 10, big)}
+        )
         levels = sorted({lv for lv in levels if lv <= big}) or [big]
         self.log(f"backlog: levels {', '.join(f'{lv:,}' for lv in levels)}")
         async with self.fresh_core("backlog") as (core, store):
@@ -345,9 +364,14 @@ class Bench:
                 sp = self.report.splits[-1]
                 lv.cpu_ms = (sp.loop_cpu_s + sp.writer_cpu_s) * 1e3
                 path = getattr(store.backend, "path", "")
-                lv.db_mb = sum(
-                    os.path.getsize(path + ext) for ext in ("", "-wal") if path and os.path.exists(path + ext)
-                ) / 1e6
+                lv.db_mb = (
+                    sum(
+                        os.path.getsize(path + ext)
+                        for ext in ("", "-wal")
+                        if path and os.path.exists(path + ext)
+                    )
+                    / 1e6
+                )
                 self.report.levels.append(lv)
                 self.log(
                     f"  {level:>10,}: enqueue {lv.enqueue_us:7.0f} us  lease(1) {lv.lease1_us:7.0f} us  "
@@ -356,10 +380,25 @@ class Bench:
                     f"cpu {lv.cpu_ms:.0f} ms  file {lv.db_mb:.0f} MB"
                 )
         top = self.report.levels[-1]
-        self.add(Row(f"Counts on {top.waiting:,} jobs (median)", top.counts_ms, "ms", "<= 50 ms",
-                     top.counts_ms <= 50))
-        self.add(Row(f"backlog build (bulk, up to {big:,})", big / fill_spent, "jobs/s", "", None,
-                     "the same bulk path on a growing file"))
+        self.add(
+            Row(
+                f"Counts on {top.waiting:,} jobs (median)",
+                top.counts_ms,
+                "ms",
+                "<= 50 ms",
+                top.counts_ms <= 50,
+            )
+        )
+        self.add(
+            Row(
+                f"backlog build (bulk, up to {big:,})",
+                big / fill_spent,
+                "jobs/s",
+                "",
+                None,
+                "the same bulk path on a growing file",
+            )
+        )
         first = self.report.levels[0]
         for label, attr, unit in (
             ("enqueue", "enqueue_us", "us"),
@@ -369,8 +408,16 @@ class Bench:
             ("CPU of the level's op mix", "cpu_ms", "ms"),
         ):
             a, b = getattr(first, attr), getattr(top, attr)
-            self.add(Row(f"{label} at {top.waiting:,} vs {first.waiting:,} waiting", b / a, "x", "~1 (flat)",
-                         None, f"{a:.1f} -> {b:.1f} {unit}"))
+            self.add(
+                Row(
+                    f"{label} at {top.waiting:,} vs {first.waiting:,} waiting",
+                    b / a,
+                    "x",
+                    "~1 (flat)",
+                    None,
+                    f"{a:.1f} -> {b:.1f} {unit}",
+                )
+            )
 
     async def measure_level(self, core: QueueCore, store: Store, level: int) -> Level:
         """Per-op costs with `level` jobs waiting; leaves `level` jobs waiting."""
@@ -379,13 +426,13 @@ class Bench:
         for _ in range(ops):
             t = _task(self.data)
             t0 = time.perf_counter()
-            await core.enqueue(NS, QUEUE, t)
+            await core.jobs.enqueue(NS, QUEUE, t)
             t_enq += time.perf_counter() - t0
         for _ in range(ops):
             t0 = time.perf_counter()
-            (job,) = await core.lease(NS, [QUEUE], "w", 1)
+            (job,) = await core.jobs.lease(NS, [QUEUE], "w", 1)
             t1 = time.perf_counter()
-            await core.complete(NS, QUEUE, job.id, job.epoch, Outcome.ok())
+            await core.jobs.complete(NS, QUEUE, job.id, job.epoch, Ok())
             t2 = time.perf_counter()
             t_lease += t1 - t0
             t_complete += t2 - t1
@@ -394,8 +441,8 @@ class Bench:
         taken, t_l32 = 0, 0.0
         while taken < 1000:
             t0 = time.perf_counter()
-            jobs = await core.lease(NS, [QUEUE], "w", min(32, 1000 - taken))
-            await core.complete_many(NS, [(QUEUE, j.id, j.epoch, Outcome.ok()) for j in jobs])
+            jobs = await core.jobs.lease(NS, [QUEUE], "w", min(32, 1000 - taken))
+            await core.jobs.complete_many(NS, [(QUEUE, j.id, j.epoch, Ok()) for j in jobs])
             t_l32 += time.perf_counter() - t0
             taken += len(jobs)
         samples = []
@@ -509,8 +556,16 @@ class Bench:
             conn.execute("COMMIT")
             done += len(entries)
         lc = done / (time.perf_counter() - t0)
-        self.add(Row(f"raw: lease {self.args.lease_batch} + complete, one txn", lc, "jobs/s", "", None,
-                     "9 statements/job"))
+        self.add(
+            Row(
+                f"raw: lease {self.args.lease_batch} + complete, one txn",
+                lc,
+                "jobs/s",
+                "",
+                None,
+                "9 statements/job",
+            )
+        )
         conn.close()
 
     # -- driver -----------------------------------------------------------------------------
@@ -524,7 +579,9 @@ class Bench:
 
 
 def _sample_job(data: bytes) -> pb.Job:
-    job = pb.Job(id=ids.new_ulid(), queue=QUEUE, task=_task(data), opts=pb.EnqueueOpts(), created_ns=time.time_ns())
+    job = pb.Job(
+        id=ids.new_ulid(), queue=QUEUE, task=_task(data), opts=pb.EnqueueOpts(), created_ns=time.time_ns()
+    )
     job.task.payload.size = len(data)
     job.state, job.attempts_max, job.seq, job.state_ns = pb.JOB_STATE_WAITING, 1, 1, time.time_ns()
     return job
@@ -602,31 +659,55 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--quick", action="store_true", help="small sizes (backlog of 100,000), about a minute")
     p.add_argument(
-        "--big", type=int, default=None, help="jobs in the Counts backlog (default 1,000,000; --quick 100,000)"
+        "--big",
+        type=int,
+        default=None,
+        help="jobs in the Counts backlog (default 1,000,000; --quick 100,000)",
     )
-    p.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=None,
-                   help="backlog levels for the per-op table, comma-separated (default 1000,100000,BIG)")
     p.add_argument(
-        "--jobs", type=int, default=None, help="jobs for bulk, lease and raw (default 200,000; --quick 50,000)"
+        "--levels",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=None,
+        help="backlog levels for the per-op table, comma-separated (default 1000,100000,BIG)",
     )
-    p.add_argument("--jobs-single", type=int, default=None, help="enqueues in the single scenario (default 30,000)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="jobs for bulk, lease and raw (default 200,000; --quick 50,000)",
+    )
+    p.add_argument(
+        "--jobs-single", type=int, default=None, help="enqueues in the single scenario (default 30,000)"
+    )
     p.add_argument("--callers", type=int, default=100, help="concurrent single-enqueue callers (default 100)")
     p.add_argument("--workers", type=int, default=4, help="concurrent lease workers (default 4)")
     p.add_argument("--lease-batch", type=int, default=32, help="max jobs per lease (default 32)")
-    p.add_argument("--level-ops", type=int, default=1000, help="single ops timed per backlog level (default 1,000)")
+    p.add_argument(
+        "--level-ops", type=int, default=1000, help="single ops timed per backlog level (default 1,000)"
+    )
     p.add_argument("--counts-samples", type=int, default=50, help="Counts calls timed per level (default 50)")
     p.add_argument("--payload", type=int, default=100, help="payload bytes per job (default 100)")
-    p.add_argument("--repeat", type=int, default=1,
-                   help="run raw/bulk/single/lease this many times and keep the best (default 1)")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run raw/bulk/single/lease this many times and keep the best (default 1)",
+    )
     p.add_argument("--durable", action="store_true", help="power-loss durability (synchronous=FULL)")
-    p.add_argument("--only", type=lambda s: s.split(","), default=list(SCENARIOS),
-                   help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    p.add_argument(
+        "--only",
+        type=lambda s: s.split(","),
+        default=list(SCENARIOS),
+        help=f"comma-separated subset of {','.join(SCENARIOS)}",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     p.add_argument("--save", default=None, help="also write the report as JSON to this file")
     p.add_argument("--profile", action="store_true", help="cProfile the timed parts; top functions to stderr")
     p.add_argument("--profile-top", type=int, default=30, help="functions listed per profile (default 30)")
     p.add_argument("--profile-out", default=None, help="also write the cProfile stats to this file")
-    p.add_argument("--dir", default=None, help="where the temp SQLite files go (default: the system temp dir)")
+    p.add_argument(
+        "--dir", default=None, help="where the temp SQLite files go (default: the system temp dir)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = p.parse_args(argv)
     bad = [s for s in args.only if s not in SCENARIOS]

@@ -27,11 +27,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "drivers"))
 sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
-import procstat
-from devserver import start_dev_server
+import procstat  # noqa: E402  (bench/drivers/procstat.py, found through the path above)
+from devserver import start_dev_server  # noqa: E402  (tests/e2e/devserver.py)
 
 STEPS = 10
-WORKER = '''
+WORKER = """
 import asyncio, sys
 from datetime import timedelta
 from resonate.resonate import Resonate
@@ -53,7 +53,7 @@ async def main():
     await asyncio.Event().wait()
 
 asyncio.run(main())
-'''
+"""
 
 
 async def drive(url: str, workflows: int) -> float:
@@ -62,7 +62,9 @@ async def drive(url: str, workflows: int) -> float:
     r = Resonate(url=url, group="bench-client")
     run = uuid.uuid4().hex[:8]
     t0 = time.perf_counter()
-    handles = [r.options(target="bench").rpc(f"bench-{run}-{i}", "ten_steps", STEPS) for i in range(workflows)]
+    handles = [
+        r.options(target="bench").rpc(f"bench-{run}-{i}", "ten_steps", STEPS) for i in range(workflows)
+    ]
     results = await asyncio.gather(*(h.result() for h in handles))
     elapsed = time.perf_counter() - t0
     assert results == [STEPS] * workflows

@@ -59,7 +59,7 @@ NODE_DIR = BENCH / "node"
 ADAPTER_BULLMQ = ROOT / "adapters" / "bullmq"
 PY = sys.executable
 sys.path.insert(0, str(DRIVERS))
-import procstat  # bench/drivers/procstat.py
+import procstat  # noqa: E402  (bench/drivers/procstat.py, found through the path above)
 
 FIGURES = ["enqueue_per_s", "bulk_enqueue_per_s", "drain_per_s", "latency_p50_ms", "latency_p99_ms"]
 RATES = {"enqueue_per_s", "bulk_enqueue_per_s", "drain_per_s"}

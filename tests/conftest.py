@@ -12,6 +12,7 @@ embedded backend (memory and SQLite) on a ManualClock the test moves by hand.
 from __future__ import annotations
 
 import pytest
+
 from loam_common import keys
 from loam_common.blobs import DirBlobStore
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb

@@ -101,11 +101,17 @@ def _docker_compose(*args: str, token: str | None) -> subprocess.CompletedProces
         env["LOAM_INTERNAL_TOKEN"] = token
     return subprocess.run(
         ["docker-compose", "-f", str(COMPOSE), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
-@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed (make compose-check)")
+@pytest.mark.skipif(
+    shutil.which("docker-compose") is None, reason="docker-compose not installed (make compose-check)"
+)
 def test_docker_compose_config_accepts_it():
     ok = _docker_compose("config", "-q", token="compose-check")
     assert ok.returncode == 0, ok.stderr

@@ -33,8 +33,9 @@ import time
 import uuid
 from typing import Any
 
-import loam
 import procstat
+
+import loam
 
 CHUNK = 1000
 CONCURRENCY = 50

@@ -5,6 +5,7 @@ key and value in the store (commit tokens aside), for "nothing changed" and "no 
 from __future__ import annotations
 
 import pytest
+
 from loam_common.store import (
     RESERVED_PREFIX,
 )

@@ -70,7 +70,9 @@ async def test_a_lease_token_is_useless_in_another_namespace(gateway, token, dum
     ]:
         r = await call(gateway, method, body, rival)
         assert r.status_code != 200 and code(r) in {"not_found", "failed_precondition"}, (method, r.text)
-    r = await call(gateway, "CompleteBatch", {"items": [{"token": lease_token, "outcome": {"ok": {}}}]}, rival)
+    r = await call(
+        gateway, "CompleteBatch", {"items": [{"token": lease_token, "outcome": {"ok": {}}}]}, rival
+    )
     assert r.status_code != 200 or all("error" in x for x in r.json()["results"]), r.text
     # Naming the owner's namespace does not help: the namespace comes from the token.
     r = await call(gateway, "Complete", {"token": lease_token, "outcome": {"ok": {}}}, rival,

@@ -35,7 +35,11 @@ def s3_endpoint():
 def s3_store(s3_endpoint, monkeypatch):
     pytest.importorskip("aioboto3")
     boto3 = pytest.importorskip("boto3")
-    for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(k, v)
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="loam-blobs")
     return S3BlobStore("loam-blobs", "payloads/", endpoint_url=s3_endpoint)
@@ -52,7 +56,7 @@ async def test_put_get_delete(any_blobs):
     await any_blobs.put("ns/q/job/payload", BIG)
     assert await any_blobs.get("ns/q/job/payload") == BIG
     await any_blobs.delete("ns/q/job/payload")
-    with pytest.raises(Exception):
+    with pytest.raises(FileNotFoundError):
         await any_blobs.get("ns/q/job/payload")
     await any_blobs.delete("ns/q/job/payload")  # deleting twice is harmless
 
@@ -61,8 +65,8 @@ async def test_a_large_payload_goes_through_the_blob_store_and_comes_back_on_lea
     store = Store(MemoryBackend())
     core = QueueCore(store, any_blobs)
     try:
-        done = await core.enqueue("acme", "q", pb.TaskSpec(name="t", payload=pb.Payload(data=BIG)))
-        (job,) = await core.lease("acme", ["q"], "w")
+        done = await core.jobs.enqueue("acme", "q", pb.TaskSpec(name="t", payload=pb.Payload(data=BIG)))
+        (job,) = await core.jobs.lease("acme", ["q"], "w")
         assert job.id == done.job_id
         assert job.task.payload.blob_ref and job.task.payload.data == BIG
         assert await any_blobs.get(job.task.payload.blob_ref) == BIG

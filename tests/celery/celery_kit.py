@@ -59,7 +59,6 @@ class Proc:
         self._out.close()
 
 
-
 def eventually(check, timeout: float = 20, interval: float = 0.05):
     """Call `check` until it returns a true value (returned) or `timeout` passes."""
     deadline = time.monotonic() + timeout

@@ -58,7 +58,9 @@ def marks(celery_env):
 def start_worker(celery_env, tmp_path):
     procs: list[Proc] = []
 
-    def start(*args: str, vt: float = 3, concurrency: int = 2, queues: str = "celery", ready: bool = True) -> Proc:
+    def start(
+        *args: str, vt: float = 3, concurrency: int = 2, queues: str = "celery", ready: bool = True
+    ) -> Proc:
         env = dict(celery_env, LOAM_CELERY_VT=str(vt))
         name = f"w{len(procs)}-{uuid.uuid4().hex[:6]}@%h"
         p = Proc(env, tmp_path / f"worker{len(procs)}.log", "worker", "-l", "INFO", "-n", name, "-c",

@@ -10,6 +10,7 @@ import uuid
 import pytest
 from celery import Celery, states
 from celery.app.task import Context
+
 from loam.errors import Unavailable
 from loam.testing import LoamServer, free_port
 
@@ -25,7 +26,9 @@ def test_results_of_pool_processes_that_exit_after_each_task_are_all_stored(app,
 
 
 def _app(port: int, **options: object) -> Celery:
-    app = Celery(f"behind-{uuid.uuid4().hex[:6]}", backend=f"loam://127.0.0.1:{port}/behind", set_as_current=False)
+    app = Celery(
+        f"behind-{uuid.uuid4().hex[:6]}", backend=f"loam://127.0.0.1:{port}/behind", set_as_current=False
+    )
     app.conf.update(result_expires=600, result_backend_transport_options=options)
 
     @app.task(name=f"{app.main}.early")
@@ -39,7 +42,9 @@ def _app(port: int, **options: object) -> Celery:
 
 def _worker_request(backend, task: str) -> Context:
     tid = str(uuid.uuid4())
-    return Context(id=tid, task=f"{backend.app.main}.{task}", delivery_info={"exchange": "", "routing_key": "celery"})
+    return Context(
+        id=tid, task=f"{backend.app.main}.{task}", delivery_info={"exchange": "", "routing_key": "celery"}
+    )
 
 
 def test_a_result_handed_over_while_the_server_is_down_is_stored_when_it_is_back(tmp_path):

@@ -163,7 +163,9 @@ def test_a_failure_before_a_group_reaches_the_group_result(app, start_worker):
     result = (proj.add.s(1, 1) | proj.fail.s() | group(proj.add.s(1), proj.add.s(1))).delay()
     with pytest.raises(ValueError, match="proj.fail failed"):
         result.get(timeout=15)
-    nested = (proj.fail.s(1) | group(proj.add.s(1), group(proj.add.s(2), proj.add.s(3) | proj.add.s(4)))).delay()
+    nested = (
+        proj.fail.s(1) | group(proj.add.s(1), group(proj.add.s(2), proj.add.s(3) | proj.add.s(4)))
+    ).delay()
     with pytest.raises(ValueError, match="proj.fail failed"):
         nested.get(timeout=15)
 
@@ -185,6 +187,7 @@ def test_chord_counts_a_redelivered_header_task_once(app, loam_server, celery_ns
     import proj
     from celery import states
     from celery.result import GroupResult
+
     from loam import SyncClient
 
     body_queue = q()
@@ -236,7 +239,9 @@ def test_revoke_and_inspect_through_the_broadcast(app, start_worker):
     busy = proj.sleeper.apply_async((6,), queue=queue)
     waiting = proj.add.apply_async((1, 1), queue=queue, countdown=10)  # held by the server meanwhile
     insp = app.control.inspect(timeout=1.5)
-    assert eventually(lambda: any(t["id"] == busy.id for ts in (insp.active() or {}).values() for t in ts), timeout=10)
+    assert eventually(
+        lambda: any(t["id"] == busy.id for ts in (insp.active() or {}).values() for t in ts), timeout=10
+    )
     app.control.revoke(waiting.id)
     assert eventually(lambda: any(waiting.id in ids for ids in (insp.revoked() or {}).values()), timeout=10)
     with pytest.raises(TaskRevokedError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+
 from loam_common import keys
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -138,9 +139,7 @@ def invariant_problems(tx, ns: str, queue: str) -> tuple[list[str], Counter]:
             keys.U64.unpack_from(key, len(prefix))[0] for key, _ in tx.scan(prefix, keys.prefix_end(prefix))
         ]
         if seqs and seqs != list(range(seqs[0], meta.outbox_seq + 1)):
-            problems.append(
-                f"shard {shard}: event seqs {seqs[:5]}... not contiguous up to {meta.outbox_seq}"
-            )
+            problems.append(f"shard {shard}: event seqs {seqs[:5]}... not contiguous up to {meta.outbox_seq}")
     if counted != by_state:
         problems.append(f"queue counts {_named(counted)} != job records {_named(by_state)}")
 

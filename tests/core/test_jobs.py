@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from loam_common import keys
+from loam_common import keys, validate
 from loam_common.errors import (
     AlreadyExists,
     Fenced,
@@ -21,9 +21,10 @@ from loam_common.errors import (
     PayloadTooLarge,
 )
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import admin, dlq, states as S
-from loam_common.jobs.complete import Outcome
-from loam_common.jobs.enqueue import Enqueued
+from loam_common.jobs import admin, dlq
+from loam_common.jobs import states as S
+from loam_common.jobs.complete import Delay, Fail, Ok, RateLimited, Release, Retry
+from loam_common.jobs.new_job import Enqueued
 from loam_common.jobs.sweeps import STALLED_MESSAGE
 from loam_common.store import RESERVED_PREFIX
 from loam_queue_core import QueueCore
@@ -41,11 +42,13 @@ def err(message: str = "boom") -> pb.JobError:
 
 
 async def enqueue(core: QueueCore, queue: str = "q", name: str = "t", data: bytes = b"x", **opts) -> Enqueued:
-    return await core.enqueue(NS, queue, task(name, data), pb.EnqueueOpts(**opts))
+    return await core.jobs.enqueue(NS, queue, task(name, data), pb.EnqueueOpts(**opts))
 
 
-async def lease(core: QueueCore, queue: str = "q", max_jobs: int = 10, worker: str = "w1", **kw) -> list[pb.Job]:
-    return await core.lease(NS, [queue], worker, max_jobs, **kw)
+async def lease(
+    core: QueueCore, queue: str = "q", max_jobs: int = 10, worker: str = "w1", **kw
+) -> list[pb.Job]:
+    return await core.jobs.lease(NS, [queue], worker, max_jobs, **kw)
 
 
 async def lease_one(core: QueueCore, queue: str = "q", **kw) -> pb.Job:
@@ -55,8 +58,8 @@ async def lease_one(core: QueueCore, queue: str = "q", **kw) -> pb.Job:
 
 
 async def ok(core: QueueCore, job: pb.Job, queue: str = "q", result: bytes | None = None):
-    return await core.complete(
-        NS, queue, job.id, job.epoch, Outcome.ok(pb.Payload(data=result) if result is not None else None)
+    return await core.jobs.complete(
+        NS, queue, job.id, job.epoch, Ok(pb.Payload(data=result) if result is not None else None)
     )
 
 
@@ -112,7 +115,9 @@ async def test_prioritized_jobs_are_reported_prioritized(core, jobs_of, check_in
 
 
 # -- delays -----------------------------------------------------------------------------------------
-async def test_delayed_job_is_not_leased_before_due_and_promoted_on_lease(core, clock, job_of, check_invariants):
+async def test_delayed_job_is_not_leased_before_due_and_promoted_on_lease(
+    core, clock, job_of, check_invariants
+):
     e = await enqueue(core, not_before=pb.Delay(delay_ns=10 * SEC))
     assert e.state == S.DELAYED
     assert (await check_invariants())[S.DELAYED] == 1
@@ -154,7 +159,9 @@ async def test_job_key_same_params_returns_existing(core, jobs_of, check_invaria
     await check_invariants()
 
 
-async def test_job_key_different_params_is_already_exists_and_changes_nothing(core, store, jobs_of, check_invariants):
+async def test_job_key_different_params_is_already_exists_and_changes_nothing(
+    core, store, jobs_of, check_invariants
+):
     first = await enqueue(core, job_key="order-1", data=b"a")
     before = await store.snapshot(lambda tx: tx.scan(b"t/", b"t0"))
     with pytest.raises(AlreadyExists) as ei:
@@ -192,7 +199,9 @@ async def test_idempotent_retry_returns_the_first_answer_created_too(core):
     assert again == first
 
 
-async def test_idempotency_key_for_a_different_request_conflicts_and_changes_nothing(core, store, check_invariants):
+async def test_idempotency_key_for_a_different_request_conflicts_and_changes_nothing(
+    core, store, check_invariants
+):
     await enqueue(core, data=b"a", idempotency=pb.Idempotency(key="req-1"))
     before = await store.snapshot(lambda tx: tx.scan(b"t/", b"t0"))
     with pytest.raises(IdempotencyConflict):
@@ -269,7 +278,9 @@ async def test_dedup_debounce_replace_takes_the_newest_data_and_delay(core, cloc
     await check_invariants()
 
 
-async def test_dedup_replace_job_takes_the_place_of_a_delayed_job(core, clock, job_of, jobs_of, check_invariants):
+async def test_dedup_replace_job_takes_the_place_of_a_delayed_job(
+    core, clock, job_of, jobs_of, check_invariants
+):
     d = dd(pb.DEDUP_MODE_THROTTLE, ttl_ns=5 * SEC, replace_job=True)
     later = pb.Delay(delay_ns=5 * SEC)
     first = await enqueue(core, data=b"v1", dedup=d, not_before=later)
@@ -319,12 +330,14 @@ async def test_dedup_keep_last_if_active_runs_the_last_duplicate_once_after(core
 
 
 # -- attempts and backoff ---------------------------------------------------------------------------
-async def test_fixed_backoff_retries_then_exhausts_into_failed(core, clock, job_of, events_of, check_invariants):
+async def test_fixed_backoff_retries_then_exhausts_into_failed(
+    core, clock, job_of, events_of, check_invariants
+):
     e = await enqueue(core, attempts=3, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC))
     for attempt in (1, 2):
         job = await lease_one(core)
         assert job.attempt == attempt - 1
-        done = await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err(f"try {attempt}")))
+        done = await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err(f"try {attempt}")))
         assert done.state == S.DELAYED
         stored = await job_of(e.job_id)
         assert stored.due_ns == clock.now_ns() + 10 * SEC
@@ -333,7 +346,7 @@ async def test_fixed_backoff_retries_then_exhausts_into_failed(core, clock, job_
         assert await lease(core) == []
         clock.advance(1)
     job = await lease_one(core)
-    done = await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err("last")))
+    done = await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err("last")))
     assert done.state == S.FAILED
     stored = await job_of(e.job_id)
     assert stored.state == S.FAILED and stored.attempt == 3
@@ -349,7 +362,7 @@ async def test_exponential_backoff_doubles_up_to_its_cap(core, clock, job_of, ch
     e = await enqueue(core, attempts=5, backoff=b)
     for expected in (1, 2, 3, 3):
         job = await lease_one(core)
-        await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
         assert (await job_of(e.job_id)).due_ns == clock.now_ns() + expected * SEC
         clock.advance(expected * SEC)
     await check_invariants()
@@ -359,18 +372,18 @@ async def test_queue_default_backoff_and_attempts_apply(core, configure, clock, 
     await configure("q", attempts=2, backoff={"kind": pb.BACKOFF_KIND_FIXED, "base_ns": 7 * SEC})
     e = await enqueue(core)
     job = await lease_one(core)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
     assert (await job_of(e.job_id)).due_ns == clock.now_ns() + 7 * SEC
     clock.advance(7 * SEC)
     job = await lease_one(core)
-    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))).state == S.FAILED
+    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))).state == S.FAILED
     await check_invariants()
 
 
 async def test_retry_after_overrides_backoff(core, clock, job_of, check_invariants):
     e = await enqueue(core, attempts=2, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=100 * SEC))
     job = await lease_one(core)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err(), after_ns=3 * SEC))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err(), after_ns=3 * SEC))
     assert (await job_of(e.job_id)).due_ns == clock.now_ns() + 3 * SEC
     await check_invariants()
 
@@ -382,7 +395,7 @@ async def test_fail_with_dead_letter_moves_to_the_dlq_and_redrive_brings_it_back
     await configure("q", dead_letter_queue="q-dlq")
     e = await enqueue(core, data=b"payload", attempts=3)
     job = await lease_one(core)
-    done = await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err("bad input"), dead_letter=True))
+    done = await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(err("bad input"), dead_letter=True))
     assert done.state == S.DEAD_LETTERED
     assert (await jobs_of())[e.job_id].state == S.DEAD_LETTERED
     (letter,) = (await jobs_of("q-dlq")).values()
@@ -400,11 +413,13 @@ async def test_fail_with_dead_letter_moves_to_the_dlq_and_redrive_brings_it_back
     await check_invariants("q", "q-dlq")
 
 
-async def test_exhausted_attempts_dead_letter_when_the_queue_says_so(core, configure, jobs_of, check_invariants):
+async def test_exhausted_attempts_dead_letter_when_the_queue_says_so(
+    core, configure, jobs_of, check_invariants
+):
     await configure("q", dead_letter_queue="dlq", dead_letter_on_exhausted=True)
     e = await enqueue(core, attempts=1)
     job = await lease_one(core)
-    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))).state == S.DEAD_LETTERED
+    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))).state == S.DEAD_LETTERED
     assert [j.task.headers[dlq.ORIGIN_JOB] for j in (await jobs_of("dlq")).values()] == [e.job_id]
     await check_invariants("q", "dlq")
 
@@ -412,7 +427,9 @@ async def test_exhausted_attempts_dead_letter_when_the_queue_says_so(core, confi
 async def test_fail_without_a_dlq_stays_failed(core, jobs_of, check_invariants):
     e = await enqueue(core, attempts=5)
     job = await lease_one(core)
-    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err(), dead_letter=True))).state == S.FAILED
+    assert (
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(err(), dead_letter=True))
+    ).state == S.FAILED
     assert (await jobs_of())[e.job_id].attempt == 0  # Fail is final; it does not retry
     assert (await check_invariants())[S.FAILED] == 1
 
@@ -422,16 +439,16 @@ async def test_release_does_not_spend_an_attempt(core, clock, job_of, check_inva
     e = await enqueue(core, attempts=1)
     for _ in range(3):
         job = await lease_one(core)
-        assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.release())).state == S.WAITING
+        assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Release())).state == S.WAITING
     job = await lease_one(core)
     assert job.attempt == 0
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.release(after_ns=5 * SEC))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Release(after_ns=5 * SEC))
     assert (await job_of(e.job_id)).state == S.DELAYED
     assert await lease(core) == []
     clock.advance(5 * SEC)
     job = await lease_one(core)
     # The one attempt is still there: this retry exhausts it.
-    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))).state == S.FAILED
+    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))).state == S.FAILED
     await check_invariants()
 
 
@@ -439,7 +456,7 @@ async def test_delay_until_reschedules_without_spending_an_attempt(core, clock, 
     e = await enqueue(core, attempts=1)
     job = await lease_one(core)
     until = clock.now_ns() + 30 * SEC
-    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.delay(until))).state == S.DELAYED
+    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Delay(until))).state == S.DELAYED
     stored = await job_of(e.job_id)
     assert (stored.due_ns, stored.attempt) == (until, 0)
     clock.advance(30 * SEC - 1)
@@ -454,7 +471,7 @@ async def test_rate_limited_outcome_blocks_the_queue_until_the_time_passes(core,
     b = await enqueue(core)
     job = await lease_one(core)
     assert job.id == a.job_id
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.rate_limited(20 * SEC))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, RateLimited(20 * SEC))
     assert await lease(core) == []  # neither the released job nor the other one
     clock.advance(20 * SEC - 1)
     assert await lease(core) == []
@@ -509,7 +526,9 @@ async def test_names_filter_leases_only_those_tasks(core, check_invariants):
     await check_invariants()
 
 
-async def test_expired_job_is_discarded_with_an_expired_event(core, clock, job_of, events_of, check_invariants):
+async def test_expired_job_is_discarded_with_an_expired_event(
+    core, clock, job_of, events_of, check_invariants
+):
     e = await enqueue(core, expires_ns=clock.now_ns() + 5 * SEC)
     keep = await enqueue(core)
     clock.advance(6 * SEC)
@@ -531,7 +550,9 @@ async def test_late_complete_before_the_sweep_succeeds(core, configure, clock, c
     await check_invariants()
 
 
-async def test_stale_epoch_after_the_stalled_sweep_is_fenced(core, configure, clock, sweep, job_of, check_invariants):
+async def test_stale_epoch_after_the_stalled_sweep_is_fenced(
+    core, configure, clock, sweep, job_of, check_invariants
+):
     await configure("q", visibility_ns=10 * SEC)
     e = await enqueue(core)
     old = await lease_one(core)
@@ -543,12 +564,12 @@ async def test_stale_epoch_after_the_stalled_sweep_is_fenced(core, configure, cl
     new = await lease_one(core, worker="w2")
     assert new.epoch > old.epoch
     with pytest.raises(Fenced) as fi:
-        await core.complete(NS, "q", old.id, old.epoch, Outcome.fail(err()))
+        await core.jobs.complete(NS, "q", old.id, old.epoch, Fail(err()))
     assert fi.value.current_epoch == new.epoch
     with pytest.raises(Fenced):
-        await core.extend(NS, "q", old.id, old.epoch, 5 * SEC)
+        await core.jobs.extend(NS, "q", old.id, old.epoch, 5 * SEC)
     with pytest.raises(Fenced):
-        await core.report(NS, "q", old.id, old.epoch, progress=b"1")
+        await core.jobs.report(NS, "q", old.id, old.epoch, progress=b"1")
     assert (await ok(core, new, result=b"r")).state == S.COMPLETED
     stored = await job_of(e.job_id)
     assert stored.state == S.COMPLETED and stored.result.data == b"r"
@@ -570,12 +591,12 @@ async def test_extend_is_capped_by_the_timeout_and_refused_past_it(core, clock, 
     start = clock.now_ns()
     assert job.deadline_ns == start + 10 * SEC
     clock.advance(5 * SEC)
-    assert await core.extend(NS, "q", job.id, job.epoch, 10 * SEC) == start + 15 * SEC
-    assert await core.extend(NS, "q", job.id, job.epoch, 60 * SEC) == start + 20 * SEC
+    assert await core.jobs.extend(NS, "q", job.id, job.epoch, 10 * SEC) == start + 15 * SEC
+    assert await core.jobs.extend(NS, "q", job.id, job.epoch, 60 * SEC) == start + 20 * SEC
     assert (await job_of(job.id)).deadline_ns == start + 20 * SEC
     clock.advance(15 * SEC)
     with pytest.raises(InvalidState):
-        await core.extend(NS, "q", job.id, job.epoch, SEC)
+        await core.jobs.extend(NS, "q", job.id, job.epoch, SEC)
     await check_invariants()
 
 
@@ -584,7 +605,7 @@ async def test_extend_keeps_the_job_from_the_stalled_sweep(core, configure, cloc
     await enqueue(core)
     job = await lease_one(core)
     clock.advance(8 * SEC)
-    await core.extend(NS, "q", job.id, job.epoch, 10 * SEC)
+    await core.jobs.extend(NS, "q", job.id, job.epoch, 10 * SEC)
     clock.advance(8 * SEC)  # past the first deadline, before the extended one
     await sweep()
     assert (await ok(core, job)).state == S.COMPLETED
@@ -620,7 +641,7 @@ async def test_the_sweeper_applies_retention_by_age_and_leaves_idle_queues_witho
     await configure("idle")
     for _ in range(2):
         await enqueue(core)
-        await core.complete(NS, "q", (job := await lease_one(core)).id, job.epoch, Outcome.ok())
+        await core.jobs.complete(NS, "q", (job := await lease_one(core)).id, job.epoch, Ok())
     await enqueue(core, "idle")
     writes = 0
     transact = store.transact
@@ -656,7 +677,7 @@ async def test_hard_timeout_is_a_retryable_timeout_failure(core, clock, sweep, j
     e = await enqueue(core, attempts=2, visibility_ns=20 * SEC, timeout_ns=30 * SEC)
     job = await lease_one(core)
     clock.advance(15 * SEC)
-    assert await core.extend(NS, "q", job.id, job.epoch, 60 * SEC) == clock.now_ns() + 15 * SEC
+    assert await core.jobs.extend(NS, "q", job.id, job.epoch, 60 * SEC) == clock.now_ns() + 15 * SEC
     clock.advance(15 * SEC + 1)
     await sweep()
     stored = await job_of(e.job_id)
@@ -675,30 +696,34 @@ async def test_hard_timeout_is_a_retryable_timeout_failure(core, clock, sweep, j
 # -- report -----------------------------------------------------------------------------------------------
 def read_log(tx, job_id):
     k = keys.QueueKeys(NS, "q")
-    return [pb.LogLine.FromString(v).line for _k, v in tx.scan(k.logs(job_id), keys.prefix_end(k.logs(job_id)))]
+    return [
+        pb.LogLine.FromString(v).line for _k, v in tx.scan(k.logs(job_id), keys.prefix_end(k.logs(job_id)))
+    ]
 
 
 async def test_report_progress_log_and_data(core, store, configure, job_of, events_of, check_invariants):
     await configure("q", log_cap=3)
     e = await enqueue(core, data=b"v1")
     job = await lease_one(core)
-    await core.report(NS, "q", job.id, job.epoch, progress=b'{"pct": 40}')
+    await core.jobs.report(NS, "q", job.id, job.epoch, progress=b'{"pct": 40}')
     assert (await job_of(e.job_id)).progress == b'{"pct": 40}'
     assert [x.data for x in await events_of(job_id=e.job_id) if x.event == "progress"] == [b'{"pct": 40}']
     with pytest.raises(InvalidArgument):
-        await core.report(NS, "q", job.id, job.epoch, progress=b"not json")
+        await core.jobs.report(NS, "q", job.id, job.epoch, progress=b"not json")
     for i in range(5):
-        await core.report(NS, "q", job.id, job.epoch, log_line=f"line {i}")
+        await core.jobs.report(NS, "q", job.id, job.epoch, log_line=f"line {i}")
     assert await store.snapshot(read_log, e.job_id) == ["line 2", "line 3", "line 4"]
     assert (await job_of(e.job_id)).log_count == 5
-    await core.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=b"v2"))
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.release())
+    await core.jobs.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=b"v2"))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Release())
     assert (await lease_one(core)).task.payload.data == b"v2"
     await check_invariants()
 
 
 # -- payloads ----------------------------------------------------------------------------------------------
-async def test_large_payload_goes_to_the_blob_store_and_comes_back_inline(core, job_of, blobs, check_invariants):
+async def test_large_payload_goes_to_the_blob_store_and_comes_back_inline(
+    core, job_of, blobs, check_invariants
+):
     data = os.urandom(16 * 1024 + 1)
     e = await enqueue(core, data=data)
     stored = await job_of(e.job_id)
@@ -724,24 +749,26 @@ async def test_payload_over_the_limit_is_refused_with_nothing_stored(store, blob
     assert not (tmp_path / "blobs").exists() or not any((tmp_path / "blobs").rglob("*"))
 
 
-async def test_a_big_data_report_goes_to_the_blob_store_and_the_old_blob_is_collected(core, store, blobs, job_of, tmp_path):
+async def test_a_big_data_report_goes_to_the_blob_store_and_the_old_blob_is_collected(
+    core, store, blobs, job_of, tmp_path
+):
     from loam_common import keys
 
     e = await enqueue(core, data=b"small")
     job = await lease_one(core)
     big, bigger = os.urandom(20 * 1024), os.urandom(30 * 1024)
-    await core.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=big))
+    await core.jobs.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=big))
     first = (await job_of(e.job_id)).task.payload
     assert first.data == b"" and first.blob_ref and first.size == len(big)
     assert await blobs.get(first.blob_ref) == big
-    await core.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=bigger))
+    await core.jobs.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=bigger))
     second = (await job_of(e.job_id)).task.payload
     assert second.blob_ref != first.blob_ref and await blobs.get(second.blob_ref) == bigger
     gc = await store.snapshot(lambda tx: tx.get(keys.blob_gc(NS, first.blob_ref)))
     assert gc is not None  # the replaced blob is marked for the sweeper to delete
 
     with pytest.raises(Fenced):  # a stale epoch: nothing changes, its blob is not left behind
-        await core.report(NS, "q", job.id, job.epoch - 1, data=pb.Payload(data=os.urandom(40 * 1024)))
+        await core.jobs.report(NS, "q", job.id, job.epoch - 1, data=pb.Payload(data=os.urandom(40 * 1024)))
     assert (await job_of(e.job_id)).task.payload == second
     assert {p.name for p in (tmp_path / "blobs").rglob("*") if p.is_file()} == {
         p.name for p in (tmp_path / "blobs").rglob("*") if p.is_file() and p.read_bytes() in (big, bigger)
@@ -751,7 +778,7 @@ async def test_a_big_data_report_goes_to_the_blob_store_and_the_old_blob_is_coll
 async def test_update_data_moves_a_big_payload_to_the_blob_store(core, blobs, job_of):
     e = await enqueue(core, data=b"small")
     data = os.urandom(20 * 1024)
-    await core.update_data(NS, "q", e.job_id, pb.Payload(data=data))
+    await core.jobs.update_data(NS, "q", e.job_id, pb.Payload(data=data))
     stored_payload = (await job_of(e.job_id)).task.payload
     assert stored_payload.blob_ref and await blobs.get(stored_payload.blob_ref) == data
     assert (await lease_one(core)).task.payload.data == data
@@ -762,7 +789,7 @@ async def test_a_data_report_over_the_limit_is_refused(store, blobs, job_of):
     e = await enqueue(core, data=b"small")
     job = await lease_one(core)
     with pytest.raises(PayloadTooLarge):
-        await core.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=b"z" * (64 * 1024 + 1)))
+        await core.jobs.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=b"z" * (64 * 1024 + 1)))
     assert (await job_of(e.job_id)).task.payload.data == b"small"
 
 
@@ -800,13 +827,15 @@ async def test_long_poll_wakes_when_a_job_is_released(core, check_invariants):
     async with asyncio.timeout(5):
         while core.waiters.parked(NS, "q") == 0:
             await asyncio.sleep(0.001)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.release())
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Release())
     got = await asyncio.wait_for(poll, 10)
     assert [j.id for j in got] == [job.id]
     await check_invariants()
 
 
-async def test_long_poll_of_a_dead_letter_queue_wakes_when_a_job_is_dead_lettered(core, configure, check_invariants):
+async def test_long_poll_of_a_dead_letter_queue_wakes_when_a_job_is_dead_lettered(
+    core, configure, check_invariants
+):
     await configure("q", dead_letter_queue="q-dlq")
     await enqueue(core)
     job = await lease_one(core)
@@ -814,7 +843,7 @@ async def test_long_poll_of_a_dead_letter_queue_wakes_when_a_job_is_dead_lettere
     async with asyncio.timeout(5):
         while core.waiters.parked(NS, "q-dlq") == 0:
             await asyncio.sleep(0.001)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err(), dead_letter=True))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(err(), dead_letter=True))
     (letter,) = await asyncio.wait_for(poll, 5)  # woken by the commit, not by the wait's end
     assert letter.task.headers[dlq.ORIGIN_JOB] == job.id
     await check_invariants("q", "q-dlq")
@@ -829,9 +858,9 @@ async def test_long_poll_takes_a_delayed_job_due_before_the_time_it_sleeps_until
             await asyncio.sleep(0.001)
     soon = pb.EnqueueOpts(not_before=pb.Delay(delay_ns=SEC // 5))
     if bulk:
-        (e,) = await core.enqueue_bulk(NS, "q", [(task("t", b"x"), soon)])
+        (e,) = await core.jobs.enqueue_bulk(NS, "q", [(task("t", b"x"), soon)])
     else:
-        e = await core.enqueue(NS, "q", task("t", b"x"), soon)
+        e = await core.jobs.enqueue(NS, "q", task("t", b"x"), soon)
     clock.advance(SEC)  # the new job is due now, by the store's clock
     got = await asyncio.wait_for(poll, 5)  # not the poll's 20 s, nor a year
     assert [j.id for j in got] == [e.job_id]
@@ -839,11 +868,13 @@ async def test_long_poll_takes_a_delayed_job_due_before_the_time_it_sleeps_until
 
 # -- an enqueue hands its job to a sleeping poll (decision 0023) ---------------------------------
 @pytest.mark.parametrize("bulk", [False, True])
-async def test_an_enqueue_leases_for_a_sleeping_poll_in_its_own_transaction(core, count_transactions, check_invariants, bulk):
+async def test_an_enqueue_leases_for_a_sleeping_poll_in_its_own_transaction(
+    core, count_transactions, check_invariants, bulk
+):
     poll = await _parked_poll(core)
     txs = count_transactions()
     if bulk:
-        (e,) = await core.enqueue_bulk(NS, "q", [(task("t", b"x"), None)])
+        (e,) = await core.jobs.enqueue_bulk(NS, "q", [(task("t", b"x"), None)])
     else:
         e = await enqueue(core)
     (got,) = await asyncio.wait_for(poll, 5)
@@ -860,7 +891,7 @@ async def test_a_bulk_enqueue_hands_what_the_sleeping_poll_asks_for_and_wakes_an
     async with asyncio.timeout(5):
         while core.waiters.parked(NS, "q") < 2:
             await asyncio.sleep(0.001)
-    res = await core.enqueue_bulk(NS, "q", [(task("t", b"x"), None) for _ in range(3)])
+    res = await core.jobs.enqueue_bulk(NS, "q", [(task("t", b"x"), None) for _ in range(3)])
     got1, got2 = await asyncio.wait_for(asyncio.gather(first, second), 5)
     assert [j.id for j in got1] == [r.job_id for r in res[:2]]  # in queue order
     assert [j.id for j in got2] == [res[2].job_id]
@@ -881,7 +912,7 @@ async def test_a_sleeping_poll_that_wants_other_tasks_is_not_handed_the_job(core
 
 def _slow_enqueue_then_lease(monkeypatch, seconds: float) -> None:
     """The hand-off transaction takes `seconds` (in the store's writer thread)."""
-    from loam_queue_core import core as core_module
+    from loam_queue_core.facade import jobs as core_module
 
     real = core_module.job_enqueue_then_lease
 
@@ -963,7 +994,7 @@ async def test_long_poll_with_nothing_returns_empty(core):
 )
 async def test_bad_enqueue_input_names_the_field_and_stores_nothing(core, store, queue, opts, field):
     with pytest.raises(InvalidArgument) as ei:
-        await core.enqueue(NS, queue, task(), pb.EnqueueOpts(**opts))
+        await core.jobs.enqueue(NS, queue, task(), pb.EnqueueOpts(**opts))
     assert ei.value.field == field
     assert await stored(store) == []
 
@@ -974,11 +1005,12 @@ async def test_highest_priority_is_accepted(core, check_invariants):
 
 
 async def test_bad_namespace_and_task_name_are_refused(core, store):
+    # The namespace is checked where it enters (a credential, a header): the one check.
     with pytest.raises(InvalidArgument) as ei:
-        await core.enqueue("a/b", "q", task())
+        validate.namespace("a/b")
     assert ei.value.field == "namespace"
     with pytest.raises(InvalidArgument) as ei:
-        await core.enqueue(NS, "q", task(name=""))
+        await core.jobs.enqueue(NS, "q", task(name=""))
     assert ei.value.field == "task.name"
     assert await stored(store) == []
 
@@ -995,7 +1027,7 @@ async def test_bad_namespace_and_task_name_are_refused(core, store):
 async def test_bad_lease_input_names_the_field(core, store, kw, field):
     args = {"queues": ["q"], "max_jobs": 1, "wait_ns": 0} | kw
     with pytest.raises(InvalidArgument) as ei:
-        await core.lease(NS, args["queues"], "w", args["max_jobs"], wait_ns=args["wait_ns"])
+        await core.jobs.lease(NS, args["queues"], "w", args["max_jobs"], wait_ns=args["wait_ns"])
     assert ei.value.field == field
     assert await stored(store) == []
 
@@ -1007,18 +1039,24 @@ async def test_lease_on_an_unknown_queue_creates_nothing(core, store):
 
 async def test_bulk_enqueue_refuses_bad_input_whole_and_isolates_key_clashes(core, jobs_of, check_invariants):
     with pytest.raises(InvalidArgument) as ei:
-        await core.enqueue_bulk(NS, "q", [(task(), None), (task(), pb.EnqueueOpts(priority=2**22))])
+        await core.jobs.enqueue_bulk(NS, "q", [(task(), None), (task(), pb.EnqueueOpts(priority=2**22))])
     assert ei.value.field == "jobs[1].opts.priority"
     assert await jobs_of() == {}
     await enqueue(core, job_key="taken", data=b"a")
-    res = await core.enqueue_bulk(
-        NS, "q", [(task(data=b"1"), None), (task(data=b"b"), pb.EnqueueOpts(job_key="taken")), (task(data=b"3"), None)]
+    res = await core.jobs.enqueue_bulk(
+        NS,
+        "q",
+        [
+            (task(data=b"1"), None),
+            (task(data=b"b"), pb.EnqueueOpts(job_key="taken")),
+            (task(data=b"3"), None),
+        ],
     )
     assert isinstance(res[1], AlreadyExists)
     assert res[0].created and res[2].created
     assert len(await jobs_of()) == 3
     # A bulk call of one job answers the same way: its error in its slot, not raised.
-    (alone,) = await core.enqueue_bulk(NS, "q", [(task(data=b"c"), pb.EnqueueOpts(job_key="taken"))])
+    (alone,) = await core.jobs.enqueue_bulk(NS, "q", [(task(data=b"c"), pb.EnqueueOpts(job_key="taken"))])
     assert isinstance(alone, AlreadyExists) and len(await jobs_of()) == 3
     await check_invariants()
 
@@ -1040,9 +1078,9 @@ async def test_outbox_records_delay_retry_and_failure(core, clock, events_of, ch
     e = await enqueue(core, attempts=2, not_before=pb.Delay(delay_ns=SEC))
     clock.advance(SEC)
     job = await lease_one(core)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
     job = await lease_one(core)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
     assert [x.event for x in await events_of(job_id=e.job_id)] == [
         "added",
         "delayed",
@@ -1056,7 +1094,9 @@ async def test_outbox_records_delay_retry_and_failure(core, clock, events_of, ch
     await check_invariants()
 
 
-async def test_every_state_change_writes_an_outbox_row(core, configure, clock, sweep, store, events_of, jobs_of):
+async def test_every_state_change_writes_an_outbox_row(
+    core, configure, clock, sweep, store, events_of, jobs_of
+):
     """Across a mixed workload, each job's outbox rows replay to its stored state."""
     await configure("q", visibility_ns=10 * SEC, max_stalled=-1)
     await enqueue(core, priority=2)
@@ -1064,7 +1104,7 @@ async def test_every_state_change_writes_an_outbox_row(core, configure, clock, s
     await enqueue(core, attempts=3)
     jobs = await lease(core, max_jobs=2)
     await ok(core, jobs[0])
-    await core.complete(NS, "q", jobs[1].id, jobs[1].epoch, Outcome.retry(err(), after_ns=SEC))
+    await core.jobs.complete(NS, "q", jobs[1].id, jobs[1].epoch, Retry(err(), after_ns=SEC))
     clock.advance(6 * SEC)
     jobs = await lease(core, max_jobs=1)
     clock.advance(20 * SEC)
@@ -1102,12 +1142,14 @@ async def test_subject_jobs_run_in_fifo_order(core, check_invariants):
 
 
 async def test_a_retried_job_holds_its_subject(core, clock, check_invariants):
-    first = await enqueue(core, subject="s", attempts=2, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC))
+    first = await enqueue(
+        core, subject="s", attempts=2, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC)
+    )
     second = await enqueue(core, subject="s")
     other = await enqueue(core, subject="t")
     job = await lease_one(core)
     assert job.id == first.job_id
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
     assert [j.id for j in await lease(core)] == [other.job_id]
     clock.advance(10 * SEC)
     job = await lease_one(core)
@@ -1121,7 +1163,7 @@ async def test_a_failed_job_frees_its_subject(core, check_invariants):
     await enqueue(core, subject="s")
     second = await enqueue(core, subject="s")
     job = await lease_one(core)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(err()))
     assert [j.id for j in await lease(core)] == [second.job_id]
     await check_invariants()
 
@@ -1141,7 +1183,7 @@ async def test_a_delayed_job_behind_its_subject_keeps_its_due_time(core, clock, 
 async def test_sharded_queue_delivers_every_job_exactly_once(core, configure, check_invariants, events_of):
     await configure("q", shards=4)
     ids = {(await enqueue(core, data=str(i).encode())).job_id for i in range(40)}
-    ids |= {r.job_id for r in await core.enqueue_bulk(NS, "q", [(task(), None) for _ in range(20)])}
+    ids |= {r.job_id for r in await core.jobs.enqueue_bulk(NS, "q", [(task(), None) for _ in range(20)])}
     seen: list[str] = []
     while jobs := await lease(core, max_jobs=3):
         seen.extend(j.id for j in jobs)
@@ -1177,13 +1219,13 @@ async def test_complete_many_answers_each_item_and_one_fenced_token_spoils_nothi
         await enqueue(core)
     jobs = await lease(core, max_jobs=3, worker="w2")
     assert len(jobs) == 3
-    res = await core.complete_many(
+    res = await core.jobs.complete_many(
         NS,
         [
-            ("q", jobs[0].id, jobs[0].epoch, Outcome.ok()),
-            ("q", stale.id, stale.epoch, Outcome.ok()),
-            ("q", jobs[1].id, jobs[1].epoch, Outcome.fail(err())),
-            ("q", jobs[2].id, jobs[2].epoch, Outcome.release()),
+            ("q", jobs[0].id, jobs[0].epoch, Ok()),
+            ("q", stale.id, stale.epoch, Ok()),
+            ("q", jobs[1].id, jobs[1].epoch, Fail(err())),
+            ("q", jobs[2].id, jobs[2].epoch, Release()),
         ],
     )
     assert isinstance(res[1], Fenced)
@@ -1192,14 +1234,16 @@ async def test_complete_many_answers_each_item_and_one_fenced_token_spoils_nothi
     assert counts == {S.COMPLETED: 1, S.FAILED: 1, S.WAITING: 1}
 
 
-async def test_complete_then_lease_takes_what_the_completions_freed_in_one_call(core, configure, check_invariants):
+async def test_complete_then_lease_takes_what_the_completions_freed_in_one_call(
+    core, configure, check_invariants
+):
     await configure("q", concurrency=2)
     first = [(await enqueue(core)).job_id for _ in range(2)]
     later = [(await enqueue(core)).job_id for _ in range(3)]
     held = await lease(core, max_jobs=5)
     assert [j.id for j in held] == first  # the queue's concurrency holds the rest back
-    res, leased = await core.complete_many_then_lease(
-        NS, [("q", j.id, j.epoch, Outcome.ok()) for j in held], ["q"], "w", 5
+    res, leased = await core.jobs.complete_many_then_lease(
+        NS, [("q", j.id, j.epoch, Ok()) for j in held], ["q"], "w", 5
     )
     assert [r.state for r in res] == [S.COMPLETED, S.COMPLETED]
     assert [j.id for j in leased] == later[:2]  # the two slots the completions freed
@@ -1212,7 +1256,7 @@ async def test_complete_then_lease_with_bad_lease_arguments_changes_nothing(core
     await enqueue(core)
     job = await lease_one(core)
     with pytest.raises(InvalidArgument) as e:
-        await core.complete_many_then_lease(NS, [("q", job.id, job.epoch, Outcome.ok())], ["q"], "w", 0)
+        await core.jobs.complete_many_then_lease(NS, [("q", job.id, job.epoch, Ok())], ["q"], "w", 0)
     assert e.value.field == "lease.max"
     counts = await check_invariants()
     assert counts == {S.ACTIVE: 1}
@@ -1221,7 +1265,7 @@ async def test_complete_then_lease_with_bad_lease_arguments_changes_nothing(core
 async def _parked_poll(core, max_jobs: int = 1, **kw) -> asyncio.Task:
     poll = asyncio.create_task(lease(core, max_jobs=max_jobs, wait_ns=20 * SEC, worker="w2", **kw))
     async with asyncio.timeout(5):
-        while core.waiters.parked(NS, "q") == 0:
+        while core.waiters.sleeping(NS, "q") == 0:  # it read nothing and waits
             await asyncio.sleep(0.001)
     return poll
 
@@ -1244,7 +1288,7 @@ async def test_long_poll_wakes_when_a_concurrency_slot_frees(core, configure, ch
     first = await lease_one(core)
     poll = await _parked_poll(core)
     if batched:  # BullMQ's moveToFinished: a batch that also leases, for another worker
-        await core.complete_many_then_lease(NS, [("q", first.id, first.epoch, Outcome.ok())], ["other"], "w1", 1)
+        await core.jobs.complete_many_then_lease(NS, [("q", first.id, first.epoch, Ok())], ["other"], "w1", 1)
     else:
         await ok(core, first)
     assert [j.id for j in await asyncio.wait_for(poll, 5)] == [second.job_id]
@@ -1255,7 +1299,7 @@ async def test_long_poll_wakes_when_a_job_is_retried(core, check_invariants):
     await enqueue(core, attempts=2)
     job = await lease_one(core)
     poll = await _parked_poll(core)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err(), after_ns=0))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err(), after_ns=0))
     assert [j.id for j in await asyncio.wait_for(poll, 5)] == [job.id]
     await check_invariants()
 
@@ -1280,7 +1324,7 @@ async def test_a_completion_that_frees_nothing_leaves_a_parked_poll_asleep(core,
     poll = await _parked_poll(core)
     txs = count_transactions()
     await ok(core, one)
-    await core.complete_many_then_lease(NS, [("q", two.id, two.epoch, Outcome.ok())], ["q"], "w1", 1)
+    await core.jobs.complete_many_then_lease(NS, [("q", two.id, two.epoch, Ok())], ["q"], "w1", 1)
     await asyncio.sleep(0.05)
     assert "job_lease" not in txs and not poll.done()
     e = await enqueue(core)  # the poll still answers the next job
@@ -1298,6 +1342,6 @@ async def test_a_completion_that_frees_nothing_leaves_a_parked_poll_asleep(core,
 )
 async def test_times_past_int64_are_refused_not_crashed(core, jobs_of, opts, field):
     with pytest.raises(InvalidArgument) as e:
-        await core.enqueue(NS, "q", pb.TaskSpec(name="t"), pb.EnqueueOpts(**opts))
+        await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"), pb.EnqueueOpts(**opts))
     assert e.value.field.endswith(field)
     assert await jobs_of() == {}

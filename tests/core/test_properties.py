@@ -23,7 +23,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -35,9 +36,10 @@ from hypothesis.stateful import (
 
 from loam_common import ids, keys
 from loam_common.errors import Fenced, InvalidState
-from loam_common.gen.loam.jobs.v1 import events_pb2, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import events_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok, Release, Retry
 from loam_common.jobs.queue import QueueTx
 from loam_common.store import FaultPlan, ManualClock, MemoryBackend, Store
 from loam_common.sweeper import Sweeper
@@ -103,7 +105,9 @@ def ready_key(job: pb.Job, seq: int) -> tuple:
 def lease_candidates(snap: Snapshot, shard: int) -> list[str]:
     """The jobs of a shard a lease may take, best first: the ready ones, then the due
     delayed ones, which the lease promotes (in due order) with the next sequences."""
-    ready = [j for j in snap.jobs.values() if j.shard == shard and j.state in S.READY and not j.subject_blocked]
+    ready = [
+        j for j in snap.jobs.values() if j.shard == shard and j.state in S.READY and not j.subject_blocked
+    ]
     due = sorted(
         (j for j in snap.jobs.values() if j.shard == shard and j.state == S.DELAYED and j.due_ns <= snap.now),
         key=lambda j: (j.due_ns, j.id),
@@ -138,7 +142,9 @@ class QueueMachine(RuleBasedStateMachine):
     def snap(self) -> Snapshot:
         return self.run(self.store.snapshot(read_all, self.shards))
 
-    @initialize(seed=st.integers(0, 2**32 - 1), shards=st.sampled_from([1, 2]), max_stalled=st.sampled_from([1, -1]))
+    @initialize(
+        seed=st.integers(0, 2**32 - 1), shards=st.sampled_from([1, 2]), max_stalled=st.sampled_from([1, -1])
+    )
     def setup(self, seed: int, shards: int, max_stalled: int) -> None:
         self.plan = FaultPlan(
             seed=seed,
@@ -189,9 +195,9 @@ class QueueMachine(RuleBasedStateMachine):
     def enqueue(self, specs) -> None:
         opts = [self._opts(**spec) for spec in specs]
         if len(opts) == 1:
-            results = [self.run(self.core.enqueue(NS, Q, pb.TaskSpec(name="t"), opts[0]))]
+            results = [self.run(self.core.jobs.enqueue(NS, Q, pb.TaskSpec(name="t"), opts[0]))]
         else:
-            results = self.run(self.core.enqueue_bulk(NS, Q, [(pb.TaskSpec(name="t"), o) for o in opts]))
+            results = self.run(self.core.jobs.enqueue_bulk(NS, Q, [(pb.TaskSpec(name="t"), o) for o in opts]))
         for res in results:
             assert res.created and res.job_id not in self.enq_order
             self.enq_order[res.job_id] = len(self.enq_order)
@@ -199,7 +205,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(max_jobs=st.integers(1, 4))
     def lease(self, max_jobs: int) -> None:
         before = self.snap()
-        got = self.run(self.core.lease(NS, [Q], "w", max_jobs))
+        got = self.run(self.core.jobs.lease(NS, [Q], "w", max_jobs))
         after = self.snap()
         assert len(got) <= max_jobs
         assert len({j.id for j in got}) == len(got)
@@ -258,24 +264,26 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=st.data(), by=st.integers(1, 20))
     def extend(self, data, by: int) -> None:
         token = self._pick(data, self.held)
-        out = self._expect(token, lambda: self.core.extend(NS, Q, *token, by * SEC))
+        out = self._expect(token, lambda: self.core.jobs.extend(NS, Q, *token, by * SEC))
         if out is not None:
             assert out[0] == self.clock.now_ns() + by * SEC
             self.held.append(token)
 
     @precondition(lambda self: self.held or self.lost)
-    @rule(data=st.data(), kind=st.sampled_from(["ok", "ok", "retry", "fail", "release"]), zombie=st.booleans())
+    @rule(
+        data=st.data(), kind=st.sampled_from(["ok", "ok", "retry", "fail", "release"]), zombie=st.booleans()
+    )
     def complete(self, data, kind: str, zombie: bool) -> None:
         tokens = self.lost if (zombie and self.lost) or not self.held else self.held
         token = self._pick(data, tokens)
         err = pb.JobError(code="error", message="boom")
         outcome = {
-            "ok": Outcome.ok(),
-            "retry": Outcome.retry(err),
-            "fail": Outcome.fail(err),
-            "release": Outcome.release(),
+            "ok": Ok(),
+            "retry": Retry(err),
+            "fail": Fail(err),
+            "release": Release(),
         }[kind]
-        out = self._expect(token, lambda: self.core.complete(NS, Q, *token, outcome))
+        out = self._expect(token, lambda: self.core.jobs.complete(NS, Q, *token, outcome))
         self.done.add(token)
         if out is None:
             return
@@ -292,7 +300,7 @@ class QueueMachine(RuleBasedStateMachine):
     def replay_complete(self, data) -> None:
         """A token that already had its answer, or was reclaimed, is refused."""
         token = sorted(self.done)[data.draw(st.integers(0, len(self.done) - 1))]
-        out = self._expect(token, lambda: self.core.complete(NS, Q, *token, Outcome.ok()))
+        out = self._expect(token, lambda: self.core.jobs.complete(NS, Q, *token, Ok()))
         assert out is None, f"{token} completed after its lease was answered"
 
     @precondition(lambda self: self.held)
@@ -330,8 +338,12 @@ class QueueMachine(RuleBasedStateMachine):
         assert all(n == 1 for n in completed_rows.values()), f"two completed rows: {completed_rows}"
         assert set(completed_rows) == self.completed
         assert {j.id for j in snap.jobs.values() if j.state == S.COMPLETED} == self.completed
-        active_subjects = Counter(j.opts.subject for j in snap.jobs.values() if j.state == S.ACTIVE and j.opts.subject)
-        assert all(n == 1 for n in active_subjects.values()), f"two active jobs of a subject: {active_subjects}"
+        active_subjects = Counter(
+            j.opts.subject for j in snap.jobs.values() if j.state == S.ACTIVE and j.opts.subject
+        )
+        assert all(n == 1 for n in active_subjects.values()), (
+            f"two active jobs of a subject: {active_subjects}"
+        )
         # Sequences only grow: a job that (re)entered the ready order is behind every
         # job that was already there.
         if self.prev is not None:
@@ -364,10 +376,20 @@ def test_random_interleavings_keep_the_queue_consistent(queue_problems, monkeypa
 @pytest.mark.parametrize("shards", [1, 2])
 def test_lease_candidates_model(shards):
     """The test's own ready-order model, on a hand-made shard: LIFO, FIFO, then priority."""
-    def job(i, prio=0, lifo=False, seq=0, state=S.WAITING, due=0):
-        return pb.Job(id=f"j{i}", state=state, seq=seq, due_ns=due, opts=pb.EnqueueOpts(priority=prio, lifo=lifo))
 
-    jobs = [job(1, prio=2, seq=1), job(2, seq=2), job(3, lifo=True, seq=3), job(4, lifo=True, seq=4),
-            job(5, seq=5), job(6, prio=1, seq=6), job(7, state=S.DELAYED, due=5)]
+    def job(i, prio=0, lifo=False, seq=0, state=S.WAITING, due=0):
+        return pb.Job(
+            id=f"j{i}", state=state, seq=seq, due_ns=due, opts=pb.EnqueueOpts(priority=prio, lifo=lifo)
+        )
+
+    jobs = [
+        job(1, prio=2, seq=1),
+        job(2, seq=2),
+        job(3, lifo=True, seq=3),
+        job(4, lifo=True, seq=4),
+        job(5, seq=5),
+        job(6, prio=1, seq=6),
+        job(7, state=S.DELAYED, due=5),
+    ]
     snap = Snapshot(now=10, jobs={j.id: j for j in jobs}, next_seq=[7] * shards, events=[])
     assert lease_candidates(snap, 0) == ["j4", "j3", "j2", "j5", "j7", "j6", "j1"]

@@ -16,9 +16,10 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from celery import Celery
+
 import loam
 import loam_celery  # noqa: F401 - registers the loam:// transport alias
-from celery import Celery
 
 URL = os.environ.get("LOAM_CELERY_URL", "loam://127.0.0.1:7720/durable-celery")
 MARKS = Path(os.environ.get("DURABLE_MARKS", "/tmp/durable-marks"))

@@ -42,5 +42,3 @@ def start_worker(durable_url: str) -> Iterator:
     yield start
     for w in workers:
         w.stop()
-
-

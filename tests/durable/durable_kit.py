@@ -72,9 +72,13 @@ def wait_for(predicate, timeout: float = 20, what: str = "condition"):
 def envelope(url: str, kind: str, data, *, version: str = VERSION, token: str | None = None,
              raw: bytes | None = None) -> tuple[int, dict]:  # fmt: skip
     """One raw `POST {base}/`: (HTTP status, response envelope)."""
-    body = raw if raw is not None else json.dumps(
-        {"kind": kind, "head": {"corrId": uuid.uuid4().hex, "version": version}, "data": data}
-    ).encode()
+    body = (
+        raw
+        if raw is not None
+        else json.dumps(
+            {"kind": kind, "head": {"corrId": uuid.uuid4().hex, "version": version}, "data": data}
+        ).encode()
+    )
     headers = {"content-type": "application/json"}
     if token:
         headers["authorization"] = f"Bearer {token}"

@@ -30,7 +30,9 @@ class CeleryWorker:
              "--without-mingle", "--without-gossip"],
             cwd=HERE, env=env, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        wait_for(lambda: " ready." in log.read_text(errors="replace") or self.proc.poll() is not None, 30, "worker")
+        wait_for(
+            lambda: " ready." in log.read_text(errors="replace") or self.proc.poll() is not None, 30, "worker"
+        )
         assert self.proc.poll() is None, log.read_text()
 
     def kill9(self) -> None:
@@ -43,7 +45,9 @@ class CeleryWorker:
         self._out.close()
 
 
-def test_celery_charge_resumes_after_kill9_without_repeating_finished_steps(dev_server, tmp_path, monkeypatch):
+def test_celery_charge_resumes_after_kill9_without_repeating_finished_steps(
+    dev_server, tmp_path, monkeypatch
+):
     ns = f"durable-celery-{uuid.uuid4().hex[:6]}"
     url = f"loam://127.0.0.1:{dev_server.port}/{ns}"
     marks = tmp_path / "marks"

@@ -10,8 +10,9 @@ import urllib.request
 from contextlib import contextmanager
 
 import pytest
-from durable_kit import envelope
 from devserver import start_dev_server
+from durable_kit import envelope
+
 from loam_common.auth import token_create
 from loam_common.store.runner import open_store
 
@@ -19,7 +20,9 @@ FOREVER = 2**53
 
 
 def create(url: str, promise_id: str, **tags: str) -> tuple[int, dict]:
-    return envelope(url, "promise.create", {"id": promise_id, "timeoutAt": FOREVER, "param": {}, "tags": tags})
+    return envelope(
+        url, "promise.create", {"id": promise_id, "timeoutAt": FOREVER, "param": {}, "tags": tags}
+    )
 
 
 def inner(kind: str, data: dict) -> dict:
@@ -32,7 +35,9 @@ def sse(url: str, group: str, pid: str, token: str | None = None):
     headers = {"accept": "text/event-stream"}
     if token:
         headers["authorization"] = f"Bearer {token}"
-    resp = urllib.request.urlopen(urllib.request.Request(f"{url}/poll/{group}/{pid}", headers=headers), timeout=15)
+    resp = urllib.request.urlopen(
+        urllib.request.Request(f"{url}/poll/{group}/{pid}", headers=headers), timeout=15
+    )
 
     def next_message() -> dict:
         while True:
@@ -73,13 +78,19 @@ def test_bad_input_changes_nothing(durable_url):
     status, resp = create(durable_url, "bad-origin:1", **{"resonate:origin": "other"})
     assert status == 400 and envelope(durable_url, "promise.get", {"id": "bad-origin:1"})[0] == 404
     assert create(durable_url, "listen-1")[0] == 200
-    status, resp = envelope(durable_url, "promise.register_listener", {"awaited": "listen-1", "address": "http://x"})
+    status, resp = envelope(
+        durable_url, "promise.register_listener", {"awaited": "listen-1", "address": "http://x"}
+    )
     assert (status, resp["data"]) == (400, "Invalid listener address")
     status, resp = envelope(durable_url, "promise.settle", {"id": "listen-1", "state": "pending"})
     assert status == 400
-    assert envelope(durable_url, "promise.get", {"id": "listen-1"})[1]["data"]["promise"]["state"] == "pending"
-    assert envelope(durable_url, "promise.get", {"id": "nope"}) [0] == 404
-    assert envelope(durable_url, "task.acquire", {"id": "nope", "version": 0, "pid": "p", "ttl": 1000})[0] == 404
+    assert (
+        envelope(durable_url, "promise.get", {"id": "listen-1"})[1]["data"]["promise"]["state"] == "pending"
+    )
+    assert envelope(durable_url, "promise.get", {"id": "nope"})[0] == 404
+    assert (
+        envelope(durable_url, "task.acquire", {"id": "nope", "version": 0, "pid": "p", "ttl": 1000})[0] == 404
+    )
 
 
 def test_create_is_200_and_idempotent_and_the_first_settle_wins(durable_url):
@@ -87,10 +98,14 @@ def test_create_is_200_and_idempotent_and_the_first_settle_wins(durable_url):
     assert status == 200 and first["head"]["status"] == 200
     assert "settledAt" not in first["data"]["promise"]
     assert create(durable_url, "idem-1")[1]["data"] == first["data"]
-    s1 = envelope(durable_url, "promise.settle", {"id": "idem-1", "state": "resolved", "value": {"data": "YQ=="}})
+    s1 = envelope(
+        durable_url, "promise.settle", {"id": "idem-1", "state": "resolved", "value": {"data": "YQ=="}}
+    )
     s2 = envelope(durable_url, "promise.settle", {"id": "idem-1", "state": "rejected", "value": {}})
     assert s1[0] == s2[0] == 200
-    assert s2[1]["data"]["promise"]["state"] == "resolved" and s2[1]["data"]["promise"]["value"] == {"data": "YQ=="}
+    assert s2[1]["data"]["promise"]["state"] == "resolved" and s2[1]["data"]["promise"]["value"] == {
+        "data": "YQ=="
+    }
 
 
 def test_execute_goes_to_the_group_and_acquire_fences_by_version(durable_url):
@@ -98,15 +113,25 @@ def test_execute_goes_to_the_group_and_acquire_fences_by_version(durable_url):
         assert create(durable_url, "fence-1", **{"resonate:target": "poll://any@fencers"})[0] == 200
         msg = next_message()
         assert msg == {"kind": "execute", "head": {}, "data": {"task": {"id": "fence-1", "version": 0}}}
-    assert envelope(durable_url, "task.acquire", {"id": "fence-1", "version": 5, "pid": "p1", "ttl": 60000})[0] == 409
-    status, acq = envelope(durable_url, "task.acquire", {"id": "fence-1", "version": 0, "pid": "p1", "ttl": 60000})
+    assert (
+        envelope(durable_url, "task.acquire", {"id": "fence-1", "version": 5, "pid": "p1", "ttl": 60000})[0]
+        == 409
+    )
+    status, acq = envelope(
+        durable_url, "task.acquire", {"id": "fence-1", "version": 0, "pid": "p1", "ttl": 60000}
+    )
     assert status == 200 and acq["data"]["task"] == {"id": "fence-1", "state": "acquired", "version": 1,
                                                      "resumes": 0, "ttl": 60000, "pid": "p1"}  # fmt: skip
-    assert envelope(durable_url, "task.acquire", {"id": "fence-1", "version": 0, "pid": "p2", "ttl": 60000})[0] == 409
+    assert (
+        envelope(durable_url, "task.acquire", {"id": "fence-1", "version": 0, "pid": "p2", "ttl": 60000})[0]
+        == 409
+    )
     status, resp = envelope(durable_url, "task.fence", {"id": "fence-1", "version": 1, "action": inner(
         "promise.create", {"id": "fence-1:1", "timeoutAt": FOREVER, "param": {}, "tags": {}})})  # fmt: skip
     assert status == 200
-    assert resp["data"]["action"]["head"]["status"] == 200 and resp["data"]["action"]["kind"] == "promise.create"
+    assert (
+        resp["data"]["action"]["head"]["status"] == 200 and resp["data"]["action"]["kind"] == "promise.create"
+    )
     assert resp["data"]["action"]["data"]["promise"]["id"] == "fence-1:1"
     status, resp = envelope(durable_url, "task.fulfill", {"id": "fence-1", "version": 1, "action": inner(
         "promise.settle", {"id": "fence-1", "state": "resolved", "value": {}})})  # fmt: skip
@@ -120,9 +145,25 @@ def test_suspend_redirects_when_an_awaited_promise_already_settled(durable_url):
                            "tags": {"resonate:target": "poll://any@nobody"}})})  # fmt: skip
     assert status == 200 and created["data"]["task"]["state"] == "acquired"
     version = created["data"]["task"]["version"]
-    child = {"id": "redir:1", "timeoutAt": FOREVER, "param": {}, "tags": {"resonate:target": "poll://any@nobody"}}
-    assert envelope(durable_url, "task.fence", {"id": "redir", "version": version, "action": inner("promise.create", child)})[0] == 200
-    suspend = {"id": "redir", "version": version, "actions": [inner("promise.register_callback", {"awaited": "redir:1", "awaiter": "redir"})]}
+    child = {
+        "id": "redir:1",
+        "timeoutAt": FOREVER,
+        "param": {},
+        "tags": {"resonate:target": "poll://any@nobody"},
+    }
+    assert (
+        envelope(
+            durable_url,
+            "task.fence",
+            {"id": "redir", "version": version, "action": inner("promise.create", child)},
+        )[0]
+        == 200
+    )
+    suspend = {
+        "id": "redir",
+        "version": version,
+        "actions": [inner("promise.register_callback", {"awaited": "redir:1", "awaiter": "redir"})],
+    }
     envelope(durable_url, "promise.settle", {"id": "redir:1", "state": "resolved", "value": {}})
     status, resp = envelope(durable_url, "task.suspend", suspend)
     assert status == 300 and [p["id"] for p in resp["data"]["preload"]] == ["redir:1"]
@@ -136,13 +177,32 @@ def test_a_suspended_task_is_resumed_by_execute_when_its_awaited_settles(durable
                                "tags": {"resonate:target": "poll://any@resumers"}})})  # fmt: skip
         v = created["data"]["task"]["version"]
         child = {"id": "susp:1", "timeoutAt": FOREVER, "param": {}, "tags": {"resonate:external": "true"}}
-        envelope(durable_url, "task.fence", {"id": "susp", "version": v, "action": inner("promise.create", child)})
-        suspend = {"id": "susp", "version": v, "actions": [inner("promise.register_callback", {"awaited": "susp:1", "awaiter": "susp"})]}
+        envelope(
+            durable_url, "task.fence", {"id": "susp", "version": v, "action": inner("promise.create", child)}
+        )
+        suspend = {
+            "id": "susp",
+            "version": v,
+            "actions": [inner("promise.register_callback", {"awaited": "susp:1", "awaiter": "susp"})],
+        }
         assert envelope(durable_url, "task.suspend", suspend)[:1] == (200,)
-        assert envelope(durable_url, "promise.register_listener", {"awaited": "susp", "address": "poll://uni@resumers/pid-9"})[0] == 200
+        assert (
+            envelope(
+                durable_url,
+                "promise.register_listener",
+                {"awaited": "susp", "address": "poll://uni@resumers/pid-9"},
+            )[0]
+            == 200
+        )
         envelope(durable_url, "promise.settle", {"id": "susp:1", "state": "resolved", "value": {}})
-        assert next_message() == {"kind": "execute", "head": {}, "data": {"task": {"id": "susp", "version": v}}}
-        _, acq = envelope(durable_url, "task.acquire", {"id": "susp", "version": v, "pid": "pid-9", "ttl": 60000})
+        assert next_message() == {
+            "kind": "execute",
+            "head": {},
+            "data": {"task": {"id": "susp", "version": v}},
+        }
+        _, acq = envelope(
+            durable_url, "task.acquire", {"id": "susp", "version": v, "pid": "pid-9", "ttl": 60000}
+        )
         assert acq["data"]["task"]["resumes"] == 0 and "susp:1" in [p["id"] for p in acq["data"]["preload"]]
         envelope(durable_url, "task.fulfill", {"id": "susp", "version": v + 1, "action": inner(
             "promise.settle", {"id": "susp", "state": "resolved", "value": {"data": "ZG9uZQ=="}})})  # fmt: skip
@@ -209,7 +269,9 @@ def test_the_rest_facade_shows_a_promise_tree_and_sets_retention(dev_server):
             "promise.create", {"id": child, "timeoutAt": FOREVER, "param": {}, "tags": {"resonate:parent": "vis"}})})  # fmt: skip
     envelope(url, "task.fence", {"id": "vis", "version": v, "action": inner(
         "promise.settle", {"id": "vis:1", "state": "resolved", "value": {}})})  # fmt: skip
-    tree = json.loads(urllib.request.urlopen(f"{dev_server.url}/ns/visible/v1/durable/promises/vis", timeout=5).read())
+    tree = json.loads(
+        urllib.request.urlopen(f"{dev_server.url}/ns/visible/v1/durable/promises/vis", timeout=5).read()
+    )
     assert [n["promise"]["id"] for n in tree["promises"]] == ["vis", "vis:1", "vis:2"]
     assert [n["promise"]["state"] for n in tree["promises"]] == ["pending", "resolved", "pending"]
     assert tree["promises"][0]["task"]["state"] == "acquired" and tree["promises"][0]["task"]["attempts"] == 1
@@ -221,14 +283,18 @@ def test_the_rest_facade_shows_a_promise_tree_and_sets_retention(dev_server):
                                  data=json.dumps({"retention_ms": 60000}).encode(),
                                  headers={"content-type": "application/json"})  # fmt: skip
     assert json.loads(urllib.request.urlopen(req, timeout=5).read()) == {"retention_ms": 60000}
-    got = json.loads(urllib.request.urlopen(f"{dev_server.url}/ns/visible/v1/durable/retention", timeout=5).read())
+    got = json.loads(
+        urllib.request.urlopen(f"{dev_server.url}/ns/visible/v1/durable/retention", timeout=5).read()
+    )
     assert got == {"retention_ms": 60000}
 
 
 def test_durable_changes_are_events_in_the_event_log(dev_server):
     url = dev_server.url + "/ns/evented/resonate"
     create(url, "ev-0")  # the namespace's durable event log exists from its first change
-    stream = urllib.request.urlopen(f"{dev_server.url}/ns/evented/v1/queues/durable/events?data=json", timeout=10)
+    stream = urllib.request.urlopen(
+        f"{dev_server.url}/ns/evented/v1/queues/durable/events?data=json", timeout=10
+    )
     create(url, "ev-1")
     envelope(url, "promise.settle", {"id": "ev-1", "state": "resolved", "value": {}})
     seen: list[str] = []
@@ -239,7 +305,10 @@ def test_durable_changes_are_events_in_the_event_log(dev_server):
             if event.get("subject") == "ev-1":
                 seen.append(event["type"])
     stream.close()
-    assert seen == ["io.loams.dev.jobs.durable.promise.created.v1", "io.loams.dev.jobs.durable.promise.settled.v1"]
+    assert seen == [
+        "io.loams.dev.jobs.durable.promise.created.v1",
+        "io.loams.dev.jobs.durable.promise.settled.v1",
+    ]
 
 
 def test_resonate_schedules_show_in_loams_schedule_list(dev_server):

@@ -70,7 +70,9 @@ def test_same_id_again_returns_the_result_without_running_anything(durable_url, 
     assert again["data"]["task"] == task["data"]["task"] and task["data"]["task"]["state"] == "fulfilled"
 
 
-def test_a_killed_worker_resumes_elsewhere_without_rerunning_finished_steps(durable_url, start_worker, tmp_path):
+def test_a_killed_worker_resumes_elsewhere_without_rerunning_finished_steps(
+    durable_url, start_worker, tmp_path
+):
     crash_counts = tmp_path / "counts"
     w1 = start_worker("crashers", crash_counts, "--die-in", "step2")
 
@@ -160,7 +162,9 @@ def test_external_completion_resumes_the_workflow(durable_url, workers, counts):
 
     async def go(r):
         handle = r.options(target="workers").rpc("approve-1", "approval")
-        promise_id = await asyncio.to_thread(wait_for, lambda: marker.exists() and marker.read_text(), 20, "the id")
+        promise_id = await asyncio.to_thread(
+            wait_for, lambda: marker.exists() and marker.read_text(), 20, "the id"
+        )
         other = Resonate(url=durable_url, group="approver")  # another client settles it
         try:
             await other.promises.resolve(promise_id, Value(data="yes"))
@@ -194,8 +198,8 @@ def test_a_restart_of_loam_dev_mid_workflow_loses_nothing(tmp_path):
     """The server stops while a workflow sleeps and comes back on the same port and data:
     the sleep's timer fires after the restart, the worker (which reconnects by itself)
     resumes the workflow, and no finished step runs again."""
-    from durable_kit import RETRY_MS, Worker
     from devserver import start_dev_server
+    from durable_kit import RETRY_MS, Worker
 
     server = start_dev_server(tmp_path / "data", "--durable-retry-ms", str(RETRY_MS))
     url = server.url + "/resonate"
@@ -205,11 +209,15 @@ def test_a_restart_of_loam_dev_mid_workflow_loses_nothing(tmp_path):
 
         async def begin(r):
             r.options(target="restarters").rpc("restart-1", "sleeper", 3.0)
-            await asyncio.to_thread(wait_for, lambda: counts_of(restart_counts).get("before") == 1, 20, "before")
+            await asyncio.to_thread(
+                wait_for, lambda: counts_of(restart_counts).get("before") == 1, 20, "before"
+            )
 
         client(url, begin)
         assert server.stop() == 0
-        server = start_dev_server(tmp_path / "data", "--durable-retry-ms", str(RETRY_MS), "--port", str(server.port))
+        server = start_dev_server(
+            tmp_path / "data", "--durable-retry-ms", str(RETRY_MS), "--port", str(server.port)
+        )
 
         def resolved() -> bool:
             status, p = envelope(url, "promise.get", {"id": "restart-1"})

@@ -15,8 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from durable_kit import Worker, counts_of, envelope, wait_for
 from devserver import free_port
+from durable_kit import Worker, counts_of, envelope, wait_for
 from resonate.resonate import Resonate
 
 pytestmark = pytest.mark.timeout(120)
@@ -27,7 +27,9 @@ class Service:
         self.log = log
         self._out = open(log, "wb")  # noqa: SIM115 - closed in stop()
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOAM_")}
-        self.proc = subprocess.Popen([sys.executable, "-m", *args], env=env, stdout=self._out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", *args], env=env, stdout=self._out, stderr=subprocess.STDOUT
+        )
         wait_for(lambda: b"ready" in log.read_bytes() or self.proc.poll() is not None, 30, f"{name} ready")
         assert self.proc.poll() is None, log.read_text()
 
@@ -45,7 +47,13 @@ def test_timers_in_the_sweeper_reach_workers_through_the_gateway(tmp_path):
     store = f"sqlite:///{tmp_path / 'loam.db'}"
     core_port, gw_port = free_port(), free_port()
     core_url = f"http://127.0.0.1:{core_port}"
-    services = [Service("queue-core", ["loam_queue_core.server", "--store", store, "--port", str(core_port)], tmp_path / "core.log")]
+    services = [
+        Service(
+            "queue-core",
+            ["loam_queue_core.server", "--store", store, "--port", str(core_port)],
+            tmp_path / "core.log",
+        )
+    ]
     services.append(Service("gateway", ["loam_gateway", "--queue-cores", core_url, "--store", store, "--port", str(gw_port)],
                             tmp_path / "gateway.log"))  # fmt: skip
     services.append(Service("sweeper", ["loam_sweeper", "--store", store, "--queue-cores", core_url, "--id", "sw-1",
@@ -58,7 +66,9 @@ def test_timers_in_the_sweeper_reach_workers_through_the_gateway(tmp_path):
         async def go():
             r = Resonate(url=url, group="split-client-" + uuid.uuid4().hex[:6])
             try:
-                return await asyncio.wait_for(r.options(target="split").rpc("split-sleep", "sleeper", 1.0).result(), 60)
+                return await asyncio.wait_for(
+                    r.options(target="split").rpc("split-sleep", "sleeper", 1.0).result(), 60
+                )
             finally:
                 await r.stop()
 
@@ -99,7 +109,9 @@ def test_loam_durable_serves_the_protocol_alone(tmp_path):
                       tmp_path / "durable.log")  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
-        status, resp = envelope(url, "promise.create", {"id": "alone", "timeoutAt": 2**50, "param": {}, "tags": {}})
+        status, resp = envelope(
+            url, "promise.create", {"id": "alone", "timeoutAt": 2**50, "param": {}, "tags": {}}
+        )
         assert status == 200 and resp["data"]["promise"]["state"] == "pending"
         assert envelope(url, "promise.get", {"id": "alone"})[0] == 200
         assert envelope(url, "promise.get", {"id": "alone"}, version="1999-01-01")[0] == 400

@@ -10,14 +10,15 @@ import asyncio
 import dataclasses
 
 import pytest
-from loam_common import keys
-from loam_common.events import event_log_read
-from loam_common.store import FaultPlan, ManualClock, MemoryBackend, SqliteBackend, Store
 from loam_durable import transitions as tr
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 from loam_durable.records import DurableError
 from loam_durable.timers import DurableTimers
+
+from loam_common import keys
+from loam_common.events import event_log_read
+from loam_common.store import FaultPlan, ManualClock, MemoryBackend, SqliteBackend, Store
 
 NS = "t1"
 SEC = 1_000_000_000
@@ -34,7 +35,11 @@ class RecordingHub(Hub):
         return super().send(ns, address, message)
 
     def executes(self, task_id: str) -> list[int]:
-        return [m["data"]["task"]["version"] for _, m in self.sent if m["kind"] == "execute" and m["data"]["task"]["id"] == task_id]
+        return [
+            m["data"]["task"]["version"]
+            for _, m in self.sent
+            if m["kind"] == "execute" and m["data"]["task"]["id"] == task_id
+        ]
 
 
 @pytest.fixture(params=["sqlite", "memory", "memory-faults", "memory-txn-faults"])
@@ -69,14 +74,19 @@ def now_ms(clock: ManualClock) -> int:
 
 async def test_concurrent_settles_settle_once(env):
     core, _, clock = env
-    await call(core, "promise.create", create_data("race", now_ms(clock) + 60_000, **{"resonate:external": "true"}))
+    await call(
+        core, "promise.create", create_data("race", now_ms(clock) + 60_000, **{"resonate:external": "true"})
+    )
     results = await asyncio.gather(*[
         call(core, "promise.settle", {"id": "race", "state": "resolved", "value": {"data": str(i)}}) for i in range(20)
     ])  # fmt: skip
     values = {r[1]["promise"]["value"]["data"] for r in results}
     assert len(values) == 1  # every caller sees the one settle that won
     events = await core.store.snapshot(event_log_read, NS, tr.EVENT_QUEUE, 0, 0, 100)
-    assert [e.event for e in events if e.job_id == "race"] == ["durable.promise.created", "durable.promise.settled"]
+    assert [e.event for e in events if e.job_id == "race"] == [
+        "durable.promise.created",
+        "durable.promise.settled",
+    ]
 
 
 async def test_the_resend_timer_sends_a_lost_execute_again_and_a_lapsed_lease_returns_the_task(env):
@@ -110,7 +120,10 @@ async def test_timeout_always_wins_over_a_lapsed_lease(env):
     clock.advance(10 * SEC)  # past the promise's timeout and the task's lease
     await timers.run_once()
     _, p = await call(core, "promise.get", {"id": "short"})
-    assert p["promise"]["state"] == "rejected_timedout" and p["promise"]["settledAt"] == p["promise"]["timeoutAt"]
+    assert (
+        p["promise"]["state"] == "rejected_timedout"
+        and p["promise"]["settledAt"] == p["promise"]["timeoutAt"]
+    )
     _, t = await call(core, "task.get", {"id": "short"})
     assert t["task"]["state"] == "fulfilled"
     assert hub.executes("short") == []  # no new work for a settled promise
@@ -161,8 +174,14 @@ async def test_bad_input_changes_nothing(env):
     for kind, data in [
         ("promise.create", create_data("x", now_ms(clock) + 1000, **{"resonate:target": "smtp://any@g"})),
         ("promise.create", create_data("x:1", now_ms(clock) + 1000, **{"resonate:origin": "y"})),
-        ("task.create", {"pid": "p", "ttl": 0, "action": {"kind": "promise.create", "data": create_data("x", 1)}}),
-        ("schedule.create", {"id": "s", "cron": "not cron", "promiseId": "p", "promiseTimeout": 1, "promiseTags": TARGET}),
+        (
+            "task.create",
+            {"pid": "p", "ttl": 0, "action": {"kind": "promise.create", "data": create_data("x", 1)}},
+        ),
+        (
+            "schedule.create",
+            {"id": "s", "cron": "not cron", "promiseId": "p", "promiseTimeout": 1, "promiseTags": TARGET},
+        ),
         ("task.suspend", {"id": "nope", "version": 1, "actions": []}),
     ]:
         with pytest.raises(DurableError) as e:

@@ -65,7 +65,9 @@ def start_dev_server(data: Path, *extra: str) -> DevServer:
             line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
         except queue.Empty:
             server.stop()
-            raise RuntimeError(f"loam dev did not get ready in {READY_TIMEOUT_S}s:\n{''.join(server.lines)}") from None
+            raise RuntimeError(
+                f"loam dev did not get ready in {READY_TIMEOUT_S}s:\n{''.join(server.lines)}"
+            ) from None
         if line is None:
             raise RuntimeError(f"loam dev exited with {proc.wait()}:\n{''.join(server.lines)}")
         if "ready" in line:

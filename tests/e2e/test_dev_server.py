@@ -22,15 +22,15 @@ import httpx
 import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
+from devserver import start_dev_server
 from google.protobuf import json_format
 from protobuf.wkt import Any as AnyMsg
 
 from loam_common import errors as E
-from loam_common.connect_errors import DETAIL_TYPE, from_connect
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
 from loam_common.connect_client import jobs_client
-
-from devserver import start_dev_server
+from loam_common.connect_errors import DETAIL_TYPE, from_connect
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 NS = "e2e"
 HEADERS = {"x-loam-namespace": NS}
@@ -82,14 +82,20 @@ class BinaryApi:
             raise from_connect(e) from e
 
     async def enqueue(self, queue: str, name: str, **opts: Any) -> str:
-        r = await self.call("enqueue", J.EnqueueRequest(queue=queue, task=pb.TaskSpec(name=name), opts=_opts(**opts)))
+        r = await self.call(
+            "enqueue", J.EnqueueRequest(queue=queue, task=pb.TaskSpec(name=name), opts=_opts(**opts))
+        )
         return r.enqueued.job
 
     async def lease(self, queues: list[str], max: int = 10, wait_ns: int = 0) -> list[Leased]:
-        return _leased(await self.call("lease", J.LeaseRequest(queues=queues, worker="w1", max=max, wait_ns=wait_ns)))
+        return _leased(
+            await self.call("lease", J.LeaseRequest(queues=queues, worker="w1", max=max, wait_ns=wait_ns))
+        )
 
     async def complete_ok(self, queue: str, job: str, epoch: int) -> int:
-        req = J.CompleteRequest(token=J.LeaseToken(queue=queue, job=job, epoch=epoch), outcome=J.Outcome(ok={}))
+        req = J.CompleteRequest(
+            token=J.LeaseToken(queue=queue, job=job, epoch=epoch), outcome=J.Outcome(ok={})
+        )
         return (await self.call("complete", req)).completed.state
 
     async def job_state(self, queue: str, job: str) -> str:
@@ -150,7 +156,7 @@ class RestApi(BinaryApi):
             detail = err.get("detail")
             details = []
             if detail:
-                d = json_format.ParseDict(detail, J.ErrorDetail())
+                d = json_format.ParseDict(detail, pb.ErrorDetail())
                 details = [AnyMsg(type_url="type.googleapis.com/" + DETAIL_TYPE, value=d.SerializeToString())]
             e = from_connect(ConnectError(Code(err["code"]), err["message"], details=details))
             e.http_status = r.status_code
@@ -333,7 +339,10 @@ async def test_namespaces_are_isolated(dev_server):
         assert r.status_code == 404 and r.json()["code"] == "not_found"
         r = await http.get(f"/ns/other/v1/queues/{q}")
         assert r.json()["counts"]["waiting"] == 1
-        names = [x["name"] for x in (await http.get("/v1/queues", headers={"x-loam-namespace": "other"})).json()["queues"]]
+        names = [
+            x["name"]
+            for x in (await http.get("/v1/queues", headers={"x-loam-namespace": "other"})).json()["queues"]
+        ]
         assert q in names
     assert await BinaryApi(dev_server.url).lease([q], max=1) == []  # the e2e namespace sees nothing
 
@@ -355,7 +364,9 @@ async def test_rest_admin_actions(dev_server):
     assert (await api.rest("POST", f"/v1/queues/{q}:resume"))["counts"]["paused"] is False
     page = await api.rest("GET", f"/v1/queues/{q}/jobs?state=waiting&page_size=1")
     assert len(page["jobs"]) == 1 and page["next_page_token"]
-    page2 = await api.rest("GET", f"/v1/queues/{q}/jobs?state=waiting&page_size=1&page_token={page['next_page_token']}")
+    page2 = await api.rest(
+        "GET", f"/v1/queues/{q}/jobs?state=waiting&page_size=1&page_token={page['next_page_token']}"
+    )
     assert {page["jobs"][0]["id"], page2["jobs"][0]["id"]} == {delayed, keyed}
     assert (await api.rest("POST", f"/v1/queues/{q}/jobs/{delayed}:remove"))["removed"] is True
     assert (await api.rest("POST", f"/v1/queues/{q}:drain", {}))["affected"] == 1

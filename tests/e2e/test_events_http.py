@@ -30,7 +30,10 @@ async def _enqueue(http: httpx.AsyncClient, queue: str, n: int) -> list[str]:
 async def _sse(http: httpx.AsyncClient, path: str, headers: dict | None = None, **params) -> list[dict]:
     """Read an SSE stream to its end (the server stops after `limit` events)."""
     messages, cur = [], {}
-    async with asyncio.timeout(20), http.stream("GET", path, params=params, headers={**H, **(headers or {})}) as r:
+    async with (
+        asyncio.timeout(20),
+        http.stream("GET", path, params=params, headers={**H, **(headers or {})}) as r,
+    ):
         assert r.status_code == 200, await r.aread()
         assert r.headers["content-type"].startswith("text/event-stream")
         async for line in r.aiter_lines():
@@ -83,7 +86,11 @@ async def test_sse_queue_events_are_cloudevents_and_resume_with_last_event_id(de
         mine = await asyncio.wait_for(reader, 15)
         assert json.loads(mine[0]["data"])["job"]["id"] == job
         ce = json.loads(mine[-1]["data"])
-        assert ce["datacontenttype"] == "application/json" and ce["data"]["event"] == "active" and ce["subject"] == job
+        assert (
+            ce["datacontenttype"] == "application/json"
+            and ce["data"]["event"] == "active"
+            and ce["subject"] == job
+        )
         # Refusals are HTTP errors, not streams.
         r = await http.get("/v1/queues/sse/jobs/nope/events", headers=H)
         assert r.status_code == 404 and r.json()["code"] == "not_found"
@@ -119,7 +126,9 @@ async def test_connect_watch_through_the_gateway(dev_server):
 async def test_metrics_export_and_trim(dev_server):
     async with httpx.AsyncClient(base_url=dev_server.url, timeout=20) as http:
         await _enqueue(http, "mx", 4)
-        r = await http.post("/loam.jobs.v1.JobsService/Lease", json={"queues": ["mx"], "worker": "w", "max": 2}, headers=H)
+        r = await http.post(
+            "/loam.jobs.v1.JobsService/Lease", json={"queues": ["mx"], "worker": "w", "max": 2}, headers=H
+        )
         for lease in r.json()["leases"]:
             done = await http.post("/loam.jobs.v1.JobsService/Complete",
                                    json={"token": lease["token"], "outcome": {"ok": {}}}, headers=H)  # fmt: skip
@@ -138,10 +147,20 @@ async def test_metrics_export_and_trim(dev_server):
         assert r.status_code == 200 and r.headers["content-type"] == "application/vnd.apache.parquet"
         table = event_export.read_table(pa.BufferReader(r.content))
         rows = table.drop_columns(["time"]).to_pylist()
-        assert sorted(row["data"]["event"] for row in rows) == sorted(["added"] * 4 + ["waiting"] * 4 + ["active"] * 2 + ["completed"] * 2)
-        assert all(event_export.event_from_data(row["data"]).SerializeToString(deterministic=True) == row["data_raw"] for row in rows)
-        r = await http.get("/v1/queues/mx/events:export", params={"format": "arrow", "since_ns": 2**62}, headers=H)
-        assert r.status_code == 200 and event_export.read_table(pa.BufferReader(r.content), "arrow").num_rows == 0
+        assert sorted(row["data"]["event"] for row in rows) == sorted(
+            ["added"] * 4 + ["waiting"] * 4 + ["active"] * 2 + ["completed"] * 2
+        )
+        assert all(
+            event_export.event_from_data(row["data"]).SerializeToString(deterministic=True) == row["data_raw"]
+            for row in rows
+        )
+        r = await http.get(
+            "/v1/queues/mx/events:export", params={"format": "arrow", "since_ns": 2**62}, headers=H
+        )
+        assert (
+            r.status_code == 200
+            and event_export.read_table(pa.BufferReader(r.content), "arrow").num_rows == 0
+        )
         # Trim everything before now: the log is emptied (the outbox rows the relay has
         # not moved yet stay until it does).
         await asyncio.sleep(0.5)  # the in-process relay moves the outbox
@@ -149,5 +168,3 @@ async def test_metrics_export_and_trim(dev_server):
         assert r.status_code == 200 and r.json()["affected"] == 12
         r = await http.get("/v1/queues/mx/events:export", headers=H)
         assert event_export.read_table(pa.BufferReader(r.content)).num_rows == 0
-
-

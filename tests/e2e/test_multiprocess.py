@@ -31,10 +31,10 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from loam_common import keys
+from loam_common.connect_client import jobs_client
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.connect_client import jobs_client
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceClient
 from loam_common.jobs import states as S
 from loam_common.jobs.queue import QueueTx
@@ -45,7 +45,14 @@ QUEUE = "work"
 SHARDS = 2
 SEC = 1_000_000_000
 HEADERS = {"x-loam-namespace": NS}
-RETRYABLE = {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.UNKNOWN, Code.INTERNAL, Code.CANCELED, Code.ABORTED}
+RETRYABLE = {
+    Code.UNAVAILABLE,
+    Code.DEADLINE_EXCEEDED,
+    Code.UNKNOWN,
+    Code.INTERNAL,
+    Code.CANCELED,
+    Code.ABORTED,
+}
 
 LOAD_S = 11.0  # producers stop after this
 DRAIN_S = 35.0  # every acknowledged job must be completed within this after that
@@ -99,7 +106,9 @@ class Proc:
         while time.monotonic() < deadline:
             assert self.p is not None
             if self.p.poll() is not None:
-                raise AssertionError(f"{self.name} exited with {self.p.returncode}:\n{self.log.read_text()[-3000:]}")
+                raise AssertionError(
+                    f"{self.name} exited with {self.p.returncode}:\n{self.log.read_text()[-3000:]}"
+                )
             if b"ready" in self.log.read_bytes():
                 return
             await asyncio.sleep(0.05)
@@ -107,7 +116,8 @@ class Proc:
 
     def tail(self) -> str:
         return "\n".join(
-            f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}" for p in sorted(self.logdir.glob(f"{self.name}.*.log"))
+            f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
+            for p in sorted(self.logdir.glob(f"{self.name}.*.log"))
         )
 
 
@@ -120,7 +130,9 @@ def _configure(tx) -> None:
         qt.save_config()
 
 
-def _final_state(tx) -> tuple[dict[str, pb.Job], list[events_pb2.JobEvent], list[events_pb2.JobEvent], dict[int, int]]:
+def _final_state(
+    tx,
+) -> tuple[dict[str, pb.Job], list[events_pb2.JobEvent], list[events_pb2.JobEvent], dict[int, int]]:
     k = keys.QueueKeys(NS, QUEUE)
     jobs = {}
     for _k, v in tx.scan(k.jobs(), keys.prefix_end(k.jobs())):
@@ -140,7 +152,11 @@ def _final_state(tx) -> tuple[dict[str, pb.Job], list[events_pb2.JobEvent], list
 def _completed_ids(tx, ids: list[str]) -> set[str]:
     k = keys.QueueKeys(NS, QUEUE)
     found = tx.batch_get([k.job(i) for i in ids])
-    return {i for i in ids if (raw := found.get(k.job(i))) is not None and pb.Job.FromString(raw).state == S.COMPLETED}
+    return {
+        i
+        for i in ids
+        if (raw := found.get(k.job(i))) is not None and pb.Job.FromString(raw).state == S.COMPLETED
+    }
 
 
 def _outbox_empty(tx) -> bool:
@@ -163,7 +179,12 @@ async def test_every_acknowledged_job_completes_once_across_kill_9(tmp_path):
     await store.transact(_configure)
 
     core = Proc("queue-core", ["loam_queue_core.server", "--store", url, "--port", str(core_port)], env, logs)
-    gateway = Proc("gateway", ["loam_gateway", "--queue-cores", core_url, "--store", url, "--port", str(gw_port)], env, logs)
+    gateway = Proc(
+        "gateway",
+        ["loam_gateway", "--queue-cores", core_url, "--store", url, "--port", str(gw_port)],
+        env,
+        logs,
+    )
     sweeper_args = ["loam_sweeper", "--store", url, "--blobs", str(tmp_path / "blobs"), "--queue-cores", core_url,
                     "--interval", "0.2", "--lease-ttl", "2"]  # fmt: skip
     sweeper = Proc("sweeper", [*sweeper_args, "--id", "sweeper-a"], env, logs)
@@ -190,7 +211,9 @@ async def test_every_acknowledged_job_completes_once_across_kill_9(tmp_path):
         n = 0
         while not stop_producing.is_set():
             n += 1
-            req = J.EnqueueRequest(queue=QUEUE, task=pb.TaskSpec(name="noop", payload=pb.Payload(data=b"%d-%d" % (i, n))))
+            req = J.EnqueueRequest(
+                queue=QUEUE, task=pb.TaskSpec(name="noop", payload=pb.Payload(data=b"%d-%d" % (i, n)))
+            )
             try:
                 resp = await c.enqueue(req, headers=HEADERS)
                 acked.append(resp.enqueued.job)
@@ -310,7 +333,9 @@ async def test_every_acknowledged_job_completes_once_across_kill_9(tmp_path):
         # The event log per shard is exactly 1..outbox_seq: nothing lost, nothing twice.
         for shard in range(SHARDS):
             seqs = [e.seq for e in log if e.shard == shard]
-            assert seqs == list(range(1, heads[shard] + 1)), f"shard {shard}: seqs {seqs[:5]}... head {heads[shard]}"
+            assert seqs == list(range(1, heads[shard] + 1)), (
+                f"shard {shard}: seqs {seqs[:5]}... head {heads[shard]}"
+            )
         completed_events = collections.Counter(e.job_id for e in log if e.event == "completed")
         acked_set = set(acked)
         assert len(acked_set) == len(acked) > 300, len(acked)
@@ -325,8 +350,12 @@ async def test_every_acknowledged_job_completes_once_across_kill_9(tmp_path):
         assert errors, "no call failed: were the kills effective?"
         stalled = {e.job_id for e in log if e.event == "stalled"}
         assert {lease.token.job for lease in dropped} <= stalled
-        print(f"acked {len(acked)}, stalled {len(stalled)}, refused {sum(refused.values())}, errors {dict(errors)}")
-        owners = await store.snapshot(lambda tx: {v for k, v in tx.scan(b"sys/own/sweeper/", b"sys/own/sweeper0")})
+        print(
+            f"acked {len(acked)}, stalled {len(stalled)}, refused {sum(refused.values())}, errors {dict(errors)}"
+        )
+        owners = await store.snapshot(
+            lambda tx: {v for k, v in tx.scan(b"sys/own/sweeper/", b"sys/own/sweeper0")}
+        )
         assert all(pb.OwnershipLease.FromString(v).owner in ("sweeper-b", "") for v in owners)
     except BaseException:
         print("errors:", dict(errors))

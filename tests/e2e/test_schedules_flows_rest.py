@@ -12,6 +12,7 @@ import uuid
 
 import httpx
 import pytest
+
 from loam_common import auth
 from loam_common.connect_client import jobs_client
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
@@ -59,7 +60,13 @@ async def test_schedule_upsert_read_list_fire_remove(http):
     first = ok(await http.put(f"/v1/schedules/{sid}", json=body))
     s = first["schedule"]
     assert first["changed"] is True
-    assert (s["id"], s["queue"], s["name"], s["payload"]["data"], s["every_ns"]) == (sid, q, "tick", {"n": 1}, 300 * MS)
+    assert (s["id"], s["queue"], s["name"], s["payload"]["data"], s["every_ns"]) == (
+        sid,
+        q,
+        "tick",
+        {"n": 1},
+        300 * MS,
+    )
     assert s["count"] == 1 and s["next_ns"] > s["last_tick_ns"] > 0 and s["last_job_id"]
     assert s["misfire"] == "fire_latest" and s["priority"] == 5 and s["headers"] == {"team": "a"}
     again = ok(await http.put(f"/v1/schedules/{sid}", json=body))
@@ -89,7 +96,9 @@ async def test_schedule_upsert_read_list_fire_remove(http):
     assert {sid, other} <= set(ids) and ids == sorted(ids) and listed["next_page_token"] == ""
     page = ok(await http.get("/v1/schedules", params={"page_size": 1}))
     assert len(page["schedules"]) == 1 and page["next_page_token"]
-    rest = ok(await http.get("/v1/schedules", params={"page_size": 1000, "page_token": page["next_page_token"]}))
+    rest = ok(
+        await http.get("/v1/schedules", params={"page_size": 1000, "page_token": page["next_page_token"]})
+    )
     assert [x["id"] for x in page["schedules"] + rest["schedules"]] == ids
 
     assert ok(await http.delete(f"/v1/schedules/{sid}")) == {"removed": True}
@@ -153,17 +162,26 @@ async def test_chord_flow_with_children_values(http, rpc):
     assert clash.status_code == 409 and clash.json()["code"] == "already_exists"
 
     flow = ok(await http.get(f"/v1/flows/{fid}"))
-    assert [(j["node"], j["queue"], j["job_id"]) for j in flow["jobs"]] == [(n, q, r["jobs"][n]) for n in ("h1", "h2", "cb")]
+    assert [(j["node"], j["queue"], j["job_id"]) for j in flow["jobs"]] == [
+        (n, q, r["jobs"][n]) for n in ("h1", "h2", "cb")
+    ]
     cb = r["jobs"]["cb"]
     assert (ok(await http.get(f"/v1/queues/{q}/jobs/{cb}")))["job"]["state"] == "waiting-children"
     pending = ok(await http.get(f"/v1/queues/{q}/jobs/{cb}/children"))
     assert {c["node"]: c["state"] for c in pending["children"]} == {"h1": "pending", "h2": "pending"}
-    assert {c["node"]: c["policy"] for c in pending["children"]} == {"h1": "fail_parent", "h2": "ignore_dependency"}
+    assert {c["node"]: c["policy"] for c in pending["children"]} == {
+        "h1": "fail_parent",
+        "h2": "ignore_dependency",
+    }
 
     leased = (await rpc.lease(J.LeaseRequest(queues=[q], worker="w", max=10), headers=HEADERS)).leases
     assert sorted(x.token.job for x in leased) == sorted([r["jobs"]["h1"], r["jobs"]["h2"]])
     for x in leased:
-        out = J.Outcome(ok=J.Outcome.Ok(result=pb.Payload(data=x.task.payload.data + b"0", content_type="application/json")))
+        out = J.Outcome(
+            ok=J.Outcome.Ok(
+                result=pb.Payload(data=x.task.payload.data + b"0", content_type="application/json")
+            )
+        )
         await rpc.complete(J.CompleteRequest(token=x.token, outcome=out), headers=HEADERS)
     done = ok(await http.get(f"/v1/queues/{q}/jobs/{cb}/children"))
     assert {c["node"]: (c["state"], c["value"]["data"]) for c in done["children"]} == {
@@ -179,13 +197,19 @@ async def test_flow_errors(http):
                        {"id": "b", "queue": q, "name": "b", "depends_on": ["a"]}]}  # fmt: skip
     r = await http.post("/v1/flows", json=cycle)
     assert r.status_code == 400 and r.json()["detail"]["field"] == "graph.nodes", r.text
-    r = await http.post("/v1/flows", json={"nodes": [{"id": "a", "queue": q, "name": "a", "depends_on": ["zz"]}]})
+    r = await http.post(
+        "/v1/flows", json={"nodes": [{"id": "a", "queue": q, "name": "a", "depends_on": ["zz"]}]}
+    )
     assert r.status_code == 400 and r.json()["detail"]["field"] == "graph.nodes[0].depends_on[0]", r.text
-    r = await http.post("/v1/flows", json={"nodes": [{"id": "a", "queue": q, "name": "a", "delay_ns": 2**63 - 1}]})
+    r = await http.post(
+        "/v1/flows", json={"nodes": [{"id": "a", "queue": q, "name": "a", "delay_ns": 2**63 - 1}]}
+    )
     assert r.status_code == 400 and r.json()["code"] == "invalid_argument", r.text
     r = await http.post("/v1/flows", json={"nodes": []})
     assert r.status_code == 400 and r.json()["code"] == "invalid_argument"
-    r = await http.post("/v1/flows", json={"nodes": [{"id": "a", "queue": q, "name": "a", "on_failure": "shrug"}]})
+    r = await http.post(
+        "/v1/flows", json={"nodes": [{"id": "a", "queue": q, "name": "a", "on_failure": "shrug"}]}
+    )
     assert r.status_code == 400
     no_id = ok(await http.post("/v1/flows", json={"nodes": [{"id": "a", "queue": q, "name": "a"}]}))
     assert no_id["flow"] and no_id["created"] is True  # the server names it
@@ -204,7 +228,10 @@ async def test_openapi_documents_the_routes(http):
         ("/v1/queues/{queue}/jobs/{job}/children", "get"),
     ]:  # fmt: skip
         op = paths[path][method]
-        assert {"200", "400", "401", "403", "404", "409", "429", "503", "504"} <= set(op["responses"]), (path, method)
+        assert {"200", "400", "401", "403", "404", "409", "429", "503", "504"} <= set(op["responses"]), (
+            path,
+            method,
+        )
     assert {"ScheduleBody", "ScheduleView", "FlowBody", "FlowResult", "FlowView", "DependencyView"} <= set(
         spec["components"]["schemas"]
     )
@@ -225,7 +252,11 @@ async def authed(store, tmp_path):
 
 async def test_routes_need_the_methods_actions(authed):
     http, token = authed
-    producer, scheduler, admin = await token(auth.ENQUEUE), await token(auth.SCHEDULE), await token(auth.ADMIN)
+    producer, scheduler, admin = (
+        await token(auth.ENQUEUE),
+        await token(auth.SCHEDULE),
+        await token(auth.ADMIN),
+    )
     body = {"queue": "q", "name": "t", "cron": "@daily"}
     r = await http.put("/v1/schedules/s", json=body, headers=producer)
     assert r.status_code == 403 and "jobs:schedule" in r.json()["message"]

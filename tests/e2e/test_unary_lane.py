@@ -15,7 +15,8 @@ import uuid
 import httpx
 import pytest
 
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 NS = "lane"
 BASE = "/loam.jobs.v1.JobsService/"
@@ -27,9 +28,13 @@ def qname() -> str:
     return f"lane-{uuid.uuid4().hex[:8]}"
 
 
-def both_paths(client: httpx.Client, method: str, body: bytes, headers: dict) -> tuple[httpx.Response, httpx.Response]:
+def both_paths(
+    client: httpx.Client, method: str, body: bytes, headers: dict
+) -> tuple[httpx.Response, httpx.Response]:
     plain = client.post(BASE + method, content=body, headers=headers)
-    packed = client.post(BASE + method, content=gzip.compress(body), headers={**headers, "content-encoding": "gzip"})
+    packed = client.post(
+        BASE + method, content=gzip.compress(body), headers={**headers, "content-encoding": "gzip"}
+    )
     return plain, packed
 
 
@@ -81,7 +86,9 @@ def test_undecodable_body_and_bad_headers(client):
 def test_namespace_prefix_reaches_the_lane(client):
     q = qname()
     body = json.dumps({"queue": q, "task": {"name": "t"}}).encode()
-    r = client.post(f"/ns/{NS}-other{BASE}Enqueue", content=body, headers={"content-type": "application/json"})
+    r = client.post(
+        f"/ns/{NS}-other{BASE}Enqueue", content=body, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 200, r.text
     ours = client.post(BASE + "QueueAdmin", json={"queue": q, "op": {"counts": {}}}, headers=JSON).json()
     theirs = client.post(BASE + "QueueAdmin", json={"queue": q, "op": {"counts": {}}},
@@ -98,7 +105,11 @@ async def test_a_long_poll_abandoned_by_its_client_takes_no_job(dev_server):
             await c.post(BASE + "Lease", content=lease, headers=PROTO, timeout=0.5)  # the client hangs up
     await asyncio.sleep(0.2)
     with httpx.Client(base_url=dev_server.url, timeout=10) as c:
-        enq = c.post(BASE + "Enqueue", content=J.EnqueueRequest(queue=q, task=pb.TaskSpec(name="t")).SerializeToString(), headers=PROTO)
+        enq = c.post(
+            BASE + "Enqueue",
+            content=J.EnqueueRequest(queue=q, task=pb.TaskSpec(name="t")).SerializeToString(),
+            headers=PROTO,
+        )
         assert enq.status_code == 200
         got = c.post(BASE + "Lease", content=J.LeaseRequest(queues=[q], max=1, worker="here").SerializeToString(),
                      headers=PROTO)  # fmt: skip

@@ -12,8 +12,8 @@ import signal
 from collections import Counter
 
 import httpx
-
 from devserver import start_dev_server
+
 from loam import Client
 from loam.errors import JobsError
 

@@ -1,5 +1,6 @@
 """JobsError <-> ConnectError: every class keeps its code, message and fields through the
-Connect wire format (the JSON error body both Connect codecs use)."""
+Connect wire format (the JSON error body both Connect codecs use); the Connect service
+built from the method table answers any failure with its code, never Connect's unknown."""
 
 from __future__ import annotations
 
@@ -9,18 +10,28 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from loam_common import errors as E
+from loam_common.api.methods import METHODS
+from loam_common.api.service import JobsServiceHandlers
 from loam_common.connect_errors import HTTP_STATUS, from_connect, to_connect
 from loam_common.store.base import StoreUnavailable
 
 CASES = [
     (E.InvalidArgument("queue", "bad name"), {"field": "queue"}),
     (E.NotFound("queue 'q' does not exist"), {}),
-    (E.AlreadyExists("job key taken", "01J0000000000000000000000A"), {"existing": "01J0000000000000000000000A"}),
+    (
+        E.AlreadyExists("job key taken", "01J0000000000000000000000A"),
+        {"existing": "01J0000000000000000000000A"},
+    ),
     (E.IdempotencyConflict("idem-1"), {"key": "idem-1"}),
-    (E.Fenced("01J0000000000000000000000A", 3, 5), {"job_id": "01J0000000000000000000000A", "epoch": 3, "current_epoch": 5}),
+    (
+        E.Fenced("01J0000000000000000000000A", 3, 5),
+        {"job_id": "01J0000000000000000000000A", "epoch": 3, "current_epoch": 5},
+    ),
     (E.InvalidState("j1", "active", "promote"), {"job_id": "j1", "from_state": "active", "to": "promote"}),
     (
-        E.InvalidState("q", "has 2 active jobs", "obliterate", "queue 'q' has 2 active jobs; cannot obliterate"),
+        E.InvalidState(
+            "q", "has 2 active jobs", "obliterate", "queue 'q' has 2 active jobs; cannot obliterate"
+        ),
         {"job_id": "q", "from_state": "has 2 active jobs", "to": "obliterate"},
     ),
     (E.QueuePaused("queue 'q' is paused"), {}),
@@ -39,7 +50,9 @@ def over_the_wire(err: ConnectError) -> ConnectError:
     return ConnectWireError.from_dict(wire.to_dict(), wire.to_http_status().code, Code.UNKNOWN).to_exception()
 
 
-@pytest.mark.parametrize("error,fields", CASES, ids=lambda c: type(c).__name__ if isinstance(c, E.JobsError) else "")
+@pytest.mark.parametrize(
+    "error,fields", CASES, ids=lambda c: type(c).__name__ if isinstance(c, E.JobsError) else ""
+)
 def test_round_trip(error, fields):
     err = to_connect(error)
     assert err.code.value == error.code
@@ -70,7 +83,9 @@ def test_http_status_is_connects():
         assert HTTP_STATUS[code.value] == status.code
 
 
-@pytest.mark.parametrize("error,fields", CASES, ids=lambda c: type(c).__name__ if isinstance(c, E.JobsError) else "")
+@pytest.mark.parametrize(
+    "error,fields", CASES, ids=lambda c: type(c).__name__ if isinstance(c, E.JobsError) else ""
+)
 def test_an_error_rebuilds_from_its_args_and_pickles(error, fields):
     """Celery serializes a task's exception as its type and `args` and rebuilds it with
     `type(e)(*e.args)`; pickle does the same."""
@@ -80,3 +95,33 @@ def test_an_error_rebuilds_from_its_args_and_pickles(error, fields):
         assert type(again) is type(error) and str(again) == str(error) == error.message
         for name, value in fields.items():
             assert getattr(again, name) == value
+
+
+class Failing(JobsServiceHandlers):
+    """Every method fails with `error`, after noting which row of the table it was given."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.seen: list[str] = []
+
+    async def dispatch(self, method, request, ctx):
+        self.seen.append(method.name)
+        raise self.error
+
+    async def dispatch_stream(self, method, request, ctx):
+        self.seen.append(method.name)
+        raise self.error
+        yield  # pragma: no cover
+
+
+@pytest.mark.parametrize("error", [E.NotFound("no such queue"), KeyError("bug")], ids=["jobs-error", "bug"])
+async def test_the_table_service_answers_failures_with_their_code(error):
+    svc = Failing(error)
+    with pytest.raises(ConnectError) as err:
+        await svc.complete_batch(METHODS["complete_batch"].request(), None)
+    assert err.value.code == to_connect(error).code
+    with pytest.raises(ConnectError) as err:
+        async for _ in svc.watch(METHODS["watch"].request(), None):
+            pass
+    assert err.value.code == to_connect(error).code
+    assert svc.seen == ["complete_batch", "watch"]

@@ -15,7 +15,9 @@ from loam.testing import LoamServer
 LOAM = str(Path(sys.executable).with_name("loam"))
 
 
-def run(*args: str, ok: bool = True, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+def run(
+    *args: str, ok: bool = True, stdin: str | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
     p = subprocess.run([LOAM, *args], capture_output=True, text=True, timeout=60, input=stdin, env=env)
     if ok:
         assert p.returncode == 0, p.stderr
@@ -33,10 +35,14 @@ def cli(url: str, ns: str):
 
 
 def test_jobs_add_get_ls_retry_rm(cli) -> None:
-    added = cli("jobs", "add", "mail", "send", '{"to": "a@example.com"}', "--priority", "3", "--attempts", "2")
+    added = cli(
+        "jobs", "add", "mail", "send", '{"to": "a@example.com"}', "--priority", "3", "--attempts", "2"
+    )
     assert added["created"] and added["state"] == "prioritized"
     job = cli("jobs", "get", "mail", added["id"])
-    assert job["payload"] == {"to": "a@example.com"} and job["name"] == "send" and job["state"] == "prioritized"
+    assert (
+        job["payload"] == {"to": "a@example.com"} and job["name"] == "send" and job["state"] == "prioritized"
+    )
     cli("jobs", "add", "mail", "note", "plain words", "--delay", "60")
     listed = cli("jobs", "ls", "mail")
     assert [j["name"] for j in listed] == ["note", "send"]
@@ -48,7 +54,7 @@ def test_jobs_add_get_ls_retry_rm(cli) -> None:
 
 def test_jobs_retry(cli, url: str, ns: str) -> None:
     added = cli("jobs", "add", "r", "t", "1")
-    from loam import SyncClient, Outcome
+    from loam import Outcome, SyncClient
 
     with SyncClient(url, namespace=ns) as c:
         (job,) = c.lease("r")
@@ -118,10 +124,16 @@ def test_tokens_create_ls_revoke(tmp_path: Path) -> None:
                           "--name", "ci", "--store", store, "--json").stdout)  # fmt: skip
     assert made["token"].startswith("loam_") and made["actions"] == ["jobs:admin", "jobs:enqueue"]
     listed = json.loads(run("tokens", "ls", "--store", store, "--json").stdout)
-    assert [(t["id"], t["namespace"], t["name"], t["revoked"]) for t in listed] == [(made["id"], "team-a", "ci", False)]
+    assert [(t["id"], t["namespace"], t["name"], t["revoked"]) for t in listed] == [
+        (made["id"], "team-a", "ci", False)
+    ]
     assert "token" not in listed[0]
-    assert json.loads(run("tokens", "revoke", made["id"], "--store", store, "--json").stdout)["revoked"] is True
-    p = run("tokens", "create", "--namespace", "x", "--actions", "jobs:everything", "--store", store, ok=False)
+    assert (
+        json.loads(run("tokens", "revoke", made["id"], "--store", store, "--json").stdout)["revoked"] is True
+    )
+    p = run(
+        "tokens", "create", "--namespace", "x", "--actions", "jobs:everything", "--store", store, ok=False
+    )
     assert p.returncode == 1 and "unknown action" in p.stderr
     p = run("tokens", "revoke", "0123456789abcdef", "--store", store, ok=False)
     assert p.returncode == 1 and "not_found" in p.stderr
@@ -214,9 +226,13 @@ def test_schedules_errors(cli) -> None:
 
 def test_schedules_human_output(url: str, ns: str) -> None:
     common = ["--url", url, "--namespace", ns]
-    out = run("schedules", "add", "paris", "q", "report", "--cron", "*/5 * * * *", "--tz", "Europe/Paris", *common).stdout
+    out = run(
+        "schedules", "add", "paris", "q", "report", "--cron", "*/5 * * * *", "--tz", "Europe/Paris", *common
+    ).stdout
     assert out.startswith("paris  created  cron '*/5 * * * *' in Europe/Paris; next ")
-    out = run("schedules", "add", "paris", "q", "report", "--cron", "*/5 * * * *", "--tz", "Europe/Paris", *common).stdout
+    out = run(
+        "schedules", "add", "paris", "q", "report", "--cron", "*/5 * * * *", "--tz", "Europe/Paris", *common
+    ).stdout
     assert "unchanged" in out
     assert "replaced" in run("schedules", "add", "paris", "q", "report", "--every", "10m", *common).stdout
     out = run("schedules", "ls", *common).stdout
@@ -236,7 +252,11 @@ def test_flows_add_and_get(cli, tmp_path: Path) -> None:
     path.write_text(json.dumps(graph))
     made = cli("flows", "add", str(path))
     assert made["id"] == "etl-1" and made["created"] is True
-    assert [(j["node"], j["queue"]) for j in made["jobs"]] == [("extract", "etl"), ("transform", "etl"), ("load", "load")]
+    assert [(j["node"], j["queue"]) for j in made["jobs"]] == [
+        ("extract", "etl"),
+        ("transform", "etl"),
+        ("load", "load"),
+    ]
     again = cli("flows", "add", "-", stdin=json.dumps(graph))
     assert again == {**made, "created": False}
     got = cli("flows", "get", "etl-1")

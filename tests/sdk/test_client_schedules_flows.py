@@ -11,10 +11,10 @@ import itertools
 import time
 import zoneinfo
 
-import loam
 import pytest
+
+import loam
 from loam import Client, FlowNode, Outcome, SyncClient, Worker, chain, chord, errors, group
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 TIMEOUT = 60  # generous: a loaded CI machine
@@ -35,10 +35,17 @@ async def test_the_same_rule_twice_changes_nothing(client: Client) -> None:
     first = await client.schedule("nightly", "reports", "build", {"kind": "daily"}, cron="0 3 * * *",
                                   tz="Europe/Paris", priority=4, headers={"team": "data"})  # fmt: skip
     assert first.changed is True and first.count == 0
-    assert (first.id, first.queue, first.name, first.payload) == ("nightly", "reports", "build", {"kind": "daily"})
+    assert (first.id, first.queue, first.name, first.payload) == (
+        "nightly",
+        "reports",
+        "build",
+        {"kind": "daily"},
+    )
     assert first.cron == "0 3 * * *" and first.tz == "Europe/Paris" and first.misfire == "fire_latest"
     assert first.headers == {"team": "data"} and first.opts.priority == 4
-    assert first.next_run is not None and first.next_run.astimezone(zoneinfo.ZoneInfo("Europe/Paris")).hour == 3
+    assert (
+        first.next_run is not None and first.next_run.astimezone(zoneinfo.ZoneInfo("Europe/Paris")).hour == 3
+    )
 
     again = await client.schedule("nightly", "reports", "build", {"kind": "daily"}, cron="0 3 * * *",
                                   tz=zoneinfo.ZoneInfo("Europe/Paris"), priority=4, headers={"team": "data"})  # fmt: skip
@@ -46,11 +53,15 @@ async def test_the_same_rule_twice_changes_nothing(client: Client) -> None:
     assert again.to_dict() == {**first.to_dict(), "changed": False}  # the record did not move
 
     got = await client.get_schedule("nightly")
-    assert got.changed is None and got.to_dict() == {k: v for k, v in first.to_dict().items() if k != "changed"}
+    assert got.changed is None and got.to_dict() == {
+        k: v for k, v in first.to_dict().items() if k != "changed"
+    }
 
     moved = await client.schedule("nightly", "reports", "build", {"kind": "daily"}, cron="0 4 * * *",
                                   tz="Europe/Paris", priority=4, headers={"team": "data"})  # fmt: skip
-    assert moved.changed is True and moved.updated_ns > first.updated_ns and moved.created_ns == first.created_ns
+    assert (
+        moved.changed is True and moved.updated_ns > first.updated_ns and moved.created_ns == first.created_ns
+    )
 
     await client.schedule("hourly", "reports", "tick", cron="@hourly", misfire="skip")
     listed = await client.list_schedules()
@@ -81,7 +92,9 @@ async def test_every_schedule_fires_through_the_sweeper(client: Client) -> None:
         await worker.shutdown()
     done = await client.get_schedule("beat")
     assert done.count == 3 and done.next_run is None and done.last_job_id  # the limit is reached
-    assert len(ran) == 3 and all(j.payload == {"n": 1} and j.headers["x-loam-schedule"] == "beat" for j in ran)
+    assert len(ran) == 3 and all(
+        j.payload == {"n": 1} and j.headers["x-loam-schedule"] == "beat" for j in ran
+    )
     ticks = [int(j.headers["x-loam-tick"]) for j in ran]
     assert sorted(ticks) == ticks and len(set(ticks)) == 3
     assert all(b - a >= 300_000_000 for a, b in itertools.pairwise(ticks))
@@ -115,7 +128,7 @@ async def test_bad_schedules_are_refused(client: Client) -> None:
 
 async def test_a_ready_made_spec_is_accepted(client: Client) -> None:
     """What the Celery beat adapter sends: a ScheduleSpec, alone."""
-    spec = jpb.ScheduleSpec(id="raw", every_ns=60 * 10**9, queue="q", task=pb.TaskSpec(name="t"))
+    spec = pb.ScheduleSpec(id="raw", every_ns=60 * 10**9, queue="q", task=pb.TaskSpec(name="t"))
     assert (await client.schedule(spec)).changed is True
     assert (await client.schedule(spec)).changed is False
     with pytest.raises(TypeError):
@@ -241,10 +254,14 @@ async def test_a_node_without_a_policy_fails_its_dependents(client: Client) -> N
 
 async def test_flow_refusals(client: Client) -> None:
     with pytest.raises(errors.InvalidArgument) as e:
-        await client.flow([FlowNode("a", "q", "a", depends_on=["b"]), FlowNode("b", "q", "b", depends_on=["a"])])
+        await client.flow(
+            [FlowNode("a", "q", "a", depends_on=["b"]), FlowNode("b", "q", "b", depends_on=["a"])]
+        )
     assert e.value.field == "graph.nodes"
     with pytest.raises(errors.InvalidArgument) as e:  # a node others depend on is linked by depends_on
-        await client.flow([FlowNode("a", "q", "a", parent=("q", "x")), FlowNode("b", "q", "b", depends_on=["a"])])
+        await client.flow(
+            [FlowNode("a", "q", "a", parent=("q", "x")), FlowNode("b", "q", "b", depends_on=["a"])]
+        )
     assert e.value.field == "graph.nodes[0].opts.parent"
     with pytest.raises(errors.NotFound):  # a node nothing depends on may join a job outside the flow
         await client.flow([FlowNode("a", "q", "a", parent=("q", "x"))])
@@ -278,7 +295,13 @@ def test_chain_group_chord_nest_like_celery() -> None:
     assert deps(chain(a, group(b, c), d)) == {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}
     assert deps(chain(group(a, chain(b, c)), d)) == {"a": [], "b": [], "c": ["b"], "d": ["a", "c"]}
     assert deps(chord(group(a, b), chain(c, d))) == {"a": [], "b": [], "c": ["a", "b"], "d": ["c"]}
-    assert deps(chain(chord([a, b], c), group(d, e))) == {"a": [], "b": [], "c": ["a", "b"], "d": ["c"], "e": ["c"]}
+    assert deps(chain(chord([a, b], c), group(d, e))) == {
+        "a": [],
+        "b": [],
+        "c": ["a", "b"],
+        "d": ["c"],
+        "e": ["c"],
+    }
     assert a.depends_on == [] and b.depends_on == []  # the helpers copy the nodes they are given
     assert chain(a, b, id="x").to_pb().id == "x"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 from loam import payloads
 from loam.options import Outcome, enqueue_opts
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 
 def test_bullmq_and_celery_style_options() -> None:

@@ -36,7 +36,9 @@ def test_failures_and_message(loam) -> None:
     loam.client.enqueue("emails", "welcome", {"to": None})
     (r,) = loam.drain("emails", send_welcome)
     assert r.outcome == "fail" and "no address" in r.error
-    with pytest.raises(AssertionError, match="no job enqueued in 'emails' named 'welcome'.*welcome\\[failed\\]"):
+    with pytest.raises(
+        AssertionError, match="no job enqueued in 'emails' named 'welcome'.*welcome\\[failed\\]"
+    ):
         loam.assert_enqueued("emails", "welcome")
 
 

@@ -187,7 +187,9 @@ async def test_graceful_shutdown_releases_prefetched_jobs(client: Client) -> Non
 async def test_handlers_by_name(client: Client) -> None:
     await client.enqueue_bulk("named", [("add", [1, 2]), ("mul", [3, 4]), ("other", 0)])
 
-    worker = Worker(client, "named", {"add": lambda j: sum(j.payload), "mul": lambda j: j.payload[0] * j.payload[1]})
+    worker = Worker(
+        client, "named", {"add": lambda j: sum(j.payload), "mul": lambda j: j.payload[0] * j.payload[1]}
+    )
     await asyncio.wait_for(worker.run_until_idle(0.5), 60)
     results = {j.name: (j.state, j.result) async for j in client.iter_jobs("named")}
     assert results == {"add": ("completed", 3), "mul": ("completed", 12), "other": ("waiting", None)}

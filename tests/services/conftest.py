@@ -10,6 +10,7 @@ runs once per backend (memory and SQLite), on a ManualClock the test moves by ha
 from __future__ import annotations
 
 import pytest
+
 from loam_common import keys
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.jobs.queue import QueueTx

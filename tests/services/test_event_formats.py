@@ -12,10 +12,11 @@ import re
 
 import pyarrow as pa
 import pytest
+
 from loam_common import cloudevents, event_export, events, tracing
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok, Retry
 from loam_relay import RelayService
 
 NS = "acme"
@@ -31,22 +32,30 @@ async def _workload(core, clock, queue: str = "q") -> None:
         opts = pb.EnqueueOpts(priority=i % 2, attempts=2)
         if i == 5:
             opts.not_before.delay_ns = SEC
-        await core.enqueue(NS, queue, pb.TaskSpec(name=f"t{i % 3}", payload=pb.Payload(data=b'{"i": %d}' % i)), opts)
+        await core.jobs.enqueue(
+            NS, queue, pb.TaskSpec(name=f"t{i % 3}", payload=pb.Payload(data=b'{"i": %d}' % i)), opts
+        )
         clock.advance(1000)
-    jobs = await core.lease(NS, [queue], "w", max_jobs=5)
-    await core.report(NS, queue, jobs[0].id, jobs[0].epoch, progress=b"50")
-    await core.complete(NS, queue, jobs[0].id, jobs[0].epoch, Outcome.ok(pb.Payload(data=b"1")))
-    await core.complete(NS, queue, jobs[1].id, jobs[1].epoch, Outcome.fail(pb.JobError(code="x", message="boom")))
+    jobs = await core.jobs.lease(NS, [queue], "w", max_jobs=5)
+    await core.jobs.report(NS, queue, jobs[0].id, jobs[0].epoch, progress=b"50")
+    await core.jobs.complete(NS, queue, jobs[0].id, jobs[0].epoch, Ok(pb.Payload(data=b"1")))
+    await core.jobs.complete(
+        NS, queue, jobs[1].id, jobs[1].epoch, Fail(pb.JobError(code="x", message="boom"))
+    )
     err = pb.JobError(message="again")
-    await core.complete(NS, queue, jobs[2].id, jobs[2].epoch, Outcome.retry(err, 0))
+    await core.jobs.complete(NS, queue, jobs[2].id, jobs[2].epoch, Retry(err, 0))
     clock.advance(1000)
-    again = [j for j in await core.lease(NS, [queue], "w", max_jobs=5) if j.id == jobs[2].id]
-    await core.complete(NS, queue, again[0].id, again[0].epoch, Outcome.retry(err, 0))
+    again = [j for j in await core.jobs.lease(NS, [queue], "w", max_jobs=5) if j.id == jobs[2].id]
+    await core.jobs.complete(NS, queue, again[0].id, again[0].epoch, Retry(err, 0))
 
 
 async def _all_events(store, queue="q"):
     return await store.snapshot(
-        lambda tx: [e for s in events.event_shards(tx, NS, queue) for e in events.events_after(tx, NS, queue, s, 0, 10**6)]
+        lambda tx: [
+            e
+            for s in events.event_shards(tx, NS, queue)
+            for e in events.events_after(tx, NS, queue, s, 0, 10**6)
+        ]
     )
 
 
@@ -55,7 +64,16 @@ async def test_cloudevents_profile(store, core, clock):
     await _workload(core, clock)
     evs = await _all_events(store)
     names = {e.event for e in evs}
-    assert {"added", "waiting", "delayed", "active", "progress", "completed", "failed", "retries-exhausted"} <= names
+    assert {
+        "added",
+        "waiting",
+        "delayed",
+        "active",
+        "progress",
+        "completed",
+        "failed",
+        "retries-exhausted",
+    } <= names
     ids = set()
     for ev in evs:
         ce = cloudevents.to_structured(NS, ev)
@@ -81,7 +99,9 @@ async def test_cloudevents_profile(store, core, clock):
     # ...and stable: read again, after a relay pass (which finds nothing to move: each
     # event was written straight into the log), each event has the same id.
     assert (await RelayService(store, "r").run_once()).copied == 0
-    assert [cloudevents.to_structured(NS, e) for e in await _all_events(store)] == [cloudevents.to_structured(NS, e) for e in evs]
+    assert [cloudevents.to_structured(NS, e) for e in await _all_events(store)] == [
+        cloudevents.to_structured(NS, e) for e in evs
+    ]
 
 
 async def test_cloudevents_read_by_the_sdk_and_binary_mode(store, core, clock, monkeypatch):
@@ -93,7 +113,7 @@ async def test_cloudevents_read_by_the_sdk_and_binary_mode(store, core, clock, m
         from cloudevents.http import from_http
 
     monkeypatch.setenv("LOAM_ORG", "acme-org")
-    await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
+    await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
     ev = (await _all_events(store))[0]
     headers, body = cloudevents.to_binary(NS, ev)
     assert headers["content-type"] == "application/protobuf" and headers["ce-tenantid"] == f"acme-org/{NS}"
@@ -115,18 +135,20 @@ async def test_queue_events_get_a_stable_derived_traceparent():
 # -- trace context at enqueue ---------------------------------------------------------------------
 async def test_every_job_gets_a_traceparent_and_a_given_one_is_kept(store, core, clock):
     given = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
-    a = await core.enqueue(NS, "q", pb.TaskSpec(name="t", headers={"traceparent": given}))
-    b = await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
+    a = await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t", headers={"traceparent": given}))
+    b = await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
     (ja, jb) = [await store.snapshot(lambda tx, i=i: __import__("loam_common.jobs.job_admin", fromlist=["x"]).job_get(tx, NS, "q", i))
                 for i in (a.job_id, b.job_id)]  # fmt: skip
     assert ja.task.headers["traceparent"] == given
-    assert TRACEPARENT.match(jb.task.headers["traceparent"]) and tracing.valid_traceparent(jb.task.headers["traceparent"])
+    assert TRACEPARENT.match(jb.task.headers["traceparent"]) and tracing.valid_traceparent(
+        jb.task.headers["traceparent"]
+    )
     evs = await _all_events(store)
     assert {e.headers["traceparent"] for e in evs if e.job_id == b.job_id} == {jb.task.headers["traceparent"]}
     # The trace context is not part of the canonical request: a retry with another one is the same call.
     opts = pb.EnqueueOpts(idempotency=pb.Idempotency(key="k"))
-    first = await core.enqueue(NS, "q", pb.TaskSpec(name="t"), opts)
-    again = await core.enqueue(NS, "q", pb.TaskSpec(name="t", headers={"traceparent": given}), opts)
+    first = await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"), opts)
+    again = await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t", headers={"traceparent": given}), opts)
     assert again.job_id == first.job_id
 
 
@@ -144,10 +166,10 @@ async def test_spans_for_enqueue_lease_and_completion(store, core):
     tracing.configure(provider)
     try:
         given = "00-" + "12" * 16 + "-" + "34" * 8 + "-01"
-        await core.enqueue(NS, "q", pb.TaskSpec(name="kept", headers={"traceparent": given}))
-        await core.enqueue(NS, "q", pb.TaskSpec(name="fresh"))
-        for job in await core.lease(NS, ["q"], "w", max_jobs=2):
-            await core.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+        await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="kept", headers={"traceparent": given}))
+        await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="fresh"))
+        for job in await core.jobs.lease(NS, ["q"], "w", max_jobs=2):
+            await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
         spans = exporter.get_finished_spans()
     finally:
         tracing.disable()
@@ -165,7 +187,9 @@ async def test_spans_for_enqueue_lease_and_completion(store, core):
     assert kept_enqueue.parent.span_id == int("34" * 8, 16)
     fresh_enqueue = next(s for s in by_name["enqueue q"] if s is not kept_enqueue)
     fresh_lease = next(s for s in by_name["lease q"] if s.context.trace_id == fresh_enqueue.context.trace_id)
-    assert fresh_lease.parent.span_id == fresh_enqueue.context.span_id  # the job carries the enqueue span's context
+    assert (
+        fresh_lease.parent.span_id == fresh_enqueue.context.span_id
+    )  # the job carries the enqueue span's context
 
 
 def test_tracing_is_off_unless_an_exporter_is_named(monkeypatch):
@@ -192,7 +216,9 @@ async def test_export_round_trips(store, core, clock, configure, fmt):
     back = event_export.read_table(pa.BufferReader(data), fmt)
     assert back.num_rows == len(evs) > 20
     assert back.schema.equals(event_export.schema())
-    assert back.schema.field("data").type.field("error").metadata[b"proto_path"] == b"error"  # survives the file
+    assert (
+        back.schema.field("data").type.field("error").metadata[b"proto_path"] == b"error"
+    )  # survives the file
     rows = back.drop_columns(["time"]).to_pylist()
     times = back.column("time").cast(pa.int64()).to_pylist()
     for ev, row, t in zip(evs, rows, times, strict=True):
@@ -220,10 +246,10 @@ async def test_export_schema_and_time_range(store, core, clock):
     assert err.type.field("code").metadata[b"proto_path"] == b"error.code"
     assert data.field("headers").type == pa.map_(pa.string(), pa.string())
     # A time range: [since, until)
-    await core.enqueue(NS, "q", pb.TaskSpec(name="early"))
+    await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="early"))
     clock.advance(10 * SEC)
     mid = clock.now_ns()
-    await core.enqueue(NS, "q", pb.TaskSpec(name="late"))
+    await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="late"))
     clock.advance(10 * SEC)
     late = (await event_export.export_events(store, NS, "q", mid)).to_pylist()
     early = (await event_export.export_events(store, NS, "q", 0, mid)).drop_columns(["time"]).to_pylist()
@@ -242,13 +268,16 @@ async def test_events_cli_exports_and_trims(tmp_path):
     async with open_store(f"sqlite:///{db}") as s:
         core = QueueCore(s)
         for _ in range(3):
-            await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
+            await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
         await RelayService(s, "r").run_once()
     out = tmp_path / "e.parquet"
     args = ["--store", str(db), "--namespace", NS, "--queue", "q"]
     assert await asyncio.to_thread(events_cli.main, ["export", *args, "--out", str(out)]) == 0
     assert event_export.read_table(str(out)).num_rows == 6
     assert await asyncio.to_thread(events_cli.main, ["trim", *args, "--before", "2100-01-01T00:00:00Z"]) == 0
-    assert await asyncio.to_thread(events_cli.main, ["export", *args, "--out", str(out), "--format", "arrow"]) == 0
+    assert (
+        await asyncio.to_thread(events_cli.main, ["export", *args, "--out", str(out), "--format", "arrow"])
+        == 0
+    )
     assert event_export.read_table(str(out), "arrow").num_rows == 0
     assert events_cli.parse_time("1970-01-01T00:00:01Z") == SEC

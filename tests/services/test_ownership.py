@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 
 import pytest
+
 from loam_common import rendezvous
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
@@ -80,8 +81,8 @@ async def test_acquire_renew_release_and_expiry(store, clock):
 
 async def test_a_fenced_write_is_refused_after_a_takeover(store, clock, core, configure):
     await configure("q", visibility_ns=5 * SEC)
-    await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
-    (job,) = await core.lease(NS, ["q"], "w1")
+    await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
+    (job,) = await core.jobs.lease(NS, ["q"], "w1")
     old = await store.transact(ownership_acquire_or_renew, KIND, "a", NS, "q", 0, TTL)
     fence_a = Fence(KIND, "a", old.epoch, NS, "q", 0)
     clock.advance(TTL + SEC)  # a's lease and the job's lease both ran out
@@ -119,8 +120,8 @@ async def _queues_with_stalled_jobs(core, configure, clock) -> list[str]:
     for q in QUEUES:
         await configure(q, shards=2, visibility_ns=5 * SEC, max_stalled=5)
         for i in range(8):
-            await core.enqueue(NS, q, pb.TaskSpec(name="t"), pb.EnqueueOpts(job_key=f"{q}-{i}"))
-        ids += [j.id for j in await core.lease(NS, [q], "w", max_jobs=8)]
+            await core.jobs.enqueue(NS, q, pb.TaskSpec(name="t"), pb.EnqueueOpts(job_key=f"{q}-{i}"))
+        ids += [j.id for j in await core.jobs.lease(NS, [q], "w", max_jobs=8)]
     clock.advance(6 * SEC)
     return ids
 
@@ -131,15 +132,14 @@ def _owners(tx) -> dict:
 
 async def test_two_sweepers_split_the_shards_and_sweep_each_once(store, clock, core, configure):
     ids = await _queues_with_stalled_jobs(core, configure, clock)
-    woke_a, woke_b = [], []
-    a = SweeperService(store, None, "sweeper-a", on_ready=lambda ns, q: woke_a.append(q))
-    b = SweeperService(store, None, "sweeper-b", on_ready=lambda ns, q: woke_b.append(q))
+    a = SweeperService(store, None, "sweeper-a")
+    b = SweeperService(store, None, "sweeper-b")
     # A joins first and, alone, takes everything (and sweeps everything).
     rep = await a.run_once()
     assert rep.stalled == len(ids)
     shards = await store.snapshot(lambda tx: list_shards(tx, namespace_wide=True))
     assert set((await store.snapshot(_owners)).values()) == {"sweeper-a"}
-    assert set((await store.snapshot(_owners))) == set(shards)
+    assert set(await store.snapshot(_owners)) == set(shards)
     # B joins: it waits for A to let go of its share, then takes it.
     await b.run_once()
     assert set((await store.snapshot(_owners)).values()) == {"sweeper-a"}
@@ -157,9 +157,8 @@ async def test_two_sweepers_split_the_shards_and_sweep_each_once(store, clock, c
 
     # Every job stalls again; each is reclaimed exactly once, by its shard's owner.
     for q in QUEUES:
-        await core.lease(NS, [q], "w", max_jobs=8)
+        await core.jobs.lease(NS, [q], "w", max_jobs=8)
     clock.advance(6 * SEC)
-    woke_a.clear()
     rep_a, rep_b = await a.run_once(), await b.run_once()
     assert rep_a.stalled > 0 and rep_b.stalled > 0
     assert rep_a.stalled + rep_b.stalled == len(ids)
@@ -168,14 +167,17 @@ async def test_two_sweepers_split_the_shards_and_sweep_each_once(store, clock, c
         for j in (await store.snapshot(_jobs, q)).values():
             stalled[j.stalled] += 1
     assert stalled == {2: len(ids)}  # two sweeps, two reclaims each: never twice in one
-    assert woke_a and woke_b  # each woke the queues it reclaimed jobs in
+    assert rep_a.woke and rep_b.woke  # each made jobs leasable in the queues it reclaimed
 
 
 def _jobs(tx, queue):
     from loam_common import keys
 
     k = keys.QueueKeys(NS, queue)
-    return {pb.Job.FromString(v).id: pb.Job.FromString(v) for _k, v in tx.scan(k.jobs(), keys.prefix_end(k.jobs()))}
+    return {
+        pb.Job.FromString(v).id: pb.Job.FromString(v)
+        for _k, v in tx.scan(k.jobs(), keys.prefix_end(k.jobs()))
+    }
 
 
 async def test_a_dead_sweepers_shards_are_taken_over_after_expiry(store, clock, core, configure):
@@ -262,7 +264,9 @@ async def test_renewal_writes_only_once_a_third_of_the_ttl_has_passed(store, clo
     first = dict(a.ownership.held)
     clock.advance(TTL // 10)
     await a.run_once()
-    assert {s: r.expires_ns for s, r in a.ownership.held.items()} == {s: r.expires_ns for s, r in first.items()}
+    assert {s: r.expires_ns for s, r in a.ownership.held.items()} == {
+        s: r.expires_ns for s, r in first.items()
+    }
     clock.advance(TTL // 3)
     await a.run_once()
     for s, r in a.ownership.held.items():

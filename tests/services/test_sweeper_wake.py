@@ -8,6 +8,7 @@ import asyncio
 import socket
 
 import uvicorn
+
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_queue_core.server import create_app
 from loam_sweeper import SweeperService
@@ -26,16 +27,22 @@ async def test_a_reclaim_wakes_a_lease_parked_on_the_owning_core(store, clock, c
     await configure("q", visibility_ns=5 * SEC)
     port = _free_port()
     server = uvicorn.Server(
-        uvicorn.Config(create_app(core, internal_token="s3cret"), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(
+            create_app(core, internal_token="s3cret"),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="off",
+        )
     )
     serving = asyncio.create_task(server.serve())
     try:
         while not server.started:
             await asyncio.sleep(0.01)
-        await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
-        (lost,) = await core.lease(NS, ["q"], "w1")
+        await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
+        (lost,) = await core.jobs.lease(NS, ["q"], "w1")
         clock.advance(6 * SEC)  # w1's lease ran out
-        parked = asyncio.create_task(core.lease(NS, ["q"], "w2", wait_ns=20 * SEC))
+        parked = asyncio.create_task(core.jobs.lease(NS, ["q"], "w2", wait_ns=20 * SEC))
         await asyncio.sleep(0.05)
         assert not parked.done()
 

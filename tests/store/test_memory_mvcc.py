@@ -124,8 +124,7 @@ def test_rollback_to_restores_buffered_values(backend):
 
 def test_fault_plans_are_deterministic_per_seed():
     def draws(seed):
-        plan = FaultPlan(seed=seed, conflict=0.2, region_commit=0.2, unknown_committed=0.2,
-                         region_read=0.3)
+        plan = FaultPlan(seed=seed, conflict=0.2, region_commit=0.2, unknown_committed=0.2, region_read=0.3)
         return [(plan.commit_fault(), plan.read_fault()) for _ in range(50)]
 
     assert draws(7) == draws(7)

@@ -8,13 +8,11 @@ process that was forked uses this transport instead (connection.py decides)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import logging
+from collections.abc import AsyncIterator
 
 import httpx
 import pyqwest
-
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
 
@@ -34,7 +32,9 @@ class HttpxTransport:
         headers = list(request.headers.items())
         for attempt in (1, 2):
             try:
-                r = await self._client.request(request.method, str(request.url), headers=headers, content=body)
+                r = await self._client.request(
+                    request.method, str(request.url), headers=headers, content=body
+                )
                 break
             except httpx.TimeoutException as e:
                 raise TimeoutError(str(e)) from e

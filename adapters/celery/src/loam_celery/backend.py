@@ -45,7 +45,6 @@ from celery.utils.log import get_logger
 from kombu.utils.encoding import bytes_to_str, ensure_bytes
 
 from loam.errors import Unavailable
-
 from loam_celery.connection import ImproperlyConfigured, Settings, client_for
 from loam_celery.write_behind import WriteBehind
 
@@ -200,7 +199,11 @@ class _ReadAhead:
                 self._ahead.popitem(last=False)
             if ahead:
                 done = sum(1 for tid in ahead if tid in metas)
-                self._n = min(self._n * 2, READ_AHEAD_MAX) if 2 * done > len(ahead) else max(self._n // 2, READ_AHEAD_MIN)
+                self._n = (
+                    min(self._n * 2, READ_AHEAD_MAX)
+                    if 2 * done > len(ahead)
+                    else max(self._n // 2, READ_AHEAD_MIN)
+                )
             if task_id in metas:
                 self._misses = 0
                 return metas[task_id]
@@ -286,7 +289,12 @@ class LoamBackend(KeyValueStoreBackend):
         """A worker ran this task under an early ack: a crash while it ran would have lost
         it anyway, so its result may follow the task. Under `acks_late` the result is
         stored before the task reports back, so an acked task always has its result."""
-        if not self._write_behind or request is None or getattr(request, "is_eager", False) or not getattr(request, "delivery_info", None):
+        if (
+            not self._write_behind
+            or request is None
+            or getattr(request, "is_eager", False)
+            or not getattr(request, "delivery_info", None)
+        ):
             return False
         task = self.app.tasks.get(getattr(request, "task", None) or "")
         return task is not None and not task.acks_late and not task.reject_on_worker_lost
@@ -346,9 +354,17 @@ class LoamBackend(KeyValueStoreBackend):
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError("The operation timed out.")
 
-    def get_many(self, task_ids: Any, timeout: float | None = None, interval: float = 0.5, no_ack: bool = True,
-                 on_message: Any = None, on_interval: Any = None, max_iterations: int | None = None,
-                 READY_STATES: frozenset[str] = states.READY_STATES) -> Any:  # noqa: N803 - Celery's name
+    def get_many(
+        self,
+        task_ids: Any,
+        timeout: float | None = None,
+        interval: float = 0.5,
+        no_ack: bool = True,
+        on_message: Any = None,
+        on_interval: Any = None,
+        max_iterations: int | None = None,
+        READY_STATES: frozenset[str] = states.READY_STATES,
+    ) -> Any:  # noqa: N803 - Celery's name
         """Celery's `get_many` (GroupResult.get, join_native), waiting on a pending key
         between rounds instead of sleeping `interval`."""
         ids = set(task_ids)
@@ -381,7 +397,9 @@ class LoamBackend(KeyValueStoreBackend):
             wait = LONG_POLL_S if left is None else min(left, LONG_POLL_S)
             # Unknown version: 0 (absent) answers at once if the key exists, and the next
             # round waits on the version seen.
-            _value, versions[pending] = self.client.result_wait(key, versions.get(pending, 0), wait=wait, raw=True)
+            _value, versions[pending] = self.client.result_wait(
+                key, versions.get(pending, 0), wait=wait, raw=True
+            )
             iterations += 1
             if max_iterations and iterations >= max_iterations:
                 break
@@ -504,8 +522,14 @@ class LoamBackend(KeyValueStoreBackend):
             logger.exception("Chord %r raised: %r", gid, reason)
             # The body fails with the header's own exception (what a caller of the chord
             # sees on Celery's Redis backend), the ChordError naming the culprit as its cause.
-            cause = exc.__cause__ if isinstance(exc, ChordError) and isinstance(exc.__cause__, Exception) else None
-            self.chord_error_from_stack(callback, cause or (exc if isinstance(exc, ChordError) else ChordError(reason)))
+            cause = (
+                exc.__cause__
+                if isinstance(exc, ChordError) and isinstance(exc.__cause__, Exception)
+                else None
+            )
+            self.chord_error_from_stack(
+                callback, cause or (exc if isinstance(exc, ChordError) else ChordError(reason))
+            )
         else:
             try:
                 app.amqp._retry_publish(callback.delay, ret)  # noqa: SLF001 - as the base class does

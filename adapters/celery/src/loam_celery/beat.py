@@ -27,11 +27,10 @@ from celery.exceptions import ImproperlyConfigured
 from celery.schedules import crontab, schedule, solar
 from kombu import Connection
 from kombu.transport import virtual
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
-from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 from loam_celery import messages
 from loam_celery.connection import Settings, client_for, declare_queue
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 HEADER_APP = "x-loam-celery-app"  # on each synced schedule's task: the app that owns it
 PLACEHOLDER_NS = uuid.UUID("b0c2a7e4-51f3-4d8e-8f0a-2c6d9e1b3a57")
@@ -111,7 +110,9 @@ def task_message(app: Any, entry: ScheduleEntry) -> tuple[dict[str, Any], str, s
     placeholder = str(uuid.uuid5(PLACEHOLDER_NS, entry.name))
     with Connection(transport=_CaptureTransport) as conn:
         with app.producer_or_acquire(conn.Producer()) as producer:
-            app.send_task(entry.task, entry.args, entry.kwargs, producer=producer, task_id=placeholder, **options)
+            app.send_task(
+                entry.task, entry.args, entry.kwargs, producer=producer, task_id=placeholder, **options
+            )
         message, exchange, routing_key = conn.transport.captured[-1]
     headers = message["headers"]
     headers["origin"] = "loam-schedule"
@@ -155,7 +156,9 @@ def app_settings(app: Any) -> tuple[Settings, float]:
     return Settings.from_url(url.split(";")[0], opts), float(opts.get("visibility_timeout") or 60)
 
 
-def sync_schedules(app: Any, beat_schedule: dict[str, Any] | None = None, *, prune: bool = True) -> list[Synced]:
+def sync_schedules(
+    app: Any, beat_schedule: dict[str, Any] | None = None, *, prune: bool = True
+) -> list[Synced]:
     """Upsert every beat entry as a Loam schedule (id = entry name); remove this app's
     schedules that are no longer entries. Refuses (before writing) entries Loam cannot fire."""
     entries = _entries(app, beat_schedule)
@@ -170,10 +173,12 @@ def sync_schedules(app: Any, beat_schedule: dict[str, Any] | None = None, *, pru
         if queue not in declared:
             declare_queue(client, queue, visibility)
             declared.add(queue)
-        spec = jpb.ScheduleSpec(id=name, queue=queue, **rules[name])
+        spec = pb.ScheduleSpec(id=name, queue=queue, **rules[name])
         spec.task.name = str(entry.task)
         spec.task.headers[HEADER_APP] = owner
-        spec.task.payload.data = json.dumps(message, sort_keys=True, separators=(",", ":"), default=str).encode()
+        spec.task.payload.data = json.dumps(
+            message, sort_keys=True, separators=(",", ":"), default=str
+        ).encode()
         spec.task.payload.content_type = messages.CONTENT_TYPE
         order = (app.conf.broker_transport_options or {}).get("priority_order", "redis")
         prio = messages.loam_priority(message["properties"].get("priority"), order)

@@ -33,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("sync-schedules", help="upsert the app's beat_schedule as Loam schedules")
     s.add_argument("app", help="the Celery app, as `celery -A` takes it (module or module:attribute)")
-    s.add_argument("--no-prune", action="store_true", help="keep this app's schedules that are no longer entries")
+    s.add_argument(
+        "--no-prune", action="store_true", help="keep this app's schedules that are no longer entries"
+    )
     args = p.parse_args(argv)
     from celery.app.utils import find_app
 

@@ -69,7 +69,9 @@ class Settings:
         host = hostname or DEFAULT_HOST
         ns = (virtual_host or "").strip("/") or None
         token = os.environ.get(str(options.get("token_env") or DEFAULT_TOKEN_ENV)) or None
-        return cls(f"{scheme}://{host}:{port or DEFAULT_PORT}", ns, token, float(options.get("timeout", 30.0)))
+        return cls(
+            f"{scheme}://{host}:{port or DEFAULT_PORT}", ns, token, float(options.get("timeout", 30.0))
+        )
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, Any] | None = None) -> Settings:

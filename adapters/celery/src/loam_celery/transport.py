@@ -42,7 +42,6 @@ import contextlib
 import itertools
 import logging
 import os
-import socket
 import sys
 import threading
 import time
@@ -52,20 +51,29 @@ from typing import Any
 
 from kombu.transport import virtual
 from kombu.utils.objects import cached_property
-from loam import Outcome
-from loam.errors import AlreadyExists, Fenced, InvalidState, JobsError, NotFound, PermissionDenied, Unavailable
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 
+from loam import Outcome
+from loam.errors import (
+    AlreadyExists,
+    Fenced,
+    InvalidState,
+    JobsError,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
 from loam_celery import messages
 from loam_celery.connection import Settings, client_for, declare_queue
 from loam_celery.pipeline import ACK_LINGER_S, Pipeline, pipeline_for, wait_all
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 log = logging.getLogger("loam_celery.transport")
 
 EXCHANGE_TYPES = {
-    "direct": jpb.EXCHANGE_TYPE_DIRECT,
-    "topic": jpb.EXCHANGE_TYPE_TOPIC,
-    "fanout": jpb.EXCHANGE_TYPE_FANOUT,
+    "direct": pb.EXCHANGE_TYPE_DIRECT,
+    "topic": pb.EXCHANGE_TYPE_TOPIC,
+    "fanout": pb.EXCHANGE_TYPE_FANOUT,
 }
 DEFAULT_VISIBILITY_TIMEOUT = 60.0
 DEFAULT_EXPIRES_GRACE = 3600.0
@@ -175,7 +183,7 @@ class Channel(virtual.Channel):
 
     def _publish(self, exchange: str, kind: str, routing_key: str, message: dict[str, Any]) -> int:
         task, opts = messages.to_job(message, **self._message_opts())
-        routed = self.loam.exchange_publish(exchange, EXCHANGE_TYPES.get(kind, jpb.EXCHANGE_TYPE_DIRECT),
+        routed = self.loam.exchange_publish(exchange, EXCHANGE_TYPES.get(kind, pb.EXCHANGE_TYPE_DIRECT),
                                             routing_key, task, opts)  # fmt: skip
         for queue, result in routed:
             if isinstance(result, JobsError) and not isinstance(result, AlreadyExists):
@@ -219,7 +227,9 @@ class Channel(virtual.Channel):
         super().queue_unbind(queue, exchange, routing_key, arguments, **kwargs)
         self.connection.unbind(exchange or "amq.direct", routing_key, queue)
 
-    def queue_delete(self, queue: str, if_unused: bool = False, if_empty: bool = False, **kwargs: Any) -> None:
+    def queue_delete(
+        self, queue: str, if_unused: bool = False, if_empty: bool = False, **kwargs: Any
+    ) -> None:
         if if_empty and self._size(queue):
             return
         for exchange, routing_key, _args in self.state.queue_bindings(queue):
@@ -380,7 +390,9 @@ class Transport(virtual.Transport):
         try:
             self.loam.complete(token, outcome)
         except _LOST as e:  # the lease lapsed (a stall): another worker has the job now
-            log.warning("%s of %s/%s came too late: %s", outcome.WhichOneof("kind"), token.queue, token.job, e)
+            log.warning(
+                "%s of %s/%s came too late: %s", outcome.WhichOneof("kind"), token.queue, token.job, e
+            )
 
     def settle(self, tokens: Iterable[jpb.LeaseToken]) -> None:
         items = [(t, Outcome.ok()) for t in tokens]
@@ -455,9 +467,11 @@ class Transport(virtual.Transport):
                     self._deliver_leases(leases, noack)
                     return
             if (deadline is not None and time.monotonic() >= deadline) or _worker_stopping():
-                raise socket.timeout()
+                raise TimeoutError()
 
-    def _prepare(self, leases: list[Any], noack: set[str]) -> tuple[list[tuple[dict, str]], list[jpb.LeaseToken]]:
+    def _prepare(
+        self, leases: list[Any], noack: set[str]
+    ) -> tuple[list[tuple[dict, str]], list[jpb.LeaseToken]]:
         """Messages to deliver, mailboxes first; acked leases held, no-ack ones to settle."""
         done, ready = [], []
         for lease in sorted(leases, key=lambda lease: lease.queue not in noack):
@@ -509,7 +523,9 @@ class _Fetcher(threading.Thread):
         self.read_fd, self._write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
         os.set_blocking(self._write_fd, False)
-        self._inbox: collections.deque[tuple[list[tuple[dict, str]], list[jpb.LeaseToken]]] = collections.deque()
+        self._inbox: collections.deque[tuple[list[tuple[dict, str]], list[jpb.LeaseToken]]] = (
+            collections.deque()
+        )
         self._held = 0
         self._stop_event = threading.Event()
 

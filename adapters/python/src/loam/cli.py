@@ -36,7 +36,10 @@ SERVICES = {
     "sweeper": ("loam_sweeper.__main__", "a sweeper process: stalled, delayed, retention sweeps"),
     "relay": ("loam_relay.__main__", "a relay process: outbox to event log"),
     "durable": ("loam_durable.__main__", "the durable (Resonate protocol) service on its own"),
-    "events": ("loam_queue_core.events_cli", "export a queue's events (Parquet / Arrow) or trim its event log"),
+    "events": (
+        "loam_queue_core.events_cli",
+        "export a queue's events (Parquet / Arrow) or trim its event log",
+    ),
 }
 DEFAULT_STORE = "./.loam/loam.db"
 BULK_CHUNK = 1000
@@ -88,12 +91,16 @@ def _common(connection: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("connection and output" if connection else "output")
     if connection:
-        g.add_argument("--url", default=argparse.SUPPRESS, help="server URL ($LOAM_URL, default http://127.0.0.1:7720)")
+        g.add_argument(
+            "--url", default=argparse.SUPPRESS, help="server URL ($LOAM_URL, default http://127.0.0.1:7720)"
+        )
         g.add_argument("--token", default=argparse.SUPPRESS, help="bearer token ($LOAM_TOKEN)")
         g.add_argument(
             "--namespace", "-n", default=argparse.SUPPRESS, help="namespace on a dev server ($LOAM_NAMESPACE)"
         )
-    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout, for scripts")
+    g.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="JSON on stdout, for scripts"
+    )
     return p
 
 
@@ -212,7 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     output = _common(connection=False)
     tokens = _group(sub, "tokens", "API tokens, directly on the store")
     c = tokens.add_parser("create", parents=[output], help="make a token (shown once)")
-    c.add_argument("--namespace", "-n", dest="token_namespace", required=True, help="the namespace it acts in")
+    c.add_argument(
+        "--namespace", "-n", dest="token_namespace", required=True, help="the namespace it acts in"
+    )
     c.add_argument("--actions", required=True, help="comma-separated: jobs:enqueue, jobs:consume, jobs:admin, jobs:schedule, jobs:engine")  # fmt: skip
     c.add_argument("--name", default="", help="a label for listings")
     c.add_argument("--expires", type=float, help="seconds until it expires (default never)")
@@ -231,7 +240,9 @@ def _client(args: argparse.Namespace) -> Any:
     from loam.client import Client
 
     return Client(
-        getattr(args, "url", None), token=getattr(args, "token", None), namespace=getattr(args, "namespace", None)
+        getattr(args, "url", None),
+        token=getattr(args, "token", None),
+        namespace=getattr(args, "namespace", None),
     )
 
 
@@ -418,7 +429,9 @@ async def cmd_queues(args: argparse.Namespace) -> int:
                 rows = []
                 for q in queues:
                     c = q.get("counts", {})
-                    rows.append([q["name"], *(c.get(k, "") for k in COUNT_COLUMNS), "yes" if c.get("paused") else ""])
+                    rows.append(
+                        [q["name"], *(c.get(k, "") for k in COUNT_COLUMNS), "yes" if c.get("paused") else ""]
+                    )
                 _table(f"{len(queues)} queue(s)", ["queue", *COUNT_COLUMNS, "paused"], rows)
             return 0
         if args.cmd == "counts":
@@ -437,7 +450,9 @@ async def cmd_queues(args: argparse.Namespace) -> int:
             return 0
         if args.cmd == "drain":
             n = await client.drain(args.queue, delayed=args.delayed)
-            _emit_json({"queue": args.queue, "removed": n}) if as_json else print(f"{args.queue}  removed {n} job(s)")
+            _emit_json({"queue": args.queue, "removed": n}) if as_json else print(
+                f"{args.queue}  removed {n} job(s)"
+            )
             return 0
     raise CliError(f"unknown queues command {args.cmd!r}", EXIT_USAGE)
 
@@ -541,7 +556,13 @@ async def cmd_schedules(args: argparse.Namespace) -> int:
             if as_json:
                 _emit_json(s.to_dict())
             else:
-                what = "unchanged" if not s.changed else "created" if s.raw.created_ns == s.raw.updated_ns else "replaced"
+                what = (
+                    "unchanged"
+                    if not s.changed
+                    else "created"
+                    if s.raw.created_ns == s.raw.updated_ns
+                    else "replaced"
+                )
                 print(f"{s.id}  {what}  {s.rule}; next {_when(s.raw.next_ns) or '(none left)'}")
             return 0
         if args.cmd == "ls":
@@ -583,7 +604,9 @@ def _read_flow(path: str) -> tuple[str | None, list[Any]]:
     if isinstance(doc, dict):
         flow_id, default_queue, doc = doc.get("id"), doc.get("queue"), doc.get("nodes")
     if not isinstance(doc, list) or not doc:
-        raise CliError(f'{where}: expected {{"nodes": [...]}} or a list of nodes, with at least one node', EXIT_USAGE)
+        raise CliError(
+            f'{where}: expected {{"nodes": [...]}} or a list of nodes, with at least one node', EXIT_USAGE
+        )
     nodes = []
     for i, n in enumerate(doc):
         if not isinstance(n, dict):
@@ -624,7 +647,9 @@ async def cmd_flows(args: argparse.Namespace) -> int:
                 _emit_json(info.to_dict())
             else:
                 print(f"flow {info.id}  {'created' if info.created else 'existing'}: {len(info.jobs)} job(s)")
-                _table(None, ["node", "queue", "job"], [(n, info.queues.get(n), j) for n, j in info.jobs.items()])
+                _table(
+                    None, ["node", "queue", "job"], [(n, info.queues.get(n), j) for n, j in info.jobs.items()]
+                )
             return 0
         if args.cmd == "get":
             info = await client.get_flow(args.id)

@@ -23,30 +23,38 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from typing import Any, TypeVar
 
 from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 from pyqwest import Client as HTTPClient
 from pyqwest import HTTPTransport
-from connectrpc.errors import ConnectError
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
-from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.connect_client import jobs_client
 
 from loam import options, payloads
 from loam.blocking import BlockingJobsClient
 from loam.errors import JobsError, Unavailable, from_connect, from_item
 from loam.flows import Flow, FlowNode, flow_spec
-from loam.views import Child, Completed, Enqueued, FlowInfo, JobInfo, LeasedJob, Page, ScheduleInfo, state_value
+from loam.views import (
+    Child,
+    Completed,
+    Enqueued,
+    FlowInfo,
+    JobInfo,
+    LeasedJob,
+    Page,
+    ScheduleInfo,
+    state_value,
+)
+from loam_common.api.headers import NAMESPACE_HEADER
+from loam_common.connect_client import jobs_client
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:7720"
 DEV_NAMESPACE = "default"
-NAMESPACE_HEADER = "x-loam-namespace"
 #: retries of a call that failed with Unavailable (enqueue, enqueue_bulk), with backoff
 RETRIES = 3
 
 Token = jpb.LeaseToken | LeasedJob
-
-
 
 
 def uuid7() -> str:
@@ -108,9 +116,9 @@ def _schedule_spec(
     every: float | dt.timedelta | None, limit: int | None, start: dt.datetime | float | None,
     end: dt.datetime | float | None, offset: float | dt.timedelta | None, immediately: bool,
     misfire: str | int | None, misfire_grace: float | dt.timedelta | None, opts: Mapping[str, Any],
-) -> jpb.ScheduleSpec:  # fmt: skip
+) -> pb.ScheduleSpec:  # fmt: skip
     o, headers = options.enqueue_opts(opts)
-    return jpb.ScheduleSpec(
+    return pb.ScheduleSpec(
         id=schedule_id,
         queue=queue,
         task=pb.TaskSpec(name=name, payload=payloads.encode(payload), headers=headers),
@@ -202,7 +210,9 @@ class Client:
         return self._worker_id
 
     # -- transport -------------------------------------------------------------------
-    async def _call(self, method: Callable[..., Awaitable[T]], request: Any, *, timeout: float | None = None) -> T:
+    async def _call(
+        self, method: Callable[..., Awaitable[T]], request: Any, *, timeout: float | None = None
+    ) -> T:
         try:
             if self._blocking:
                 return method(request, headers=self._headers, timeout_ms=_ms(timeout))  # type: ignore[return-value]
@@ -287,7 +297,9 @@ class Client:
         seconds (at most 30) for one to arrive."""
         qs = [queues] if isinstance(queues, str) else list(queues)
         wait_ns = payloads.ns(wait, "wait")
-        req = jpb.LeaseRequest(queues=qs, worker=worker or self.worker, max=max, wait_ns=wait_ns, names=names or ())
+        req = jpb.LeaseRequest(
+            queues=qs, worker=worker or self.worker, max=max, wait_ns=wait_ns, names=names or ()
+        )
         timeout = None if self.timeout is None else self.timeout + wait_ns / 1e9
         resp = await self._call(self._rpc.lease, req, timeout=timeout)
         return [LeasedJob(lease) for lease in resp.leases]
@@ -356,13 +368,17 @@ class Client:
                 c.backoff.CopyFrom(options.backoff(value))
             elif key == "rate_limit":
                 mx, per = value if isinstance(value, tuple) else (value["max"], value["duration"])
-                c.rate_limit.CopyFrom(pb.RateLimit(max=mx, duration_ns=payloads.ns(per, "rate_limit.duration")))
+                c.rate_limit.CopyFrom(
+                    pb.RateLimit(max=mx, duration_ns=payloads.ns(per, "rate_limit.duration"))
+                )
             elif key in ("attempts", "max_stalled", "concurrency", "shards", "log_cap", "payload_limit"):
                 setattr(c, key, int(value))
             elif key in ("dead_letter_queue", "dead_letter_on_exhausted", "paused"):
                 setattr(c, key, value)
             elif key in ("remove_on_complete", "remove_on_fail"):
-                options._retention(c.retention, "completed" if key == "remove_on_complete" else "failed", value)
+                options._retention(
+                    c.retention, "completed" if key == "remove_on_complete" else "failed", value
+                )
             elif key == "config":
                 c.MergeFrom(value)
             else:
@@ -373,7 +389,9 @@ class Client:
         """Every queue of the namespace with its counts: `[{"name", "counts"}]`. From
         the gateway's REST facade (`GET /v1/queues`): JobsService has no listing call."""
         try:
-            resp = await asyncio.wait_for(self._http.get(f"{self.url}/v1/queues", headers=self._headers), self.timeout)
+            resp = await asyncio.wait_for(
+                self._http.get(f"{self.url}/v1/queues", headers=self._headers), self.timeout
+            )
         except TimeoutError:
             raise from_item("deadline_exceeded", f"GET {self.url}/v1/queues timed out") from None
         except Exception as e:  # connection refused, reset, ...
@@ -383,7 +401,9 @@ class Client:
         except ValueError:
             body = {}
         if resp.status == 404 and "code" not in body:
-            raise from_item("not_found", f"{self.url} has no /v1/queues: point the client at a gateway or `loam dev`")
+            raise from_item(
+                "not_found", f"{self.url} has no /v1/queues: point the client at a gateway or `loam dev`"
+            )
         if resp.status != 200:
             raise from_item(body.get("code", "unavailable" if resp.status >= 500 else "internal"),
                             body.get("message", f"GET /v1/queues answered HTTP {resp.status}"))  # fmt: skip
@@ -420,11 +440,15 @@ class Client:
         self, queue: str, state: str | int = "completed", *, grace: float | dt.timedelta = 0, limit: int = 0
     ) -> int:
         """Remove up to `limit` jobs in `state` older than `grace` seconds; how many."""
-        op = jpb.QueueOp(clean=jpb.QueueOp.Clean(state=state_value(state), grace_ns=payloads.ns(grace), limit=limit))
+        op = jpb.QueueOp(
+            clean=jpb.QueueOp.Clean(state=state_value(state), grace_ns=payloads.ns(grace), limit=limit)
+        )
         return (await self.queue_admin(queue, op)).affected
 
     async def obliterate(self, queue: str, *, force: bool = False) -> int:
-        return (await self.queue_admin(queue, jpb.QueueOp(obliterate=jpb.QueueOp.Obliterate(force=force)))).affected
+        return (
+            await self.queue_admin(queue, jpb.QueueOp(obliterate=jpb.QueueOp.Obliterate(force=force)))
+        ).affected
 
     async def retry_all(self, queue: str, state: str | int = "failed") -> int:
         op = jpb.QueueOp(retry_all=jpb.QueueOp.RetryAll(state=state_value(state)))
@@ -442,7 +466,9 @@ class Client:
         await self.queue_admin(queue, jpb.QueueOp(set_rate_limit=jpb.QueueOp.SetRateLimit(rate_limit=rl)))
 
     async def set_concurrency(self, queue: str, concurrency: int) -> None:
-        await self.queue_admin(queue, jpb.QueueOp(set_concurrency=jpb.QueueOp.SetConcurrency(concurrency=concurrency)))
+        await self.queue_admin(
+            queue, jpb.QueueOp(set_concurrency=jpb.QueueOp.SetConcurrency(concurrency=concurrency))
+        )
 
     async def workers(self, queue: str) -> list[pb.Worker]:
         return list((await self.queue_admin(queue, jpb.QueueOp(workers=jpb.QueueOp.Workers()))).workers)
@@ -485,7 +511,9 @@ class Client:
         return list((await self.job_admin(queue, job, op)).logs)
 
     async def remove_dedup_key(self, queue: str, dedup_id: str) -> None:
-        await self.job_admin(queue, "", jpb.JobOp(remove_dedup_key=jpb.JobOp.RemoveDedupKey(dedup_id=dedup_id)))
+        await self.job_admin(
+            queue, "", jpb.JobOp(remove_dedup_key=jpb.JobOp.RemoveDedupKey(dedup_id=dedup_id))
+        )
 
     # -- query -----------------------------------------------------------------------
     @staticmethod
@@ -583,9 +611,13 @@ class Client:
         return (await self._call(self._rpc.result_incr, req)).size
 
     async def result_expire(self, key: str, ttl: float | dt.timedelta) -> None:
-        await self._call(self._rpc.result_expire, jpb.ResultExpireRequest(key=key, ttl_ns=payloads.ns(ttl, "ttl")))
+        await self._call(
+            self._rpc.result_expire, jpb.ResultExpireRequest(key=key, ttl_ns=payloads.ns(ttl, "ttl"))
+        )
 
-    async def result_add(self, key: str, member: str, *, ttl: float | dt.timedelta | None = None) -> tuple[int, bool]:
+    async def result_add(
+        self, key: str, member: str, *, ttl: float | dt.timedelta | None = None
+    ) -> tuple[int, bool]:
         """`result_incr`, also saying whether this call added `member` (False: it had
         counted already). Of the calls that see the size reach N, exactly one added."""
         req = jpb.ResultIncrRequest(key=key, member=member, ttl_ns=payloads.ns(ttl, "ttl"))
@@ -608,7 +640,7 @@ class Client:
     # -- schedules -------------------------------------------------------------------
     async def schedule(
         self,
-        id: str | jpb.ScheduleSpec,  # noqa: A002 - the schedule id, as the API names it
+        id: str | pb.ScheduleSpec,  # noqa: A002 - the schedule id, as the API names it
         queue: str | None = None,
         name: str | None = None,
         payload: Any = None,
@@ -638,7 +670,7 @@ class Client:
         of its time is on time. The same rule again changes nothing (`changed` False).
 
         A ready-made ScheduleSpec may be passed instead, alone."""
-        if isinstance(id, jpb.ScheduleSpec):
+        if isinstance(id, pb.ScheduleSpec):
             if queue is not None or name is not None or opts:
                 raise TypeError("schedule(spec) takes the ScheduleSpec alone")
             spec = id
@@ -658,7 +690,9 @@ class Client:
 
     async def get_schedule(self, schedule_id: str) -> ScheduleInfo:
         """The schedule with its next tick, last tick and count; NotFound if none."""
-        return ScheduleInfo((await self._call(self._rpc.get_schedule, jpb.GetScheduleRequest(id=schedule_id))).schedule)
+        return ScheduleInfo(
+            (await self._call(self._rpc.get_schedule, jpb.GetScheduleRequest(id=schedule_id))).schedule
+        )
 
     async def iter_schedules(self, *, page_size: int = 100) -> AsyncIterator[ScheduleInfo]:
         """Every schedule of the namespace, in id order, a page at a time."""
@@ -679,7 +713,7 @@ class Client:
     # -- flows -----------------------------------------------------------------------
     async def flow(
         self,
-        nodes: Flow | jpb.FlowSpec | Iterable[FlowNode | jpb.FlowNode],
+        nodes: Flow | pb.FlowSpec | Iterable[FlowNode | pb.FlowNode],
         id: str | None = None,  # noqa: A002 - the flow id, as the API names it
     ) -> FlowInfo:
         """Submit a flow: every node's job in one transaction, the nodes that wait for
@@ -699,7 +733,9 @@ class Client:
 
     async def get_flow(self, flow_id: str) -> FlowInfo:
         """A flow's jobs by node; NotFound if there is no such flow."""
-        return FlowInfo.from_record((await self._call(self._rpc.get_flow, jpb.GetFlowRequest(id=flow_id))).flow)
+        return FlowInfo.from_record(
+            (await self._call(self._rpc.get_flow, jpb.GetFlowRequest(id=flow_id))).flow
+        )
 
     async def children(self, queue: str, job: str) -> list[Child]:
         """A job's dependencies (its children) with their state, result or failure
@@ -729,7 +765,12 @@ class Client:
         return list((await self._call(self._rpc.exchange_bindings, req)).bindings)
 
     async def exchange_publish(
-        self, exchange: str, kind: int, routing_key: str, task: pb.TaskSpec, opts: pb.EnqueueOpts | None = None
+        self,
+        exchange: str,
+        kind: int,
+        routing_key: str,
+        task: pb.TaskSpec,
+        opts: pb.EnqueueOpts | None = None,
     ) -> list[tuple[str, Enqueued | JobsError]]:
         """Route by the exchange's stored bindings and enqueue a copy in each queue;
         `kind` is an ExchangeType. Returns (queue, answer) per queue; none: unroutable."""
@@ -753,7 +794,9 @@ class SyncClient:
 
     def __init__(self, url: str | None = None, **kwargs: Any) -> None:
         self._args = (url, kwargs)
-        self._direct = Client(url, **{k: v for k, v in kwargs.items() if k != "http_transport"}, blocking=True)
+        self._direct = Client(
+            url, **{k: v for k, v in kwargs.items() if k != "http_transport"}, blocking=True
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._aclient: Client | None = None
@@ -872,7 +915,9 @@ def _blocking(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-for _name, _fn in inspect.getmembers(Client, lambda f: inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)):
+for _name, _fn in inspect.getmembers(
+    Client, lambda f: inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)
+):
     if not _name.startswith("_") and _name not in ("close",):
         setattr(SyncClient, _name, _blocking(_name, _fn))
 del _name, _fn

@@ -8,6 +8,7 @@ import datetime as dt
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
+
 from loam_common.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -62,7 +63,9 @@ class Retry(Exception):
     """Raised by a handler: retry the job (spending an attempt) after `after` seconds
     instead of the job's backoff."""
 
-    def __init__(self, message: str = "retry requested", *, after: float | dt.timedelta | None = None) -> None:
+    def __init__(
+        self, message: str = "retry requested", *, after: float | dt.timedelta | None = None
+    ) -> None:
         super().__init__(message)
         self.after = after
 

@@ -13,10 +13,9 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
+from loam import payloads
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-
-from loam import payloads
 
 _DEDUP_MODES = {
     "simple": pb.DEDUP_MODE_SIMPLE,

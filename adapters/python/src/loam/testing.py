@@ -144,7 +144,9 @@ class LoamServer:
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.05)
-        raise RuntimeError(f"loam dev did not become healthy in {self.startup_timeout:.0f} s:\n{self._tail()}")
+        raise RuntimeError(
+            f"loam dev did not become healthy in {self.startup_timeout:.0f} s:\n{self._tail()}"
+        )
 
     def _tail(self, lines: int = 30) -> str:
         try:
@@ -283,7 +285,9 @@ class LoamTestKit:
         self.close()
 
     # -- reading ---------------------------------------------------------------------------
-    def jobs(self, queue: str, *, states: str | Iterable[str] | None = None, name: str | None = None) -> list[JobInfo]:
+    def jobs(
+        self, queue: str, *, states: str | Iterable[str] | None = None, name: str | None = None
+    ) -> list[JobInfo]:
         """The queue's jobs (in `states`, with task `name`), newest first; none for a
         queue that does not exist yet."""
         from loam.errors import NotFound
@@ -300,9 +304,11 @@ class LoamTestKit:
         try:
             return self.client.queue_counts(queue)
         except NotFound:
-            from loam_common.gen.loam.jobs.v1 import jobs_pb2
+            from loam_common.gen.loam.jobs.v1 import types_pb2
 
-            return {f.name: False if f.name == "paused" else 0 for f in jobs_pb2.QueueCounts.DESCRIPTOR.fields}
+            return {
+                f.name: False if f.name == "paused" else 0 for f in types_pb2.QueueCounts.DESCRIPTOR.fields
+            }
 
     # -- assertions ------------------------------------------------------------------------
     def assert_enqueued(

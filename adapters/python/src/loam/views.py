@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
-from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 from loam import payloads
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 STATE_NAMES = {
     pb.JOB_STATE_UNSPECIFIED: "unknown",
@@ -329,7 +329,13 @@ class ScheduleInfo:
 
 
 def _duration_text(ns: int) -> str:
-    for unit, size in (("d", 86_400 * 10**9), ("h", 3600 * 10**9), ("m", 60 * 10**9), ("s", 10**9), ("ms", 10**6)):
+    for unit, size in (
+        ("d", 86_400 * 10**9),
+        ("h", 3600 * 10**9),
+        ("m", 60 * 10**9),
+        ("s", 10**9),
+        ("ms", 10**6),
+    ):
         if ns >= size and ns % size == 0:
             return f"{ns // size}{unit}"
     return f"{ns / 1e9:g}s"
@@ -349,7 +355,9 @@ class FlowInfo:
 
     @classmethod
     def from_record(cls, f: pb.FlowRecord) -> FlowInfo:
-        return cls(f.id, {j.node: j.job_id for j in f.jobs}, {j.node: j.queue for j in f.jobs}, None, f.created_ns)
+        return cls(
+            f.id, {j.node: j.job_id for j in f.jobs}, {j.node: j.queue for j in f.jobs}, None, f.created_ns
+        )
 
     def job(self, node: str) -> tuple[str, str]:
         """(queue, job id) of a node: what `Client.get_job` and `children_values` take."""

@@ -31,8 +31,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
-
 from loam.client import Client, worker_id
 from loam.errors import (
     DeadlineExceeded,
@@ -46,6 +44,7 @@ from loam.errors import (
 )
 from loam.options import Outcome
 from loam.views import LeasedJob
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 
 log = logging.getLogger("loam.worker")
 
@@ -295,7 +294,9 @@ class Worker:
 
     async def _run_job(self, job: LeasedJob) -> None:
         try:
-            outcome = await outcome_of(self._handler_for(job), job, executor=self._executor, cache=self._async_handlers)
+            outcome = await outcome_of(
+                self._handler_for(job), job, executor=self._executor, cache=self._async_handlers
+            )
         except asyncio.CancelledError:
             # Torn down mid-run: give the job back without spending an attempt.
             self._complete(job, Outcome.release())
@@ -337,7 +338,9 @@ class Worker:
             await asyncio.gather(prev, return_exceptions=True)
         progress = kw.pop("progress", None)
         try:
-            await self.client.report(job.token, progress_json=progress, log=kw.get("log_line"), data=kw.get("data"))
+            await self.client.report(
+                job.token, progress_json=progress, log=kw.get("log_line"), data=kw.get("data")
+            )
         except JobsError as e:
             log.warning("report for job %s failed: %s", job.id, e)
 
@@ -383,7 +386,9 @@ class Worker:
             if isinstance(res, Fenced):
                 log.warning("job %s: %s", job.id, res)
             elif isinstance(res, BaseException) and not isinstance(res, InvalidState):
-                log.warning("job %s: outcome %s not recorded: %s", job.id, req.outcome.WhichOneof("kind"), res)
+                log.warning(
+                    "job %s: outcome %s not recorded: %s", job.id, req.outcome.WhichOneof("kind"), res
+                )
 
     async def _complete_with_retry(self, reqs: list[jpb.CompleteRequest]) -> list[Any]:
         delay = 0.1
@@ -441,7 +446,9 @@ class Worker:
 def _is_async(handler: Handler, cache: dict[Any, bool] | None) -> bool:
     known = cache.get(handler) if cache is not None else None
     if known is None:
-        known = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+        known = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+            type(handler).__call__ if callable(handler) else None
+        )
         if cache is not None:
             cache[handler] = known
     return known

@@ -29,6 +29,7 @@ from loam_common import keys, validate
 from loam_common.errors import InvalidArgument, NotFound, Unauthenticated
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.store.base import Txn
+from loam_common.validate import Namespace
 
 ENQUEUE = "jobs:enqueue"
 CONSUME = "jobs:consume"
@@ -53,7 +54,7 @@ class Principal:
     """Who a request acts as: the namespace every object it touches lives in, and what
     it may do there. `expires_ns` is 0 for a token that never expires."""
 
-    namespace: str
+    namespace: Namespace
     actions: frozenset[str]
     token_id: str
     expires_ns: int = 0
@@ -71,9 +72,7 @@ def check_actions(actions: Iterable[str], field: str = "actions") -> list[str]:
         raise InvalidArgument(field, f"name at least one of {', '.join(sorted(ACTIONS))}")
     unknown = [a for a in out if a not in ACTIONS]
     if unknown:
-        raise InvalidArgument(
-            field, f"unknown action {unknown[0]!r}: use {', '.join(sorted(ACTIONS))}"
-        )
+        raise InvalidArgument(field, f"unknown action {unknown[0]!r}: use {', '.join(sorted(ACTIONS))}")
     return out
 
 
@@ -176,12 +175,7 @@ def token_verify(tx: Txn, token: str) -> Principal:
     rec = pb.TokenRecord.FromString(raw) if raw is not None else None
     # Hash and compare even for an unknown id, so the time taken says little either way.
     ok = hmac.compare_digest(_hash(secret), rec.secret_sha256 if rec is not None else b"\0" * 32)
-    if (
-        rec is None
-        or not ok
-        or rec.revoked
-        or (rec.expires_ns and rec.expires_ns <= tx.now_ns())
-    ):
+    if rec is None or not ok or rec.revoked or (rec.expires_ns and rec.expires_ns <= tx.now_ns()):
         raise Unauthenticated(INVALID_TOKEN)
     return Principal(
         namespace=rec.namespace,

@@ -20,6 +20,7 @@ class BlobStore:
         raise NotImplementedError
 
     async def get(self, ref: str) -> bytes:
+        """The blob's bytes; FileNotFoundError if there is none."""
         raise NotImplementedError
 
     async def delete(self, ref: str) -> None:
@@ -80,7 +81,10 @@ class S3BlobStore(BlobStore):
 
     async def get(self, ref: str) -> bytes:
         async with self._session.client("s3", **self._kwargs) as s3:
-            obj = await s3.get_object(Bucket=self.bucket, Key=self.prefix + ref)
+            try:
+                obj = await s3.get_object(Bucket=self.bucket, Key=self.prefix + ref)
+            except s3.exceptions.NoSuchKey:  # one error for a missing blob, whatever the store
+                raise FileNotFoundError(ref) from None
             return await obj["Body"].read()
 
     async def delete(self, ref: str) -> None:

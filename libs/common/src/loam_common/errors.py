@@ -47,8 +47,7 @@ class IdempotencyConflict(JobsError):
 
     def __init__(self, key: str) -> None:
         super().__init__(
-            f"idempotency key {key!r} was used for a different request; "
-            "use a new key for a new request"
+            f"idempotency key {key!r} was used for a different request; use a new key for a new request"
         )
         self.key = key
         self.args = (key,)

@@ -55,7 +55,10 @@ OUTCOMES = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_li
 MAX_TASK_LABELS = 1000  # distinct task names per process; more are reported as "other"
 
 HELP = {
-    "loam_jobs_enqueued_total": ("counter", "Jobs created in the queue (enqueue, flows, schedules, dead-letter copies)."),
+    "loam_jobs_enqueued_total": (
+        "counter",
+        "Jobs created in the queue (enqueue, flows, schedules, dead-letter copies).",
+    ),
     "loam_jobs_leased_total": ("counter", "Jobs leased (moves to active)."),
     "loam_jobs_completed_total": ("counter", "Completions recorded, by outcome."),
     "loam_jobs_stalled_total": ("counter", "Leases reclaimed by the stalled sweep."),
@@ -63,9 +66,15 @@ HELP = {
     "loam_jobs_waiting": ("gauge", "Jobs ready to lease, by band (fifo, prioritized)."),
     "loam_jobs_delayed": ("gauge", "Jobs waiting for their due time."),
     "loam_jobs_active": ("gauge", "Jobs leased to a worker."),
-    "loam_jobs_oldest_waiting_seconds": ("gauge", "How long the oldest ready job has waited (head of the ready index)."),
+    "loam_jobs_oldest_waiting_seconds": (
+        "gauge",
+        "How long the oldest ready job has waited (head of the ready index).",
+    ),
     "loam_jobs_dlq_depth": ("gauge", "Jobs not yet taken in a dead-letter queue."),
-    "loam_jobs_lease_latency_seconds": ("histogram", "How long a job had been ready when it was leased (this process)."),
+    "loam_jobs_lease_latency_seconds": (
+        "histogram",
+        "How long a job had been ready when it was leased (this process).",
+    ),
     "loam_jobs_run_seconds": ("histogram", "Lease to completion, by task (this process)."),
 }
 
@@ -160,7 +169,9 @@ def store_samples(tx: Txn, namespaces: Iterable[str] | None = None) -> list[Samp
                 Sample("loam_jobs_waiting", (*lab, ("band", "prioritized")), counts.get(S.PRIORITIZED, 0)),
                 Sample("loam_jobs_delayed", lab, counts.get(S.DELAYED, 0)),
                 Sample("loam_jobs_active", lab, counts.get(S.ACTIVE, 0)),
-                Sample("loam_jobs_oldest_waiting_seconds", lab, max(now - oldest, 0) / 1e9 if oldest else 0.0),
+                Sample(
+                    "loam_jobs_oldest_waiting_seconds", lab, max(now - oldest, 0) / 1e9 if oldest else 0.0
+                ),
             ]
             depth[queue] = counts.get(S.WAITING, 0) + counts.get(S.PRIORITIZED, 0) + counts.get(S.DELAYED, 0)
         for dlq in sorted(dlqs):

@@ -199,10 +199,10 @@ def list_shards(tx: Txn, *, namespace_wide: bool = False, orphans: bool = False)
     shard meta but are not in the queue's config (an obliterated queue's, or shards
     dropped by a shard-count change), whose last outbox rows the relay must still move."""
     out: list[ShardId] = [("", "", 0)] if namespace_wide else []
-    for ns in sweeps.list_namespaces(tx):
+    for ns in sweeps.namespace_list(tx):
         if namespace_wide:
             out.append((ns, "", 0))
-        for queue in sweeps.list_queues(tx, ns):
+        for queue in sweeps.queue_list_registered(tx, ns):
             n = sweeps.queue_shards(tx, ns, queue)
             out.extend((ns, queue, s) for s in range(n))
             if orphans:
@@ -279,7 +279,12 @@ class ShardOwnership:
             rec = records.get(shard_id)
             mine = self.held.get(shard_id)
             if rendezvous.owner(rendezvous.shard_key(*shard_id), members) == self.owner:
-                if rec is not None and mine is not None and rec.owner == self.owner and rec.epoch == mine.epoch:
+                if (
+                    rec is not None
+                    and mine is not None
+                    and rec.owner == self.owner
+                    and rec.epoch == mine.epoch
+                ):
                     if self._due(rec.expires_ns, now):
                         take.append((shard_id, mine.epoch))  # renew
                     else:

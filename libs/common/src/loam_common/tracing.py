@@ -44,10 +44,18 @@ def new_traceparent() -> str:
 
 def valid_traceparent(value: str) -> bool:
     parts = value.split("-")
-    if len(parts) < 4 or len(parts[0]) != 2 or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
+    if (
+        len(parts) < 4
+        or len(parts[0]) != 2
+        or len(parts[1]) != 32
+        or len(parts[2]) != 16
+        or len(parts[3]) != 2
+    ):
         return False
     try:
-        return int(parts[1], 16) != 0 and int(parts[2], 16) != 0 and parts[0] != "ff" and int(parts[3], 16) >= 0
+        return (
+            int(parts[1], 16) != 0 and int(parts[2], 16) != 0 and parts[0] != "ff" and int(parts[3], 16) >= 0
+        )
     except ValueError:
         return False
 
@@ -84,7 +92,11 @@ def configure_from_env(service_name: str) -> bool:
     for name in names:
         ep = found.get(name)
         if ep is None:
-            log.warning("OTEL_TRACES_EXPORTER names %r, which is not installed (have: %s)", name, ", ".join(sorted(found)))
+            log.warning(
+                "OTEL_TRACES_EXPORTER names %r, which is not installed (have: %s)",
+                name,
+                ", ".join(sorted(found)),
+            )
             continue
         provider.add_span_processor(BatchSpanProcessor(ep.load()()))
         added += 1

@@ -18,11 +18,11 @@ import sys
 from collections.abc import Mapping
 
 import uvicorn
+
 from loam_common.auth import ACTIONS, token_verify
 from loam_common.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from loam_common.loop import configure_logging
 from loam_common.store.runner import open_store
-
 from loam_durable.app import create_durable_app
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
@@ -35,7 +35,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--store", default=env.get("LOAM_STORE"), help="store URL (LOAM_STORE)")
     p.add_argument("--host", default=env.get("LOAM_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(env.get("LOAM_PORT", "7730")))
-    p.add_argument("--auth", action="store_true", default=env.get("LOAM_AUTH", "").lower() in ("1", "on", "true", "yes"))
+    p.add_argument(
+        "--auth", action="store_true", default=env.get("LOAM_AUTH", "").lower() in ("1", "on", "true", "yes")
+    )
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     args = p.parse_args(argv)
     if not args.store:
@@ -60,7 +62,9 @@ async def run(args: argparse.Namespace) -> None:
             raise Unauthenticated("missing bearer token: send 'authorization: Bearer loam_<id>_<secret>'")
         principal = await store.snapshot(token_verify, token.strip())
         if action not in ACTIONS or action not in principal.actions:
-            raise PermissionDenied(f"this token lacks the {action!r} action in namespace {principal.namespace!r}")
+            raise PermissionDenied(
+                f"this token lacks the {action!r} action in namespace {principal.namespace!r}"
+            )
         return principal.namespace
 
     app = create_durable_app(core, hub, authenticate)
@@ -91,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
     if not args.auth and args.host not in ("127.0.0.1", "localhost", "::1"):
-        print("loam-durable: refusing to bind a non-loopback address without auth (LOAM_AUTH=on)", file=sys.stderr)
+        print(
+            "loam-durable: refusing to bind a non-loopback address without auth (LOAM_AUTH=on)",
+            file=sys.stderr,
+        )
         return 2
     asyncio.run(run(args))
     return 0

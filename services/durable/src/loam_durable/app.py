@@ -25,7 +25,6 @@ from typing import Any
 
 from loam_common.errors import JobsError, PermissionDenied, Unauthenticated
 from loam_common.store.base import StoreUnavailable
-
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 from loam_durable.records import PROTOCOL_VERSION, DurableError, response
@@ -116,10 +115,14 @@ class DurableApp:
             await self._envelope(scope, receive, send)
         elif path.startswith("/poll/") and method == "GET":
             await self._poll(scope, receive, send, path[len("/poll/") :])
-        elif path in ("/promises", "/tasks", "/schedules") or path.startswith(("/promises/", "/tasks/", "/schedules/")):
+        elif path in ("/promises", "/tasks", "/schedules") or path.startswith(
+            ("/promises/", "/tasks/", "/schedules/")
+        ):
             await _send_json(send, 410, "Gone: this server speaks the envelope protocol at POST /")
         else:
-            await _send_json(send, 404, "Not found: POST / takes requests, GET /poll/{group}/{pid} streams pushes")
+            await _send_json(
+                send, 404, "Not found: POST / takes requests, GET /poll/{group}/{pid} streams pushes"
+            )
 
     # -- POST / ----------------------------------------------------------------------------
     async def _envelope(self, scope: dict, receive: Any, send: Any) -> None:
@@ -140,7 +143,9 @@ class DurableApp:
                 raise DurableError(400, "head must be an object")
             corr_id = head.get("corrId") if isinstance(head.get("corrId"), str) else ""
             if head.get("version") != PROTOCOL_VERSION:
-                raise DurableError(400, f"Unsupported version {head.get('version')!r}: this server speaks {PROTOCOL_VERSION}")
+                raise DurableError(
+                    400, f"Unsupported version {head.get('version')!r}: this server speaks {PROTOCOL_VERSION}"
+                )
             if not self.core.knows(kind):
                 raise DurableError(400, f"Unknown request kind {kind!r}")
             data = req.get("data")
@@ -179,7 +184,9 @@ class DurableApp:
             await send({"type": "http.response.body", "body": b": connected\n\n", "more_body": True})
             while True:
                 frame = asyncio.ensure_future(conn.queue.get())
-                done, _ = await asyncio.wait({frame, disconnected}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {frame, disconnected}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
+                )
                 if disconnected in done:
                     frame.cancel()
                     if frame.done() and not frame.cancelled():

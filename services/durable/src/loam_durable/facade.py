@@ -17,7 +17,6 @@ from zoneinfo import ZoneInfo
 from loam_common.errors import InvalidArgument
 from loam_common.schedule_rules import CronRule, parse_cron
 from loam_common.store.runner import Store
-
 from loam_durable import transitions as tr
 from loam_durable.hub import Hub
 from loam_durable.records import (
@@ -39,6 +38,7 @@ log = logging.getLogger(__name__)
 
 _UTC = ZoneInfo("UTC")
 SEARCH_LIMIT_MAX = 1000
+
 
 def next_cron(cron: str, after_ms: int) -> int | None:
     """The first occurrence of a (checked) Resonate cron strictly after `after_ms`, UTC."""
@@ -151,10 +151,18 @@ class DurableCore:
 
     async def _promise_search(self, ns: str, data: dict) -> tuple[int, Any]:
         state = data.get("state")
-        if state is not None and state not in ("pending", "resolved", "rejected", "rejected_canceled", "rejected_timedout"):
+        if state is not None and state not in (
+            "pending",
+            "resolved",
+            "rejected",
+            "rejected_canceled",
+            "rejected_timedout",
+        ):
             raise bad("state must be pending, resolved, rejected, rejected_canceled or rejected_timedout")
         limit, cursor = _page(data)
-        return 200, await self.transact(ns, tr.promise_search, state, check_tags(data.get("tags")), limit, cursor)
+        return 200, await self.transact(
+            ns, tr.promise_search, state, check_tags(data.get("tags")), limit, cursor
+        )
 
     # -- tasks ---------------------------------------------------------------------------
     async def _task_create(self, ns: str, data: dict) -> tuple[int, Any]:
@@ -193,7 +201,10 @@ class DurableCore:
             raise bad("a fenced action may not name the task's own promise")
         if kind == "promise.create":
             req = parse_promise_create(inner)
-            status, out = 200, await self.transact(ns, tr.task_fence_create_if_acquired, task_id, version, req)
+            status, out = (
+                200,
+                await self.transact(ns, tr.task_fence_create_if_acquired, task_id, version, req),
+            )
         elif kind == "promise.settle":
             promise_id, state, value = parse_settle(inner)
             status, out = await self.transact(
@@ -211,7 +222,11 @@ class DurableCore:
             raise bad("actions must be a non-empty list")
         awaited: list[str] = []
         for a in actions:
-            if not isinstance(a, dict) or a.get("kind") != "promise.register_callback" or not isinstance(a.get("data"), dict):
+            if (
+                not isinstance(a, dict)
+                or a.get("kind") != "promise.register_callback"
+                or not isinstance(a.get("data"), dict)
+            ):
                 raise bad("every action must be a promise.register_callback")
             target = check_id(a["data"].get("awaited"), "awaited")
             awaiter = check_id(a["data"].get("awaiter"), "awaiter")
@@ -266,7 +281,9 @@ class DurableCore:
         s = {"id": schedule_id, "cron": cron, "promiseId": promise_id, "promiseTimeout": timeout,
              "promiseParam": param, "promiseTags": tags}  # fmt: skip
         first = next_cron(cron, self.store.clock.now_ns() // 1_000_000)
-        return 200, await self.transact(ns, tr.schedule_create_if_absent, s, first if first is not None else 2**63 - 1)
+        return 200, await self.transact(
+            ns, tr.schedule_create_if_absent, s, first if first is not None else 2**63 - 1
+        )
 
     async def _schedule_get(self, ns: str, data: dict) -> tuple[int, Any]:
         return 200, await self.transact(ns, tr.schedule_get, check_id(data.get("id")))

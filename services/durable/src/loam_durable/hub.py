@@ -90,7 +90,9 @@ class Hub:
                 del self._groups[(conn.ns, conn.group)]
 
     def connections(self, ns: str, group: str) -> list[Connection]:
-        return [c for streams in self._groups.get((ns, group.lower()), {}).values() for c in streams if c.open]
+        return [
+            c for streams in self._groups.get((ns, group.lower()), {}).values() for c in streams if c.open
+        ]
 
     @staticmethod
     def _push_pid(streams: list[Connection] | None, frame: str) -> bool:

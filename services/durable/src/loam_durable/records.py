@@ -126,7 +126,9 @@ def check_value(value: Any, field: str) -> dict:
 def check_tags(tags: Any) -> dict:
     if tags is None:
         return {}
-    if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
+    if not isinstance(tags, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in tags.items()
+    ):
         raise bad("tags must map strings to strings")
     return tags
 
@@ -230,7 +232,11 @@ def parse_address(text: Any, problem: str = "Invalid address") -> Address:
 
 # -- envelopes ------------------------------------------------------------------------------
 def response(kind: str, corr_id: str, status: int, data: Any) -> dict:
-    return {"kind": kind, "head": {"corrId": corr_id, "status": status, "version": PROTOCOL_VERSION}, "data": data}
+    return {
+        "kind": kind,
+        "head": {"corrId": corr_id, "status": status, "version": PROTOCOL_VERSION},
+        "data": data,
+    }
 
 
 def execute_message(task_id: str, version: int) -> dict:

@@ -23,7 +23,6 @@ from loam_common.loop import Loop
 from loam_common.ownership import DEFAULT_TTL_NS, OwnershipLost, ShardOwnership, run_fenced
 from loam_common.store.base import Txn
 from loam_common.store.runner import Store
-
 from loam_durable import transitions as tr
 from loam_durable.facade import DurableCore, next_cron
 from loam_durable.records import loads
@@ -49,7 +48,9 @@ class TimersReport:
 class DurableTimers(Loop):
     name = "durable-timers"
 
-    def __init__(self, core: DurableCore, owner_id: str, interval: float = 0.2, *, ttl_ns: int = DEFAULT_TTL_NS) -> None:
+    def __init__(
+        self, core: DurableCore, owner_id: str, interval: float = 0.2, *, ttl_ns: int = DEFAULT_TTL_NS
+    ) -> None:
         super().__init__(interval)
         self.core = core
         self.store: Store = core.store
@@ -76,7 +77,13 @@ class DurableTimers(Loop):
                         break
                 if sweep_retention:
                     n, fx = await self.store.transact(
-                        run_fenced, fence, tr.run, ns, self.core.retry_ms, self.core.hub is None, tr.retention_sweep
+                        run_fenced,
+                        fence,
+                        tr.run,
+                        ns,
+                        self.core.retry_ms,
+                        self.core.hub is None,
+                        tr.retention_sweep,
                     )
                     await self.core.deliver(fx)
                     rep.expired_roots += n

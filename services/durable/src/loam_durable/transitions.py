@@ -29,7 +29,6 @@ from typing import Any
 from loam_common import keys
 from loam_common.jobs.queue import QueueTx
 from loam_common.store.base import Txn
-
 from loam_durable.records import (
     PENDING,
     TAG_BRANCH,
@@ -99,7 +98,10 @@ def run(tx: Txn, ns: str, retry_ms: int, outbox: bool, fn: Any, *args: Any) -> t
         _record_changes(tx, fx)
     if outbox and fx.messages:
         for address, message in fx.messages:
-            tx.put(keys.durable_outbox(ns, tx.now_ns(), os.urandom(8)), dumps({"address": address, "message": message}))
+            tx.put(
+                keys.durable_outbox(ns, tx.now_ns(), os.urandom(8)),
+                dumps({"address": address, "message": message}),
+            )
         fx.messages = []
     return result, fx
 
@@ -110,7 +112,9 @@ def _record_changes(tx: Txn, fx: Effects) -> None:
     with QueueTx(tx, fx.ns, EVENT_QUEUE) as q:
         q.ensure_exists()
         for kind, subject, detail in fx.changes:
-            q.emit("durable." + kind, None, 0, job_id=subject, detail=json.dumps(detail, separators=(",", ":")))
+            q.emit(
+                "durable." + kind, None, 0, job_id=subject, detail=json.dumps(detail, separators=(",", ":"))
+            )
 
 
 def _visible(p: dict) -> bool:
@@ -338,7 +342,7 @@ def promise_search(tx: Txn, fx: Effects, state: str | None, tags: dict, limit: i
         rows = tx.scan(start, end, limit=500)
         if not rows:
             break
-        for k, v in rows:
+        for _, v in rows:
             p = loads(v)
             last = p["id"]
             if p["state"] == PENDING and p["timeoutAt"] <= fx.now:
@@ -435,7 +439,9 @@ def task_get(tx: Txn, fx: Effects, task_id: str) -> dict:
     return {"task": task_wire(t)}
 
 
-def task_fence_create_if_acquired(tx: Txn, fx: Effects, task_id: str, version: int, req: PromiseCreate) -> dict:
+def task_fence_create_if_acquired(
+    tx: Txn, fx: Effects, task_id: str, version: int, req: PromiseCreate
+) -> dict:
     _leased_live(tx, fx, task_id, version, keys.durable_promise(fx.ns, req.id))
     return promise_create_if_absent(tx, fx, req)
 
@@ -443,7 +449,14 @@ def task_fence_create_if_acquired(tx: Txn, fx: Effects, task_id: str, version: i
 def task_fence_settle_if_acquired(tx: Txn, fx: Effects, task_id: str, version: int,
                                   promise_id: str, state: str, value: dict) -> tuple[int, Any]:  # fmt: skip
     """(inner status, inner data): an unknown promise is an inner 404."""
-    _leased_live(tx, fx, task_id, version, keys.durable_promise(fx.ns, promise_id), keys.durable_task(fx.ns, promise_id))
+    _leased_live(
+        tx,
+        fx,
+        task_id,
+        version,
+        keys.durable_promise(fx.ns, promise_id),
+        keys.durable_task(fx.ns, promise_id),
+    )
     try:
         return 200, promise_settle_if_pending(tx, fx, promise_id, state, value)
     except DurableError as e:
@@ -452,7 +465,9 @@ def task_fence_settle_if_acquired(tx: Txn, fx: Effects, task_id: str, version: i
         raise
 
 
-def task_suspend_if_acquired(tx: Txn, fx: Effects, task_id: str, version: int, awaited: list[str]) -> tuple[int, dict]:
+def task_suspend_if_acquired(
+    tx: Txn, fx: Effects, task_id: str, version: int, awaited: list[str]
+) -> tuple[int, dict]:
     t, _ = _leased_live(tx, fx, task_id, version)
     promises = []
     for promise_id in awaited:
@@ -481,7 +496,9 @@ def task_suspend_if_acquired(tx: Txn, fx: Effects, task_id: str, version: int, a
     return 200, {}
 
 
-def task_fulfill_if_acquired(tx: Txn, fx: Effects, task_id: str, version: int, state: str, value: dict) -> dict:
+def task_fulfill_if_acquired(
+    tx: Txn, fx: Effects, task_id: str, version: int, state: str, value: dict
+) -> dict:
     t = _leased(tx, fx, task_id, version)
     p = _promise(tx, fx, task_id)
     if p is None:
@@ -624,7 +641,9 @@ def _task_timer(tx: Txn, fx: Effects, task_id: str, due: int) -> None:
     _put_task(tx, fx, t)
 
 
-def _schedule_timer(tx: Txn, fx: Effects, schedule_id: str, due: int, next_cron: Any, catch_up: int = 100) -> None:
+def _schedule_timer(
+    tx: Txn, fx: Effects, schedule_id: str, due: int, next_cron: Any, catch_up: int = 100
+) -> None:
     key = keys.durable_schedule(fx.ns, schedule_id)
     s = _get(tx, key)
     if s is None or s["nextRunAt"] != due:
@@ -676,7 +695,9 @@ def retention_sweep(tx: Txn, fx: Effects, limit: int = 50) -> int:
         for promise_id in ids:
             child = _get(tx, keys.durable_promise(fx.ns, promise_id))
             if child is not None and child["state"] == PENDING and is_awaitable(child["tags"]):
-                tx.delete(keys.durable_timer(fx.ns, child["timeoutAt"], keys.DURABLE_TIMER_PROMISE, promise_id))
+                tx.delete(
+                    keys.durable_timer(fx.ns, child["timeoutAt"], keys.DURABLE_TIMER_PROMISE, promise_id)
+                )
             t = _task(tx, fx, promise_id)
             if t is not None:
                 _arm_task_timer(tx, fx, t, None)
@@ -705,13 +726,18 @@ def promise_tree(tx: Txn, ns: str, root_id: str) -> dict:
     if root is None:
         raise DurableError(404, f"promise {root_id!r} not found")
     start = keys.durable_promise(ns, branch_prefix(root_id) if ":" in root_id else root_id + ":")
-    rows = [(keys.durable_promise(ns, root_id), dumps(root))] + tx.scan(start, keys.prefix_end(start), limit=10_000)
-    ids = [k[len(base):].decode() for k, _ in rows]
+    rows = [(keys.durable_promise(ns, root_id), dumps(root))] + tx.scan(
+        start, keys.prefix_end(start), limit=10_000
+    )
+    ids = [k[len(base) :].decode() for k, _ in rows]
     tasks = tx.batch_get([keys.durable_task(ns, i) for i in ids])
     nodes = []
-    for (k, v), promise_id in zip(rows, ids, strict=True):
+    for (_, v), promise_id in zip(rows, ids, strict=True):
         p = promise_wire(loads(v))
-        node: dict[str, Any] = {"promise": p, "parent": p["tags"].get(TAG_PARENT) if promise_id != root_id else None}
+        node: dict[str, Any] = {
+            "promise": p,
+            "parent": p["tags"].get(TAG_PARENT) if promise_id != root_id else None,
+        }
         if p["state"] == PENDING and p["timeoutAt"] <= now:
             node["timedOut"] = True
         raw = tasks.get(keys.durable_task(ns, promise_id))

@@ -6,8 +6,6 @@
 - `/metrics`: Prometheus text (loam_common.metrics); without auth every namespace, with
   auth a token with jobs:admin sees its own namespace
 - with OTEL_TRACES_EXPORTER set, the app is instrumented (loam_common.tracing)
-- `/resonate/`, `/v1/durable/...`: durable mode, the Resonate protocol (`POST /resonate/`, the push channel
-  `GET /resonate/poll/{group}/{pid}`), when a durable app is given (loam_durable)
 - `/ns/<ns>/...`: any of the above in a dev namespace (connect.NamespacePrefix)
 
 Errors outside the Connect app all take one shape, `{code, message, detail}`, with
@@ -28,6 +26,7 @@ from google.protobuf import json_format
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from loam_common import metrics, tracing
+from loam_common.api.methods import operation
 from loam_common.connect_errors import HTTP_STATUS, error_detail, to_connect
 from loam_common.errors import JobsError
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
@@ -37,6 +36,8 @@ from loam_gateway.rest import build_router
 from loam_gateway.rest_events import build_events_router
 from loam_gateway.routing import Router
 from loam_gateway.unary_lane import UnaryLane
+
+DEFAULT_PORT = 7720
 
 DURABLE_BASE = "/resonate"
 DURABLE_PREFIX = DURABLE_BASE + "/"
@@ -75,8 +76,8 @@ class GatewayApp(FastAPI):
             lane_scope = strip_namespace(scope) if scope["path"].startswith("/ns/") else scope
             path = lane_scope["path"]
             if self.durable_app is not None and (path.startswith(DURABLE_PREFIX) or path == DURABLE_BASE):
-                await self.durable_app(dict(lane_scope, root_path=lane_scope.get("root_path", "") + DURABLE_BASE),
-                                       receive, send)  # fmt: skip
+                root = lane_scope.get("root_path", "") + DURABLE_BASE
+                await self.durable_app(dict(lane_scope, root_path=root), receive, send)
                 return
             if self.unary_lane is not None and await self.unary_lane(lane_scope, receive, send):
                 return
@@ -95,6 +96,7 @@ def create_app(
     sweeper there and closes the store). `durable` (a durable_mount.DurableMount) adds
     durable mode: the Resonate-protocol app at `/resonate` and `/v1/durable/...`."""
     access = Access(authenticator)
+    metrics_operation = operation("metrics")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -131,7 +133,9 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"code": "invalid_argument", "message": _validation_message(exc)}, status_code=400)
+        return JSONResponse(
+            {"code": "invalid_argument", "message": _validation_message(exc)}, status_code=400
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -152,7 +156,7 @@ def create_app(
     async def prometheus(request: Request) -> Response:
         ns = None
         if access.authenticator is not None:  # auth on: the token's namespace only
-            ns = (await access.check(request.headers, "metrics")).namespace
+            ns = (await access.check(request.headers, metrics_operation)).namespace
         return Response(await router.metrics_text(ns), media_type=metrics.CONTENT_TYPE)
 
     if durable is not None:

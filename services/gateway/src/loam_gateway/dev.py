@@ -3,11 +3,11 @@
 The data directory (default `./.loam`) holds the store (`loam.db`) and the blobs
 (`blobs/`). The gateway calls a local CoreRpc (no network hop); the sweeper (every
 200 ms) and the relay (every 100 ms) run as in-process loops under the owner id
-`loam-dev`, and the sweeper wakes the core's parked leases directly for the queues where
-it reclaimed or promoted jobs. Durable mode (loam_durable, the Resonate protocol) is
-mounted at `<url>/resonate`, its timers run as an in-process loop next to the sweeper and
-its pushes go straight to the SSE connections of this process. Prints the URLs, then exactly one line with "ready" once
-the server accepts connections. Ctrl-C or SIGTERM stops it: in-flight calls get up to
+`loam-dev`; they share the core's store, so the core's effect sink wakes the parked
+leases of the queues where a sweep reclaimed or promoted jobs. Durable mode
+(loam_durable, the Resonate protocol) is mounted at `<url>/resonate`; its timers run as
+an in-process loop and its pushes go straight to this process's SSE connections.
+Prints the URLs, then exactly one line with "ready" once the server accepts connections. Ctrl-C or SIGTERM stops it: in-flight calls get up to
 3 s, then the loops stop (releasing their shard leases) and the store is closed.
 
 Without auth (`LOAM_AUTH` unset) it binds loopback only; `--auth` (or `LOAM_AUTH=on`)
@@ -24,39 +24,28 @@ import os
 import sys
 from pathlib import Path
 
-from loam_common import tracing
-from loam_common.blobs import DirBlobStore
-from loam_common.loop import configure_logging
-from loam_common.store.runner import open_store
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 from loam_durable.timers import DurableTimers
+
+from loam_common import tracing
+from loam_common.blobs import DirBlobStore
+from loam_common.loop import configure_logging
+from loam_common.serving import run_server_main, serve
+from loam_common.store.runner import open_store
+from loam_gateway.app import DEFAULT_PORT, create_app
+from loam_gateway.auth import StoreAuthenticator, auth_on, check_bind
+from loam_gateway.durable_mount import DurableMount
+from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import CoreRpc
-from loam_queue_core.server import run_server_main, serve
 from loam_relay.service import RelayService
 from loam_sweeper.service import SweeperService
 
-from loam_gateway.app import create_app
-from loam_gateway.auth import StoreAuthenticator, check_bind
-from loam_gateway.durable_mount import DurableMount
-from loam_gateway.routing import Router
-
 log = logging.getLogger("loam.dev")
 
-DEFAULT_PORT = 7720
 SWEEP_INTERVAL_S = 0.2
 OWNER_ID = "loam-dev"  # the same after a restart, so its shard leases come straight back
-
-
-def _auth_on(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "on", "true", "yes")
-
-
-def _durable_retry_ms() -> int:
-    """How long a pending durable task waits before its `execute` is sent again
-    (LOAM_DURABLE_RETRY_MS; Resonate's own default is 30 s)."""
-    return int(os.environ.get("LOAM_DURABLE_RETRY_MS", "30000"))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -65,9 +54,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--host", default=env.get("LOAM_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(env.get("LOAM_PORT", DEFAULT_PORT)))
     p.add_argument("--data", default=env.get("LOAM_DATA", "./.loam"), help="data directory (default ./.loam)")
-    p.add_argument("--auth", action="store_true", default=_auth_on(env.get("LOAM_AUTH")),
+    p.add_argument("--auth", action="store_true", default=auth_on(env.get("LOAM_AUTH")),
                    help="require bearer tokens (LOAM_AUTH=on); needed to bind a non-loopback host")  # fmt: skip
-    p.add_argument("--durable-retry-ms", type=int, default=_durable_retry_ms(),
+    p.add_argument("--durable-retry-ms", type=int, default=int(env.get("LOAM_DURABLE_RETRY_MS", "30000")),
                    help="ms a pending durable task waits before its execute is sent again (LOAM_DURABLE_RETRY_MS)")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     return p.parse_args(argv)
@@ -84,7 +73,8 @@ async def run(args: argparse.Namespace) -> None:
     hub = Hub()
     durable = DurableCore(store, hub, retry_ms=args.durable_retry_ms)
     loops = [
-        SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S, on_ready=core.wake_all),
+        # Same store as the core: the core's effect sink wakes what the sweeps make ready.
+        SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S),
         RelayService(store, OWNER_ID),
         DurableTimers(durable, OWNER_ID, SWEEP_INTERVAL_S),
     ]
@@ -101,7 +91,9 @@ async def run(args: argparse.Namespace) -> None:
                 log.exception("stopping %s failed", loop.name)
 
     authenticator = StoreAuthenticator(store) if args.auth else None
-    app = create_app(router, authenticator, on_startup=start, on_shutdown=stop, durable=DurableMount(durable, hub))
+    app = create_app(
+        router, authenticator, on_startup=start, on_shutdown=stop, durable=DurableMount(durable, hub)
+    )
     url = f"http://{args.host}:{args.port}"
 
     def ready(server) -> None:

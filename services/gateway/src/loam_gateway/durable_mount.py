@@ -17,22 +17,27 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Request
-from loam_common.errors import InvalidArgument, NotFound
 from loam_durable.app import SCHEDULE, DurableApp, create_durable_app
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 from loam_durable.records import DurableError
 from pydantic import BaseModel, ConfigDict, Field
 
+from loam_common.api.methods import operation
+from loam_common.errors import InvalidArgument, NotFound
 from loam_gateway.connect import Access
 from loam_gateway.rest import ERROR_RESPONSES
 
 
 class DurableNode(BaseModel):
     model_config = ConfigDict(extra="allow")
-    promise: dict[str, Any] = Field(description="the Resonate PromiseRecord (state, tags, timeoutAt, createdAt, settledAt)")
+    promise: dict[str, Any] = Field(
+        description="the Resonate PromiseRecord (state, tags, timeoutAt, createdAt, settledAt)"
+    )
     parent: str | None = Field(None, description="the promise this one was created under")
-    task: dict[str, Any] | None = Field(None, description="its task: state, version, attempts (acquires so far)")
+    task: dict[str, Any] | None = Field(
+        None, description="its task: state, version, attempts (acquires so far)"
+    )
     timedOut: bool | None = Field(None, description="pending past its timeout, until a timer settles it")
 
 
@@ -52,9 +57,10 @@ class DurableMount:
         self.hub = hub
 
     def asgi(self, access: Access) -> DurableApp:
+        consume, schedule = operation("resonate"), operation("resonate_schedule")
+
         async def authenticate(headers: Mapping[str, str], action: str) -> str:
-            method = "resonate_schedule" if action == SCHEDULE else "resonate"
-            return (await access.check(headers, method)).namespace
+            return (await access.check(headers, schedule if action == SCHEDULE else consume)).namespace
 
         return create_durable_app(self.core, self.hub, authenticate)
 
@@ -62,12 +68,16 @@ class DurableMount:
         api = APIRouter(prefix="/v1/durable", tags=["durable"], responses=ERROR_RESPONSES)
         core = self.core
 
+        admin = operation("durable_admin")
+
         async def namespace(request: Request) -> str:
-            return (await request.app.state.access.check(request.headers, "query")).namespace
+            return (await request.app.state.access.check(request.headers, admin)).namespace
 
         @api.get("/promises/{promise_id}", response_model=DurableTree, response_model_exclude_none=True,
                  summary="A durable promise and every promise under it, with their tasks")  # fmt: skip
-        async def promise_tree(request: Request, promise_id: Annotated[str, Path(min_length=1, max_length=1024)]) -> Any:
+        async def promise_tree(
+            request: Request, promise_id: Annotated[str, Path(min_length=1, max_length=1024)]
+        ) -> Any:
             ns = await namespace(request)
             try:
                 return await core.tree(ns, promise_id)
@@ -78,7 +88,9 @@ class DurableMount:
         async def retention_get(request: Request) -> Any:
             return DurableRetention(retention_ms=await core.get_retention(await namespace(request)))
 
-        @api.put("/retention", response_model=DurableRetention, summary="Set how long settled workflows are kept")
+        @api.put(
+            "/retention", response_model=DurableRetention, summary="Set how long settled workflows are kept"
+        )
         async def retention_put(request: Request, body: Annotated[DurableRetention, Body()]) -> Any:
             ns = await namespace(request)
             try:

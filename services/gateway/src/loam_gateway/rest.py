@@ -24,11 +24,15 @@ from typing import Annotated, Any, Literal
 
 from connectrpc.errors import ConnectError
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from loam_common.api.methods import operation
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument, NotFound
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J, types_pb2 as pb
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
 
 INT64 = 2**63 - 1
@@ -50,21 +54,42 @@ class ErrorBody(BaseModel):
     code: str = Field(description="the Connect error code: invalid_argument, not_found, ...")
     message: str
     detail: dict[str, Any] | None = Field(
-        None, description="the typed error's fields (loam.jobs.v1.ErrorDetail): reason, field, current_epoch, ..."
+        None,
+        description="the typed error's fields (loam.jobs.v1.ErrorDetail): reason, field, current_epoch, ...",
     )
 
 
-class Counts(BaseModel):
-    waiting: int
-    prioritized: int
-    delayed: int
-    active: int
-    waiting_children: int
-    completed: int
-    failed: int
-    dead_lettered: int
-    canceled: int
-    paused: bool
+# Models of flat messages are made from the message's descriptor, and filled from it
+# (`message_view`): one shape, declared once in proto/, with no field-by-field copy.
+_SCALAR_TYPES = {
+    FieldDescriptor.CPPTYPE_INT32: int,
+    FieldDescriptor.CPPTYPE_INT64: int,
+    FieldDescriptor.CPPTYPE_UINT32: int,
+    FieldDescriptor.CPPTYPE_UINT64: int,
+    FieldDescriptor.CPPTYPE_BOOL: bool,
+    FieldDescriptor.CPPTYPE_STRING: str,
+    FieldDescriptor.CPPTYPE_DOUBLE: float,
+    FieldDescriptor.CPPTYPE_FLOAT: float,
+}
+
+
+def message_model(message: type[Message], name: str) -> type[BaseModel]:
+    """A model with the fields of a flat protobuf message (scalars only), all required,
+    in the message's order."""
+    fields: dict[str, Any] = {}
+    for f in message.DESCRIPTOR.fields:
+        if f.cpp_type not in _SCALAR_TYPES or f.is_repeated:
+            raise TypeError(f"{message.DESCRIPTOR.name}.{f.name} is not a scalar field")
+        fields[f.name] = (_SCALAR_TYPES[f.cpp_type], ...)
+    return create_model(name, **fields)
+
+
+def message_view[M: BaseModel](model: type[M], msg: Message) -> M:
+    """`msg` as `model` (made by message_model from its type)."""
+    return model(**{f.name: getattr(msg, f.name) for f in msg.DESCRIPTOR.fields})
+
+
+Counts = message_model(pb.QueueCounts, "Counts")
 
 
 class QueueSummary(BaseModel):
@@ -76,10 +101,7 @@ class QueueList(BaseModel):
     queues: list[QueueSummary]
 
 
-class RateLimitModel(BaseModel):
-    max: int
-    duration_ns: int
-    sharded: bool
+RateLimitModel = message_model(pb.RateLimit, "RateLimitModel")
 
 
 class QueueConfigModel(BaseModel):
@@ -280,7 +302,9 @@ class ScheduleBody(_Model):
     end_ns: int = Field(0, ge=0, le=INT64, description="no tick after this; 0: none")
     offset_ns: int = Field(0, ge=0, le=DURATION_MAX_NS, description="shift every tick by this much")
     immediately: bool = Field(False, description="also fire one tick now")
-    misfire: MisfireName | None = Field(None, description="ticks missed while no sweeper ran; default fire_latest")
+    misfire: MisfireName | None = Field(
+        None, description="ticks missed while no sweeper ran; default fire_latest"
+    )
     misfire_grace_ns: int = Field(0, ge=0, le=INT64, description="a tick this late is still on time; 0: 60 s")
     priority: int = Field(0, ge=0, le=PRIORITY_MAX, description="0: the FIFO band; 1.. lower first")
     lifo: bool = False
@@ -446,19 +470,8 @@ def job_view(j: pb.Job) -> JobView:
     )
 
 
-def counts_view(c: J.QueueCounts) -> Counts:
-    return Counts(
-        waiting=c.waiting,
-        prioritized=c.prioritized,
-        delayed=c.delayed,
-        active=c.active,
-        waiting_children=c.waiting_children,
-        completed=c.completed,
-        failed=c.failed,
-        dead_lettered=c.dead_lettered,
-        canceled=c.canceled,
-        paused=c.paused,
-    )
+def counts_view(c: pb.QueueCounts) -> BaseModel:
+    return message_view(Counts, c)
 
 
 def config_view(c: pb.QueueConfig) -> QueueConfigModel:
@@ -467,7 +480,7 @@ def config_view(c: pb.QueueConfig) -> QueueConfigModel:
         visibility_ns=c.visibility_ns,
         attempts=c.attempts,
         max_stalled=c.max_stalled if c.HasField("max_stalled") else None,
-        rate_limit=RateLimitModel(max=c.rate_limit.max, duration_ns=c.rate_limit.duration_ns, sharded=c.rate_limit.sharded),
+        rate_limit=message_view(RateLimitModel, c.rate_limit),
         concurrency=c.concurrency,
         dead_letter_queue=c.dead_letter_queue,
         dead_letter_on_exhausted=c.dead_letter_on_exhausted,
@@ -518,11 +531,13 @@ def _task(body: Any) -> pb.TaskSpec:
 
 
 def _error_view(e: pb.JobError) -> JobErrorView:
-    return JobErrorView(code=e.code, message=e.message, stacktrace=e.stacktrace, at_ns=e.at_ns, attempt=e.attempt)
+    return JobErrorView(
+        code=e.code, message=e.message, stacktrace=e.stacktrace, at_ns=e.at_ns, attempt=e.attempt
+    )
 
 
-def schedule_spec(schedule_id: str, body: ScheduleBody) -> J.ScheduleSpec:
-    spec = J.ScheduleSpec(
+def schedule_spec(schedule_id: str, body: ScheduleBody) -> pb.ScheduleSpec:
+    spec = pb.ScheduleSpec(
         id=schedule_id, queue=body.queue, task=_task(body), cron=body.cron or "", tz=body.tz or "",
         every_ns=body.every_ns or 0, limit=body.limit, start_ns=body.start_ns, end_ns=body.end_ns,
         offset_ns=body.offset_ns, immediately=body.immediately, misfire_grace_ns=body.misfire_grace_ns,
@@ -545,8 +560,8 @@ def schedule_view(r: pb.ScheduleRecord) -> ScheduleView:
     )  # fmt: skip
 
 
-def flow_spec(body: FlowBody) -> J.FlowSpec:
-    spec = J.FlowSpec(id=body.id or "")
+def flow_spec(body: FlowBody) -> pb.FlowSpec:
+    spec = pb.FlowSpec(id=body.id or "")
     for n in body.nodes:
         opts = pb.EnqueueOpts(priority=n.priority, lifo=n.lifo, attempts=n.attempts, job_key=n.job_key or "",
                               subject=n.subject or "")  # fmt: skip
@@ -589,7 +604,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 QueueName = Annotated[str, Path(description="the queue name: 1-128 of A-Z a-z 0-9 . _ : @ -")]
-ScheduleId = Annotated[str, Path(description="the schedule id (BullMQ's job scheduler id, a Celery beat entry's name)")]
+ScheduleId = Annotated[
+    str, Path(description="the schedule id (BullMQ's job scheduler id, a Celery beat entry's name)")
+]
 FlowId = Annotated[str, Path(description="the flow id")]
 JobRef = Annotated[str, Path(description="a job id, or the job's key")]
 ResultKey = Annotated[str, Path(description="a result key")]
@@ -598,9 +615,12 @@ ResultKey = Annotated[str, Path(description="a result key")]
 def build_router() -> APIRouter:
     api = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
-    def caller(method: str):
+    def caller(name: str):
+        """The route's caller, checked for the action the method table gives `name`."""
+        op = operation(name)  # a name not in the table fails here, as the router is built
+
         async def dep(request: Request) -> Principal:
-            return await request.app.state.access.check(request.headers, method)
+            return await request.app.state.access.check(request.headers, op)
 
         return Depends(dep)
 
@@ -613,11 +633,13 @@ def build_router() -> APIRouter:
     # -- queues ------------------------------------------------------------------------------
     @api.get("/queues", response_model=QueueList, tags=["queues"], summary="List queues with their counts")
     async def list_queues(request: Request, p: Principal = caller("queue_list")) -> QueueList:
-        names = await router_of(request).list_queues(p.namespace)
+        names = await router_of(request).queue_list(p.namespace)
 
         async def one(name: str) -> QueueSummary | None:
             try:
-                r = await call(request, p, "queue_admin", J.QueueAdminRequest(queue=name, op=J.QueueOp(counts={})))
+                r = await call(
+                    request, p, "queue_admin", J.QueueAdminRequest(queue=name, op=J.QueueOp(counts={}))
+                )
             except ConnectError as e:
                 if e.code.value == "not_found":  # obliterated meanwhile
                     return None
@@ -627,27 +649,52 @@ def build_router() -> APIRouter:
         found = await asyncio.gather(*(one(n) for n in names))
         return QueueList(queues=[q for q in found if q is not None])
 
-    @api.get("/queues/{queue}", response_model=QueueDetail, tags=["queues"], summary="A queue's settings and counts")
-    async def get_queue(request: Request, queue: QueueName, p: Principal = caller("queue_admin")) -> QueueDetail:
-        r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))))
+    @api.get(
+        "/queues/{queue}",
+        response_model=QueueDetail,
+        tags=["queues"],
+        summary="A queue's settings and counts",
+    )
+    async def get_queue(
+        request: Request, queue: QueueName, p: Principal = caller("queue_admin")
+    ) -> QueueDetail:
+        r = await call(
+            request,
+            p,
+            "queue_admin",
+            _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))),
+        )
         return QueueDetail(name=queue, config=config_view(r.config), counts=counts_view(r.counts))
 
     async def queue_op(request: Request, p: Principal, queue: str, op: J.QueueOp) -> QueueActionResult:
         r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=op)))
-        return QueueActionResult(affected=r.affected, counts=counts_view(r.counts) if r.HasField("counts") else None)
+        return QueueActionResult(
+            affected=r.affected, counts=counts_view(r.counts) if r.HasField("counts") else None
+        )
 
-    @api.post("/queues/{queue}:pause", response_model=QueueActionResult, tags=["queues"], summary="Stop leasing")
-    async def pause(request: Request, queue: QueueName, p: Principal = caller("queue_admin")) -> QueueActionResult:
+    @api.post(
+        "/queues/{queue}:pause", response_model=QueueActionResult, tags=["queues"], summary="Stop leasing"
+    )
+    async def pause(
+        request: Request, queue: QueueName, p: Principal = caller("queue_admin")
+    ) -> QueueActionResult:
         return await queue_op(request, p, queue, J.QueueOp(pause={}))
 
-    @api.post("/queues/{queue}:resume", response_model=QueueActionResult, tags=["queues"], summary="Lease again")
-    async def resume(request: Request, queue: QueueName, p: Principal = caller("queue_admin")) -> QueueActionResult:
+    @api.post(
+        "/queues/{queue}:resume", response_model=QueueActionResult, tags=["queues"], summary="Lease again"
+    )
+    async def resume(
+        request: Request, queue: QueueName, p: Principal = caller("queue_admin")
+    ) -> QueueActionResult:
         return await queue_op(request, p, queue, J.QueueOp(resume={}))
 
     @api.post("/queues/{queue}:drain", response_model=QueueActionResult, tags=["queues"],
               summary="Remove waiting (and optionally delayed) jobs")  # fmt: skip
     async def drain(
-        request: Request, queue: QueueName, body: DrainBody | None = Body(None), p: Principal = caller("queue_admin")
+        request: Request,
+        queue: QueueName,
+        body: DrainBody | None = Body(None),
+        p: Principal = caller("queue_admin"),
     ) -> QueueActionResult:
         body = body or DrainBody()
         return await queue_op(request, p, queue, J.QueueOp(drain=J.QueueOp.Drain(delayed=body.delayed)))
@@ -655,16 +702,24 @@ def build_router() -> APIRouter:
     @api.post("/queues/{queue}:clean", response_model=QueueActionResult, tags=["queues"],
               summary="Remove jobs in a state older than a grace period")  # fmt: skip
     async def clean(
-        request: Request, queue: QueueName, body: CleanBody | None = Body(None), p: Principal = caller("queue_admin")
+        request: Request,
+        queue: QueueName,
+        body: CleanBody | None = Body(None),
+        p: Principal = caller("queue_admin"),
     ) -> QueueActionResult:
         body = body or CleanBody()
-        op = J.QueueOp(clean=J.QueueOp.Clean(state=_state(body.state), grace_ns=body.grace_ns, limit=body.limit))
+        op = J.QueueOp(
+            clean=J.QueueOp.Clean(state=_state(body.state), grace_ns=body.grace_ns, limit=body.limit)
+        )
         return await queue_op(request, p, queue, op)
 
     @api.post("/queues/{queue}/dead-letters:redrive", response_model=QueueActionResult, tags=["queues"],
               summary="Move a dead-letter queue's jobs back to the queues they came from")  # fmt: skip
     async def redrive(
-        request: Request, queue: QueueName, body: RedriveBody | None = Body(None), p: Principal = caller("queue_admin")
+        request: Request,
+        queue: QueueName,
+        body: RedriveBody | None = Body(None),
+        p: Principal = caller("queue_admin"),
     ) -> QueueActionResult:
         body = body or RedriveBody()
         op = J.QueueOp(redrive_dead_letters=J.QueueOp.RedriveDeadLetters(limit=body.limit))
@@ -685,7 +740,9 @@ def build_router() -> APIRouter:
                 opts.idempotency.key = body.idempotency_key
             if body.subject:
                 opts.subject = body.subject
-            task = pb.TaskSpec(name=body.name, payload=payload_in(body.data, body.data_base64, body.content_type))
+            task = pb.TaskSpec(
+                name=body.name, payload=payload_in(body.data, body.data_base64, body.content_type)
+            )
             task.headers.update(body.headers)
             return J.EnqueueRequest(queue=queue, task=task, opts=opts)
 
@@ -693,11 +750,15 @@ def build_router() -> APIRouter:
         e = r.enqueued
         return EnqueueResult(job=e.job, created=e.created, state=S.name(e.state))
 
-    @api.get("/queues/{queue}/jobs", response_model=JobPage, tags=["jobs"], summary="Jobs by state, newest first")
+    @api.get(
+        "/queues/{queue}/jobs", response_model=JobPage, tags=["jobs"], summary="Jobs by state, newest first"
+    )
     async def list_jobs(
         request: Request,
         queue: QueueName,
-        state: Annotated[list[StateName] | None, Query(description="one or more states; none: all jobs")] = None,
+        state: Annotated[
+            list[StateName] | None, Query(description="one or more states; none: all jobs")
+        ] = None,
         name: Annotated[str | None, Query(max_length=256, description="only this task name")] = None,
         page_size: Annotated[int, Query(ge=0, le=1000, description="0: the default (100)")] = 0,
         page_token: Annotated[str, Query(max_length=4096)] = "",
@@ -713,11 +774,15 @@ def build_router() -> APIRouter:
         return JobPage(jobs=[job_view(j) for j in r.jobs], next_page_token=r.next_page_token)
 
     async def job_op(request: Request, p: Principal, queue: str, job: str, op: J.JobOp) -> J.JobAdminResponse:
-        return await call(request, p, "job_admin", _proto(lambda: J.JobAdminRequest(queue=queue, job=job, op=op)))
+        return await call(
+            request, p, "job_admin", _proto(lambda: J.JobAdminRequest(queue=queue, job=job, op=op))
+        )
 
     @api.get("/queues/{queue}/jobs/{job}", response_model=JobDetail, tags=["jobs"],
              summary="One job with its logs and error history")  # fmt: skip
-    async def get_job(request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")) -> JobDetail:
+    async def get_job(
+        request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")
+    ) -> JobDetail:
         got = await job_op(request, p, queue, job, J.JobOp(get={}))
         logs = await job_op(request, p, queue, got.job.id, J.JobOp(logs={}))
         return JobDetail(
@@ -744,23 +809,38 @@ def build_router() -> APIRouter:
 
     # -- result keys -------------------------------------------------------------------------
     @api.get("/results/{key}", response_model=ResultValue, tags=["results"], summary="Read a result key")
-    async def result_get(request: Request, key: ResultKey, p: Principal = caller("result_get")) -> ResultValue:
+    async def result_get(
+        request: Request, key: ResultKey, p: Principal = caller("result_get")
+    ) -> ResultValue:
         r = await call(request, p, "result_get", _proto(lambda: J.ResultGetRequest(key=key)))
         if not r.found:
             raise NotFound(f"result key {key!r} does not exist (or expired)")
         return ResultValue(key=key, value=payload_view(r.value))
 
-    @api.put("/results/{key}", status_code=204, response_class=Response, tags=["results"], summary="Write a result key")
+    @api.put(
+        "/results/{key}",
+        status_code=204,
+        response_class=Response,
+        tags=["results"],
+        summary="Write a result key",
+    )
     async def result_set(
         request: Request, key: ResultKey, body: ResultPut, p: Principal = caller("result_set")
     ) -> Response:
         value = payload_in(body.data, body.data_base64, body.content_type)
-        await call(request, p, "result_set", _proto(lambda: J.ResultSetRequest(key=key, value=value, ttl_ns=body.ttl_ns)))
+        await call(
+            request,
+            p,
+            "result_set",
+            _proto(lambda: J.ResultSetRequest(key=key, value=value, ttl_ns=body.ttl_ns)),
+        )
         return Response(status_code=204)
 
     @api.delete("/results/{key}", status_code=204, response_class=Response, tags=["results"],
                 summary="Delete a result key")  # fmt: skip
-    async def result_delete(request: Request, key: ResultKey, p: Principal = caller("result_delete")) -> Response:
+    async def result_delete(
+        request: Request, key: ResultKey, p: Principal = caller("result_delete")
+    ) -> Response:
         await call(request, p, "result_delete", _proto(lambda: J.ResultDeleteRequest(key=key)))
         return Response(status_code=204)
 
@@ -792,7 +872,9 @@ def build_router() -> APIRouter:
     ) -> SchedulePage:
         req = _proto(lambda: J.ListSchedulesRequest(page_size=page_size, page_token=page_token))
         r = await call(request, p, "list_schedules", req)
-        return SchedulePage(schedules=[schedule_view(x) for x in r.schedules], next_page_token=r.next_page_token)
+        return SchedulePage(
+            schedules=[schedule_view(x) for x in r.schedules], next_page_token=r.next_page_token
+        )
 
     @api.get("/schedules/{id}", response_model=ScheduleView, tags=["schedules"],
              summary="One schedule with its next tick, last tick and count")  # fmt: skip

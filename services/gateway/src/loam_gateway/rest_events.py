@@ -32,23 +32,43 @@ from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field
 
 from loam_common import cloudevents
+from loam_common.api.methods import operation
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
-from loam_gateway.rest import INT64, ERROR_RESPONSES, JobRef, QueueActionResult, QueueName, _proto, counts_view, job_view
+from loam_gateway.rest import (
+    ERROR_RESPONSES,
+    INT64,
+    JobRef,
+    QueueActionResult,
+    QueueName,
+    _proto,
+    counts_view,
+    job_view,
+)
 
 SSE_MEDIA_TYPE = "text/event-stream"
 
 
-Cursor = Annotated[str | None, Query(max_length=8192, description="resume after this cursor (an event's `id`)")]
-LastEventId = Annotated[str | None, Header(alias="last-event-id", max_length=8192, description="EventSource's resume")]
-Limit = Annotated[int, Query(ge=0, le=1_000_000, description="end the stream after this many events; 0: never")]
-DataMode = Annotated[Literal["protobuf", "json"], Query(description="event data: protobuf (data_base64) or json")]
+Cursor = Annotated[
+    str | None, Query(max_length=8192, description="resume after this cursor (an event's `id`)")
+]
+LastEventId = Annotated[
+    str | None, Header(alias="last-event-id", max_length=8192, description="EventSource's resume")
+]
+Limit = Annotated[
+    int, Query(ge=0, le=1_000_000, description="end the stream after this many events; 0: never")
+]
+DataMode = Annotated[
+    Literal["protobuf", "json"], Query(description="event data: protobuf (data_base64) or json")
+]
 
 
 class TrimBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    before_ns: int = Field(ge=0, le=INT64, description="delete the events older than this (ns since the epoch)")
+    before_ns: int = Field(
+        ge=0, le=INT64, description="delete the events older than this (ns since the epoch)"
+    )
 
 
 def encode_cursor(raw: bytes) -> str:
@@ -59,10 +79,14 @@ def decode_cursor(text: str) -> bytes:
     try:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
-        raise InvalidArgument("cursor", "is not a cursor this server sent (Last-Event-ID / ?cursor=)") from None
+        raise InvalidArgument(
+            "cursor", "is not a cursor this server sent (Last-Event-ID / ?cursor=)"
+        ) from None
 
 
-def sse(event: str | None = None, data: str | None = None, id_: str | None = None, comment: str | None = None) -> bytes:
+def sse(
+    event: str | None = None, data: str | None = None, id_: str | None = None, comment: str | None = None
+) -> bytes:
     lines = []
     if id_ is not None:
         lines.append(f"id: {id_}")
@@ -88,7 +112,11 @@ def render(ns: str, item: J.WatchResponse, data_mode: str) -> bytes:
     cursor = encode_cursor(item.cursor) if item.cursor else None
     kind = item.WhichOneof("item")
     if kind == "event":
-        return sse(cloudevents.event_type(item.event.event), json.dumps(cloud_event_json(ns, item.event, data_mode)), cursor)
+        return sse(
+            cloudevents.event_type(item.event.event),
+            json.dumps(cloud_event_json(ns, item.event, data_mode)),
+            cursor,
+        )
     if kind == "snapshot":
         return sse("snapshot", json.dumps({"job": job_view(item.snapshot).model_dump()}))
     if item.HasField("counts"):
@@ -105,13 +133,18 @@ def render(ns: str, item: J.WatchResponse, data_mode: str) -> bytes:
 def build_events_router() -> APIRouter:
     api = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
-    def caller(method: str):
+    def caller(name: str):
+        """The route's caller, checked for the action the method table gives `name`."""
+        op = operation(name)  # a name not in the table fails here, as the router is built
+
         async def dep(request: Request) -> Principal:
-            return await request.app.state.access.check(request.headers, method)
+            return await request.app.state.access.check(request.headers, op)
 
         return Depends(dep)
 
-    async def stream(request: Request, p: Principal, req: J.WatchRequest, limit: int, data_mode: str) -> StreamingResponse:
+    async def stream(
+        request: Request, p: Principal, req: J.WatchRequest, limit: int, data_mode: str
+    ) -> StreamingResponse:
         it = request.app.state.router.stream(p.namespace, "watch", req)
         first = await anext(it)  # a refusal (no such job, a stale cursor) is an HTTP error, not a stream
 
@@ -166,7 +199,9 @@ def build_events_router() -> APIRouter:
         format: Annotated[Literal["parquet", "arrow"], Query(description="Parquet, or the Arrow IPC file format")] = "parquet",
         p: Principal = caller("events_export"),
     ) -> Response:  # fmt: skip
-        data, media = await request.app.state.router.export_events(p.namespace, queue, since_ns, until_ns, format)
+        data, media = await request.app.state.router.export_events(
+            p.namespace, queue, since_ns, until_ns, format
+        )
         ext = "parquet" if format == "parquet" else "arrow"
         return Response(data, media_type=media,
                         headers={"content-disposition": f'attachment; filename="{queue}-events.{ext}"'})  # fmt: skip
@@ -177,7 +212,9 @@ def build_events_router() -> APIRouter:
         request: Request, queue: QueueName, body: TrimBody = Body(...), p: Principal = caller("queue_admin")
     ) -> QueueActionResult:
         op = J.QueueOp(trim_events=J.QueueOp.TrimEvents(before_ns=body.before_ns))
-        r = await request.app.state.router.call(p.namespace, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=op)))
+        r = await request.app.state.router.call(
+            p.namespace, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=op))
+        )
         return QueueActionResult(affected=r.affected)
 
     return api

@@ -31,10 +31,13 @@ from connectrpc._shared import decode_message
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
+from loam_common.api.methods import JOBS_METHODS
+
 log = logging.getLogger("loam.gateway")
 
 _CODECS = {"application/proto": "proto", "application/json": "json"}
-_LONG_POLL = frozenset({"/loam.jobs.v1.JobsService/Lease"})
+# The methods that may park until work arrives (their request's `wait_ns`), by path.
+_LONG_POLL = frozenset(m.path for m in JOBS_METHODS if m.long_poll)
 
 
 class UnaryLane:
@@ -70,14 +73,18 @@ class UnaryLane:
                 return True  # the client went away before its request was whole
             request = decode_message(codec, body, endpoint.method.input)
             if scope["path"] in _LONG_POLL and request.wait_ns:
-                response = await _unless_disconnected(endpoint.function(request, ctx), receive, ctx.timeout_ms)
+                response = await _unless_disconnected(
+                    endpoint.function(request, ctx), receive, ctx.timeout_ms
+                )
             else:
                 # No deadline scope here: these calls do not wait on anything but the
                 # store, and a client past its deadline has already stopped waiting.
                 response = await endpoint.function(request, ctx)
             payload = codec.encode(response)
         except TimeoutError:
-            await self.app._handle_error(ConnectError(Code.DEADLINE_EXCEEDED, "Request timed out"), None, None, sender)
+            await self.app._handle_error(
+                ConnectError(Code.DEADLINE_EXCEEDED, "Request timed out"), None, None, sender
+            )
             return True
         except Exception as e:  # every failure is answered in Connect's format
             if not isinstance(e, ConnectError):
@@ -112,7 +119,9 @@ class UnaryLane:
 
     def _check_size(self, size: int) -> None:
         if self.read_max_bytes is not None and size > self.read_max_bytes:
-            raise ConnectError(Code.RESOURCE_EXHAUSTED, f"message is larger than configured max {self.read_max_bytes}")
+            raise ConnectError(
+                Code.RESOURCE_EXHAUSTED, f"message is larger than configured max {self.read_max_bytes}"
+            )
 
 
 class LaneContext:
@@ -126,7 +135,9 @@ class LaneContext:
         self.request_headers = headers
         version = headers.get("connect-protocol-version", "1")
         if version != "1":
-            raise ConnectError(Code.INVALID_ARGUMENT, f"connect-protocol-version must be '1': got '{version}'")
+            raise ConnectError(
+                Code.INVALID_ARGUMENT, f"connect-protocol-version must be '1': got '{version}'"
+            )
         timeout = headers.get("connect-timeout-ms")
         self.timeout_ms = None
         if timeout:

@@ -39,15 +39,23 @@ def _store_url(value: str) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
-    p = argparse.ArgumentParser(prog="loam events", description="Export or trim a queue's event log (on the store).")
+    p = argparse.ArgumentParser(
+        prog="loam events", description="Export or trim a queue's event log (on the store)."
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("export", "trim"):
         s = sub.add_parser(name)
-        s.add_argument("--store", default=env.get("LOAM_STORE") or DEFAULT_STORE, help="store URL or SQLite path ($LOAM_STORE)")
+        s.add_argument(
+            "--store",
+            default=env.get("LOAM_STORE") or DEFAULT_STORE,
+            help="store URL or SQLite path ($LOAM_STORE)",
+        )
         s.add_argument("--namespace", "-n", default=env.get("LOAM_NAMESPACE") or "default")
         s.add_argument("--queue", "-q", required=True)
         if name == "export":
-            s.add_argument("--since", type=parse_time, default=0, help="from this time (ns or ISO 8601), inclusive")
+            s.add_argument(
+                "--since", type=parse_time, default=0, help="from this time (ns or ISO 8601), inclusive"
+            )
             s.add_argument("--until", type=parse_time, default=None, help="to this time, exclusive")
             s.add_argument("--format", choices=("parquet", "arrow"), default="parquet")
             s.add_argument("--out", "-o", required=True, help="the file to write")
@@ -61,13 +69,17 @@ async def run(args: argparse.Namespace) -> int:
 
     async with open_store(_store_url(args.store)) as store:
         if args.cmd == "export":
-            table = await event_export.export_events(store, args.namespace, args.queue, args.since, args.until)
+            table = await event_export.export_events(
+                store, args.namespace, args.queue, args.since, args.until
+            )
             event_export.write_table(table, args.out, args.format)
             print(f"{table.num_rows} events of {args.namespace}/{args.queue} -> {args.out} ({args.format})")
             return 0
         total = 0
         while True:
-            n = await store.transact(events.event_log_trim, args.namespace, args.queue, args.before, events.BATCH)
+            n = await store.transact(
+                events.event_log_trim, args.namespace, args.queue, args.before, events.BATCH
+            )
             total += n
             if n < events.BATCH:
                 break

@@ -21,7 +21,6 @@ import sys
 
 from loam_common.loop import configure_logging, serve_until_signalled
 from loam_common.store.runner import open_store
-
 from loam_relay.service import RelayService
 
 DAY_NS = 24 * 3600 * 1_000_000_000
@@ -29,13 +28,29 @@ DAY_NS = 24 * 3600 * 1_000_000_000
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
-    p = argparse.ArgumentParser(prog="loam relay", description="Run a Loam relay process (outbox → event log).")
-    p.add_argument("--store", default=env.get("LOAM_STORE"), help="store URL, e.g. sqlite:///abs/path.db (LOAM_STORE)")
-    p.add_argument(
-        "--id", default=env.get("LOAM_RELAY_ID") or f"{socket.gethostname()}-{os.getpid()}", help="this relay's id (LOAM_RELAY_ID)"
+    p = argparse.ArgumentParser(
+        prog="loam relay", description="Run a Loam relay process (outbox → event log)."
     )
-    p.add_argument("--interval", type=float, default=float(env.get("LOAM_RELAY_INTERVAL", "0.1")), help="seconds between passes")
-    p.add_argument("--lease-ttl", type=float, default=float(env.get("LOAM_RELAY_LEASE_TTL", "10")), help="shard lease TTL, seconds")
+    p.add_argument(
+        "--store", default=env.get("LOAM_STORE"), help="store URL, e.g. sqlite:///abs/path.db (LOAM_STORE)"
+    )
+    p.add_argument(
+        "--id",
+        default=env.get("LOAM_RELAY_ID") or f"{socket.gethostname()}-{os.getpid()}",
+        help="this relay's id (LOAM_RELAY_ID)",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=float(env.get("LOAM_RELAY_INTERVAL", "0.1")),
+        help="seconds between passes",
+    )
+    p.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=float(env.get("LOAM_RELAY_LEASE_TTL", "10")),
+        help="shard lease TTL, seconds",
+    )
     p.add_argument(
         "--retention-days",
         type=float,
@@ -63,6 +78,7 @@ async def run(args: argparse.Namespace) -> None:
         retention_ns=int(args.retention_days * DAY_NS),
     )
     await serve_until_signalled(service, store, f"loam relay {args.id}")
+
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)

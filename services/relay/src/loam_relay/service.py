@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 
 from loam_common import events
 from loam_common.loop import Loop
-from loam_common.ownership import DEFAULT_TTL_NS, Fence, OwnershipLost, ShardId, ShardOwnership, list_shards, run_fenced
+from loam_common.ownership import (
+    DEFAULT_TTL_NS,
+    Fence,
+    OwnershipLost,
+    ShardId,
+    ShardOwnership,
+    list_shards,
+    run_fenced,
+)
 from loam_common.store.runner import Store
 
 log = logging.getLogger(__name__)
@@ -112,10 +120,14 @@ class RelayService(Loop):
             return await self._drain(fence, events.outbox_relay, *fence.shard_id)
         total = 0
         while True:
-            last = await self.store.transact(run_fenced, fence, events.outbox_copy, *fence.shard_id, self.batch)
+            last = await self.store.transact(
+                run_fenced, fence, events.outbox_copy, *fence.shard_id, self.batch
+            )
             if not last:
                 return total
-            n = await self.store.transact(run_fenced, fence, events.outbox_delete_through, *fence.shard_id, last)
+            n = await self.store.transact(
+                run_fenced, fence, events.outbox_delete_through, *fence.shard_id, last
+            )
             total += n
             if n < self.batch:
                 return total

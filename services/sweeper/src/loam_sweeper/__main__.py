@@ -18,12 +18,12 @@ import os
 import socket
 import sys
 
-from loam_common.blobs import open_blobs
-from loam_common.loop import configure_logging, serve_until_signalled
-from loam_common.store.runner import open_store
 from loam_durable.facade import DurableCore
 from loam_durable.timers import DurableTimers
 
+from loam_common.blobs import open_blobs
+from loam_common.loop import configure_logging, serve_until_signalled
+from loam_common.store.runner import open_store
 from loam_sweeper.service import SweeperService
 
 
@@ -34,15 +34,26 @@ def default_id() -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog="loam sweeper", description="Run a Loam sweeper process.")
-    p.add_argument("--store", default=env.get("LOAM_STORE"), help="store URL, e.g. sqlite:///abs/path.db (LOAM_STORE)")
-    p.add_argument("--blobs", default=env.get("LOAM_BLOBS"), help="blob directory or s3://bucket/prefix (LOAM_BLOBS)")
+    p.add_argument(
+        "--store", default=env.get("LOAM_STORE"), help="store URL, e.g. sqlite:///abs/path.db (LOAM_STORE)"
+    )
+    p.add_argument(
+        "--blobs", default=env.get("LOAM_BLOBS"), help="blob directory or s3://bucket/prefix (LOAM_BLOBS)"
+    )
     p.add_argument(
         "--queue-cores",
         default=env.get("LOAM_QUEUE_CORES", ""),
         help="comma-separated queue-core URLs to wake (LOAM_QUEUE_CORES)",
     )
-    p.add_argument("--id", default=env.get("LOAM_SWEEPER_ID") or default_id(), help="this sweeper's id (LOAM_SWEEPER_ID)")
-    p.add_argument("--interval", type=float, default=float(env.get("LOAM_SWEEPER_INTERVAL", "0.2")), help="seconds between passes")
+    p.add_argument(
+        "--id", default=env.get("LOAM_SWEEPER_ID") or default_id(), help="this sweeper's id (LOAM_SWEEPER_ID)"
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=float(env.get("LOAM_SWEEPER_INTERVAL", "0.2")),
+        help="seconds between passes",
+    )
     p.add_argument(
         "--lease-ttl",
         type=float,
@@ -66,10 +77,13 @@ async def run(args: argparse.Namespace) -> None:
     blobs = open_blobs(args.blobs) if args.blobs else None
     ttl_ns = int(args.lease_ttl * 1e9)
     # Durable timers here have no SSE connections: their pushes go to the store's outbox,
-    # which the durable service drains onto its connections.
+    # which the gateway (or `loam durable`) drains onto its connections.
     durable = DurableTimers(DurableCore(store, None), args.id, args.interval, ttl_ns=ttl_ns)
-    service = SweeperService(store, blobs, args.id, args.queue_cores, args.interval, ttl_ns=ttl_ns, durable=durable)
+    service = SweeperService(
+        store, blobs, args.id, args.queue_cores, args.interval, ttl_ns=ttl_ns, durable=durable
+    )
     await serve_until_signalled(service, store, f"loam sweeper {args.id}")
+
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)

@@ -63,7 +63,9 @@ def _sources(qt: QueueTx, states: list[int], since_ns: int, until_ns: int) -> li
     for st in states:
         if st in S.STATE_INDEXED:
             hi = keys.U64.pack(until_ns) if until_ns else None
-            out.append(_Source([(s, k.state_shard(st, s)) for s in shards], 8, st, keys.U64.pack(since_ns), hi))
+            out.append(
+                _Source([(s, k.state_shard(st, s)) for s in shards], 8, st, keys.U64.pack(since_ns), hi)
+            )
         elif st == S.ACTIVE:
             out.append(_Source([(s, k.active_shard(s)) for s in shards], 8, st, time_filter=True))
         elif st == S.DELAYED:

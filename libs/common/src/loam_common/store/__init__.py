@@ -41,4 +41,3 @@ __all__ = [
     "WriteConflict",
     "open_store",
 ]
-

@@ -303,9 +303,7 @@ class SqliteBackend(Backend):
         self._closed = False
         # Open a writer now: a bad path or a non-WAL file fails here, not on first use.
         conn = self._connect()
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID"
-        )
+        conn.execute("CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
         self._idle[False].append(conn)
         self._checkpointer = _Checkpointer(self)
 

@@ -192,8 +192,7 @@ class TikvTxn(Txn):
 
     def savepoint(self) -> object:
         raise NotImplementedError(
-            "TiKV has no savepoints; this backend declares group_commit=False so the runner "
-            "never takes one"
+            "TiKV has no savepoints; this backend declares group_commit=False so the runner never takes one"
         )
 
     def rollback_to(self, savepoint: object) -> None:
@@ -237,9 +236,7 @@ class TikvBackend(Backend):
                     lambda: _run(tikv.TransactionClient.connect(self.pd_endpoints))
                 ).result()
             except Exception as e:
-                raise StoreUnavailable(
-                    f"tikv: cannot connect to PD {self.pd_endpoints}: {e}"
-                ) from e
+                raise StoreUnavailable(f"tikv: cannot connect to PD {self.pd_endpoints}: {e}") from e
             self._tso: TsoClock | None = None
             if clock is None:
                 self._tso = TsoClock(self)
