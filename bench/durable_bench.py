@@ -27,8 +27,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "drivers"))
 sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
-import procstat  # noqa: E402  (found through the path above)
-from devserver import start_dev_server  # noqa: E402
+import procstat  # noqa: E402  (bench/drivers/procstat.py, found through the path above)
+from devserver import start_dev_server  # noqa: E402  (tests/e2e/devserver.py)
 
 STEPS = 10
 WORKER = """

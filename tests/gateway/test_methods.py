@@ -51,7 +51,7 @@ def test_every_action_is_one_a_token_can_hold():
         assert op.action in auth.ACTIONS, op.name
     assert {o.name for o in OTHER_OPERATIONS} == {
         "queue_list", "events_export", "metrics", "queue_get", "job_get", "workers",
-        "resonate", "resonate_schedule",
+        "resonate", "resonate_schedule", "durable_admin",
     }  # fmt: skip
     assert not set(METHODS) & {o.name for o in OTHER_OPERATIONS}
 
@@ -71,7 +71,7 @@ def test_actions_are_what_the_gateway_checked_before():
             "submit_engine_job", "control_engine_job", "get_engine_run", "list_engine_runs", "list_engine_run_logs"
         },
         auth.ADMIN: {"queue_admin", "job_admin", "query", "queue_list", "events_export", "metrics"}
-        | {"queue_get", "job_get", "workers"},  # REST reads the console added (decision 0028)
+        | {"queue_get", "job_get", "workers", "durable_admin"},  # REST reads the console added (decision 0028)
     }
 
 

@@ -342,7 +342,7 @@ def promise_search(tx: Txn, fx: Effects, state: str | None, tags: dict, limit: i
         rows = tx.scan(start, end, limit=500)
         if not rows:
             break
-        for _k, v in rows:
+        for _, v in rows:
             p = loads(v)
             last = p["id"]
             if p["state"] == PENDING and p["timeoutAt"] <= fx.now:
@@ -732,7 +732,7 @@ def promise_tree(tx: Txn, ns: str, root_id: str) -> dict:
     ids = [k[len(base) :].decode() for k, _ in rows]
     tasks = tx.batch_get([keys.durable_task(ns, i) for i in ids])
     nodes = []
-    for (_k, v), promise_id in zip(rows, ids, strict=True):
+    for (_, v), promise_id in zip(rows, ids, strict=True):
         p = promise_wire(loads(v))
         node: dict[str, Any] = {
             "promise": p,

@@ -8,8 +8,6 @@
 - `/metrics`: Prometheus text (loam_common.metrics); without auth every namespace, with
   auth a token with jobs:admin sees its own namespace
 - with OTEL_TRACES_EXPORTER set, the app is instrumented (loam_common.tracing)
-- `/resonate/`, `/v1/durable/...`: durable mode, the Resonate protocol (`POST /resonate/`, the push channel
-  `GET /resonate/poll/{group}/{pid}`), when a durable app is given (loam_durable)
 - `/ns/<ns>/...`: any of the above in a dev namespace (connect.NamespacePrefix)
 
 Errors outside the Connect app all take one shape, `{code, message, detail}`, with
@@ -83,8 +81,8 @@ class GatewayApp(FastAPI):
             lane_scope = strip_namespace(scope) if scope["path"].startswith("/ns/") else scope
             path = lane_scope["path"]
             if self.durable_app is not None and (path.startswith(DURABLE_PREFIX) or path == DURABLE_BASE):
-                await self.durable_app(dict(lane_scope, root_path=lane_scope.get("root_path", "") + DURABLE_BASE),
-                                       receive, send)  # fmt: skip
+                root = lane_scope.get("root_path", "") + DURABLE_BASE
+                await self.durable_app(dict(lane_scope, root_path=root), receive, send)
                 return
             if self.unary_lane is not None and await self.unary_lane(lane_scope, receive, send):
                 return

@@ -5,10 +5,9 @@ The data directory (default `./.loam`) holds the store (`loam.db`) and the blobs
 200 ms) and the relay (every 100 ms) run as in-process loops under the owner id
 `loam-dev`; they share the core's store, so the core's effect sink wakes the parked
 leases of the queues where a sweep reclaimed or promoted jobs. Durable mode
-(loam_durable, the Resonate protocol) is mounted at `<url>/resonate`, its timers run as
-an in-process loop next to the sweeper and its pushes go straight to the SSE
-connections of this process. Prints the URLs, then exactly one line with "ready" once
-the server accepts connections. Ctrl-C or SIGTERM stops it: in-flight calls get up to
+(loam_durable, the Resonate protocol) is mounted at `<url>/resonate`; its timers run as
+an in-process loop and its pushes go straight to this process's SSE connections.
+Prints the URLs, then exactly one line with "ready" once the server accepts connections. Ctrl-C or SIGTERM stops it: in-flight calls get up to
 3 s, then the loops stop (releasing their shard leases) and the store is closed.
 
 Without auth (`LOAM_AUTH` unset) it binds loopback only; `--auth` (or `LOAM_AUTH=on`)
@@ -70,7 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data", default=env.get("LOAM_DATA", "./.loam"), help="data directory (default ./.loam)")
     p.add_argument("--auth", action="store_true", default=auth_on(env.get("LOAM_AUTH")),
                    help="require bearer tokens (LOAM_AUTH=on); needed to bind a non-loopback host")  # fmt: skip
-    p.add_argument("--durable-retry-ms", type=int, default=_durable_retry_ms(),
+    p.add_argument("--durable-retry-ms", type=int, default=int(env.get("LOAM_DURABLE_RETRY_MS", "30000")),
                    help="ms a pending durable task waits before its execute is sent again (LOAM_DURABLE_RETRY_MS)")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     spark_port = env.get("LOAM_SPARK_PORT")

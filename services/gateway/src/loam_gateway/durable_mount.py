@@ -57,12 +57,10 @@ class DurableMount:
         self.hub = hub
 
     def asgi(self, access: Access) -> DurableApp:
-        resonate, resonate_schedule = operation("resonate"), operation("resonate_schedule")
+        consume, schedule = operation("resonate"), operation("resonate_schedule")
 
         async def authenticate(headers: Mapping[str, str], action: str) -> str:
-            return (
-                await access.check(headers, resonate_schedule if action == SCHEDULE else resonate)
-            ).namespace
+            return (await access.check(headers, schedule if action == SCHEDULE else consume)).namespace
 
         return create_durable_app(self.core, self.hub, authenticate)
 
@@ -70,10 +68,10 @@ class DurableMount:
         api = APIRouter(prefix="/v1/durable", tags=["durable"], responses=ERROR_RESPONSES)
         core = self.core
 
-        query = operation("query")  # reading durable executions needs what reading jobs does
+        admin = operation("durable_admin")
 
         async def namespace(request: Request) -> str:
-            return (await request.app.state.access.check(request.headers, query)).namespace
+            return (await request.app.state.access.check(request.headers, admin)).namespace
 
         @api.get("/promises/{promise_id}", response_model=DurableTree, response_model_exclude_none=True,
                  summary="A durable promise and every promise under it, with their tasks")  # fmt: skip

@@ -77,7 +77,7 @@ async def run(args: argparse.Namespace) -> None:
     blobs = open_blobs(args.blobs) if args.blobs else None
     ttl_ns = int(args.lease_ttl * 1e9)
     # Durable timers here have no SSE connections: their pushes go to the store's outbox,
-    # which the durable service drains onto its connections.
+    # which the gateway (or `loam durable`) drains onto its connections.
     durable = DurableTimers(DurableCore(store, None), args.id, args.interval, ttl_ns=ttl_ns)
     service = SweeperService(
         store, blobs, args.id, args.queue_cores, args.interval, ttl_ns=ttl_ns, durable=durable

@@ -5,15 +5,15 @@
    heartbeat, rendezvous over the live sweepers, take / renew / release,
 3. runs `Sweeper.run_once()` over the shards it owns, every sweep transaction fenced
    by the shard's lease, so a sweeper whose shard was taken over writes nothing more,
-4. fires the durable timers (`durable`, a loam_durable DurableTimers: promise timeouts,
-   task leases and retries, Resonate schedules), when given,
-5. wakes the long-polls of each queue where jobs became ready (stalled jobs reclaimed,
+4. wakes the long-polls of each queue where jobs became ready (stalled jobs reclaimed,
    delayed jobs promoted, schedule ticks): the sweep transitions declare `Ready`
    (loam_common.effects); in a process of its own the sweeper's effect sink,
    `RemoteWake`, collects them and the pass ends with a POST of `{"ns", "queue"}` to
    `<core>/internal/v1/wake` of the queue core that owns each queue (rendezvous over
    the queue-core URLs, the function the gateway routes with). Sharing a store object
    with a queue core (`loam dev`), the core's own sink wakes them.
+5. fires the durable timers (`durable`, a loam_durable DurableTimers: promise timeouts,
+   task leases and retries, Resonate schedules), when given.
 
 `stop()` lets the current pass finish, then releases every lease and leaves the
 membership, so the other sweepers take the shards over at once.
@@ -26,7 +26,6 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
 
 from loam_common import rendezvous
 from loam_common.api.headers import TOKEN_HEADER
@@ -61,9 +60,10 @@ class SweeperService(Loop):
         *,
         ttl_ns: int = DEFAULT_TTL_NS,
         internal_token: str | None = None,
-        durable: Any = None,
+        durable: Loop | None = None,
     ) -> None:
         super().__init__(interval)
+        self.durable = durable
         self.store = store
         self.owner_id = owner_id
         self.queue_cores = [c.rstrip("/") for c in queue_cores or ()]
@@ -73,7 +73,6 @@ class SweeperService(Loop):
         self.remote_wake = RemoteWake()
         if self.queue_cores:
             store.add_sink(self.remote_wake)
-        self.durable = durable
         self.ownership = ShardOwnership(store, KIND, owner_id, ttl_ns)
         self.sweeper = Sweeper(store, blobs, owns=self.ownership.owns, fence=self.ownership.fence)
         self._http = None

@@ -231,10 +231,6 @@ JOBS_METHODS: tuple[Method, ...] = (
 # internal endpoints, with the same access check.
 OTHER_OPERATIONS: tuple[Operation, ...] = (
     Operation(name="queue_list",    action=ADMIN, writes=READ, doc="the namespace's queues (GET /v1/queues)"),
-    Operation(name="resonate",      action=CONSUME, writes=WRITE,
-              doc="durable mode: a Resonate worker's or client's requests and pushes (/resonate)"),
-    Operation(name="resonate_schedule", action=SCHEDULE, writes=WRITE,
-              doc="durable mode: Resonate's schedule.* requests"),
     Operation(name="events_export", action=ADMIN, writes=READ,
               doc="a queue's events as Parquet or Arrow (GET /v1/queues/{queue}/events:export)"),
     Operation(name="metrics",       action=ADMIN, writes=READ,
@@ -245,6 +241,12 @@ OTHER_OPERATIONS: tuple[Operation, ...] = (
               doc="a job with its logs, or its children (GET /v1/queues/{queue}/jobs/{job})"),
     Operation(name="workers",       action=ADMIN, writes=READ,
               doc="the workers seen on a queue (GET /v1/queues/{queue}/workers)"),
+    Operation(name="resonate",      action=CONSUME, writes=WRITE,
+              doc="durable mode: a Resonate SDK's requests and push stream (POST /resonate/, GET /resonate/poll/...)"),
+    Operation(name="resonate_schedule", action=SCHEDULE, writes=WRITE,
+              doc="durable mode: Resonate's schedule.* requests"),
+    Operation(name="durable_admin", action=ADMIN, writes=WRITE,
+              doc="durable mode: promise trees and the retention TTL (/v1/durable/...)"),
 )
 # fmt: on
 
