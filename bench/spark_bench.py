@@ -38,11 +38,11 @@ import time
 from pathlib import Path
 
 import grpc
-from loam_engines.spark.proxy import SparkConnectProxy
-from loam_engines.spark.sail import SailPool, SailSettings, find_spark_python
 
 from loam_common.auth import ACTIONS, Principal
 from loam_common.errors import Unauthenticated
+from loam_engines.spark.proxy import SparkConnectProxy
+from loam_engines.spark.sail import SailPool, SailSettings, find_spark_python
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-token"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+
 from loam_engines import k8s
 
 

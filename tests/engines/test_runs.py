@@ -4,10 +4,10 @@ create it, attempts opening and closing, a cancel racing a lease, logs in order.
 from __future__ import annotations
 
 import pytest
-from loam_engines import runs
 
 from loam_common.errors import InvalidState, NotFound
 from loam_common.gen.loam.jobs.v1 import engines_pb2 as E
+from loam_engines import runs
 
 NS = "acme"
 JOB = E.EngineJob(spark_batch=E.SparkBatch(entrypoint="a.py"))

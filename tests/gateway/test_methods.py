@@ -68,10 +68,19 @@ def test_actions_are_what_the_gateway_checked_before():
         | {"resonate"},  # durable mode: a Resonate worker's requests and pushes
         auth.SCHEDULE: {"schedule", "unschedule", "get_schedule", "list_schedules", "resonate_schedule"},
         auth.ENGINE: {
-            "submit_engine_job", "control_engine_job", "get_engine_run", "list_engine_runs", "list_engine_run_logs"
+            "submit_engine_job",
+            "control_engine_job",
+            "get_engine_run",
+            "list_engine_runs",
+            "list_engine_run_logs",
         },
         auth.ADMIN: {"queue_admin", "job_admin", "query", "queue_list", "events_export", "metrics"}
-        | {"queue_get", "job_get", "workers", "durable_admin"},  # REST reads the console added (decision 0028)
+        | {
+            "queue_get",
+            "job_get",
+            "workers",
+            "durable_admin",
+        },  # REST reads the console added (decision 0028)
     }
 
 

@@ -439,6 +439,8 @@ def durable_outbox(ns: str, at_ns: int, nonce: bytes) -> bytes:
 
 def durable_config(ns: str) -> bytes:
     return durable_all(ns) + b"cfg"
+
+
 # engine runs (loam_engines.runs) -----------------------------------------------------------
 def engine_runs_all(ns: str) -> bytes:
     return ns_prefix(ns) + b"eng/run/"

@@ -32,14 +32,14 @@ from pathlib import Path
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 from loam_durable.timers import DurableTimers
-from loam_engines.credentials import NoCredentials, StoreCredentials
-from loam_engines.engines import Engines, EngineSettings
 
 from loam_common import tracing
 from loam_common.blobs import DirBlobStore
 from loam_common.loop import configure_logging
 from loam_common.serving import ServeError, run_server_main, serve
 from loam_common.store.runner import open_store
+from loam_engines.credentials import NoCredentials, StoreCredentials
+from loam_engines.engines import Engines, EngineSettings
 from loam_gateway.app import DEFAULT_PORT, create_app
 from loam_gateway.auth import DevAuthenticator, StoreAuthenticator, auth_on, check_bind
 from loam_gateway.durable_mount import DurableMount

@@ -263,10 +263,14 @@ class CoreRpc(AnswersUnimplemented):
             raise ConnectError(Code.UNIMPLEMENTED, f"{method} is not available: it needs {NO_ENGINES}")
         return self.engines
 
-    async def submit_engine_job(self, ns: Namespace, req: J.SubmitEngineJobRequest) -> J.SubmitEngineJobResponse:
+    async def submit_engine_job(
+        self, ns: Namespace, req: J.SubmitEngineJobRequest
+    ) -> J.SubmitEngineJobResponse:
         return await self._engines("submit_engine_job").submit_engine_job(ns, req)
 
-    async def control_engine_job(self, ns: Namespace, req: J.ControlEngineJobRequest) -> J.ControlEngineJobResponse:
+    async def control_engine_job(
+        self, ns: Namespace, req: J.ControlEngineJobRequest
+    ) -> J.ControlEngineJobResponse:
         return await self._engines("control_engine_job").control_engine_job(ns, req)
 
     async def get_engine_run(self, ns: Namespace, req: J.GetEngineRunRequest) -> J.GetEngineRunResponse:

@@ -405,8 +405,8 @@ class SubmitEngineJobRequest(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     job: _engines_pb2.EngineJob
-    schedule: ScheduleSpec
-    def __init__(self, job: _Optional[_Union[_engines_pb2.EngineJob, _Mapping]] = ..., schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ...) -> None: ...
+    schedule: _types_pb2.ScheduleSpec
+    def __init__(self, job: _Optional[_Union[_engines_pb2.EngineJob, _Mapping]] = ..., schedule: _Optional[_Union[_types_pb2.ScheduleSpec, _Mapping]] = ...) -> None: ...
 
 class SubmitEngineJobResponse(_message.Message):
     __slots__ = ("run", "record", "schedule")
