@@ -16,7 +16,7 @@ PACKAGES := libs/common services/queue-core services/sweeper services/relay serv
 $(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements-dev.txt -e 'libs/common[tikv]' $(addprefix -e ,$(filter-out libs/common,$(PACKAGES)))
+	$(BIN)/pip install -q -r requirements-dev.txt -e 'libs/common[tikv,serve]' $(addprefix -e ,$(filter-out libs/common,$(PACKAGES)))
 	touch $@
 
 venv: $(BIN)/.installed
@@ -51,11 +51,14 @@ proto: venv
 	find $(PROTO_OUT) -name '*.py*' -exec sed -i 's/^from loam\.jobs\.v1 import/from loam_common.gen.loam.jobs.v1 import/' {} +
 	for d in $$(find $(PROTO_OUT) -type d); do touch $$d/__init__.py; done
 
-# The contract follows buf's STANDARD lint rules (buf.yaml); Python follows ruff.toml.
+# The contract follows buf's STANDARD lint rules (buf.yaml); Python follows ruff.toml;
+# the import contracts between the packages are .importlinter's.
 lint: venv
 	$(BIN)/buf lint
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/python tools/check_imports.py
 
 # CI: generated code must match proto/.
 proto-check: proto

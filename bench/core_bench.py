@@ -47,7 +47,7 @@ from google.protobuf.internal import api_implementation
 
 from loam_common import ids, keys
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Ok
 from loam_common.store.runner import Store, open_store
 from loam_queue_core.core import QueueCore
 
@@ -265,7 +265,7 @@ class Bench:
             k = min(batch, left)
             jobs = [(_task(self.data), None) for _ in range(k)]
             t0 = time.perf_counter()
-            await core.enqueue_bulk(NS, QUEUE, jobs)
+            await core.jobs.enqueue_bulk(NS, QUEUE, jobs)
             spent += time.perf_counter() - t0
             left -= k
         return spent
@@ -294,7 +294,7 @@ class Bench:
 
             async def caller(mine: list[pb.TaskSpec]) -> None:
                 for t in mine:
-                    await core.enqueue(NS, QUEUE, t)
+                    await core.jobs.enqueue(NS, QUEUE, t)
 
             with self.profiled("single", per * callers):
                 t0 = time.perf_counter()
@@ -321,10 +321,10 @@ class Bench:
             async def worker(name: str) -> None:
                 nonlocal done
                 while True:
-                    jobs = await core.lease(NS, [QUEUE], name, batch)
+                    jobs = await core.jobs.lease(NS, [QUEUE], name, batch)
                     if not jobs:
                         return
-                    res = await core.complete_many(NS, [(QUEUE, j.id, j.epoch, Outcome.ok()) for j in jobs])
+                    res = await core.jobs.complete_many(NS, [(QUEUE, j.id, j.epoch, Ok()) for j in jobs])
                     done += len(res)
 
             with self.profiled("lease", n):
@@ -426,13 +426,13 @@ class Bench:
         for _ in range(ops):
             t = _task(self.data)
             t0 = time.perf_counter()
-            await core.enqueue(NS, QUEUE, t)
+            await core.jobs.enqueue(NS, QUEUE, t)
             t_enq += time.perf_counter() - t0
         for _ in range(ops):
             t0 = time.perf_counter()
-            (job,) = await core.lease(NS, [QUEUE], "w", 1)
+            (job,) = await core.jobs.lease(NS, [QUEUE], "w", 1)
             t1 = time.perf_counter()
-            await core.complete(NS, QUEUE, job.id, job.epoch, Outcome.ok())
+            await core.jobs.complete(NS, QUEUE, job.id, job.epoch, Ok())
             t2 = time.perf_counter()
             t_lease += t1 - t0
             t_complete += t2 - t1
@@ -441,8 +441,8 @@ class Bench:
         taken, t_l32 = 0, 0.0
         while taken < 1000:
             t0 = time.perf_counter()
-            jobs = await core.lease(NS, [QUEUE], "w", min(32, 1000 - taken))
-            await core.complete_many(NS, [(QUEUE, j.id, j.epoch, Outcome.ok()) for j in jobs])
+            jobs = await core.jobs.lease(NS, [QUEUE], "w", min(32, 1000 - taken))
+            await core.jobs.complete_many(NS, [(QUEUE, j.id, j.epoch, Ok()) for j in jobs])
             t_l32 += time.perf_counter() - t0
             taken += len(jobs)
         samples = []

@@ -15,7 +15,7 @@ from loam_common.blobs import DirBlobStore
 from loam_common.errors import JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok
 from loam_gateway.auth import StoreAuthenticator, require
 from loam_queue_core import QueueCore
 
@@ -32,20 +32,20 @@ async def test_a_lease_token_is_useless_in_another_namespace(store, dump, tmp_pa
     other = await principal(store, authn, "rival", [auth.ENQUEUE, auth.CONSUME, auth.ADMIN])
 
     require(owner, auth.ENQUEUE)
-    await core.enqueue(owner.namespace, "emails", pb.TaskSpec(name="send"))
+    await core.jobs.enqueue(owner.namespace, "emails", pb.TaskSpec(name="send"))
     require(owner, auth.CONSUME)
-    (job,) = await core.lease(owner.namespace, ["emails"], "w-acme")
+    (job,) = await core.jobs.lease(owner.namespace, ["emails"], "w-acme")
     lease = ("emails", job.id, job.epoch)
 
     # The other tenant holds every action and the exact lease token.
     require(other, auth.CONSUME)
     before = await dump()
     attempts = [
-        core.complete(other.namespace, *lease, Outcome.ok()),
-        core.complete(other.namespace, *lease, Outcome.fail(pb.JobError(message="x"))),
-        core.extend(other.namespace, *lease, 10**9),
-        core.report(other.namespace, *lease, log_line="hi"),
-        core.complete_many(other.namespace, [(*lease, Outcome.ok())]),
+        core.jobs.complete(other.namespace, *lease, Ok()),
+        core.jobs.complete(other.namespace, *lease, Fail(pb.JobError(message="x"))),
+        core.jobs.extend(other.namespace, *lease, 10**9),
+        core.jobs.report(other.namespace, *lease, log_line="hi"),
+        core.jobs.complete_many(other.namespace, [(*lease, Ok())]),
     ]
     for call in attempts:
         try:
@@ -56,10 +56,10 @@ async def test_a_lease_token_is_useless_in_another_namespace(store, dump, tmp_pa
         assert all(isinstance(r, JobsError) for r in result), result
     assert await dump() == before, "another namespace's calls changed nothing"
     # Its own queue of the same name is a different queue: nothing to lease there.
-    assert await core.lease(other.namespace, ["emails"], "w-rival") == []
+    assert await core.jobs.lease(other.namespace, ["emails"], "w-rival") == []
 
     # The owner's lease still holds and completes.
-    await core.complete(owner.namespace, *lease, Outcome.ok())
+    await core.jobs.complete(owner.namespace, *lease, Ok())
     (stored,) = await store.snapshot(_jobs, "acme", "emails")
     assert stored.id == job.id and stored.state == S.COMPLETED
 

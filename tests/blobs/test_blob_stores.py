@@ -65,8 +65,8 @@ async def test_a_large_payload_goes_through_the_blob_store_and_comes_back_on_lea
     store = Store(MemoryBackend())
     core = QueueCore(store, any_blobs)
     try:
-        done = await core.enqueue("acme", "q", pb.TaskSpec(name="t", payload=pb.Payload(data=BIG)))
-        (job,) = await core.lease("acme", ["q"], "w")
+        done = await core.jobs.enqueue("acme", "q", pb.TaskSpec(name="t", payload=pb.Payload(data=BIG)))
+        (job,) = await core.jobs.lease("acme", ["q"], "w")
         assert job.id == done.job_id
         assert job.task.payload.blob_ref and job.task.payload.data == BIG
         assert await any_blobs.get(job.task.payload.blob_ref) == BIG

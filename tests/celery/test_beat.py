@@ -74,6 +74,9 @@ def test_two_beats_fire_each_tick_once(app, start_beat, start_worker, marks):
     assert rec.count >= 3
     assert eventually(lambda: len(marks("beat")) >= rec.count, timeout=10)
     time.sleep(1)
+    seen = marks("beat")  # before the count: a job runs only after its tick is counted
     fired = next(r for r in schedules_of(app) if r.id == "every-2s").count
-    assert len(marks("beat")) in (fired, fired - 1)  # the last tick may still be on its way
-    assert len(set(marks("beat"))) == len(marks("beat"))
+    # Never more jobs than ticks; the last tick or two may still be on their way when the
+    # machine is busy.
+    assert fired - 2 <= len(seen) <= fired
+    assert len(set(seen)) == len(seen)  # and no tick ran twice

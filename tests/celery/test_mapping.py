@@ -8,8 +8,8 @@ import json
 
 from loam_celery import messages
 from loam_celery.connection import ImproperlyConfigured, Settings
-from loam_common.exchanges import topic_match
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
+from loam_common.jobs.exchanges import topic_match
 
 SEC = 1_000_000_000
 NOW = 1_800_000_000 * SEC

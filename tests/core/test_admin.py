@@ -13,7 +13,7 @@ from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, job_admin
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok
 from loam_common.store import RESERVED_PREFIX
 
 NS = "acme"
@@ -25,25 +25,25 @@ def task(name: str = "t", data: bytes = b"x") -> pb.TaskSpec:
 
 
 async def enqueue(core, queue: str = "q", name: str = "t", **opts) -> str:
-    return (await core.enqueue(NS, queue, task(name), pb.EnqueueOpts(**opts))).job_id
+    return (await core.jobs.enqueue(NS, queue, task(name), pb.EnqueueOpts(**opts))).job_id
 
 
 async def lease(core, queue: str = "q", n: int = 1, worker: str = "w1") -> list[pb.Job]:
-    return await core.lease(NS, [queue], worker, n)
+    return await core.jobs.lease(NS, [queue], worker, n)
 
 
 async def fail(core, job: pb.Job, queue: str = "q", dead_letter: bool = False) -> None:
-    outcome = Outcome.fail(pb.JobError(code="e", message="boom"), dead_letter)
-    await core.complete(NS, queue, job.id, job.epoch, outcome)
+    outcome = Fail(pb.JobError(code="e", message="boom"), dead_letter)
+    await core.jobs.complete(NS, queue, job.id, job.epoch, outcome)
 
 
 async def ok(core, job: pb.Job, queue: str = "q") -> None:
-    await core.complete(NS, queue, job.id, job.epoch, Outcome.ok())
+    await core.jobs.complete(NS, queue, job.id, job.epoch, Ok())
 
 
 async def counts(store, queue: str = "q") -> dict[str, int]:
     c = await store.transact(admin.queue_counts, NS, queue)
-    return {k: v for k, v in c.by_state_name().items() if v}
+    return {k: v for k, v in admin.counts_by_state_name(c).items() if v}
 
 
 async def stored(store) -> list[tuple[bytes, bytes]]:
@@ -335,12 +335,12 @@ async def test_a_queues_payload_limit_refuses_a_bigger_job_and_stores_nothing(st
     await create(store, payload_limit=100)
     before = await stored(store)
     with pytest.raises(PayloadTooLarge) as refused:
-        await core.enqueue(NS, "q", task(data=b"x" * 101), pb.EnqueueOpts())
+        await core.jobs.enqueue(NS, "q", task(data=b"x" * 101), pb.EnqueueOpts())
     assert (refused.value.size, refused.value.limit) == (101, 100)
     with pytest.raises(PayloadTooLarge):  # in a bulk call, one too big refuses the call
-        await core.enqueue_bulk(NS, "q", [(task(data=b"ok"), None), (task(data=b"x" * 101), None)])
+        await core.jobs.enqueue_bulk(NS, "q", [(task(data=b"ok"), None), (task(data=b"x" * 101), None)])
     assert await stored(store) == before
-    assert (await core.enqueue(NS, "q", task(data=b"x" * 100), pb.EnqueueOpts())).created
+    assert (await core.jobs.enqueue(NS, "q", task(data=b"x" * 100), pb.EnqueueOpts())).created
 
 
 async def test_change_priority_with_lifo_puts_the_job_first_of_its_priority(store, core, check_invariants):
@@ -358,7 +358,7 @@ async def test_update_data_and_read_logs(store, core):
     await enqueue(core)
     job = (await lease(core))[0]
     for i in range(5):
-        await core.report(NS, "q", job.id, job.epoch, log_line=f"line {i}")
+        await core.jobs.report(NS, "q", job.id, job.epoch, log_line=f"line {i}")
     updated = await store.transact(job_admin.job_update_data, NS, "q", job.id, pb.Payload(data=b"new"))
     assert updated.task.payload.data == b"new"
     with pytest.raises(PayloadTooLarge):
@@ -393,7 +393,7 @@ async def test_workers_and_metrics(store, core, clock):
     assert [w.id for w in recent] == ["w2"]
     await enqueue(core)
     clock.advance(7 * SEC)
-    m = await store.transact(admin.queue_metrics, NS, "q")
+    m = await store.transact(admin.queue_overview, NS, "q")
     assert m.counts.active == 2 and m.workers == 2 and m.oldest_waiting_age_ns == 7 * SEC
 
 
@@ -472,7 +472,7 @@ async def test_shards_cannot_change_while_the_queue_holds_jobs(store, core):
         (admin.queue_clean, S.COMPLETED, 0),
         (admin.queue_obliterate, True),
         (admin.queue_workers,),
-        (admin.queue_metrics,),
+        (admin.queue_overview,),
         (admin.queue_redrive_dead_letters,),
         (job_admin.job_get, "01J00000000000000000000000"),
         (job_admin.job_cancel, "01J00000000000000000000000"),

@@ -12,7 +12,7 @@ from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, job_admin
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok, Release, Retry, WaitChildren
 from loam_queue_core.rpc import CoreRpc
 
 NS = "acme"
@@ -25,11 +25,13 @@ def task(name: str = "t") -> pb.TaskSpec:
 
 async def test_counter_keys_are_decimal_per_queue_and_leave_custom_keys_alone(core, check_invariants):
     auto = pb.EnqueueOpts(job_key_from_counter=True)
-    a = await core.enqueue(NS, "q", task(), auto)
-    b = await core.enqueue(NS, "q", task(), auto)
-    other = await core.enqueue(NS, "other", task(), auto)
-    custom = await core.enqueue(NS, "q", task(), pb.EnqueueOpts(job_key="mine", job_key_from_counter=True))
-    bulk = await core.enqueue_bulk(NS, "q", [(task(), auto), (task(), auto)])
+    a = await core.jobs.enqueue(NS, "q", task(), auto)
+    b = await core.jobs.enqueue(NS, "q", task(), auto)
+    other = await core.jobs.enqueue(NS, "other", task(), auto)
+    custom = await core.jobs.enqueue(
+        NS, "q", task(), pb.EnqueueOpts(job_key="mine", job_key_from_counter=True)
+    )
+    bulk = await core.jobs.enqueue_bulk(NS, "q", [(task(), auto), (task(), auto)])
     assert [a.job_key, b.job_key, other.job_key, custom.job_key] == ["1", "2", "1", "mine"]
     assert [r.job_key for r in bulk] == ["3", "4"]
     assert a.job_id != "1"  # the job id stays a ULID; the key is BullMQ's id
@@ -37,34 +39,34 @@ async def test_counter_keys_are_decimal_per_queue_and_leave_custom_keys_alone(co
 
 
 async def test_events_carry_the_job_key(core, events_of):
-    r = await core.enqueue(NS, "q", task(), pb.EnqueueOpts(job_key="k1"))
+    r = await core.jobs.enqueue(NS, "q", task(), pb.EnqueueOpts(job_key="k1"))
     evs = await events_of("q", r.job_id)
     assert evs and all(e.job_key == "k1" for e in evs)
 
 
 async def test_a_child_names_its_parent_by_job_key(core, store, job_of, check_invariants):
-    parent = await core.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P1"))
-    [leased] = await core.lease(NS, ["p"], "w", 1)
-    child = await core.enqueue(
+    parent = await core.jobs.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P1"))
+    [leased] = await core.jobs.lease(NS, ["p"], "w", 1)
+    child = await core.jobs.enqueue(
         NS, "c", task("child"), pb.EnqueueOpts(job_key="C1", parent=pb.ParentRef(queue="p", job_id="P1"))
     )
-    [dep] = await core.children_values(NS, "p", parent.job_id)
+    [dep] = await core.flows.children(NS, "p", parent.job_id)
     assert (dep.job_id, dep.job_key, dep.queue) == (child.job_id, "C1", "c")
     stored = await job_of(child.job_id, "c")
     assert stored.parents[0].job_id == parent.job_id  # the link holds the id
-    done = await core.complete(NS, "p", leased.id, leased.epoch, Outcome.wait_children())
+    done = await core.jobs.complete(NS, "p", leased.id, leased.epoch, WaitChildren())
     assert done.state == S.WAITING_CHILDREN
     await check_invariants("p", "c")
 
 
 async def test_a_lease_takes_the_visibility_the_worker_asks_for(core, clock):
-    await core.enqueue(NS, "q", task())
-    [job] = await core.lease(NS, ["q"], "w", 1, 0, None, 2 * SEC)
+    await core.jobs.enqueue(NS, "q", task())
+    [job] = await core.jobs.lease(NS, ["q"], "w", 1, 0, None, 2 * SEC)
     assert job.deadline_ns == clock.now_ns() + 2 * SEC
 
 
 async def test_progress_and_logs_from_any_client(core, store, events_of):
-    r = await core.enqueue(NS, "q", task())
+    r = await core.jobs.enqueue(NS, "q", task())
     job = await store.transact(job_admin.job_set_progress, NS, "q", r.job_id, b'{"pct": 5}')
     assert job.progress == b'{"pct": 5}'
     assert [e.event for e in await events_of("q", r.job_id)][-1] == "progress"
@@ -83,14 +85,14 @@ async def test_remove_with_children_takes_the_tree_unless_a_job_of_it_is_active(
 ):
     from loam_common.errors import InvalidState
 
-    parent = await core.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
+    parent = await core.jobs.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
     kids = [
-        await core.enqueue(
+        await core.jobs.enqueue(
             NS, "c", task(), pb.EnqueueOpts(job_key=f"K{i}", parent=pb.ParentRef(queue="p", job_id="P"))
         )
         for i in range(2)
     ]
-    [running] = await core.lease(NS, ["c"], "w", 1)
+    [running] = await core.jobs.lease(NS, ["c"], "w", 1)
     try:
         await store.transact(job_admin.job_remove, NS, "p", parent.job_id, False, True)
     except InvalidState:
@@ -98,7 +100,7 @@ async def test_remove_with_children_takes_the_tree_unless_a_job_of_it_is_active(
     else:
         raise AssertionError("a tree with an active job was removed")
     assert await job_of(parent.job_id, "p") is not None
-    await core.complete(NS, "c", running.id, running.epoch, Outcome.ok())  # processed children go too
+    await core.jobs.complete(NS, "c", running.id, running.epoch, Ok())  # processed children go too
     await store.transact(job_admin.job_remove, NS, "p", parent.job_id, False, True)
     assert await job_of(parent.job_id, "p") is None
     assert [await job_of(k.job_id, "c") for k in kids] == [None, None]
@@ -106,12 +108,12 @@ async def test_remove_with_children_takes_the_tree_unless_a_job_of_it_is_active(
 
 
 async def test_remove_child_dependency_releases_a_parent_left_with_nothing_pending(core, store, job_of):
-    parent = await core.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
-    [leased] = await core.lease(NS, ["p"], "w", 1)
-    child = await core.enqueue(
+    parent = await core.jobs.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
+    [leased] = await core.jobs.lease(NS, ["p"], "w", 1)
+    child = await core.jobs.enqueue(
         NS, "c", task(), pb.EnqueueOpts(job_key="K", parent=pb.ParentRef(queue="p", job_id="P"))
     )
-    await core.complete(NS, "p", leased.id, leased.epoch, Outcome.wait_children())
+    await core.jobs.complete(NS, "p", leased.id, leased.epoch, WaitChildren())
     assert await store.transact(job_admin.job_remove_child_dependency, NS, "c", child.job_id)
     assert (await job_of(parent.job_id, "p")).state == S.WAITING
     assert not (await job_of(child.job_id, "c")).parents
@@ -119,8 +121,8 @@ async def test_remove_child_dependency_releases_a_parent_left_with_nothing_pendi
 
 
 async def test_a_taken_key_keeps_the_first_job_when_asked(core, events_of):
-    first = await core.enqueue(NS, "q", task("a"), pb.EnqueueOpts(job_key="k", job_key_keeps_first=True))
-    again = await core.enqueue(
+    first = await core.jobs.enqueue(NS, "q", task("a"), pb.EnqueueOpts(job_key="k", job_key_keeps_first=True))
+    again = await core.jobs.enqueue(
         NS,
         "q",
         pb.TaskSpec(name="b", payload=pb.Payload(data=b"{}")),
@@ -131,7 +133,7 @@ async def test_a_taken_key_keeps_the_first_job_when_asked(core, events_of):
 
 
 async def test_the_job_a_dedup_id_points_at(core, store):
-    r = await core.enqueue(NS, "q", task(), pb.EnqueueOpts(job_key="d1", dedup=pb.Dedup(id="x")))
+    r = await core.jobs.enqueue(NS, "q", task(), pb.EnqueueOpts(job_key="d1", dedup=pb.Dedup(id="x")))
     job = await store.snapshot(job_admin.job_get_dedup, NS, "q", "x")
     assert job.id == r.job_id
     await store.transact(job_admin.job_remove_dedup_key, NS, "q", "x")
@@ -146,25 +148,25 @@ async def test_the_job_a_dedup_id_points_at(core, store):
 
 
 async def test_retry_can_keep_the_attempts_spent(core, store):
-    r = await core.enqueue(NS, "q", task())
-    [job] = await core.lease(NS, ["q"], "w", 1)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(pb.JobError(code="e", message="x")))
+    r = await core.jobs.enqueue(NS, "q", task())
+    [job] = await core.jobs.lease(NS, ["q"], "w", 1)
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(pb.JobError(code="e", message="x")))
     kept = await store.transact(job_admin.job_retry, NS, "q", r.job_id, True)
     assert kept.attempt == 1  # exhausted by its retry: that run is counted already
-    [job] = await core.lease(NS, ["q"], "w", 1)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+    [job] = await core.jobs.lease(NS, ["q"], "w", 1)
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
     again = await store.transact(job_admin.job_retry, NS, "q", r.job_id, True)
     assert again.attempt == 2  # a completed run counts as an attempt when kept
-    [job] = await core.lease(NS, ["q"], "w", 1)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+    [job] = await core.jobs.lease(NS, ["q"], "w", 1)
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
     reset = await store.transact(job_admin.job_retry, NS, "q", r.job_id)
     assert reset.attempt == 0
 
 
 async def test_an_outcome_can_bring_the_retention(core, job_of):
-    r = await core.enqueue(NS, "q", task())
-    [job] = await core.lease(NS, ["q"], "w", 1)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome("ok", retention=pb.Retention(completed_count=0)))
+    r = await core.jobs.enqueue(NS, "q", task())
+    [job] = await core.jobs.lease(NS, ["q"], "w", 1)
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Ok(retention=pb.Retention(completed_count=0)))
     assert await job_of(r.job_id) is None
 
 
@@ -176,66 +178,66 @@ async def test_retention_ages_go_by_the_workers_clock_when_the_outcome_brings_it
     the store's clock did not move."""
     keep_3s = pb.Retention(completed_age_ns=3 * SEC)
     for i in range(6):
-        await core.enqueue(NS, "q", task())
-        [job] = await core.lease(NS, ["q"], "w", 1)
-        await core.complete(NS, "q", job.id, job.epoch, Outcome("ok", retention=keep_3s, clock_ns=i * SEC))
+        await core.jobs.enqueue(NS, "q", task())
+        [job] = await core.jobs.lease(NS, ["q"], "w", 1)
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Ok(retention=keep_3s, clock_ns=i * SEC))
     left = await jobs_of()
     assert sorted(j.finished_ns for j in left.values()) == [3 * SEC, 4 * SEC, 5 * SEC]  # 2 s is 3 s old
     await check_invariants()
     # Without the worker's clock, ages go by the store's: nothing here is 3 s old.
-    await core.enqueue(NS, "q", task())
-    [job] = await core.lease(NS, ["q"], "w", 1)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome("ok", retention=keep_3s))
+    await core.jobs.enqueue(NS, "q", task())
+    [job] = await core.jobs.lease(NS, ["q"], "w", 1)
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Ok(retention=keep_3s))
     assert len(await jobs_of()) == 4
 
 
 async def test_rate_limit_for_blocks_leases_and_zero_lifts_it(core, store, clock):
-    await core.enqueue(NS, "q", task())
+    await core.jobs.enqueue(NS, "q", task())
     await store.transact(admin.queue_rate_limit_for, NS, "q", 2 * SEC)
-    assert await core.lease(NS, ["q"], "w", 1) == []
+    assert await core.jobs.lease(NS, ["q"], "w", 1) == []
     ttl, _ = await store.snapshot(admin.queue_rate_window, NS, "q")
     assert ttl == 2 * SEC
     await store.transact(admin.queue_rate_limit_for, NS, "q", 0)
-    assert len(await core.lease(NS, ["q"], "w", 1)) == 1
+    assert len(await core.jobs.lease(NS, ["q"], "w", 1)) == 1
 
 
 async def test_rate_limit_for_replaces_the_open_window(core, store, clock, configure):
     await configure("q", ns=NS, rate_limit=pb.RateLimit(max=1, duration_ns=SEC))
     for _ in range(3):
-        await core.enqueue(NS, "q", task())
-    assert len(await core.lease(NS, ["q"], "w", 5)) == 1  # the window is used up for 1 s
+        await core.jobs.enqueue(NS, "q", task())
+    assert len(await core.jobs.lease(NS, ["q"], "w", 5)) == 1  # the window is used up for 1 s
     await store.transact(admin.queue_rate_limit_for, NS, "q", SEC // 1000)
     ttl, _ = await store.snapshot(admin.queue_rate_window, NS, "q")
     assert ttl == SEC // 1000  # BullMQ's rateLimit(1): 1 ms, not what was left of the window
     clock.advance(SEC // 100)
-    assert len(await core.lease(NS, ["q"], "w", 5)) == 1  # a fresh window, with its own max
+    assert len(await core.jobs.lease(NS, ["q"], "w", 5)) == 1  # a fresh window, with its own max
 
 
 async def test_keep_waiting_policy_waits_on_a_failed_child_and_forgets_a_removed_one(
     core, store, job_of, check_invariants
 ):
     keep = {"queue": "p", "job_id": "P", "keep_waiting_on_failure": True}
-    parent = await core.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
-    [leased] = await core.lease(NS, ["p"], "w", 1)
-    a = await core.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key="A", parent=pb.ParentRef(**keep)))
-    await core.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key="B", parent=pb.ParentRef(**keep)))
-    await core.complete(NS, "p", leased.id, leased.epoch, Outcome.wait_children())
-    [ja, jb] = await core.lease(NS, ["c"], "w", 2)
-    await core.complete(NS, "c", ja.id, ja.epoch, Outcome.fail(pb.JobError(code="e", message="boom")))
+    parent = await core.jobs.enqueue(NS, "p", task("parent"), pb.EnqueueOpts(job_key="P"))
+    [leased] = await core.jobs.lease(NS, ["p"], "w", 1)
+    a = await core.jobs.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key="A", parent=pb.ParentRef(**keep)))
+    await core.jobs.enqueue(NS, "c", task(), pb.EnqueueOpts(job_key="B", parent=pb.ParentRef(**keep)))
+    await core.jobs.complete(NS, "p", leased.id, leased.epoch, WaitChildren())
+    [ja, jb] = await core.jobs.lease(NS, ["c"], "w", 2)
+    await core.jobs.complete(NS, "c", ja.id, ja.epoch, Fail(pb.JobError(code="e", message="boom")))
     p = await job_of(parent.job_id, "p")
     assert (p.state, p.pending_children) == (S.WAITING_CHILDREN, 2)  # the failed child still counts
     await store.transact(job_admin.job_remove, NS, "c", a.job_id)  # removed: forgotten
-    await core.complete(NS, "c", jb.id, jb.epoch, Outcome.ok())
+    await core.jobs.complete(NS, "c", jb.id, jb.epoch, Ok())
     assert (await job_of(parent.job_id, "p")).state == S.WAITING
     await check_invariants("p", "c")
 
 
 async def test_the_finish_that_empties_a_queue_emits_drained(core, events_of):
     for _ in range(2):
-        await core.enqueue(NS, "q", task())
-    jobs = await core.lease(NS, ["q"], "w", 2)
+        await core.jobs.enqueue(NS, "q", task())
+    jobs = await core.jobs.lease(NS, ["q"], "w", 2)
     for j in jobs:
-        await core.complete(NS, "q", j.id, j.epoch, Outcome.ok())
+        await core.jobs.complete(NS, "q", j.id, j.epoch, Ok())
     drained = [e for e in await events_of("q") if e.event == "drained"]
     assert [e.detail for e in drained] == ["idle"]
 
@@ -244,51 +246,54 @@ async def test_a_deferred_stalled_failure_rides_on_the_next_lease(core, configur
     from loam_queue_core.rpc import lease_from_job
 
     await configure("q", ns=NS, max_stalled=0, defer_stalled_failure=True)
-    r = await core.enqueue(NS, "q", task())
-    await core.lease(NS, ["q"], "w", 1, 0, None, SEC)
+    r = await core.jobs.enqueue(NS, "q", task())
+    await core.jobs.lease(NS, ["q"], "w", 1, 0, None, SEC)
     clock.advance(2 * SEC)
     await sweep()
     job = await job_of(r.job_id)
     assert (job.state, job.deferred_failure) == (S.WAITING, "job stalled more than allowable limit")
-    [again] = await core.lease(NS, ["q"], "w", 1)
+    [again] = await core.jobs.lease(NS, ["q"], "w", 1)
     assert lease_from_job(again).deferred_failure == "job stalled more than allowable limit"
 
 
 async def test_a_retry_that_resets_the_attempts_marks_the_epoch_and_leases_carry_it(core, store):
     from loam_queue_core.rpc import lease_from_job
 
-    r = await core.enqueue(NS, "q", task())
-    [job] = await core.lease(NS, ["q"], "w", 1)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(pb.JobError(code="e", message="boom")))
+    r = await core.jobs.enqueue(NS, "q", task())
+    [job] = await core.jobs.lease(NS, ["q"], "w", 1)
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(pb.JobError(code="e", message="boom")))
     reset = await store.transact(job_admin.job_retry, NS, "q", r.job_id)
     assert reset.retry_epoch == job.epoch  # leases after this one are the new starts
-    [again] = await core.lease(NS, ["q"], "w", 1)
+    [again] = await core.jobs.lease(NS, ["q"], "w", 1)
     lease = lease_from_job(again)
     assert (lease.retry_epoch, lease.token.epoch) == (job.epoch, job.epoch + 1)
     assert lease.last_error.message == "boom"  # a retried job brings its last error
 
 
 async def test_a_retry_to_ready_comes_after_the_delayed_jobs_already_due(core, clock):
-    first = await core.enqueue(NS, "q", task("first"), pb.EnqueueOpts(attempts=2))
-    [job] = await core.lease(NS, ["q"], "w", 1)
+    first = await core.jobs.enqueue(NS, "q", task("first"), pb.EnqueueOpts(attempts=2))
+    [job] = await core.jobs.lease(NS, ["q"], "w", 1)
     delayed = pb.EnqueueOpts(not_before=pb.Delay(delay_ns=SEC))
-    due = [(await core.enqueue(NS, "q", task(f"d{i}"), delayed)).job_id for i in range(2)]
+    due = [(await core.jobs.enqueue(NS, "q", task(f"d{i}"), delayed)).job_id for i in range(2)]
     clock.advance(2 * SEC)  # due, and no sweep has promoted them yet
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(pb.JobError(code="e", message="x"), 0))
-    order = [j.id for j in await core.lease(NS, ["q"], "w", 3)]
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(pb.JobError(code="e", message="x"), 0))
+    order = [j.id for j in await core.jobs.lease(NS, ["q"], "w", 3)]
     assert order == [*due, first.job_id]
 
 
 async def test_a_released_job_keeps_its_place(core):
-    ids = [(await core.enqueue(NS, "q", task(f"j{i}"), pb.EnqueueOpts(priority=10))).job_id for i in range(3)]
-    [first] = await core.lease(NS, ["q"], "w", 1)
+    ids = [
+        (await core.jobs.enqueue(NS, "q", task(f"j{i}"), pb.EnqueueOpts(priority=10))).job_id
+        for i in range(3)
+    ]
+    [first] = await core.jobs.lease(NS, ["q"], "w", 1)
     assert first.id == ids[0]
-    await core.complete(NS, "q", first.id, first.epoch, Outcome.release())
-    assert [j.id for j in await core.lease(NS, ["q"], "w", 3)] == ids  # not behind the others
+    await core.jobs.complete(NS, "q", first.id, first.epoch, Release())
+    assert [j.id for j in await core.jobs.lease(NS, ["q"], "w", 3)] == ids  # not behind the others
 
 
 async def test_per_minute_metrics_by_the_workers_clock(core, store):
-    from loam_common.jobs.complete import queue_metrics
+    from loam_common.jobs.complete import queue_minute_metrics
 
     minute = 60_000
     t0 = 1_486_459_440_000  # on a minute boundary, as the worker's clock says
@@ -296,12 +301,12 @@ async def test_per_minute_metrics_by_the_workers_clock(core, store):
     # minutes later, then a failure
     finishes = [(t0, "ok"), (t0 + 1_000, "ok"), (t0 + 2 * minute + 5, "ok"), (t0 + 3 * minute, "fail")]
     for at_ms, kind in finishes:
-        await core.enqueue(NS, "q", task())
-        [job] = await core.lease(NS, ["q"], "w", 1)
-        out = Outcome.ok() if kind == "ok" else Outcome.fail(pb.JobError(code="e", message="x"))
+        await core.jobs.enqueue(NS, "q", task())
+        [job] = await core.jobs.lease(NS, ["q"], "w", 1)
+        out = Ok() if kind == "ok" else Fail(pb.JobError(code="e", message="x"))
         out = dataclasses.replace(out, metrics=(at_ms, 10))
-        await core.complete(NS, "q", job.id, job.epoch, out)
-    done = await store.snapshot(queue_metrics, NS, "q", "completed")
+        await core.jobs.complete(NS, "q", job.id, job.epoch, out)
+    done = await store.snapshot(queue_minute_metrics, NS, "q", "completed")
     # 2 jobs before the minute turned, then a minute with none (newest first)
     assert (done.count, list(done.points), done.prev_count, done.prev_ms) == (
         3,
@@ -309,21 +314,21 @@ async def test_per_minute_metrics_by_the_workers_clock(core, store):
         2,
         t0 + 2 * minute + 5,
     )
-    failed = await store.snapshot(queue_metrics, NS, "q", "failed")
+    failed = await store.snapshot(queue_minute_metrics, NS, "q", "failed")
     assert (failed.count, list(failed.points)) == (1, [])
-    await core.enqueue(NS, "q", task())
-    [job] = await core.lease(NS, ["q"], "w", 1)
-    await core.complete(
-        NS, "q", job.id, job.epoch, dataclasses.replace(Outcome.ok(), metrics=(t0 + 60 * minute, 3))
+    await core.jobs.enqueue(NS, "q", task())
+    [job] = await core.jobs.lease(NS, ["q"], "w", 1)
+    await core.jobs.complete(
+        NS, "q", job.id, job.epoch, dataclasses.replace(Ok(), metrics=(t0 + 60 * minute, 3))
     )
-    capped = await store.snapshot(queue_metrics, NS, "q", "completed")
+    capped = await store.snapshot(queue_minute_metrics, NS, "q", "completed")
     assert list(capped.points) == [0, 0, 1]  # at most max_data_points, the newest kept
 
 
 async def test_a_counter_key_taken_by_hand_returns_the_job_that_holds_it(core, events_of, check_invariants):
-    by_hand = await core.enqueue(NS, "q", task("mine"), pb.EnqueueOpts(job_key="2"))
+    by_hand = await core.jobs.enqueue(NS, "q", task("mine"), pb.EnqueueOpts(job_key="2"))
     auto = pb.EnqueueOpts(job_key_from_counter=True)
-    bulk = await core.enqueue_bulk(NS, "q", [(task(), auto), (task(), auto), (task(), auto)])
+    bulk = await core.jobs.enqueue_bulk(NS, "q", [(task(), auto), (task(), auto), (task(), auto)])
     assert [(r.job_key, r.created) for r in bulk] == [("1", True), ("2", False), ("3", True)]
     assert bulk[1].job_id == by_hand.job_id
     assert "duplicated" in [e.event for e in await events_of("q", by_hand.job_id)]
@@ -334,7 +339,7 @@ async def test_a_counter_key_taken_by_hand_returns_the_job_that_holds_it(core, e
 async def test_an_update_naming_fields_leaves_the_other_settings_alone(core):
     # A worker applying its options must not undo a rate limit set since it read the config.
     rpc = CoreRpc(core)
-    await core.enqueue(NS, "q", task())
+    await core.jobs.enqueue(NS, "q", task())
     limit = J.QueueOp.SetRateLimit(rate_limit=pb.RateLimit(max=1, duration_ns=SEC))
     await rpc.queue_admin(NS, J.QueueAdminRequest(queue="q", op=J.QueueOp(set_rate_limit=limit)))
     only = J.QueueOp.Update(

@@ -15,7 +15,7 @@ from collections import Counter
 
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Ok, Release
 from loam_common.store import open_store
 from loam_queue_core import QueueCore
 
@@ -42,19 +42,19 @@ async def test_asyncio_workers_share_a_queue(core, check_invariants, events_of):
                 (pb.TaskSpec(name="t", payload=pb.Payload(data=str(i).encode())), None)
                 for i in range(start, start + 10)
             ]
-            enqueued.extend(r.job_id for r in await core.enqueue_bulk(NS, "q", batch))
+            enqueued.extend(r.job_id for r in await core.jobs.enqueue_bulk(NS, "q", batch))
             await asyncio.sleep(0)
         producing_done.set()
 
     async def worker(name: str) -> None:
         while True:
-            jobs = await core.lease(NS, ["q"], name, 3, wait_ns=2 * SEC)
+            jobs = await core.jobs.lease(NS, ["q"], name, 3, wait_ns=2 * SEC)
             for job in jobs:
                 leased.append((job.id, job.epoch))
                 if released_first(job.id, job.epoch):
-                    await core.complete(NS, "q", job.id, job.epoch, Outcome.release())
+                    await core.jobs.complete(NS, "q", job.id, job.epoch, Release())
                     continue
-                done = await core.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+                done = await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
                 assert done.state == S.COMPLETED
                 completed.append(job.id)
                 if producing_done.is_set() and len(completed) == len(enqueued):
@@ -96,7 +96,7 @@ WORKER_SCRIPT = textwrap.dedent(
     """
     import asyncio, json, sys, zlib
     from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-    from loam_common.jobs.complete import Outcome
+    from loam_common.jobs.complete import Ok, Release
     from loam_common.store import open_store
     from loam_queue_core import QueueCore
 
@@ -108,14 +108,14 @@ WORKER_SCRIPT = textwrap.dedent(
         out = {"enqueued": [], "leased": [], "completed": []}
         for i in range(n_enqueue):
             task = pb.TaskSpec(name="t", payload=pb.Payload(data=f"{name}-{i}".encode()))
-            out["enqueued"].append((await core.enqueue("acme", "q", task)).job_id)
-        while jobs := await core.lease("acme", ["q"], name, 4):
+            out["enqueued"].append((await core.jobs.enqueue("acme", "q", task)).job_id)
+        while jobs := await core.jobs.lease("acme", ["q"], name, 4):
             for job in jobs:
                 out["leased"].append([job.id, job.epoch])
                 if job.epoch == 1 and zlib.crc32(job.id.encode()) % 4 == 0:
-                    await core.complete("acme", "q", job.id, job.epoch, Outcome.release())
+                    await core.jobs.complete("acme", "q", job.id, job.epoch, Release())
                     continue
-                await core.complete("acme", "q", job.id, job.epoch, Outcome.ok())
+                await core.jobs.complete("acme", "q", job.id, job.epoch, Ok())
                 out["completed"].append(job.id)
         await store.close()
         print(json.dumps(out), flush=True)
@@ -135,7 +135,7 @@ async def test_processes_share_one_sqlite_file(tmp_path):
     core = QueueCore(store)
     pre = [
         r.job_id
-        for r in await core.enqueue_bulk(NS, "q", [(pb.TaskSpec(name="t"), None) for _ in range(n_pre)])
+        for r in await core.jobs.enqueue_bulk(NS, "q", [(pb.TaskSpec(name="t"), None) for _ in range(n_pre)])
     ]
 
     procs = [

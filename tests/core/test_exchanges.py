@@ -31,19 +31,19 @@ async def test_direct_topic_fanout_routing(core, clock):
         await rpc.exchange_bind(
             NS, J.ExchangeBindRequest(exchange=ex, routing_key=key, queue=queue, ttl_ns=ttl)
         )
-    assert await _publish(rpc, "d", J.EXCHANGE_TYPE_DIRECT, "a") == ["qa"]
-    assert await _publish(rpc, "t", J.EXCHANGE_TYPE_TOPIC, "task.sent") == ["qall", "qt"]
-    assert await _publish(rpc, "t", J.EXCHANGE_TYPE_TOPIC, "worker.heartbeat") == ["qall"]
-    assert await _publish(rpc, "f", J.EXCHANGE_TYPE_FANOUT, "ignored") == ["m1", "m2"]
-    assert await _publish(rpc, "nobody", J.EXCHANGE_TYPE_DIRECT, "x") == []
+    assert await _publish(rpc, "d", pb.EXCHANGE_TYPE_DIRECT, "a") == ["qa"]
+    assert await _publish(rpc, "t", pb.EXCHANGE_TYPE_TOPIC, "task.sent") == ["qall", "qt"]
+    assert await _publish(rpc, "t", pb.EXCHANGE_TYPE_TOPIC, "worker.heartbeat") == ["qall"]
+    assert await _publish(rpc, "f", pb.EXCHANGE_TYPE_FANOUT, "ignored") == ["m1", "m2"]
+    assert await _publish(rpc, "nobody", pb.EXCHANGE_TYPE_DIRECT, "x") == []
     counts = await rpc.queue_admin(
         NS, J.QueueAdminRequest(queue="m2", op=J.QueueOp(counts=J.QueueOp.Counts()))
     )
     assert counts.counts.waiting == 1
     clock.advance(3 * SEC)  # m2's binding lapsed: no longer renewed
-    assert await _publish(rpc, "f", J.EXCHANGE_TYPE_FANOUT, "") == ["m1"]
+    assert await _publish(rpc, "f", pb.EXCHANGE_TYPE_FANOUT, "") == ["m1"]
     r = await rpc.exchange_unbind(NS, J.ExchangeUnbindRequest(exchange="d", routing_key="a", queue="qa"))
-    assert r.removed and await _publish(rpc, "d", J.EXCHANGE_TYPE_DIRECT, "a") == []
+    assert r.removed and await _publish(rpc, "d", pb.EXCHANGE_TYPE_DIRECT, "a") == []
     table = await rpc.exchange_bindings(NS, J.ExchangeBindingsRequest(exchange="t"))
     assert [(b.routing_key, b.queue) for b in table.bindings] == [("#", "qall"), ("task.*", "qt")]
 
@@ -68,9 +68,9 @@ async def test_result_incr_added_and_long_poll(core):
 
 # -- a routed publish and the sleeping polls of its queues ----------------------------------------
 async def _sleeping_poll(core, queue: str) -> asyncio.Task:
-    poll = asyncio.create_task(core.lease(NS, [queue], "w-" + queue, max_jobs=1, wait_ns=20 * SEC))
+    poll = asyncio.create_task(core.jobs.lease(NS, [queue], "w-" + queue, max_jobs=1, wait_ns=20 * SEC))
     async with asyncio.timeout(5):
-        while core.waiters.parked(NS, queue) == 0:
+        while core.waiters.sleeping(NS, queue) == 0:  # read nothing and waits: a publish may claim it
             await asyncio.sleep(0.001)
     return poll
 
@@ -83,7 +83,7 @@ async def test_a_publish_routed_to_one_queue_hands_its_job_to_a_sleeping_poll(
     poll = await _sleeping_poll(core, "q")
     txs = count_transactions()
     r = await rpc.exchange_publish(NS, J.ExchangePublishRequest(
-        exchange="celery", type=J.EXCHANGE_TYPE_DIRECT, routing_key="celery", task=_task()))  # fmt: skip
+        exchange="celery", type=pb.EXCHANGE_TYPE_DIRECT, routing_key="celery", task=_task()))  # fmt: skip
     (got,) = await asyncio.wait_for(poll, 5)
     assert got.id == r.routed[0].result.enqueued.job and got.worker == "w-q"
     assert txs == ["job_enqueue_then_lease"]  # the poll did not read again
@@ -96,7 +96,7 @@ async def test_a_fanout_wakes_the_sleeping_poll_of_every_queue(core):
         await rpc.exchange_bind(NS, J.ExchangeBindRequest(exchange="f", queue=queue))
     polls = [await _sleeping_poll(core, queue) for queue in ("m1", "m2")]
     r = await rpc.exchange_publish(
-        NS, J.ExchangePublishRequest(exchange="f", type=J.EXCHANGE_TYPE_FANOUT, task=_task())
+        NS, J.ExchangePublishRequest(exchange="f", type=pb.EXCHANGE_TYPE_FANOUT, task=_task())
     )
     got = await asyncio.wait_for(asyncio.gather(*polls), 5)
     assert sorted(j.id for (j,) in got) == sorted(x.result.enqueued.job for x in r.routed)
@@ -111,10 +111,10 @@ async def test_a_routed_copy_over_its_queues_payload_limit_is_refused_in_its_slo
         await rpc.exchange_bind(NS, J.ExchangeBindRequest(exchange="f", queue=queue))
     await rpc.exchange_bind(NS, J.ExchangeBindRequest(exchange="d", routing_key="k", queue="small"))
     fanout = await rpc.exchange_publish(
-        NS, J.ExchangePublishRequest(exchange="f", type=J.EXCHANGE_TYPE_FANOUT, task=_task())
+        NS, J.ExchangePublishRequest(exchange="f", type=pb.EXCHANGE_TYPE_FANOUT, task=_task())
     )
     direct = await rpc.exchange_publish(NS, J.ExchangePublishRequest(
-        exchange="d", type=J.EXCHANGE_TYPE_DIRECT, routing_key="k", task=_task()))  # fmt: skip
+        exchange="d", type=pb.EXCHANGE_TYPE_DIRECT, routing_key="k", task=_task()))  # fmt: skip
     by_queue = {x.queue: x.result.WhichOneof("result") for x in fanout.routed}
     assert by_queue == {"small": "error", "big": "enqueued"}
     assert [(x.queue, x.result.WhichOneof("result")) for x in direct.routed] == [("small", "error")]

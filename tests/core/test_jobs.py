@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from loam_common import keys
+from loam_common import keys, validate
 from loam_common.errors import (
     AlreadyExists,
     Fenced,
@@ -23,8 +23,8 @@ from loam_common.errors import (
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, dlq
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
-from loam_common.jobs.enqueue import Enqueued
+from loam_common.jobs.complete import Delay, Fail, Ok, RateLimited, Release, Retry
+from loam_common.jobs.new_job import Enqueued
 from loam_common.jobs.sweeps import STALLED_MESSAGE
 from loam_common.store import RESERVED_PREFIX
 from loam_queue_core import QueueCore
@@ -42,13 +42,13 @@ def err(message: str = "boom") -> pb.JobError:
 
 
 async def enqueue(core: QueueCore, queue: str = "q", name: str = "t", data: bytes = b"x", **opts) -> Enqueued:
-    return await core.enqueue(NS, queue, task(name, data), pb.EnqueueOpts(**opts))
+    return await core.jobs.enqueue(NS, queue, task(name, data), pb.EnqueueOpts(**opts))
 
 
 async def lease(
     core: QueueCore, queue: str = "q", max_jobs: int = 10, worker: str = "w1", **kw
 ) -> list[pb.Job]:
-    return await core.lease(NS, [queue], worker, max_jobs, **kw)
+    return await core.jobs.lease(NS, [queue], worker, max_jobs, **kw)
 
 
 async def lease_one(core: QueueCore, queue: str = "q", **kw) -> pb.Job:
@@ -58,8 +58,8 @@ async def lease_one(core: QueueCore, queue: str = "q", **kw) -> pb.Job:
 
 
 async def ok(core: QueueCore, job: pb.Job, queue: str = "q", result: bytes | None = None):
-    return await core.complete(
-        NS, queue, job.id, job.epoch, Outcome.ok(pb.Payload(data=result) if result is not None else None)
+    return await core.jobs.complete(
+        NS, queue, job.id, job.epoch, Ok(pb.Payload(data=result) if result is not None else None)
     )
 
 
@@ -337,7 +337,7 @@ async def test_fixed_backoff_retries_then_exhausts_into_failed(
     for attempt in (1, 2):
         job = await lease_one(core)
         assert job.attempt == attempt - 1
-        done = await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err(f"try {attempt}")))
+        done = await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err(f"try {attempt}")))
         assert done.state == S.DELAYED
         stored = await job_of(e.job_id)
         assert stored.due_ns == clock.now_ns() + 10 * SEC
@@ -346,7 +346,7 @@ async def test_fixed_backoff_retries_then_exhausts_into_failed(
         assert await lease(core) == []
         clock.advance(1)
     job = await lease_one(core)
-    done = await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err("last")))
+    done = await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err("last")))
     assert done.state == S.FAILED
     stored = await job_of(e.job_id)
     assert stored.state == S.FAILED and stored.attempt == 3
@@ -362,7 +362,7 @@ async def test_exponential_backoff_doubles_up_to_its_cap(core, clock, job_of, ch
     e = await enqueue(core, attempts=5, backoff=b)
     for expected in (1, 2, 3, 3):
         job = await lease_one(core)
-        await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
         assert (await job_of(e.job_id)).due_ns == clock.now_ns() + expected * SEC
         clock.advance(expected * SEC)
     await check_invariants()
@@ -372,18 +372,18 @@ async def test_queue_default_backoff_and_attempts_apply(core, configure, clock, 
     await configure("q", attempts=2, backoff={"kind": pb.BACKOFF_KIND_FIXED, "base_ns": 7 * SEC})
     e = await enqueue(core)
     job = await lease_one(core)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
     assert (await job_of(e.job_id)).due_ns == clock.now_ns() + 7 * SEC
     clock.advance(7 * SEC)
     job = await lease_one(core)
-    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))).state == S.FAILED
+    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))).state == S.FAILED
     await check_invariants()
 
 
 async def test_retry_after_overrides_backoff(core, clock, job_of, check_invariants):
     e = await enqueue(core, attempts=2, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=100 * SEC))
     job = await lease_one(core)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err(), after_ns=3 * SEC))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err(), after_ns=3 * SEC))
     assert (await job_of(e.job_id)).due_ns == clock.now_ns() + 3 * SEC
     await check_invariants()
 
@@ -395,7 +395,7 @@ async def test_fail_with_dead_letter_moves_to_the_dlq_and_redrive_brings_it_back
     await configure("q", dead_letter_queue="q-dlq")
     e = await enqueue(core, data=b"payload", attempts=3)
     job = await lease_one(core)
-    done = await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err("bad input"), dead_letter=True))
+    done = await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(err("bad input"), dead_letter=True))
     assert done.state == S.DEAD_LETTERED
     assert (await jobs_of())[e.job_id].state == S.DEAD_LETTERED
     (letter,) = (await jobs_of("q-dlq")).values()
@@ -419,7 +419,7 @@ async def test_exhausted_attempts_dead_letter_when_the_queue_says_so(
     await configure("q", dead_letter_queue="dlq", dead_letter_on_exhausted=True)
     e = await enqueue(core, attempts=1)
     job = await lease_one(core)
-    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))).state == S.DEAD_LETTERED
+    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))).state == S.DEAD_LETTERED
     assert [j.task.headers[dlq.ORIGIN_JOB] for j in (await jobs_of("dlq")).values()] == [e.job_id]
     await check_invariants("q", "dlq")
 
@@ -428,7 +428,7 @@ async def test_fail_without_a_dlq_stays_failed(core, jobs_of, check_invariants):
     e = await enqueue(core, attempts=5)
     job = await lease_one(core)
     assert (
-        await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err(), dead_letter=True))
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(err(), dead_letter=True))
     ).state == S.FAILED
     assert (await jobs_of())[e.job_id].attempt == 0  # Fail is final; it does not retry
     assert (await check_invariants())[S.FAILED] == 1
@@ -439,16 +439,16 @@ async def test_release_does_not_spend_an_attempt(core, clock, job_of, check_inva
     e = await enqueue(core, attempts=1)
     for _ in range(3):
         job = await lease_one(core)
-        assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.release())).state == S.WAITING
+        assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Release())).state == S.WAITING
     job = await lease_one(core)
     assert job.attempt == 0
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.release(after_ns=5 * SEC))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Release(after_ns=5 * SEC))
     assert (await job_of(e.job_id)).state == S.DELAYED
     assert await lease(core) == []
     clock.advance(5 * SEC)
     job = await lease_one(core)
     # The one attempt is still there: this retry exhausts it.
-    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))).state == S.FAILED
+    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))).state == S.FAILED
     await check_invariants()
 
 
@@ -456,7 +456,7 @@ async def test_delay_until_reschedules_without_spending_an_attempt(core, clock, 
     e = await enqueue(core, attempts=1)
     job = await lease_one(core)
     until = clock.now_ns() + 30 * SEC
-    assert (await core.complete(NS, "q", job.id, job.epoch, Outcome.delay(until))).state == S.DELAYED
+    assert (await core.jobs.complete(NS, "q", job.id, job.epoch, Delay(until))).state == S.DELAYED
     stored = await job_of(e.job_id)
     assert (stored.due_ns, stored.attempt) == (until, 0)
     clock.advance(30 * SEC - 1)
@@ -471,7 +471,7 @@ async def test_rate_limited_outcome_blocks_the_queue_until_the_time_passes(core,
     b = await enqueue(core)
     job = await lease_one(core)
     assert job.id == a.job_id
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.rate_limited(20 * SEC))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, RateLimited(20 * SEC))
     assert await lease(core) == []  # neither the released job nor the other one
     clock.advance(20 * SEC - 1)
     assert await lease(core) == []
@@ -564,12 +564,12 @@ async def test_stale_epoch_after_the_stalled_sweep_is_fenced(
     new = await lease_one(core, worker="w2")
     assert new.epoch > old.epoch
     with pytest.raises(Fenced) as fi:
-        await core.complete(NS, "q", old.id, old.epoch, Outcome.fail(err()))
+        await core.jobs.complete(NS, "q", old.id, old.epoch, Fail(err()))
     assert fi.value.current_epoch == new.epoch
     with pytest.raises(Fenced):
-        await core.extend(NS, "q", old.id, old.epoch, 5 * SEC)
+        await core.jobs.extend(NS, "q", old.id, old.epoch, 5 * SEC)
     with pytest.raises(Fenced):
-        await core.report(NS, "q", old.id, old.epoch, progress=b"1")
+        await core.jobs.report(NS, "q", old.id, old.epoch, progress=b"1")
     assert (await ok(core, new, result=b"r")).state == S.COMPLETED
     stored = await job_of(e.job_id)
     assert stored.state == S.COMPLETED and stored.result.data == b"r"
@@ -591,12 +591,12 @@ async def test_extend_is_capped_by_the_timeout_and_refused_past_it(core, clock, 
     start = clock.now_ns()
     assert job.deadline_ns == start + 10 * SEC
     clock.advance(5 * SEC)
-    assert await core.extend(NS, "q", job.id, job.epoch, 10 * SEC) == start + 15 * SEC
-    assert await core.extend(NS, "q", job.id, job.epoch, 60 * SEC) == start + 20 * SEC
+    assert await core.jobs.extend(NS, "q", job.id, job.epoch, 10 * SEC) == start + 15 * SEC
+    assert await core.jobs.extend(NS, "q", job.id, job.epoch, 60 * SEC) == start + 20 * SEC
     assert (await job_of(job.id)).deadline_ns == start + 20 * SEC
     clock.advance(15 * SEC)
     with pytest.raises(InvalidState):
-        await core.extend(NS, "q", job.id, job.epoch, SEC)
+        await core.jobs.extend(NS, "q", job.id, job.epoch, SEC)
     await check_invariants()
 
 
@@ -605,7 +605,7 @@ async def test_extend_keeps_the_job_from_the_stalled_sweep(core, configure, cloc
     await enqueue(core)
     job = await lease_one(core)
     clock.advance(8 * SEC)
-    await core.extend(NS, "q", job.id, job.epoch, 10 * SEC)
+    await core.jobs.extend(NS, "q", job.id, job.epoch, 10 * SEC)
     clock.advance(8 * SEC)  # past the first deadline, before the extended one
     await sweep()
     assert (await ok(core, job)).state == S.COMPLETED
@@ -641,7 +641,7 @@ async def test_the_sweeper_applies_retention_by_age_and_leaves_idle_queues_witho
     await configure("idle")
     for _ in range(2):
         await enqueue(core)
-        await core.complete(NS, "q", (job := await lease_one(core)).id, job.epoch, Outcome.ok())
+        await core.jobs.complete(NS, "q", (job := await lease_one(core)).id, job.epoch, Ok())
     await enqueue(core, "idle")
     writes = 0
     transact = store.transact
@@ -677,7 +677,7 @@ async def test_hard_timeout_is_a_retryable_timeout_failure(core, clock, sweep, j
     e = await enqueue(core, attempts=2, visibility_ns=20 * SEC, timeout_ns=30 * SEC)
     job = await lease_one(core)
     clock.advance(15 * SEC)
-    assert await core.extend(NS, "q", job.id, job.epoch, 60 * SEC) == clock.now_ns() + 15 * SEC
+    assert await core.jobs.extend(NS, "q", job.id, job.epoch, 60 * SEC) == clock.now_ns() + 15 * SEC
     clock.advance(15 * SEC + 1)
     await sweep()
     stored = await job_of(e.job_id)
@@ -705,17 +705,17 @@ async def test_report_progress_log_and_data(core, store, configure, job_of, even
     await configure("q", log_cap=3)
     e = await enqueue(core, data=b"v1")
     job = await lease_one(core)
-    await core.report(NS, "q", job.id, job.epoch, progress=b'{"pct": 40}')
+    await core.jobs.report(NS, "q", job.id, job.epoch, progress=b'{"pct": 40}')
     assert (await job_of(e.job_id)).progress == b'{"pct": 40}'
     assert [x.data for x in await events_of(job_id=e.job_id) if x.event == "progress"] == [b'{"pct": 40}']
     with pytest.raises(InvalidArgument):
-        await core.report(NS, "q", job.id, job.epoch, progress=b"not json")
+        await core.jobs.report(NS, "q", job.id, job.epoch, progress=b"not json")
     for i in range(5):
-        await core.report(NS, "q", job.id, job.epoch, log_line=f"line {i}")
+        await core.jobs.report(NS, "q", job.id, job.epoch, log_line=f"line {i}")
     assert await store.snapshot(read_log, e.job_id) == ["line 2", "line 3", "line 4"]
     assert (await job_of(e.job_id)).log_count == 5
-    await core.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=b"v2"))
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.release())
+    await core.jobs.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=b"v2"))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Release())
     assert (await lease_one(core)).task.payload.data == b"v2"
     await check_invariants()
 
@@ -757,18 +757,18 @@ async def test_a_big_data_report_goes_to_the_blob_store_and_the_old_blob_is_coll
     e = await enqueue(core, data=b"small")
     job = await lease_one(core)
     big, bigger = os.urandom(20 * 1024), os.urandom(30 * 1024)
-    await core.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=big))
+    await core.jobs.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=big))
     first = (await job_of(e.job_id)).task.payload
     assert first.data == b"" and first.blob_ref and first.size == len(big)
     assert await blobs.get(first.blob_ref) == big
-    await core.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=bigger))
+    await core.jobs.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=bigger))
     second = (await job_of(e.job_id)).task.payload
     assert second.blob_ref != first.blob_ref and await blobs.get(second.blob_ref) == bigger
     gc = await store.snapshot(lambda tx: tx.get(keys.blob_gc(NS, first.blob_ref)))
     assert gc is not None  # the replaced blob is marked for the sweeper to delete
 
     with pytest.raises(Fenced):  # a stale epoch: nothing changes, its blob is not left behind
-        await core.report(NS, "q", job.id, job.epoch - 1, data=pb.Payload(data=os.urandom(40 * 1024)))
+        await core.jobs.report(NS, "q", job.id, job.epoch - 1, data=pb.Payload(data=os.urandom(40 * 1024)))
     assert (await job_of(e.job_id)).task.payload == second
     assert {p.name for p in (tmp_path / "blobs").rglob("*") if p.is_file()} == {
         p.name for p in (tmp_path / "blobs").rglob("*") if p.is_file() and p.read_bytes() in (big, bigger)
@@ -778,7 +778,7 @@ async def test_a_big_data_report_goes_to_the_blob_store_and_the_old_blob_is_coll
 async def test_update_data_moves_a_big_payload_to_the_blob_store(core, blobs, job_of):
     e = await enqueue(core, data=b"small")
     data = os.urandom(20 * 1024)
-    await core.update_data(NS, "q", e.job_id, pb.Payload(data=data))
+    await core.jobs.update_data(NS, "q", e.job_id, pb.Payload(data=data))
     stored_payload = (await job_of(e.job_id)).task.payload
     assert stored_payload.blob_ref and await blobs.get(stored_payload.blob_ref) == data
     assert (await lease_one(core)).task.payload.data == data
@@ -789,7 +789,7 @@ async def test_a_data_report_over_the_limit_is_refused(store, blobs, job_of):
     e = await enqueue(core, data=b"small")
     job = await lease_one(core)
     with pytest.raises(PayloadTooLarge):
-        await core.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=b"z" * (64 * 1024 + 1)))
+        await core.jobs.report(NS, "q", job.id, job.epoch, data=pb.Payload(data=b"z" * (64 * 1024 + 1)))
     assert (await job_of(e.job_id)).task.payload.data == b"small"
 
 
@@ -827,7 +827,7 @@ async def test_long_poll_wakes_when_a_job_is_released(core, check_invariants):
     async with asyncio.timeout(5):
         while core.waiters.parked(NS, "q") == 0:
             await asyncio.sleep(0.001)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.release())
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Release())
     got = await asyncio.wait_for(poll, 10)
     assert [j.id for j in got] == [job.id]
     await check_invariants()
@@ -843,7 +843,7 @@ async def test_long_poll_of_a_dead_letter_queue_wakes_when_a_job_is_dead_lettere
     async with asyncio.timeout(5):
         while core.waiters.parked(NS, "q-dlq") == 0:
             await asyncio.sleep(0.001)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err(), dead_letter=True))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(err(), dead_letter=True))
     (letter,) = await asyncio.wait_for(poll, 5)  # woken by the commit, not by the wait's end
     assert letter.task.headers[dlq.ORIGIN_JOB] == job.id
     await check_invariants("q", "q-dlq")
@@ -858,9 +858,9 @@ async def test_long_poll_takes_a_delayed_job_due_before_the_time_it_sleeps_until
             await asyncio.sleep(0.001)
     soon = pb.EnqueueOpts(not_before=pb.Delay(delay_ns=SEC // 5))
     if bulk:
-        (e,) = await core.enqueue_bulk(NS, "q", [(task("t", b"x"), soon)])
+        (e,) = await core.jobs.enqueue_bulk(NS, "q", [(task("t", b"x"), soon)])
     else:
-        e = await core.enqueue(NS, "q", task("t", b"x"), soon)
+        e = await core.jobs.enqueue(NS, "q", task("t", b"x"), soon)
     clock.advance(SEC)  # the new job is due now, by the store's clock
     got = await asyncio.wait_for(poll, 5)  # not the poll's 20 s, nor a year
     assert [j.id for j in got] == [e.job_id]
@@ -874,7 +874,7 @@ async def test_an_enqueue_leases_for_a_sleeping_poll_in_its_own_transaction(
     poll = await _parked_poll(core)
     txs = count_transactions()
     if bulk:
-        (e,) = await core.enqueue_bulk(NS, "q", [(task("t", b"x"), None)])
+        (e,) = await core.jobs.enqueue_bulk(NS, "q", [(task("t", b"x"), None)])
     else:
         e = await enqueue(core)
     (got,) = await asyncio.wait_for(poll, 5)
@@ -891,7 +891,7 @@ async def test_a_bulk_enqueue_hands_what_the_sleeping_poll_asks_for_and_wakes_an
     async with asyncio.timeout(5):
         while core.waiters.parked(NS, "q") < 2:
             await asyncio.sleep(0.001)
-    res = await core.enqueue_bulk(NS, "q", [(task("t", b"x"), None) for _ in range(3)])
+    res = await core.jobs.enqueue_bulk(NS, "q", [(task("t", b"x"), None) for _ in range(3)])
     got1, got2 = await asyncio.wait_for(asyncio.gather(first, second), 5)
     assert [j.id for j in got1] == [r.job_id for r in res[:2]]  # in queue order
     assert [j.id for j in got2] == [res[2].job_id]
@@ -912,7 +912,7 @@ async def test_a_sleeping_poll_that_wants_other_tasks_is_not_handed_the_job(core
 
 def _slow_enqueue_then_lease(monkeypatch, seconds: float) -> None:
     """The hand-off transaction takes `seconds` (in the store's writer thread)."""
-    from loam_queue_core import core as core_module
+    from loam_queue_core.facade import jobs as core_module
 
     real = core_module.job_enqueue_then_lease
 
@@ -994,7 +994,7 @@ async def test_long_poll_with_nothing_returns_empty(core):
 )
 async def test_bad_enqueue_input_names_the_field_and_stores_nothing(core, store, queue, opts, field):
     with pytest.raises(InvalidArgument) as ei:
-        await core.enqueue(NS, queue, task(), pb.EnqueueOpts(**opts))
+        await core.jobs.enqueue(NS, queue, task(), pb.EnqueueOpts(**opts))
     assert ei.value.field == field
     assert await stored(store) == []
 
@@ -1005,11 +1005,12 @@ async def test_highest_priority_is_accepted(core, check_invariants):
 
 
 async def test_bad_namespace_and_task_name_are_refused(core, store):
+    # The namespace is checked where it enters (a credential, a header): the one check.
     with pytest.raises(InvalidArgument) as ei:
-        await core.enqueue("a/b", "q", task())
+        validate.namespace("a/b")
     assert ei.value.field == "namespace"
     with pytest.raises(InvalidArgument) as ei:
-        await core.enqueue(NS, "q", task(name=""))
+        await core.jobs.enqueue(NS, "q", task(name=""))
     assert ei.value.field == "task.name"
     assert await stored(store) == []
 
@@ -1026,7 +1027,7 @@ async def test_bad_namespace_and_task_name_are_refused(core, store):
 async def test_bad_lease_input_names_the_field(core, store, kw, field):
     args = {"queues": ["q"], "max_jobs": 1, "wait_ns": 0} | kw
     with pytest.raises(InvalidArgument) as ei:
-        await core.lease(NS, args["queues"], "w", args["max_jobs"], wait_ns=args["wait_ns"])
+        await core.jobs.lease(NS, args["queues"], "w", args["max_jobs"], wait_ns=args["wait_ns"])
     assert ei.value.field == field
     assert await stored(store) == []
 
@@ -1038,11 +1039,11 @@ async def test_lease_on_an_unknown_queue_creates_nothing(core, store):
 
 async def test_bulk_enqueue_refuses_bad_input_whole_and_isolates_key_clashes(core, jobs_of, check_invariants):
     with pytest.raises(InvalidArgument) as ei:
-        await core.enqueue_bulk(NS, "q", [(task(), None), (task(), pb.EnqueueOpts(priority=2**22))])
+        await core.jobs.enqueue_bulk(NS, "q", [(task(), None), (task(), pb.EnqueueOpts(priority=2**22))])
     assert ei.value.field == "jobs[1].opts.priority"
     assert await jobs_of() == {}
     await enqueue(core, job_key="taken", data=b"a")
-    res = await core.enqueue_bulk(
+    res = await core.jobs.enqueue_bulk(
         NS,
         "q",
         [
@@ -1055,7 +1056,7 @@ async def test_bulk_enqueue_refuses_bad_input_whole_and_isolates_key_clashes(cor
     assert res[0].created and res[2].created
     assert len(await jobs_of()) == 3
     # A bulk call of one job answers the same way: its error in its slot, not raised.
-    (alone,) = await core.enqueue_bulk(NS, "q", [(task(data=b"c"), pb.EnqueueOpts(job_key="taken"))])
+    (alone,) = await core.jobs.enqueue_bulk(NS, "q", [(task(data=b"c"), pb.EnqueueOpts(job_key="taken"))])
     assert isinstance(alone, AlreadyExists) and len(await jobs_of()) == 3
     await check_invariants()
 
@@ -1077,9 +1078,9 @@ async def test_outbox_records_delay_retry_and_failure(core, clock, events_of, ch
     e = await enqueue(core, attempts=2, not_before=pb.Delay(delay_ns=SEC))
     clock.advance(SEC)
     job = await lease_one(core)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
     job = await lease_one(core)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
     assert [x.event for x in await events_of(job_id=e.job_id)] == [
         "added",
         "delayed",
@@ -1103,7 +1104,7 @@ async def test_every_state_change_writes_an_outbox_row(
     await enqueue(core, attempts=3)
     jobs = await lease(core, max_jobs=2)
     await ok(core, jobs[0])
-    await core.complete(NS, "q", jobs[1].id, jobs[1].epoch, Outcome.retry(err(), after_ns=SEC))
+    await core.jobs.complete(NS, "q", jobs[1].id, jobs[1].epoch, Retry(err(), after_ns=SEC))
     clock.advance(6 * SEC)
     jobs = await lease(core, max_jobs=1)
     clock.advance(20 * SEC)
@@ -1148,7 +1149,7 @@ async def test_a_retried_job_holds_its_subject(core, clock, check_invariants):
     other = await enqueue(core, subject="t")
     job = await lease_one(core)
     assert job.id == first.job_id
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err()))
     assert [j.id for j in await lease(core)] == [other.job_id]
     clock.advance(10 * SEC)
     job = await lease_one(core)
@@ -1162,7 +1163,7 @@ async def test_a_failed_job_frees_its_subject(core, check_invariants):
     await enqueue(core, subject="s")
     second = await enqueue(core, subject="s")
     job = await lease_one(core)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.fail(err()))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(err()))
     assert [j.id for j in await lease(core)] == [second.job_id]
     await check_invariants()
 
@@ -1182,7 +1183,7 @@ async def test_a_delayed_job_behind_its_subject_keeps_its_due_time(core, clock, 
 async def test_sharded_queue_delivers_every_job_exactly_once(core, configure, check_invariants, events_of):
     await configure("q", shards=4)
     ids = {(await enqueue(core, data=str(i).encode())).job_id for i in range(40)}
-    ids |= {r.job_id for r in await core.enqueue_bulk(NS, "q", [(task(), None) for _ in range(20)])}
+    ids |= {r.job_id for r in await core.jobs.enqueue_bulk(NS, "q", [(task(), None) for _ in range(20)])}
     seen: list[str] = []
     while jobs := await lease(core, max_jobs=3):
         seen.extend(j.id for j in jobs)
@@ -1218,13 +1219,13 @@ async def test_complete_many_answers_each_item_and_one_fenced_token_spoils_nothi
         await enqueue(core)
     jobs = await lease(core, max_jobs=3, worker="w2")
     assert len(jobs) == 3
-    res = await core.complete_many(
+    res = await core.jobs.complete_many(
         NS,
         [
-            ("q", jobs[0].id, jobs[0].epoch, Outcome.ok()),
-            ("q", stale.id, stale.epoch, Outcome.ok()),
-            ("q", jobs[1].id, jobs[1].epoch, Outcome.fail(err())),
-            ("q", jobs[2].id, jobs[2].epoch, Outcome.release()),
+            ("q", jobs[0].id, jobs[0].epoch, Ok()),
+            ("q", stale.id, stale.epoch, Ok()),
+            ("q", jobs[1].id, jobs[1].epoch, Fail(err())),
+            ("q", jobs[2].id, jobs[2].epoch, Release()),
         ],
     )
     assert isinstance(res[1], Fenced)
@@ -1241,8 +1242,8 @@ async def test_complete_then_lease_takes_what_the_completions_freed_in_one_call(
     later = [(await enqueue(core)).job_id for _ in range(3)]
     held = await lease(core, max_jobs=5)
     assert [j.id for j in held] == first  # the queue's concurrency holds the rest back
-    res, leased = await core.complete_many_then_lease(
-        NS, [("q", j.id, j.epoch, Outcome.ok()) for j in held], ["q"], "w", 5
+    res, leased = await core.jobs.complete_many_then_lease(
+        NS, [("q", j.id, j.epoch, Ok()) for j in held], ["q"], "w", 5
     )
     assert [r.state for r in res] == [S.COMPLETED, S.COMPLETED]
     assert [j.id for j in leased] == later[:2]  # the two slots the completions freed
@@ -1255,7 +1256,7 @@ async def test_complete_then_lease_with_bad_lease_arguments_changes_nothing(core
     await enqueue(core)
     job = await lease_one(core)
     with pytest.raises(InvalidArgument) as e:
-        await core.complete_many_then_lease(NS, [("q", job.id, job.epoch, Outcome.ok())], ["q"], "w", 0)
+        await core.jobs.complete_many_then_lease(NS, [("q", job.id, job.epoch, Ok())], ["q"], "w", 0)
     assert e.value.field == "lease.max"
     counts = await check_invariants()
     assert counts == {S.ACTIVE: 1}
@@ -1264,7 +1265,7 @@ async def test_complete_then_lease_with_bad_lease_arguments_changes_nothing(core
 async def _parked_poll(core, max_jobs: int = 1, **kw) -> asyncio.Task:
     poll = asyncio.create_task(lease(core, max_jobs=max_jobs, wait_ns=20 * SEC, worker="w2", **kw))
     async with asyncio.timeout(5):
-        while core.waiters.parked(NS, "q") == 0:
+        while core.waiters.sleeping(NS, "q") == 0:  # it read nothing and waits
             await asyncio.sleep(0.001)
     return poll
 
@@ -1287,9 +1288,7 @@ async def test_long_poll_wakes_when_a_concurrency_slot_frees(core, configure, ch
     first = await lease_one(core)
     poll = await _parked_poll(core)
     if batched:  # BullMQ's moveToFinished: a batch that also leases, for another worker
-        await core.complete_many_then_lease(
-            NS, [("q", first.id, first.epoch, Outcome.ok())], ["other"], "w1", 1
-        )
+        await core.jobs.complete_many_then_lease(NS, [("q", first.id, first.epoch, Ok())], ["other"], "w1", 1)
     else:
         await ok(core, first)
     assert [j.id for j in await asyncio.wait_for(poll, 5)] == [second.job_id]
@@ -1300,7 +1299,7 @@ async def test_long_poll_wakes_when_a_job_is_retried(core, check_invariants):
     await enqueue(core, attempts=2)
     job = await lease_one(core)
     poll = await _parked_poll(core)
-    await core.complete(NS, "q", job.id, job.epoch, Outcome.retry(err(), after_ns=0))
+    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(err(), after_ns=0))
     assert [j.id for j in await asyncio.wait_for(poll, 5)] == [job.id]
     await check_invariants()
 
@@ -1325,7 +1324,7 @@ async def test_a_completion_that_frees_nothing_leaves_a_parked_poll_asleep(core,
     poll = await _parked_poll(core)
     txs = count_transactions()
     await ok(core, one)
-    await core.complete_many_then_lease(NS, [("q", two.id, two.epoch, Outcome.ok())], ["q"], "w1", 1)
+    await core.jobs.complete_many_then_lease(NS, [("q", two.id, two.epoch, Ok())], ["q"], "w1", 1)
     await asyncio.sleep(0.05)
     assert "job_lease" not in txs and not poll.done()
     e = await enqueue(core)  # the poll still answers the next job
@@ -1343,6 +1342,6 @@ async def test_a_completion_that_frees_nothing_leaves_a_parked_poll_asleep(core,
 )
 async def test_times_past_int64_are_refused_not_crashed(core, jobs_of, opts, field):
     with pytest.raises(InvalidArgument) as e:
-        await core.enqueue(NS, "q", pb.TaskSpec(name="t"), pb.EnqueueOpts(**opts))
+        await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"), pb.EnqueueOpts(**opts))
     assert e.value.field.endswith(field)
     assert await jobs_of() == {}

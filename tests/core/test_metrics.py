@@ -14,7 +14,7 @@ from loam_common import metrics
 from loam_common.errors import Fenced
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok, Release, Retry
 from loam_common.store import SqliteBackend, Store
 from loam_queue_core import QueueCore
 
@@ -52,9 +52,9 @@ async def test_metrics_agree_with_the_store_after_a_mixed_workload(
         opts = pb.EnqueueOpts(priority=3 if i % 4 == 0 else 0)
         if i >= 10:
             opts.not_before.delay_ns = 3600 * SEC
-        await cores[i % 2].enqueue(NS, "q", pb.TaskSpec(name=f"task{i % 3}"), opts)
-    await cores[1].enqueue_bulk(NS, "other", [(pb.TaskSpec(name="x"), None)] * 3)
-    leased = await cores[0].lease(NS, ["q"], "w1", max_jobs=4) + await cores[1].lease(
+        await cores[i % 2].jobs.enqueue(NS, "q", pb.TaskSpec(name=f"task{i % 3}"), opts)
+    await cores[1].jobs.enqueue_bulk(NS, "other", [(pb.TaskSpec(name="x"), None)] * 3)
+    leased = await cores[0].jobs.lease(NS, ["q"], "w1", max_jobs=4) + await cores[1].jobs.lease(
         NS, ["q"], "w2", max_jobs=3
     )
     assert len(leased) == 7
@@ -63,15 +63,15 @@ async def test_metrics_agree_with_the_store_after_a_mixed_workload(
     for k, (job, what) in enumerate(zip(leased, plan, strict=True)):
         c = cores[k % 2]
         if what == "ok":
-            await c.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+            await c.jobs.complete(NS, "q", job.id, job.epoch, Ok())
         elif what == "retry":
-            await c.complete(NS, "q", job.id, job.epoch, Outcome.retry(pb.JobError(message="again"), 0))
+            await c.jobs.complete(NS, "q", job.id, job.epoch, Retry(pb.JobError(message="again"), 0))
         elif what == "fail_dlq":
-            await c.complete(
-                NS, "q", job.id, job.epoch, Outcome.fail(pb.JobError(message="x"), dead_letter=True)
+            await c.jobs.complete(
+                NS, "q", job.id, job.epoch, Fail(pb.JobError(message="x"), dead_letter=True)
             )
         elif what == "release":
-            await c.complete(NS, "q", job.id, job.epoch, Outcome.release())
+            await c.jobs.complete(NS, "q", job.id, job.epoch, Release())
         else:
             stalled_job = job
             continue
@@ -80,12 +80,12 @@ async def test_metrics_agree_with_the_store_after_a_mixed_workload(
     await sweep()  # reclaims the stalled lease: epoch + 1
     for c in cores:  # the first worker comes back late: fenced, on either core
         with pytest.raises(Fenced):
-            await c.complete(NS, "q", stalled_job.id, stalled_job.epoch, Outcome.ok())
+            await c.jobs.complete(NS, "q", stalled_job.id, stalled_job.epoch, Ok())
         fenced += 1
     with pytest.raises(Fenced):
-        await core.extend(NS, "q", stalled_job.id, stalled_job.epoch, SEC)
+        await core.jobs.extend(NS, "q", stalled_job.id, stalled_job.epoch, SEC)
     fenced += 1
-    more = await cores[1].lease(NS, ["q"], "w3", max_jobs=2)
+    more = await cores[1].jobs.lease(NS, ["q"], "w3", max_jobs=2)
     clock.advance(2 * SEC)
 
     texts = [await metrics.render_store(c.store, process=False) for c in cores]
@@ -117,9 +117,9 @@ async def test_metrics_agree_with_the_store_after_a_mixed_workload(
 
 async def test_histograms_are_per_process_and_the_text_format_is_valid(store, core):
     before = metrics.PROCESS.run_seconds.series()
-    await core.enqueue(NS, "h", pb.TaskSpec(name='odd "name"\\x'))
-    (job,) = await core.lease(NS, ["h"], "w")
-    await core.complete(NS, "h", job.id, job.epoch, Outcome.ok())
+    await core.jobs.enqueue(NS, "h", pb.TaskSpec(name='odd "name"\\x'))
+    (job,) = await core.jobs.lease(NS, ["h"], "w")
+    await core.jobs.complete(NS, "h", job.id, job.epoch, Ok())
     text = await metrics.render_store(store)
     parsed = metrics.parse(text)
     assert metrics.PROCESS.run_seconds.series() >= before

@@ -39,7 +39,7 @@ from loam_common.errors import Fenced, InvalidState
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok, Release, Retry
 from loam_common.jobs.queue import QueueTx
 from loam_common.store import FaultPlan, ManualClock, MemoryBackend, Store
 from loam_common.sweeper import Sweeper
@@ -195,9 +195,9 @@ class QueueMachine(RuleBasedStateMachine):
     def enqueue(self, specs) -> None:
         opts = [self._opts(**spec) for spec in specs]
         if len(opts) == 1:
-            results = [self.run(self.core.enqueue(NS, Q, pb.TaskSpec(name="t"), opts[0]))]
+            results = [self.run(self.core.jobs.enqueue(NS, Q, pb.TaskSpec(name="t"), opts[0]))]
         else:
-            results = self.run(self.core.enqueue_bulk(NS, Q, [(pb.TaskSpec(name="t"), o) for o in opts]))
+            results = self.run(self.core.jobs.enqueue_bulk(NS, Q, [(pb.TaskSpec(name="t"), o) for o in opts]))
         for res in results:
             assert res.created and res.job_id not in self.enq_order
             self.enq_order[res.job_id] = len(self.enq_order)
@@ -205,7 +205,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(max_jobs=st.integers(1, 4))
     def lease(self, max_jobs: int) -> None:
         before = self.snap()
-        got = self.run(self.core.lease(NS, [Q], "w", max_jobs))
+        got = self.run(self.core.jobs.lease(NS, [Q], "w", max_jobs))
         after = self.snap()
         assert len(got) <= max_jobs
         assert len({j.id for j in got}) == len(got)
@@ -264,7 +264,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=st.data(), by=st.integers(1, 20))
     def extend(self, data, by: int) -> None:
         token = self._pick(data, self.held)
-        out = self._expect(token, lambda: self.core.extend(NS, Q, *token, by * SEC))
+        out = self._expect(token, lambda: self.core.jobs.extend(NS, Q, *token, by * SEC))
         if out is not None:
             assert out[0] == self.clock.now_ns() + by * SEC
             self.held.append(token)
@@ -278,12 +278,12 @@ class QueueMachine(RuleBasedStateMachine):
         token = self._pick(data, tokens)
         err = pb.JobError(code="error", message="boom")
         outcome = {
-            "ok": Outcome.ok(),
-            "retry": Outcome.retry(err),
-            "fail": Outcome.fail(err),
-            "release": Outcome.release(),
+            "ok": Ok(),
+            "retry": Retry(err),
+            "fail": Fail(err),
+            "release": Release(),
         }[kind]
-        out = self._expect(token, lambda: self.core.complete(NS, Q, *token, outcome))
+        out = self._expect(token, lambda: self.core.jobs.complete(NS, Q, *token, outcome))
         self.done.add(token)
         if out is None:
             return
@@ -300,7 +300,7 @@ class QueueMachine(RuleBasedStateMachine):
     def replay_complete(self, data) -> None:
         """A token that already had its answer, or was reclaimed, is refused."""
         token = sorted(self.done)[data.draw(st.integers(0, len(self.done) - 1))]
-        out = self._expect(token, lambda: self.core.complete(NS, Q, *token, Outcome.ok()))
+        out = self._expect(token, lambda: self.core.jobs.complete(NS, Q, *token, Ok()))
         assert out is None, f"{token} completed after its lease was answered"
 
     @precondition(lambda self: self.held)

@@ -10,8 +10,9 @@ from loam_common import ids
 from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
-from loam_common.jobs.enqueue import NewJob, job_enqueue
+from loam_common.jobs.complete import Ok
+from loam_common.jobs.enqueue import job_enqueue
+from loam_common.jobs.new_job import NewJob
 from loam_common.jobs.query import MAX_PAGE, job_query
 
 NS = "acme"
@@ -68,10 +69,10 @@ async def test_finished_jobs_by_finish_time_merged_across_shards(store, core, cl
     await configure("q", shards=4)
     finished = []
     for _ in range(20):
-        await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
-        (job,) = await core.lease(NS, ["q"], "w", 1)
+        await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
+        (job,) = await core.jobs.lease(NS, ["q"], "w", 1)
         clock.advance(SEC)
-        await core.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
         finished.append(job.id)
     got, _ = await all_pages(store, 3, states=[S.COMPLETED])
     assert got == finished[::-1]
@@ -85,15 +86,15 @@ async def test_finished_jobs_by_finish_time_merged_across_shards(store, core, cl
 async def test_states_are_listed_one_after_another_in_the_order_asked(store, core, clock):
     done = []
     for _ in range(3):
-        await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
-        (job,) = await core.lease(NS, ["q"], "w", 1)
-        await core.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+        await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
+        (job,) = await core.jobs.lease(NS, ["q"], "w", 1)
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
         done.append(job.id)
-    waiting = [(await core.enqueue(NS, "q", pb.TaskSpec(name="t"))).job_id for _ in range(3)]
-    prio = (await core.enqueue(NS, "q", pb.TaskSpec(name="t"), pb.EnqueueOpts(priority=4))).job_id
+    waiting = [(await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))).job_id for _ in range(3)]
+    prio = (await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"), pb.EnqueueOpts(priority=4))).job_id
     later = pb.EnqueueOpts(not_before=pb.Delay(delay_ns=SEC))
-    delayed = (await core.enqueue(NS, "q", pb.TaskSpec(name="t"), later)).job_id
-    (active,) = await core.lease(NS, ["q"], "w", 1)  # the oldest waiting job
+    delayed = (await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"), later)).job_id
+    (active,) = await core.jobs.lease(NS, ["q"], "w", 1)  # the oldest waiting job
 
     got, _ = await all_pages(store, 2, states=[S.WAITING, S.COMPLETED, S.PRIORITIZED])
     assert got == waiting[:0:-1] + done[::-1] + [prio]
@@ -102,8 +103,8 @@ async def test_states_are_listed_one_after_another_in_the_order_asked(store, cor
 
 
 async def test_subject_backlogs_are_listed_with_their_state(store, core):
-    first = (await core.enqueue(NS, "q", pb.TaskSpec(name="t"), pb.EnqueueOpts(subject="s"))).job_id
-    second = (await core.enqueue(NS, "q", pb.TaskSpec(name="t"), pb.EnqueueOpts(subject="s"))).job_id
+    first = (await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"), pb.EnqueueOpts(subject="s"))).job_id
+    second = (await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"), pb.EnqueueOpts(subject="s"))).job_id
     got, _ = await all_pages(store, 10, states=[S.WAITING])
     assert sorted(got) == sorted([first, second])
 
@@ -159,7 +160,7 @@ async def test_waiting_jobs_across_shards_page_by_page(store, core, configure):
     # Each shard numbers its ready entries on its own, so equal positions in several
     # shards are common: a page boundary between them must neither skip nor repeat.
     await configure("q", shards=4)
-    made = {(await core.enqueue(NS, "q", pb.TaskSpec(name="t"))).job_id for _ in range(30)}
+    made = {(await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))).job_id for _ in range(30)}
     for size in (1, 3, 7):
         got, _ = await all_pages(store, size, states=[S.WAITING])
         assert len(got) == len(set(got)) == 30 and set(got) == made

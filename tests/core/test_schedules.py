@@ -12,12 +12,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from loam_common import schedules
 from loam_common.errors import InvalidArgument, NotFound
-from loam_common.gen.loam.jobs.v1 import jobs_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import schedules
 from loam_common.jobs import states as S
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Ok
 from loam_common.schedule_rules import CronRule, parse_cron, parse_tz
 from loam_common.store import RESERVED_PREFIX, Fault, FaultPlan, MemoryBackend, SqliteBackend, Store
 from loam_common.sweeper import Sweeper
@@ -32,9 +31,9 @@ NY = ZoneInfo("America/New_York")
 
 def spec(
     sid: str = "s", *, queue: str = "q", name: str = "tick", data: bytes = b"{}", **fields
-) -> jobs_pb2.ScheduleSpec:
+) -> pb.ScheduleSpec:
     opts = fields.pop("opts", None)
-    s = jobs_pb2.ScheduleSpec(
+    s = pb.ScheduleSpec(
         id=sid, queue=queue, task=pb.TaskSpec(name=name, payload=pb.Payload(data=data)), **fields
     )
     if opts is not None:
@@ -69,7 +68,7 @@ async def stored(store) -> list[tuple[bytes, bytes]]:
 async def follow(core, clock, sweep, sid: str, until_ns: int) -> None:
     """A sweeper that wakes exactly when each tick is due, until `until_ns`."""
     while True:
-        rec = await core.schedule_get(NS, sid)
+        rec = await core.schedules.get(NS, sid)
         if not rec.next_ns or rec.next_ns > until_ns:
             break
         clock.set(rec.next_ns)
@@ -82,13 +81,13 @@ async def test_every_fires_one_job_per_tick_and_keeps_its_state(
     core, clock, sweep, jobs_of, check_invariants
 ):
     t0 = clock.now_ns()
-    up = await core.schedule(NS, spec(every_ns=10 * SEC, opts=pb.EnqueueOpts(priority=3)))
+    up = await core.schedules.upsert(NS, spec(every_ns=10 * SEC, opts=pb.EnqueueOpts(priority=3)))
     assert up.changed and up.schedule.next_ns == t0 + 10 * SEC and up.schedule.count == 0
     for _ in range(25):
         clock.advance(SEC)
         await sweep()
     assert await ticks(jobs_of) == [t0 + 10 * SEC, t0 + 20 * SEC]
-    rec = await core.schedule_get(NS, "s")
+    rec = await core.schedules.get(NS, "s")
     assert (rec.count, rec.last_tick_ns, rec.next_ns) == (2, t0 + 20 * SEC, t0 + 30 * SEC)
     job = (await jobs_of())[rec.last_job_id]
     assert job.task.name == "tick" and job.task.payload.data == b"{}"
@@ -100,8 +99,8 @@ async def test_every_fires_one_job_per_tick_and_keeps_its_state(
 
 async def test_many_ticks_with_a_sweeper_at_random_moments(core, clock, sweep, jobs_of):
     t0 = clock.now_ns()
-    await core.schedule(NS, spec("fast", every_ns=SEC, misfire=pb.MISFIRE_POLICY_FIRE_ALL))
-    await core.schedule(NS, spec("cron", cron="*/2 * * * * *", misfire=pb.MISFIRE_POLICY_FIRE_ALL))
+    await core.schedules.upsert(NS, spec("fast", every_ns=SEC, misfire=pb.MISFIRE_POLICY_FIRE_ALL))
+    await core.schedules.upsert(NS, spec("cron", cron="*/2 * * * * *", misfire=pb.MISFIRE_POLICY_FIRE_ALL))
     rng = random.Random(7)
     for _ in range(120):
         clock.advance(rng.randrange(0, 3 * SEC))
@@ -116,12 +115,12 @@ async def test_many_ticks_with_a_sweeper_at_random_moments(core, clock, sweep, j
 # -- cron, time zones and DST --------------------------------------------------------------------
 async def test_cron_in_new_york_across_spring_forward(core, clock, sweep, jobs_of):
     clock.set(at(NY, 2024, 3, 8, 12, 0))
-    await core.schedule(NS, spec("daily", cron="30 2 * * *", tz="America/New_York"))
-    await core.schedule(NS, spec("half", cron="*/30 * * * *", tz="America/New_York"))
+    await core.schedules.upsert(NS, spec("daily", cron="30 2 * * *", tz="America/New_York"))
+    await core.schedules.upsert(NS, spec("half", cron="*/30 * * * *", tz="America/New_York"))
     # Only the half-hourly ticks of the night of the change matter; follow both.
     end = at(NY, 2024, 3, 11, 12, 0)
     while clock.now_ns() < end:
-        nxt = min([(await core.schedule_get(NS, s)).next_ns for s in ("daily", "half")])
+        nxt = min([(await core.schedules.get(NS, s)).next_ns for s in ("daily", "half")])
         clock.set(min(nxt, end))
         await sweep()
     daily = [local(t) for t in await ticks(jobs_of, sid="daily")]
@@ -143,11 +142,11 @@ async def test_cron_in_new_york_across_spring_forward(core, clock, sweep, jobs_o
 
 async def test_cron_in_new_york_across_fall_back(core, clock, sweep, jobs_of):
     clock.set(at(NY, 2024, 11, 1, 12, 0))
-    await core.schedule(NS, spec("fixed", cron="30 1 * * *", tz="America/New_York"))
-    await core.schedule(NS, spec("hourly", cron="0 * * * *", tz="America/New_York"))
+    await core.schedules.upsert(NS, spec("fixed", cron="30 1 * * *", tz="America/New_York"))
+    await core.schedules.upsert(NS, spec("hourly", cron="0 * * * *", tz="America/New_York"))
     end = at(NY, 2024, 11, 4, 12, 0)
     while clock.now_ns() < end:
-        nxt = min([(await core.schedule_get(NS, s)).next_ns for s in ("fixed", "hourly")])
+        nxt = min([(await core.schedules.get(NS, s)).next_ns for s in ("fixed", "hourly")])
         clock.set(min(nxt, end))
         await sweep()
     fixed = [local(t) for t in await ticks(jobs_of, sid="fixed")]
@@ -169,7 +168,7 @@ async def test_cron_in_new_york_across_fall_back(core, clock, sweep, jobs_of):
 async def test_cron_across_dst_with_a_coarse_sweeper_fires_the_same_ticks(core, clock, sweep, jobs_of):
     """A sweeper every 7 minutes (ticks late but within the grace) fires the same instants."""
     clock.set(at(NY, 2024, 11, 2, 22, 0))
-    await core.schedule(
+    await core.schedules.upsert(
         NS, spec("q15", cron="*/15 * * * *", tz="America/New_York", misfire_grace_ns=10 * MIN)
     )
     end = at(NY, 2024, 11, 3, 4, 0)
@@ -216,9 +215,9 @@ async def test_two_sweepers_racing_never_enqueue_a_tick_twice(
     core, store, second_store, clock, blobs, jobs_of, check_invariants
 ):
     t0 = clock.now_ns()
-    await core.schedule(NS, spec("a", every_ns=SEC, misfire=pb.MISFIRE_POLICY_FIRE_ALL))
-    await core.schedule(NS, spec("b", cron="* * * * * *", misfire=pb.MISFIRE_POLICY_FIRE_ALL))
-    await core.schedule(NS, spec("c", every_ns=3 * SEC))
+    await core.schedules.upsert(NS, spec("a", every_ns=SEC, misfire=pb.MISFIRE_POLICY_FIRE_ALL))
+    await core.schedules.upsert(NS, spec("b", cron="* * * * * *", misfire=pb.MISFIRE_POLICY_FIRE_ALL))
+    await core.schedules.upsert(NS, spec("c", every_ns=3 * SEC))
     sweepers = [Sweeper(store, blobs), Sweeper(store, blobs), Sweeper(second_store, blobs)]
     rng = random.Random(11)
     for _ in range(60):
@@ -238,7 +237,7 @@ async def test_a_sweeper_killed_between_enqueue_and_bookkeeping_leaves_nothing(
     core, store, clock, sweep, jobs_of, monkeypatch
 ):
     t0 = clock.now_ns()
-    await core.schedule(NS, spec(every_ns=10 * SEC))
+    await core.schedules.upsert(NS, spec(every_ns=10 * SEC))
     clock.advance(10 * SEC)
     real_save = schedules._save
 
@@ -253,7 +252,7 @@ async def test_a_sweeper_killed_between_enqueue_and_bookkeeping_leaves_nothing(
     await sweep()
     await sweep()
     assert await ticks(jobs_of) == [t0 + 10 * SEC]
-    assert (await core.schedule_get(NS, "s")).count == 1
+    assert (await core.schedules.get(NS, "s")).count == 1
 
 
 async def test_lost_commit_acknowledgements_do_not_duplicate_ticks(clock, blobs, tmp_path):
@@ -264,7 +263,7 @@ async def test_lost_commit_acknowledgements_do_not_duplicate_ticks(clock, blobs,
     try:
         core = QueueCore(store, blobs)
         t0 = clock.now_ns()
-        await core.schedule(NS, spec(every_ns=SEC, misfire=pb.MISFIRE_POLICY_FIRE_ALL))
+        await core.schedules.upsert(NS, spec(every_ns=SEC, misfire=pb.MISFIRE_POLICY_FIRE_ALL))
         sweeper = Sweeper(store, blobs)
         for _ in range(40):
             clock.advance(SEC)
@@ -290,11 +289,11 @@ async def test_a_restarted_sweeper_catches_up_per_the_misfire_policy(
     core, clock, sweep, jobs_of, policy, expected
 ):
     t0 = clock.now_ns()
-    await core.schedule(NS, spec(every_ns=MIN, misfire=policy, misfire_grace_ns=10 * SEC))
+    await core.schedules.upsert(NS, spec(every_ns=MIN, misfire=policy, misfire_grace_ns=10 * SEC))
     clock.advance(10 * MIN + 30 * SEC)  # down for ten ticks; the last is 30 s late
     await sweep()
     assert await ticks(jobs_of) == [t0 + k * MIN for k in expected]
-    rec = await core.schedule_get(NS, "s")
+    rec = await core.schedules.get(NS, "s")
     assert rec.next_ns == t0 + 11 * MIN and rec.count == len(expected)
     clock.set(t0 + 11 * MIN)  # back on time: the next tick fires normally
     await sweep()
@@ -303,7 +302,7 @@ async def test_a_restarted_sweeper_catches_up_per_the_misfire_policy(
 
 async def test_ticks_within_the_grace_are_on_time_for_every_policy(core, clock, sweep, jobs_of):
     t0 = clock.now_ns()
-    await core.schedule(NS, spec(every_ns=10 * SEC, misfire=pb.MISFIRE_POLICY_SKIP))
+    await core.schedules.upsert(NS, spec(every_ns=10 * SEC, misfire=pb.MISFIRE_POLICY_SKIP))
     clock.advance(45 * SEC)  # four ticks, all less than 60 s late
     await sweep()
     assert await ticks(jobs_of) == [t0 + k * 10 * SEC for k in (1, 2, 3, 4)]
@@ -311,7 +310,7 @@ async def test_ticks_within_the_grace_are_on_time_for_every_policy(core, clock, 
 
 async def test_a_clock_that_jumps_back_does_not_refire(core, clock, sweep, jobs_of):
     t0 = clock.now_ns()
-    await core.schedule(NS, spec(every_ns=10 * SEC))
+    await core.schedules.upsert(NS, spec(every_ns=10 * SEC))
     clock.advance(20 * SEC)
     await sweep()
     clock.set(t0 + 5 * SEC)  # the clock jumps back over two fired ticks
@@ -323,29 +322,29 @@ async def test_a_clock_that_jumps_back_does_not_refire(core, clock, sweep, jobs_
 
 async def test_a_recreated_schedule_cannot_refire_a_tick_its_predecessor_fired(core, clock, sweep, jobs_of):
     t0 = clock.now_ns()
-    await core.schedule(NS, spec(every_ns=10 * SEC, start_ns=t0 + 10 * SEC))
+    await core.schedules.upsert(NS, spec(every_ns=10 * SEC, start_ns=t0 + 10 * SEC))
     clock.advance(10 * SEC)
     await sweep()
-    assert await core.unschedule(NS, "s") is True
-    assert await core.unschedule(NS, "s") is False
+    assert await core.schedules.remove(NS, "s") is True
+    assert await core.schedules.remove(NS, "s") is False
     clock.set(t0 + 5 * SEC)  # a clock jump back, and the same id with another template
-    await core.schedule(NS, spec(every_ns=10 * SEC, start_ns=t0 + 10 * SEC, data=b'{"v":2}'))
+    await core.schedules.upsert(NS, spec(every_ns=10 * SEC, start_ns=t0 + 10 * SEC, data=b'{"v":2}'))
     clock.set(t0 + 20 * SEC)
     await sweep()
     assert await ticks(jobs_of) == [t0 + 10 * SEC, t0 + 20 * SEC]  # t0+10 s not enqueued again
-    rec = await core.schedule_get(NS, "s")
+    rec = await core.schedules.get(NS, "s")
     assert rec.count == 1 and rec.last_tick_ns == t0 + 20 * SEC and rec.last_error == ""
 
 
 # -- limit, start, end, offset, immediately ---------------------------------------------------------------
 async def test_limit_fires_that_many_ticks_then_stops(core, clock, sweep, jobs_of):
     t0 = clock.now_ns()
-    await core.schedule(NS, spec(every_ns=SEC, limit=3, misfire=pb.MISFIRE_POLICY_FIRE_ALL))
+    await core.schedules.upsert(NS, spec(every_ns=SEC, limit=3, misfire=pb.MISFIRE_POLICY_FIRE_ALL))
     for _ in range(6):
         clock.advance(SEC)
         await sweep()
     assert await ticks(jobs_of) == [t0 + SEC, t0 + 2 * SEC, t0 + 3 * SEC]
-    rec = await core.schedule_get(NS, "s")
+    rec = await core.schedules.get(NS, "s")
     assert (rec.count, rec.next_ns) == (3, 0)
     clock.advance(10 * SEC)
     await sweep()
@@ -354,19 +353,21 @@ async def test_limit_fires_that_many_ticks_then_stops(core, clock, sweep, jobs_o
 
 async def test_start_and_end_bound_the_ticks(core, clock, sweep, jobs_of):
     t0 = clock.now_ns()
-    await core.schedule(NS, spec(every_ns=10 * SEC, start_ns=t0 + 100 * SEC, end_ns=t0 + 130 * SEC))
-    await core.schedule(NS, spec("cron", cron="* * * * * *", start_ns=t0 + 5 * SEC, end_ns=t0 + 8 * SEC))
+    await core.schedules.upsert(NS, spec(every_ns=10 * SEC, start_ns=t0 + 100 * SEC, end_ns=t0 + 130 * SEC))
+    await core.schedules.upsert(
+        NS, spec("cron", cron="* * * * * *", start_ns=t0 + 5 * SEC, end_ns=t0 + 8 * SEC)
+    )
     for _ in range(30):
         clock.advance(5 * SEC)
         await sweep()
     assert await ticks(jobs_of, sid="s") == [t0 + 100 * SEC, t0 + 110 * SEC, t0 + 120 * SEC, t0 + 130 * SEC]
     assert await ticks(jobs_of, sid="cron") == [t0 + k * SEC for k in (5, 6, 7, 8)]
-    assert (await core.schedule_get(NS, "s")).next_ns == 0
+    assert (await core.schedules.get(NS, "s")).next_ns == 0
 
 
 async def test_offset_shifts_every_tick(core, clock, sweep, jobs_of):
     clock.set(at(NY, 2024, 6, 1, 9, 0))
-    await core.schedule(NS, spec(cron="0 * * * *", tz="America/New_York", offset_ns=5 * MIN))
+    await core.schedules.upsert(NS, spec(cron="0 * * * *", tz="America/New_York", offset_ns=5 * MIN))
     await follow(core, clock, sweep, "s", at(NY, 2024, 6, 1, 12, 0))
     assert [local(t) for t in await ticks(jobs_of)] == [
         "06-01 09:05:00 EDT",
@@ -377,10 +378,10 @@ async def test_offset_shifts_every_tick(core, clock, sweep, jobs_of):
 
 async def test_immediately_fires_in_the_upsert_then_follows_the_rule(core, clock, sweep, jobs_of):
     t0 = clock.now_ns()
-    up = await core.schedule(NS, spec(every_ns=MIN, immediately=True, limit=2))
+    up = await core.schedules.upsert(NS, spec(every_ns=MIN, immediately=True, limit=2))
     assert up.fired.ticks == 1 and up.schedule.count == 1
     assert await ticks(jobs_of) == [t0]
-    jobs = await core.lease(NS, ["q"], "w", 5)
+    jobs = await core.jobs.lease(NS, ["q"], "w", 5)
     assert len(jobs) == 1  # the tick's job is ready at once
     clock.advance(MIN)
     await sweep()
@@ -392,15 +393,15 @@ async def test_immediately_fires_in_the_upsert_then_follows_the_rule(core, clock
 # -- upsert, remove, read --------------------------------------------------------------------------------------
 async def test_upsert_same_rule_changes_nothing_new_rule_replaces(core, store, clock, sweep, jobs_of):
     t0 = clock.now_ns()
-    first = await core.schedule(NS, spec(every_ns=10 * SEC))
+    first = await core.schedules.upsert(NS, spec(every_ns=10 * SEC))
     clock.advance(10 * SEC)
     await sweep()
     before = await stored(store)
-    again = await core.schedule(NS, spec(every_ns=10 * SEC))  # beat restarted, same entry
+    again = await core.schedules.upsert(NS, spec(every_ns=10 * SEC))  # beat restarted, same entry
     assert again.changed is False and again.schedule.count == 1
     assert await stored(store) == before
     clock.advance(3 * SEC)
-    new = await core.schedule(NS, spec(every_ns=60 * SEC))
+    new = await core.schedules.upsert(NS, spec(every_ns=60 * SEC))
     assert new.changed and new.schedule.count == 0 and new.schedule.created_ns == first.schedule.created_ns
     assert new.schedule.next_ns == t0 + 13 * SEC + 60 * SEC
     assert new.schedule.last_tick_ns == t0 + 10 * SEC
@@ -413,14 +414,14 @@ async def test_upsert_same_rule_changes_nothing_new_rule_replaces(core, store, c
 
 async def test_get_list_and_remove(core, clock, sweep, jobs_of):
     for sid in ("c", "a", "b"):
-        await core.schedule(NS, spec(sid, every_ns=SEC))
-    page, token = await core.schedule_list(NS, limit=2)
+        await core.schedules.upsert(NS, spec(sid, every_ns=SEC))
+    page, token = await core.schedules.list(NS, limit=2)
     assert [r.id for r in page] == ["a", "b"] and token == "b"
-    page, token = await core.schedule_list(NS, after=token, limit=2)
+    page, token = await core.schedules.list(NS, after=token, limit=2)
     assert [r.id for r in page] == ["c"] and token == ""
-    assert await core.unschedule(NS, "b") is True
+    assert await core.schedules.remove(NS, "b") is True
     with pytest.raises(NotFound):
-        await core.schedule_get(NS, "b")
+        await core.schedules.get(NS, "b")
     clock.advance(SEC)
     await sweep()
     assert {j.task.headers[schedules.HEADER_SCHEDULE] for j in (await jobs_of()).values()} == {"a", "c"}
@@ -455,10 +456,10 @@ async def test_get_list_and_remove(core, clock, sweep, jobs_of):
     ],
 )
 async def test_bad_specs_are_refused_naming_the_field_and_change_nothing(core, store, fields, field):
-    await core.schedule(NS, spec("keep", every_ns=SEC))
+    await core.schedules.upsert(NS, spec("keep", every_ns=SEC))
     before = await stored(store)
     with pytest.raises(InvalidArgument) as e:
-        await core.schedule(NS, spec("keep", **fields))
+        await core.schedules.upsert(NS, spec("keep", **fields))
     assert e.value.field == field, e.value.message
     assert await stored(store) == before
 
@@ -466,18 +467,18 @@ async def test_bad_specs_are_refused_naming_the_field_and_change_nothing(core, s
 async def test_a_tick_into_a_paused_queue_waits_there(core, clock, sweep, jobs_of, configure):
     await configure("q", paused=True)
     t0 = clock.now_ns()
-    await core.schedule(NS, spec(every_ns=SEC))
+    await core.schedules.upsert(NS, spec(every_ns=SEC))
     clock.advance(SEC)
     await sweep()
     assert await ticks(jobs_of) == [t0 + SEC]
-    assert await core.lease(NS, ["q"], "w", 1) == []
+    assert await core.jobs.lease(NS, ["q"], "w", 1) == []
 
 
 async def test_scheduled_jobs_run_like_any_job(core, clock, sweep):
-    await core.schedule(NS, spec(every_ns=SEC))
+    await core.schedules.upsert(NS, spec(every_ns=SEC))
     clock.advance(SEC)
     rep = await sweep()
     assert rep.ticks == 1 and (NS, "q") in rep.woke
-    (job,) = await core.lease(NS, ["q"], "w", 1)
-    done = await core.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+    (job,) = await core.jobs.lease(NS, ["q"], "w", 1)
+    done = await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
     assert done.state == S.COMPLETED

@@ -4,13 +4,13 @@ iteration's job with the record in one transaction, and never fires them itself.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from loam_common import schedules
 from loam_common.errors import AlreadyExists, InvalidArgument
-from loam_common.gen.loam.jobs.v1 import jobs_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import admin, sweeps
+from loam_common.jobs import admin, schedules, sweeps
 from loam_common.jobs import states as S
 
 NS = "acme"
@@ -24,34 +24,31 @@ def template() -> pb.TaskSpec:
 
 def request(
     sid: str = "s", *, next_ns: int, key: str | None = None, delay_ns: int = 0, **fields
-) -> jobs_pb2.ScheduleRequest:
+) -> schedules.Iteration:
     advance = fields.pop("advance", False)
     if_next_ns = fields.pop("if_next_ns", 0)
     replace = fields.pop("replace_job_id", "")
-    spec = jobs_pb2.ScheduleSpec(id=sid, queue="q", task=template(), driver=ITER)
+    spec = pb.ScheduleSpec(id=sid, queue="q", task=template(), driver=ITER)
     if not fields:
         spec.every_ns = 5 * SEC
     for k, v in fields.items():
         setattr(spec, k, v)
-    req = jobs_pb2.ScheduleRequest(
-        spec=spec, next_ns=next_ns, advance=advance, if_next_ns=if_next_ns, replace_job_id=replace
-    )
+    task = opts = None
     if key is not None:
-        req.iteration_task.CopyFrom(template())
-        req.iteration_opts.job_key = key
+        task, opts = template(), pb.EnqueueOpts(job_key=key)
         if delay_ns:
-            req.iteration_opts.not_before.delay_ns = delay_ns
-    return req
+            opts.not_before.delay_ns = delay_ns
+    return schedules.Iteration(spec, next_ns, advance, if_next_ns, task, opts, replace_job_id=replace)
 
 
 async def test_upsert_stores_the_chain_and_its_iteration_and_the_sweeper_leaves_it(
     core, clock, sweep, jobs_of, check_invariants
 ):
-    it = await core.schedule_iterate(
+    it = await core.schedules.iterate(
         NS, request(next_ns=1000 * SEC, key="repeat:s:1000000", delay_ns=5 * SEC)
     )
     assert it.changed and it.job is not None and it.job.created
-    rec = await core.schedule_get(NS, "s")
+    rec = await core.schedules.get(NS, "s")
     assert (rec.driver, rec.next_ns, rec.count, rec.last_job_id) == (ITER, 1000 * SEC, 1, it.job.job_id)
     job = (await jobs_of())[it.job.job_id]
     assert job.state == S.DELAYED and job.opts.job_key == "repeat:s:1000000"
@@ -60,7 +57,7 @@ async def test_upsert_stores_the_chain_and_its_iteration_and_the_sweeper_leaves_
         clock.advance(60 * SEC)
         await sweep()
     assert [j.opts.job_key for j in (await jobs_of()).values()] == ["repeat:s:1000000"]
-    assert (await core.schedule_get(NS, "s")).count == 1
+    assert (await core.schedules.get(NS, "s")).count == 1
     await check_invariants()
 
 
@@ -68,17 +65,17 @@ async def test_a_rule_the_server_cannot_parse_or_dates_in_the_past_are_the_clien
     # A custom repeat strategy (RRULE text) on a client clock years behind the server's.
     rrule, end = "RRULE:FREQ=SECONDLY;INTERVAL=2", 1_486_481_100 * SEC
     req = request(next_ns=1_486_481_042 * SEC, key="repeat:s:1486481042000", cron=rrule, end_ns=end)
-    it = await core.schedule_iterate(NS, req)
+    it = await core.schedules.iterate(NS, req)
     assert it.schedule.cron.startswith("RRULE") and it.schedule.next_ns == 1_486_481_042 * SEC
 
 
 async def test_advance_counts_once_under_its_guard(core, jobs_of):
-    await core.schedule_iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
+    await core.schedules.iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
     adv = request(next_ns=15 * SEC, key="repeat:s:15000", delay_ns=5 * SEC, advance=True, if_next_ns=10 * SEC)
-    first = await core.schedule_iterate(NS, adv)
-    second = await core.schedule_iterate(NS, adv)  # a second worker finishing the same iteration
+    first = await core.schedules.iterate(NS, adv)
+    second = await core.schedules.iterate(NS, adv)  # a second worker finishing the same iteration
     assert first.changed and not second.changed
-    rec = await core.schedule_get(NS, "s")
+    rec = await core.schedules.get(NS, "s")
     assert (rec.count, rec.next_ns, rec.last_job_id) == (2, 15 * SEC, first.job.job_id)
     assert sorted(j.opts.job_key for j in (await jobs_of()).values()) == ["repeat:s:10000", "repeat:s:15000"]
     # The rule and template stay as the upsert set them.
@@ -86,28 +83,28 @@ async def test_advance_counts_once_under_its_guard(core, jobs_of):
 
 
 async def test_advance_onto_a_taken_iteration_changes_nothing(core, jobs_of):
-    await core.schedule_iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
-    await core.enqueue(NS, "q", pb.TaskSpec(name="x"), pb.EnqueueOpts(job_key="repeat:s:15000"))
+    await core.schedules.iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
+    await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="x"), pb.EnqueueOpts(job_key="repeat:s:15000"))
     adv = request(next_ns=15 * SEC, key="repeat:s:15000", advance=True, if_next_ns=10 * SEC)
     adv.iteration_opts.job_key_keeps_first = True
-    it = await core.schedule_iterate(NS, adv)
+    it = await core.schedules.iterate(NS, adv)
     assert not it.changed
-    rec = await core.schedule_get(NS, "s")
+    rec = await core.schedules.get(NS, "s")
     assert (rec.count, rec.next_ns) == (1, 10 * SEC)
 
 
 async def test_upsert_onto_a_taken_key_refuses_and_changes_nothing(core):
-    await core.enqueue(NS, "q", pb.TaskSpec(name="x"), pb.EnqueueOpts(job_key="repeat:s:10000"))
+    await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="x"), pb.EnqueueOpts(job_key="repeat:s:10000"))
     with pytest.raises(AlreadyExists):
-        await core.schedule_iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
-    assert [r.id for r in (await core.schedule_list(NS))[0]] == []
+        await core.schedules.iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
+    assert [r.id for r in (await core.schedules.list(NS))[0]] == []
 
 
 async def test_upsert_replaces_a_pending_iteration_and_keeps_the_count(core, jobs_of):
-    await core.schedule_iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
+    await core.schedules.iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
     adv = request(next_ns=15 * SEC, key="repeat:s:15000", delay_ns=SEC, advance=True, if_next_ns=10 * SEC)
-    second = await core.schedule_iterate(NS, adv)
-    it = await core.schedule_iterate(
+    second = await core.schedules.iterate(NS, adv)
+    it = await core.schedules.iterate(
         NS,
         request(next_ns=20 * SEC, key="repeat:s:20000", replace_job_id=second.job.job_id, every_ns=7 * SEC),
     )
@@ -116,16 +113,18 @@ async def test_upsert_replaces_a_pending_iteration_and_keeps_the_count(core, job
 
 
 async def test_drain_and_clean_leave_the_pending_iteration_and_remove_takes_it(core, store, jobs_of):
-    it = await core.schedule_iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
-    await core.enqueue(NS, "q", pb.TaskSpec(name="plain"))
-    await core.enqueue(NS, "q", pb.TaskSpec(name="later"), pb.EnqueueOpts(not_before=pb.Delay(delay_ns=SEC)))
+    it = await core.schedules.iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
+    await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="plain"))
+    await core.jobs.enqueue(
+        NS, "q", pb.TaskSpec(name="later"), pb.EnqueueOpts(not_before=pb.Delay(delay_ns=SEC))
+    )
     assert await store.transact(admin.queue_drain, NS, "q", True) == 2
     assert list(await jobs_of()) == [it.job.job_id]
     assert await store.transact(admin.queue_clean, NS, "q", S.WAITING, 0) == []
-    assert await core.unschedule(NS, "s")
+    assert await core.schedules.remove(NS, "s")
     assert list(await jobs_of()) == [it.job.job_id]  # waiting, not delayed: it stays, as in BullMQ
-    it = await core.schedule_iterate(NS, request(next_ns=20 * SEC, key="repeat:s:20000", delay_ns=SEC))
-    assert await core.unschedule(NS, "s")
+    it = await core.schedules.iterate(NS, request(next_ns=20 * SEC, key="repeat:s:20000", delay_ns=SEC))
+    assert await core.schedules.remove(NS, "s")
     assert it.job.job_id not in await jobs_of()
 
 
@@ -142,14 +141,14 @@ async def test_server_driven_schedules_refuse_the_iteration_fields(core):
 
 async def test_a_replaced_cron_rule_may_take_the_key_of_an_iteration_a_worker_holds(core, jobs_of):
     cron = "*/10 * * * * *"
-    first = await core.schedule_iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000", cron=cron))
-    await core.lease(NS, ["q"], "w", 1, 0)
+    first = await core.schedules.iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000", cron=cron))
+    await core.jobs.lease(NS, ["q"], "w", 1, 0)
     adv = request(next_ns=20 * SEC, key="repeat:s:20000", delay_ns=SEC, advance=True, if_next_ns=10 * SEC)
-    second = await core.schedule_iterate(NS, adv)
+    second = await core.schedules.iterate(NS, adv)
     every = request(next_ns=10 * SEC, key="repeat:s:10000", replace_job_id=second.job.job_id)
     with pytest.raises(AlreadyExists):  # an `every` rule moves on to the next free slot instead
-        await core.schedule_iterate(NS, every)
-    it = await core.schedule_iterate(
+        await core.schedules.iterate(NS, every)
+    it = await core.schedules.iterate(
         NS,
         request(
             next_ns=10 * SEC, key="repeat:s:10000", delay_ns=SEC, replace_job_id=second.job.job_id, cron=cron
@@ -160,31 +159,29 @@ async def test_a_replaced_cron_rule_may_take_the_key_of_an_iteration_a_worker_ho
     assert jobs[first.job.job_id].state == S.ACTIVE and jobs[it.job.job_id].state == S.DELAYED
     # Without a replaced iteration, a taken key refuses the upsert.
     with pytest.raises(AlreadyExists):
-        await core.schedule_iterate(NS, request(next_ns=20 * SEC, key="repeat:s:10000", cron=cron))
+        await core.schedules.iterate(NS, request(next_ns=20 * SEC, key="repeat:s:10000", cron=cron))
 
 
 async def test_an_upsert_guarded_by_what_it_read_changes_nothing_after_another_write(core, clock, jobs_of):
-    fresh = request(next_ns=10 * SEC, key="repeat:s:10000")
-    fresh.if_updated_ns = 0  # no record yet
-    first = await core.schedule_iterate(NS, fresh)
+    fresh = replace(request(next_ns=10 * SEC, key="repeat:s:10000"), if_updated_ns=0)  # no record yet
+    first = await core.schedules.iterate(NS, fresh)
     assert first.changed
     clock.advance(SEC)
-    late = request(next_ns=11 * SEC, key="repeat:s:11000")
-    late.if_updated_ns = 0  # read before the first write: refused, read again
-    assert not (await core.schedule_iterate(NS, late)).changed
-    late.if_updated_ns = first.schedule.updated_ns
-    late.replace_job_id = first.job.job_id
-    again = await core.schedule_iterate(NS, late)
+    late = replace(request(next_ns=11 * SEC, key="repeat:s:11000"), if_updated_ns=0)
+    # read before the first write: refused, read again
+    assert not (await core.schedules.iterate(NS, late)).changed
+    late = replace(late, if_updated_ns=first.schedule.updated_ns, replace_job_id=first.job.job_id)
+    again = await core.schedules.iterate(NS, late)
     assert again.changed and again.replaced
     assert [j.opts.job_key for j in (await jobs_of()).values()] == ["repeat:s:11000"]
 
 
 async def test_an_iteration_is_never_failed_for_stalling(core, store, clock, jobs_of, configure):
     await configure("q", ns=NS, max_stalled=0)
-    it = await core.schedule_iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
-    plain = await core.enqueue(NS, "q", pb.TaskSpec(name="plain"))
+    it = await core.schedules.iterate(NS, request(next_ns=10 * SEC, key="repeat:s:10000"))
+    plain = await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="plain"))
     for _ in range(2):
-        await core.lease(NS, ["q"], "w", 2, 0, visibility_ns=SEC)
+        await core.jobs.lease(NS, ["q"], "w", 2, 0, visibility_ns=SEC)
         clock.advance(2 * SEC)
         await store.transact(sweeps.sweep_stalled, NS, "q", 0)
     jobs = await jobs_of()

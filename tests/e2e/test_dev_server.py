@@ -156,7 +156,7 @@ class RestApi(BinaryApi):
             detail = err.get("detail")
             details = []
             if detail:
-                d = json_format.ParseDict(detail, J.ErrorDetail())
+                d = json_format.ParseDict(detail, pb.ErrorDetail())
                 details = [AnyMsg(type_url="type.googleapis.com/" + DETAIL_TYPE, value=d.SerializeToString())]
             e = from_connect(ConnectError(Code(err["code"]), err["message"], details=details))
             e.http_status = r.status_code

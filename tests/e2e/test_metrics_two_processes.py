@@ -21,7 +21,7 @@ OTHER_PROCESS = textwrap.dedent(
     """
     import asyncio, sys
     from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-    from loam_common.jobs.complete import Outcome
+    from loam_common.jobs.complete import Ok
     from loam_common.store.runner import open_store
     from loam_queue_core.core import QueueCore
 
@@ -29,10 +29,10 @@ OTHER_PROCESS = textwrap.dedent(
         store = open_store("sqlite:///" + db)
         core = QueueCore(store)
         for i in range(5):
-            await core.enqueue("{ns}", "{queue}", pb.TaskSpec(name="t"))
-        jobs = await core.lease("{ns}", ["{queue}"], "other-process", 3)
+            await core.jobs.enqueue("{ns}", "{queue}", pb.TaskSpec(name="t"))
+        jobs = await core.jobs.lease("{ns}", ["{queue}"], "other-process", 3)
         for job in jobs:
-            await core.complete("{ns}", "{queue}", job.id, job.epoch, Outcome.ok())
+            await core.jobs.complete("{ns}", "{queue}", job.id, job.epoch, Ok())
         await store.close()
 
     asyncio.run(main(sys.argv[1]))

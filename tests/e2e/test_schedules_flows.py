@@ -81,7 +81,7 @@ def unique(prefix: str) -> str:
 
 async def test_schedule_fires_and_is_readable_and_removable(api):
     q, sid = unique("ticks"), unique("every-300ms")
-    spec = J.ScheduleSpec(
+    spec = pb.ScheduleSpec(
         id=sid,
         every_ns=300 * MS,
         immediately=True,
@@ -110,11 +110,11 @@ async def test_schedule_fires_and_is_readable_and_removable(api):
 
 
 async def test_bad_schedules_name_their_field(api):
-    bad = J.ScheduleSpec(id=unique("bad"), cron="61 * * * *", queue="q", task=pb.TaskSpec(name="t"))
+    bad = pb.ScheduleSpec(id=unique("bad"), cron="61 * * * *", queue="q", task=pb.TaskSpec(name="t"))
     with pytest.raises(E.InvalidArgument) as e:
         await api.call("schedule", J.ScheduleRequest(spec=bad))
     assert e.value.field == "spec.cron"
-    bad = J.ScheduleSpec(
+    bad = pb.ScheduleSpec(
         id=unique("bad"), cron="0 * * * *", tz="Nowhere/Land", queue="q", task=pb.TaskSpec(name="t")
     )
     with pytest.raises(E.InvalidArgument) as e:
@@ -127,14 +127,14 @@ async def test_an_iteration_driven_schedule_is_never_fired_by_the_server(api):
     worker that takes one advances the chain once; the sweeper leaves it alone."""
     q, sid = unique("chain"), unique("bullmq")
     tpl = pb.TaskSpec(name="tick", payload=pb.Payload(data=b"{}"))
-    spec = J.ScheduleSpec(id=sid, every_ns=200 * MS, queue=q, task=tpl, driver=pb.SCHEDULE_DRIVER_ITERATIONS)
+    spec = pb.ScheduleSpec(id=sid, every_ns=200 * MS, queue=q, task=tpl, driver=pb.SCHEDULE_DRIVER_ITERATIONS)
 
     def step(next_ms: int, delay_ns: int = 0, **fields) -> J.ScheduleRequest:
         opts = pb.EnqueueOpts(job_key=f"repeat:{sid}:{next_ms}")
         if delay_ns:
             opts.not_before.delay_ns = delay_ns
         return J.ScheduleRequest(
-            spec=J.ScheduleSpec(id=sid) if fields.get("advance") else spec,
+            spec=pb.ScheduleSpec(id=sid) if fields.get("advance") else spec,
             next_ns=next_ms * MS,
             iteration_task=tpl,
             iteration_opts=opts,
@@ -155,7 +155,7 @@ async def test_an_iteration_driven_schedule_is_never_fired_by_the_server(api):
     with pytest.raises(E.AlreadyExists):  # the iteration's key is taken
         await api.call("schedule", step(1200))
     server = J.ScheduleRequest(
-        spec=J.ScheduleSpec(id=unique("srv"), every_ns=SEC, queue=q, task=tpl), next_ns=1
+        spec=pb.ScheduleSpec(id=unique("srv"), every_ns=SEC, queue=q, task=tpl), next_ns=1
     )
     with pytest.raises(E.InvalidArgument):
         await api.call("schedule", server)
@@ -165,10 +165,10 @@ async def test_an_iteration_driven_schedule_is_never_fired_by_the_server(api):
 async def test_chord_flow_with_children_values(api):
     q, fid = unique("flow"), unique("chord")
 
-    def node(nid: str, *deps: str) -> J.FlowNode:
-        return J.FlowNode(id=nid, queue=q, task=pb.TaskSpec(name=nid), depends_on=list(deps))
+    def node(nid: str, *deps: str) -> pb.FlowNode:
+        return pb.FlowNode(id=nid, queue=q, task=pb.TaskSpec(name=nid), depends_on=list(deps))
 
-    graph = J.FlowSpec(id=fid, nodes=[node("h1"), node("h2"), node("cb", "h1", "h2")])
+    graph = pb.FlowSpec(id=fid, nodes=[node("h1"), node("h2"), node("cb", "h1", "h2")])
     r = await api.call("flow", J.FlowRequest(graph=graph))
     assert r.created and r.flow == fid and set(r.jobs) == {"h1", "h2", "cb"}
     again = await api.call("flow", J.FlowRequest(graph=graph))
@@ -192,10 +192,10 @@ async def test_chord_flow_with_children_values(api):
 
 async def test_bad_flows_name_their_field(api):
     q = unique("flow")
-    cycle = J.FlowSpec(
+    cycle = pb.FlowSpec(
         nodes=[
-            J.FlowNode(id="a", queue=q, task=pb.TaskSpec(name="a"), depends_on=["b"]),
-            J.FlowNode(id="b", queue=q, task=pb.TaskSpec(name="b"), depends_on=["a"]),
+            pb.FlowNode(id="a", queue=q, task=pb.TaskSpec(name="a"), depends_on=["b"]),
+            pb.FlowNode(id="b", queue=q, task=pb.TaskSpec(name="b"), depends_on=["a"]),
         ]
     )
     with pytest.raises(E.InvalidArgument) as e:

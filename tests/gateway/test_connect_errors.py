@@ -1,5 +1,6 @@
 """JobsError <-> ConnectError: every class keeps its code, message and fields through the
-Connect wire format (the JSON error body both Connect codecs use)."""
+Connect wire format (the JSON error body both Connect codecs use); the Connect service
+built from the method table answers any failure with its code, never Connect's unknown."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from loam_common import errors as E
+from loam_common.api.methods import METHODS
+from loam_common.api.service import JobsServiceHandlers
 from loam_common.connect_errors import HTTP_STATUS, from_connect, to_connect
 from loam_common.store.base import StoreUnavailable
 
@@ -92,3 +95,33 @@ def test_an_error_rebuilds_from_its_args_and_pickles(error, fields):
         assert type(again) is type(error) and str(again) == str(error) == error.message
         for name, value in fields.items():
             assert getattr(again, name) == value
+
+
+class Failing(JobsServiceHandlers):
+    """Every method fails with `error`, after noting which row of the table it was given."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.seen: list[str] = []
+
+    async def dispatch(self, method, request, ctx):
+        self.seen.append(method.name)
+        raise self.error
+
+    async def dispatch_stream(self, method, request, ctx):
+        self.seen.append(method.name)
+        raise self.error
+        yield  # pragma: no cover
+
+
+@pytest.mark.parametrize("error", [E.NotFound("no such queue"), KeyError("bug")], ids=["jobs-error", "bug"])
+async def test_the_table_service_answers_failures_with_their_code(error):
+    svc = Failing(error)
+    with pytest.raises(ConnectError) as err:
+        await svc.complete_batch(METHODS["complete_batch"].request(), None)
+    assert err.value.code == to_connect(error).code
+    with pytest.raises(ConnectError) as err:
+        async for _ in svc.watch(METHODS["watch"].request(), None):
+            pass
+    assert err.value.code == to_connect(error).code
+    assert svc.seen == ["complete_batch", "watch"]

@@ -15,7 +15,6 @@ import pytest
 
 import loam
 from loam import Client, FlowNode, Outcome, SyncClient, Worker, chain, chord, errors, group
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 TIMEOUT = 60  # generous: a loaded CI machine
@@ -129,7 +128,7 @@ async def test_bad_schedules_are_refused(client: Client) -> None:
 
 async def test_a_ready_made_spec_is_accepted(client: Client) -> None:
     """What the Celery beat adapter sends: a ScheduleSpec, alone."""
-    spec = jpb.ScheduleSpec(id="raw", every_ns=60 * 10**9, queue="q", task=pb.TaskSpec(name="t"))
+    spec = pb.ScheduleSpec(id="raw", every_ns=60 * 10**9, queue="q", task=pb.TaskSpec(name="t"))
     assert (await client.schedule(spec)).changed is True
     assert (await client.schedule(spec)).changed is False
     with pytest.raises(TypeError):

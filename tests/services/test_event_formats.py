@@ -16,7 +16,7 @@ import pytest
 from loam_common import cloudevents, event_export, events, tracing
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Fail, Ok, Retry
 from loam_relay import RelayService
 
 NS = "acme"
@@ -32,21 +32,21 @@ async def _workload(core, clock, queue: str = "q") -> None:
         opts = pb.EnqueueOpts(priority=i % 2, attempts=2)
         if i == 5:
             opts.not_before.delay_ns = SEC
-        await core.enqueue(
+        await core.jobs.enqueue(
             NS, queue, pb.TaskSpec(name=f"t{i % 3}", payload=pb.Payload(data=b'{"i": %d}' % i)), opts
         )
         clock.advance(1000)
-    jobs = await core.lease(NS, [queue], "w", max_jobs=5)
-    await core.report(NS, queue, jobs[0].id, jobs[0].epoch, progress=b"50")
-    await core.complete(NS, queue, jobs[0].id, jobs[0].epoch, Outcome.ok(pb.Payload(data=b"1")))
-    await core.complete(
-        NS, queue, jobs[1].id, jobs[1].epoch, Outcome.fail(pb.JobError(code="x", message="boom"))
+    jobs = await core.jobs.lease(NS, [queue], "w", max_jobs=5)
+    await core.jobs.report(NS, queue, jobs[0].id, jobs[0].epoch, progress=b"50")
+    await core.jobs.complete(NS, queue, jobs[0].id, jobs[0].epoch, Ok(pb.Payload(data=b"1")))
+    await core.jobs.complete(
+        NS, queue, jobs[1].id, jobs[1].epoch, Fail(pb.JobError(code="x", message="boom"))
     )
     err = pb.JobError(message="again")
-    await core.complete(NS, queue, jobs[2].id, jobs[2].epoch, Outcome.retry(err, 0))
+    await core.jobs.complete(NS, queue, jobs[2].id, jobs[2].epoch, Retry(err, 0))
     clock.advance(1000)
-    again = [j for j in await core.lease(NS, [queue], "w", max_jobs=5) if j.id == jobs[2].id]
-    await core.complete(NS, queue, again[0].id, again[0].epoch, Outcome.retry(err, 0))
+    again = [j for j in await core.jobs.lease(NS, [queue], "w", max_jobs=5) if j.id == jobs[2].id]
+    await core.jobs.complete(NS, queue, again[0].id, again[0].epoch, Retry(err, 0))
 
 
 async def _all_events(store, queue="q"):
@@ -113,7 +113,7 @@ async def test_cloudevents_read_by_the_sdk_and_binary_mode(store, core, clock, m
         from cloudevents.http import from_http
 
     monkeypatch.setenv("LOAM_ORG", "acme-org")
-    await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
+    await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
     ev = (await _all_events(store))[0]
     headers, body = cloudevents.to_binary(NS, ev)
     assert headers["content-type"] == "application/protobuf" and headers["ce-tenantid"] == f"acme-org/{NS}"
@@ -135,8 +135,8 @@ async def test_queue_events_get_a_stable_derived_traceparent():
 # -- trace context at enqueue ---------------------------------------------------------------------
 async def test_every_job_gets_a_traceparent_and_a_given_one_is_kept(store, core, clock):
     given = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
-    a = await core.enqueue(NS, "q", pb.TaskSpec(name="t", headers={"traceparent": given}))
-    b = await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
+    a = await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t", headers={"traceparent": given}))
+    b = await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
     (ja, jb) = [await store.snapshot(lambda tx, i=i: __import__("loam_common.jobs.job_admin", fromlist=["x"]).job_get(tx, NS, "q", i))
                 for i in (a.job_id, b.job_id)]  # fmt: skip
     assert ja.task.headers["traceparent"] == given
@@ -147,8 +147,8 @@ async def test_every_job_gets_a_traceparent_and_a_given_one_is_kept(store, core,
     assert {e.headers["traceparent"] for e in evs if e.job_id == b.job_id} == {jb.task.headers["traceparent"]}
     # The trace context is not part of the canonical request: a retry with another one is the same call.
     opts = pb.EnqueueOpts(idempotency=pb.Idempotency(key="k"))
-    first = await core.enqueue(NS, "q", pb.TaskSpec(name="t"), opts)
-    again = await core.enqueue(NS, "q", pb.TaskSpec(name="t", headers={"traceparent": given}), opts)
+    first = await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"), opts)
+    again = await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t", headers={"traceparent": given}), opts)
     assert again.job_id == first.job_id
 
 
@@ -166,10 +166,10 @@ async def test_spans_for_enqueue_lease_and_completion(store, core):
     tracing.configure(provider)
     try:
         given = "00-" + "12" * 16 + "-" + "34" * 8 + "-01"
-        await core.enqueue(NS, "q", pb.TaskSpec(name="kept", headers={"traceparent": given}))
-        await core.enqueue(NS, "q", pb.TaskSpec(name="fresh"))
-        for job in await core.lease(NS, ["q"], "w", max_jobs=2):
-            await core.complete(NS, "q", job.id, job.epoch, Outcome.ok())
+        await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="kept", headers={"traceparent": given}))
+        await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="fresh"))
+        for job in await core.jobs.lease(NS, ["q"], "w", max_jobs=2):
+            await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
         spans = exporter.get_finished_spans()
     finally:
         tracing.disable()
@@ -246,10 +246,10 @@ async def test_export_schema_and_time_range(store, core, clock):
     assert err.type.field("code").metadata[b"proto_path"] == b"error.code"
     assert data.field("headers").type == pa.map_(pa.string(), pa.string())
     # A time range: [since, until)
-    await core.enqueue(NS, "q", pb.TaskSpec(name="early"))
+    await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="early"))
     clock.advance(10 * SEC)
     mid = clock.now_ns()
-    await core.enqueue(NS, "q", pb.TaskSpec(name="late"))
+    await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="late"))
     clock.advance(10 * SEC)
     late = (await event_export.export_events(store, NS, "q", mid)).to_pylist()
     early = (await event_export.export_events(store, NS, "q", 0, mid)).drop_columns(["time"]).to_pylist()
@@ -268,7 +268,7 @@ async def test_events_cli_exports_and_trims(tmp_path):
     async with open_store(f"sqlite:///{db}") as s:
         core = QueueCore(s)
         for _ in range(3):
-            await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
+            await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
         await RelayService(s, "r").run_once()
     out = tmp_path / "e.parquet"
     args = ["--store", str(db), "--namespace", NS, "--queue", "q"]

@@ -81,8 +81,8 @@ async def test_acquire_renew_release_and_expiry(store, clock):
 
 async def test_a_fenced_write_is_refused_after_a_takeover(store, clock, core, configure):
     await configure("q", visibility_ns=5 * SEC)
-    await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
-    (job,) = await core.lease(NS, ["q"], "w1")
+    await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
+    (job,) = await core.jobs.lease(NS, ["q"], "w1")
     old = await store.transact(ownership_acquire_or_renew, KIND, "a", NS, "q", 0, TTL)
     fence_a = Fence(KIND, "a", old.epoch, NS, "q", 0)
     clock.advance(TTL + SEC)  # a's lease and the job's lease both ran out
@@ -120,8 +120,8 @@ async def _queues_with_stalled_jobs(core, configure, clock) -> list[str]:
     for q in QUEUES:
         await configure(q, shards=2, visibility_ns=5 * SEC, max_stalled=5)
         for i in range(8):
-            await core.enqueue(NS, q, pb.TaskSpec(name="t"), pb.EnqueueOpts(job_key=f"{q}-{i}"))
-        ids += [j.id for j in await core.lease(NS, [q], "w", max_jobs=8)]
+            await core.jobs.enqueue(NS, q, pb.TaskSpec(name="t"), pb.EnqueueOpts(job_key=f"{q}-{i}"))
+        ids += [j.id for j in await core.jobs.lease(NS, [q], "w", max_jobs=8)]
     clock.advance(6 * SEC)
     return ids
 
@@ -132,9 +132,8 @@ def _owners(tx) -> dict:
 
 async def test_two_sweepers_split_the_shards_and_sweep_each_once(store, clock, core, configure):
     ids = await _queues_with_stalled_jobs(core, configure, clock)
-    woke_a, woke_b = [], []
-    a = SweeperService(store, None, "sweeper-a", on_ready=lambda ns, q: woke_a.append(q))
-    b = SweeperService(store, None, "sweeper-b", on_ready=lambda ns, q: woke_b.append(q))
+    a = SweeperService(store, None, "sweeper-a")
+    b = SweeperService(store, None, "sweeper-b")
     # A joins first and, alone, takes everything (and sweeps everything).
     rep = await a.run_once()
     assert rep.stalled == len(ids)
@@ -158,9 +157,8 @@ async def test_two_sweepers_split_the_shards_and_sweep_each_once(store, clock, c
 
     # Every job stalls again; each is reclaimed exactly once, by its shard's owner.
     for q in QUEUES:
-        await core.lease(NS, [q], "w", max_jobs=8)
+        await core.jobs.lease(NS, [q], "w", max_jobs=8)
     clock.advance(6 * SEC)
-    woke_a.clear()
     rep_a, rep_b = await a.run_once(), await b.run_once()
     assert rep_a.stalled > 0 and rep_b.stalled > 0
     assert rep_a.stalled + rep_b.stalled == len(ids)
@@ -169,7 +167,7 @@ async def test_two_sweepers_split_the_shards_and_sweep_each_once(store, clock, c
         for j in (await store.snapshot(_jobs, q)).values():
             stalled[j.stalled] += 1
     assert stalled == {2: len(ids)}  # two sweeps, two reclaims each: never twice in one
-    assert woke_a and woke_b  # each woke the queues it reclaimed jobs in
+    assert rep_a.woke and rep_b.woke  # each made jobs leasable in the queues it reclaimed
 
 
 def _jobs(tx, queue):

@@ -11,7 +11,7 @@ import pytest
 from loam_common import events, keys
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin
-from loam_common.jobs.complete import Outcome
+from loam_common.jobs.complete import Ok
 from loam_common.ownership import (
     Fence,
     OwnershipLost,
@@ -29,9 +29,9 @@ DAY = 24 * 3600 * SEC
 async def _traffic(core, queue: str, n: int) -> None:
     """n jobs through enqueue, lease and completion: several events each, both shards."""
     for _ in range(n):
-        await core.enqueue(NS, queue, pb.TaskSpec(name="t"))
-    for job in await core.lease(NS, [queue], "w", max_jobs=n):
-        await core.complete(NS, queue, job.id, job.epoch, Outcome.ok())
+        await core.jobs.enqueue(NS, queue, pb.TaskSpec(name="t"))
+    for job in await core.jobs.lease(NS, [queue], "w", max_jobs=n):
+        await core.jobs.complete(NS, queue, job.id, job.epoch, Ok())
 
 
 def _to_outbox(tx, queue: str, since: dict[int, int]) -> None:

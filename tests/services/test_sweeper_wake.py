@@ -39,10 +39,10 @@ async def test_a_reclaim_wakes_a_lease_parked_on_the_owning_core(store, clock, c
     try:
         while not server.started:
             await asyncio.sleep(0.01)
-        await core.enqueue(NS, "q", pb.TaskSpec(name="t"))
-        (lost,) = await core.lease(NS, ["q"], "w1")
+        await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
+        (lost,) = await core.jobs.lease(NS, ["q"], "w1")
         clock.advance(6 * SEC)  # w1's lease ran out
-        parked = asyncio.create_task(core.lease(NS, ["q"], "w2", wait_ns=20 * SEC))
+        parked = asyncio.create_task(core.jobs.lease(NS, ["q"], "w2", wait_ns=20 * SEC))
         await asyncio.sleep(0.05)
         assert not parked.done()
 

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from loam_common.effects import Ready
 from loam_common.store import (
     COMMIT_TOKEN_PREFIX,
     Fault,
@@ -215,42 +216,61 @@ async def test_exception_leaves_nothing(store, ns):
         tx.delete(ns + b"gone")
         for i in range(3):
             tx.put(ns + b"n%d" % i, b"x")
-        tx.after_commit(lambda: pytest.fail("callback of a failed transition ran"))
+        tx.declare(Ready("ns", "failed"))
         raise Boom()
 
-    with pytest.raises(Boom):
-        await store.transact(fn)
+    sink = RecordingSink()
+    store.add_sink(sink)
+    try:
+        with pytest.raises(Boom):
+            await store.transact(fn)
+    finally:
+        store.remove_sink(sink)
+    assert sink.ran == []  # a failed transition's effects never run
     rows = await store.snapshot(scan, ns, end_of(ns))
     assert rows == [(ns + b"gone", b"old"), (ns + b"keep", b"old")]
 
 
-async def test_after_commit_runs_on_caller_loop_before_result(store, ns):
+async def test_effects_run_on_caller_loop_before_result(store, ns):
     loop_thread = threading.get_ident()
-    ran: list[tuple[str, int]] = []
+    sink = RecordingSink()
+    store.add_sink(sink)
 
     def fn(tx, name):
         tx.put(ns + name.encode(), b"1")
-        tx.after_commit(lambda: ran.append((name, threading.get_ident())))
+        tx.declare(Ready("ns", name))
         return name
 
-    for name in ("a", "b"):
-        assert await store.transact(fn, name) == name
-        assert ran[-1] == (name, loop_thread)  # ran before the await returned, on this loop
+    try:
+        for name in ("a", "b"):
+            assert await store.transact(fn, name) == name
+            # ran before the await returned, on this loop
+            assert sink.ran[-1] == ([Ready("ns", name)], loop_thread)
 
-    if store.capabilities.group_commit:
-        # A callback registered inside a savepoint that is rolled back is dropped.
-        def nested(tx):
-            tx.after_commit(lambda: ran.append(("outer", 0)))
-            sp = tx.savepoint()
-            tx.put(ns + b"inner", b"1")
-            tx.after_commit(lambda: ran.append(("inner", 0)))
-            tx.rollback_to(sp)
-            tx.release(sp)
-            return tx.get(ns + b"inner")
+        if store.capabilities.group_commit:
+            # An effect declared inside a savepoint that is rolled back is dropped.
+            def nested(tx):
+                tx.declare(Ready("ns", "outer"))
+                sp = tx.savepoint()
+                tx.put(ns + b"inner", b"1")
+                tx.declare(Ready("ns", "inner"))
+                tx.rollback_to(sp)
+                tx.release(sp)
+                return tx.get(ns + b"inner")
 
-        assert await store.transact(nested) is None
-        assert [r[0] for r in ran] == ["a", "b", "outer"]
-        assert await store.snapshot(get, ns + b"inner") is None
+            assert await store.transact(nested) is None
+            assert [e.queue for effects, _ in sink.ran for e in effects] == ["a", "b", "outer"]
+            assert await store.snapshot(get, ns + b"inner") is None
+    finally:
+        store.remove_sink(sink)
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.ran: list[tuple[list, int]] = []
+
+    def run(self, effects: list) -> None:
+        self.ran.append((list(effects), threading.get_ident()))
 
 
 async def test_batches_larger_than_max_batch(store, ns):

@@ -30,7 +30,6 @@ from kombu.transport import virtual
 
 from loam_celery import messages
 from loam_celery.connection import Settings, client_for, declare_queue
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 HEADER_APP = "x-loam-celery-app"  # on each synced schedule's task: the app that owns it
@@ -174,7 +173,7 @@ def sync_schedules(
         if queue not in declared:
             declare_queue(client, queue, visibility)
             declared.add(queue)
-        spec = jpb.ScheduleSpec(id=name, queue=queue, **rules[name])
+        spec = pb.ScheduleSpec(id=name, queue=queue, **rules[name])
         spec.task.name = str(entry.task)
         spec.task.headers[HEADER_APP] = owner
         spec.task.payload.data = json.dumps(

@@ -66,13 +66,14 @@ from loam_celery import messages
 from loam_celery.connection import Settings, client_for, declare_queue
 from loam_celery.pipeline import ACK_LINGER_S, Pipeline, pipeline_for, wait_all
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 log = logging.getLogger("loam_celery.transport")
 
 EXCHANGE_TYPES = {
-    "direct": jpb.EXCHANGE_TYPE_DIRECT,
-    "topic": jpb.EXCHANGE_TYPE_TOPIC,
-    "fanout": jpb.EXCHANGE_TYPE_FANOUT,
+    "direct": pb.EXCHANGE_TYPE_DIRECT,
+    "topic": pb.EXCHANGE_TYPE_TOPIC,
+    "fanout": pb.EXCHANGE_TYPE_FANOUT,
 }
 DEFAULT_VISIBILITY_TIMEOUT = 60.0
 DEFAULT_EXPIRES_GRACE = 3600.0
@@ -182,7 +183,7 @@ class Channel(virtual.Channel):
 
     def _publish(self, exchange: str, kind: str, routing_key: str, message: dict[str, Any]) -> int:
         task, opts = messages.to_job(message, **self._message_opts())
-        routed = self.loam.exchange_publish(exchange, EXCHANGE_TYPES.get(kind, jpb.EXCHANGE_TYPE_DIRECT),
+        routed = self.loam.exchange_publish(exchange, EXCHANGE_TYPES.get(kind, pb.EXCHANGE_TYPE_DIRECT),
                                             routing_key, task, opts)  # fmt: skip
         for queue, result in routed:
             if isinstance(result, JobsError) and not isinstance(result, AlreadyExists):

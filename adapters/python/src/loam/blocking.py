@@ -30,23 +30,11 @@ from urllib.parse import urlsplit
 from connectrpc._protocol import ConnectWireError
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
-from google.protobuf import message_factory
 
-from loam_common.gen.loam.jobs.v1 import jobs_pb2
-
-SERVICE = jobs_pb2.DESCRIPTOR.services_by_name["JobsService"]
-
-
-def _snake(name: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
-
+from loam_common.api.methods import UNARY as UNARY_METHODS
 
 #: snake_case method name -> (URL path, response class), for the unary methods
-UNARY: dict[str, tuple[str, Any]] = {
-    _snake(m.name): (f"/{SERVICE.full_name}/{m.name}", message_factory.GetMessageClass(m.output_type))
-    for m in SERVICE.methods
-    if not m.server_streaming and not m.client_streaming
-}
+UNARY: dict[str, tuple[str, Any]] = {name: (m.path, m.response) for name, m in UNARY_METHODS.items()}
 
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 

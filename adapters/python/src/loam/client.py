@@ -42,6 +42,7 @@ from loam.views import (
     ScheduleInfo,
     state_value,
 )
+from loam_common.api.headers import NAMESPACE_HEADER
 from loam_common.connect_client import jobs_client
 from loam_common.gen.loam.jobs.v1 import engines_pb2 as epb
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
@@ -51,7 +52,6 @@ T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:7720"
 DEV_NAMESPACE = "default"
-NAMESPACE_HEADER = "x-loam-namespace"
 #: retries of a call that failed with Unavailable (enqueue, enqueue_bulk), with backoff
 RETRIES = 3
 
@@ -117,9 +117,9 @@ def _schedule_spec(
     every: float | dt.timedelta | None, limit: int | None, start: dt.datetime | float | None,
     end: dt.datetime | float | None, offset: float | dt.timedelta | None, immediately: bool,
     misfire: str | int | None, misfire_grace: float | dt.timedelta | None, opts: Mapping[str, Any],
-) -> jpb.ScheduleSpec:  # fmt: skip
+) -> pb.ScheduleSpec:  # fmt: skip
     o, headers = options.enqueue_opts(opts)
-    return jpb.ScheduleSpec(
+    return pb.ScheduleSpec(
         id=schedule_id,
         queue=queue,
         task=pb.TaskSpec(name=name, payload=payloads.encode(payload), headers=headers),
@@ -641,7 +641,7 @@ class Client:
     # -- schedules -------------------------------------------------------------------
     async def schedule(
         self,
-        id: str | jpb.ScheduleSpec,  # noqa: A002 - the schedule id, as the API names it
+        id: str | pb.ScheduleSpec,  # noqa: A002 - the schedule id, as the API names it
         queue: str | None = None,
         name: str | None = None,
         payload: Any = None,
@@ -671,7 +671,7 @@ class Client:
         of its time is on time. The same rule again changes nothing (`changed` False).
 
         A ready-made ScheduleSpec may be passed instead, alone."""
-        if isinstance(id, jpb.ScheduleSpec):
+        if isinstance(id, pb.ScheduleSpec):
             if queue is not None or name is not None or opts:
                 raise TypeError("schedule(spec) takes the ScheduleSpec alone")
             spec = id
@@ -809,7 +809,7 @@ class Client:
     # -- flows -----------------------------------------------------------------------
     async def flow(
         self,
-        nodes: Flow | jpb.FlowSpec | Iterable[FlowNode | jpb.FlowNode],
+        nodes: Flow | pb.FlowSpec | Iterable[FlowNode | pb.FlowNode],
         id: str | None = None,  # noqa: A002 - the flow id, as the API names it
     ) -> FlowInfo:
         """Submit a flow: every node's job in one transaction, the nodes that wait for

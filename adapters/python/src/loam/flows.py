@@ -25,7 +25,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from loam import options, payloads
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 _POLICIES = {
@@ -97,10 +96,10 @@ class FlowNode:
         deps = f", depends_on={self.depends_on!r}" if self.depends_on else ""
         return f"FlowNode({self.id!r}, {self.queue!r}, {self.name!r}{deps})"
 
-    def to_pb(self) -> jpb.FlowNode:
+    def to_pb(self) -> pb.FlowNode:
         o, headers = options.enqueue_opts(self.opts)
         task = pb.TaskSpec(name=self.name, payload=payloads.encode(self.payload), headers=headers)
-        return jpb.FlowNode(
+        return pb.FlowNode(
             id=self.id,
             queue=self.queue,
             task=task,
@@ -145,8 +144,8 @@ class Flow:
     def __repr__(self) -> str:
         return f"Flow({self.nodes!r}" + (f", id={self.id!r})" if self.id else ")")
 
-    def to_pb(self, id: str | None = None) -> jpb.FlowSpec:
-        return jpb.FlowSpec(id=id or self.id or "", nodes=[n.to_pb() for n in self.nodes])
+    def to_pb(self, id: str | None = None) -> pb.FlowSpec:
+        return pb.FlowSpec(id=id or self.id or "", nodes=[n.to_pb() for n in self.nodes])
 
 
 Step = FlowNode | Flow  # one node, or a Flow from chain / group / chord
@@ -190,21 +189,21 @@ def chord(header: Iterable[Step] | Flow, body: Step, *, id: str | None = None) -
 
 
 def flow_spec(
-    nodes: Flow | jpb.FlowSpec | Iterable[FlowNode | jpb.FlowNode], id: str | None = None
-) -> jpb.FlowSpec:
+    nodes: Flow | pb.FlowSpec | Iterable[FlowNode | pb.FlowNode], id: str | None = None
+) -> pb.FlowSpec:
     """A FlowSpec from a Flow, a FlowSpec, or FlowNodes (or FlowNode messages); `id`
     (if given) overrides theirs."""
-    if isinstance(nodes, jpb.FlowSpec):
-        spec = jpb.FlowSpec()
+    if isinstance(nodes, pb.FlowSpec):
+        spec = pb.FlowSpec()
         spec.CopyFrom(nodes)
     elif isinstance(nodes, Flow):
         spec = nodes.to_pb()
-    elif isinstance(nodes, FlowNode | jpb.FlowNode):
+    elif isinstance(nodes, FlowNode | pb.FlowNode):
         raise TypeError("flow() takes the nodes as a list (or a Flow), not one FlowNode")
     else:
         items = list(nodes)
         Flow([n for n in items if isinstance(n, FlowNode)])  # unique ids, checked early
-        spec = jpb.FlowSpec(nodes=[n.to_pb() if isinstance(n, FlowNode) else n for n in items])
+        spec = pb.FlowSpec(nodes=[n.to_pb() if isinstance(n, FlowNode) else n for n in items])
     if id:
         spec.id = id
     return spec

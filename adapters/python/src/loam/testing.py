@@ -304,10 +304,10 @@ class LoamTestKit:
         try:
             return self.client.queue_counts(queue)
         except NotFound:
-            from loam_common.gen.loam.jobs.v1 import jobs_pb2
+            from loam_common.gen.loam.jobs.v1 import types_pb2
 
             return {
-                f.name: False if f.name == "paused" else 0 for f in jobs_pb2.QueueCounts.DESCRIPTOR.fields
+                f.name: False if f.name == "paused" else 0 for f in types_pb2.QueueCounts.DESCRIPTOR.fields
             }
 
     # -- assertions ------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from loam_common import keys, validate
 from loam_common.errors import InvalidArgument, NotFound, Unauthenticated
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.store.base import Txn
+from loam_common.validate import Namespace
 
 ENQUEUE = "jobs:enqueue"
 CONSUME = "jobs:consume"
@@ -53,7 +54,7 @@ class Principal:
     """Who a request acts as: the namespace every object it touches lives in, and what
     it may do there. `expires_ns` is 0 for a token that never expires."""
 
-    namespace: str
+    namespace: Namespace
     actions: frozenset[str]
     token_id: str
     expires_ns: int = 0

@@ -23,12 +23,12 @@ from connectrpc.errors import ConnectError
 from protobuf.wkt import Any
 
 from loam_common import errors as E
-from loam_common.gen.loam.jobs.v1 import jobs_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2
 from loam_common.store.base import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
-DETAIL_TYPE = jobs_pb2.ErrorDetail.DESCRIPTOR.full_name  # loam.jobs.v1.ErrorDetail
+DETAIL_TYPE = types_pb2.ErrorDetail.DESCRIPTOR.full_name  # loam.jobs.v1.ErrorDetail
 _TYPE_URL = "type.googleapis.com/" + DETAIL_TYPE
 
 # Connect's HTTP status for each code (connectrpc.com/docs/protocol#error-codes).
@@ -115,7 +115,7 @@ def to_connect(e: BaseException) -> ConnectError:
     if not isinstance(e, E.JobsError):
         log.error("unhandled error in a service method", exc_info=e)
         e = E.Internal(f"internal error ({type(e).__name__}); the server log has the details")
-    detail = jobs_pb2.ErrorDetail(reason=_reason(e), retryable=e.retryable)
+    detail = types_pb2.ErrorDetail(reason=_reason(e), retryable=e.retryable)
     for attr in _FIELDS.get(type(e), ()):
         value = getattr(e, attr, None)
         if value is not None:
@@ -131,12 +131,12 @@ def _reason(e: E.JobsError) -> str:
     return "Internal"
 
 
-def error_detail(err: ConnectError) -> jobs_pb2.ErrorDetail | None:
+def error_detail(err: ConnectError) -> types_pb2.ErrorDetail | None:
     """The ErrorDetail attached to `err`, if any."""
     for d in err.details:
         if d.type_name == DETAIL_TYPE:
             try:
-                return jobs_pb2.ErrorDetail.FromString(d.message_bytes)
+                return types_pb2.ErrorDetail.FromString(d.message_bytes)
             except Exception:  # noqa: BLE001 - a malformed detail is ignored, like Connect does
                 return None
     return None

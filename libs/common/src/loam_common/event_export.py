@@ -22,7 +22,9 @@ inverse, so a row reads back as the event it came from.
 
 `export_events(store, ns, queue, since_ns, until_ns)` reads the queue's events (the
 log, then the rows not yet relayed) in that time range; `write_table` / `table_bytes`
-write Parquet or the Arrow IPC file format. pyarrow is imported when first used.
+write Parquet or the Arrow IPC file format; `export_bytes` is both, with its inputs
+checked (what a queue core and `loam dev`'s gateway serve). pyarrow is imported when
+first used.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
-from loam_common import cloudevents, events
+from loam_common import cloudevents, events, validate
+from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.store.runner import Store
 
@@ -243,6 +246,20 @@ async def export_events(store: Store, ns: str, queue: str, since_ns: int = 0, un
                         *, org: str | None = None):  # fmt: skip
     """The Arrow table of a queue's events in `[since_ns, until_ns)`."""
     return events_table(ns, await read_events(store, ns, queue, since_ns, until_ns), org=org)
+
+
+async def export_bytes(
+    store: Store, ns: str, queue: str, since_ns: int, until_ns: int | None, fmt: str
+) -> tuple[bytes, str]:
+    """A queue's events in [since_ns, until_ns) as `parquet` or `arrow` bytes, and the media type."""
+    validate.name("queue", queue)
+    if fmt not in FORMATS:
+        raise InvalidArgument("format", f"one of {', '.join(FORMATS)}")
+    for name, v in (("since_ns", since_ns), ("until_ns", until_ns)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise InvalidArgument(name, "must be a non-negative integer (ns since the epoch)")
+    table = await export_events(store, ns, queue, since_ns, until_ns)
+    return table_bytes(table, fmt), FORMATS[fmt]
 
 
 def write_table(table, sink: Any, fmt: str = "parquet") -> None:

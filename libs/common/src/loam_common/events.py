@@ -17,16 +17,11 @@ Functions over one transaction, like the rest of the state machine.
 - Retention is by time: `event_log_trim_shard` / `event_log_trim` delete the events
   older than a cutoff (the relay does it with `DEFAULT_RETENTION_NS`, 7 days; an admin
   call may trim earlier).
-- Commit listeners: while a process has Watch streams open, `add_commit_listener`
-  makes every transaction that wrote a queue's events call `listener.notify(ns, queue)`
-  after it commits (`QueueTx` arms it; `notify_after_commit`). With no listener the
-  cost is one truthiness test per transition.
+- A transaction that wrote a queue's events declares `effects.Changed(ns, queue)`
+  (`QueueTx` does), which wakes the queue core's Watch streams once it has committed.
 """
 
 from __future__ import annotations
-
-import functools
-from typing import Protocol
 
 from loam_common import keys
 from loam_common.gen.loam.jobs.v1 import events_pb2
@@ -37,33 +32,6 @@ BATCH = 500
 DEFAULT_RETENTION_NS = 7 * 24 * 3600 * 1_000_000_000
 
 JobEvent = events_pb2.JobEvent
-
-
-# -- commit listeners (Watch wake-ups) ---------------------------------------------------------
-class CommitListener(Protocol):
-    def notify(self, ns: str, queue: str) -> None: ...
-
-
-#: the listeners of this process; QueueTx tests it before arming an after-commit callback
-commit_listeners: set[CommitListener] = set()
-
-
-def add_commit_listener(listener: CommitListener) -> None:
-    commit_listeners.add(listener)
-
-
-def remove_commit_listener(listener: CommitListener) -> None:
-    commit_listeners.discard(listener)
-
-
-def _notify(ns: str, queue: str) -> None:
-    for listener in list(commit_listeners):
-        listener.notify(ns, queue)
-
-
-def notify_after_commit(tx: Txn, ns: str, queue: str) -> None:
-    """Have the commit listeners told that `queue` changed once `tx` commits."""
-    tx.after_commit(functools.partial(_notify, ns, queue))
 
 
 # -- the relay's transitions (outbox rows an earlier server left) ----------------------------

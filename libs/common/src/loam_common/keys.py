@@ -28,7 +28,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `Q sj/<len u16><subject>`                   | job id               | the subject's in-flight job    |
 | `Q sq/<len u16><subject><seq u64>`          | job id               | the subject's backlog, FIFO    |
 | `Q w/<worker id>`                           | Worker               | last seen, for Workers         |
-| `Q dep/<parent id>/<child queue>/<child id>`| Dependency           | a parent's children (flows.py) |
+| `Q dep/<parent id>/<child queue>/<child id>`| Dependency           | children (dependencies.py)     |
 | `Q met/<kind>`                              | MetricsRecord        | per-minute completed / failed  |
 | `t/<ns>/gc/<blob ref>`                      | empty                | blobs to delete (sweeper)      |
 | `t/<ns>/res/<key>`                          | ResultRecord         | result store                   |
@@ -238,7 +238,7 @@ class QueueKeys:
     def subject_backlogs(self) -> bytes:
         return self.q + b"sq/"
 
-    # flow dependencies (flows.py) -----------------------------------------------------
+    # flow dependencies (dependencies.py) -------------------------------------------------
     def dependencies(self, parent_id: str) -> bytes:
         return self.q + b"dep/" + parent_id.encode() + b"/"
 

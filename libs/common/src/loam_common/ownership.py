@@ -199,10 +199,10 @@ def list_shards(tx: Txn, *, namespace_wide: bool = False, orphans: bool = False)
     shard meta but are not in the queue's config (an obliterated queue's, or shards
     dropped by a shard-count change), whose last outbox rows the relay must still move."""
     out: list[ShardId] = [("", "", 0)] if namespace_wide else []
-    for ns in sweeps.list_namespaces(tx):
+    for ns in sweeps.namespace_list(tx):
         if namespace_wide:
             out.append((ns, "", 0))
-        for queue in sweeps.list_queues(tx, ns):
+        for queue in sweeps.queue_list_registered(tx, ns):
             n = sweeps.queue_shards(tx, ns, queue)
             out.extend((ns, queue, s) for s in range(n))
             if orphans:

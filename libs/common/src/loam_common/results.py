@@ -15,6 +15,7 @@ record never expires.
 from __future__ import annotations
 
 from loam_common import keys, validate
+from loam_common.effects import ResultChanged
 from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.store.base import Txn
@@ -119,6 +120,7 @@ def result_set(tx: Txn, ns: str, key: str, value: pb.Payload, ttl_ns: int | None
     rec = pb.ResultRecord(value=value, members=old.members if old is not None else 0,
                           version=old.version if old is not None else 0)  # fmt: skip
     _write(tx, ns, key, rec, old.expires_ns if old is not None else 0, ttl)
+    tx.declare(ResultChanged(ns, key))  # its long-polls read it again
 
 
 def result_set_many(tx: Txn, ns: str, items: list[tuple[str, pb.Payload, int]]) -> None:
@@ -139,6 +141,7 @@ def result_delete(tx: Txn, ns: str, key: str) -> bool:
     raw = tx.get(keys.result(ns, key))
     rec = pb.ResultRecord.FromString(raw) if raw is not None else None
     _purge(tx, ns, key, rec)
+    tx.declare(ResultChanged(ns, key))
     return _decode_live(raw, tx.now_ns()) is not None
 
 
@@ -179,6 +182,7 @@ def result_add(tx: Txn, ns: str, key: str, member: str, ttl_ns: int | None = Non
     rec.value.content_type = "text/plain"
     tx.put(member_key, b"")
     _write(tx, ns, key, rec, old_expires, ttl)
+    tx.declare(ResultChanged(ns, key))
     return rec.members, True
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loam_common import keys, schedules
+from loam_common import keys, results
 from loam_common.blobs import BlobStore
-from loam_common.jobs import sweeps
+from loam_common.jobs import schedules, sweeps
 from loam_common.ownership import Fence, OwnershipLost, run_fenced
 from loam_common.store.runner import Store
 
@@ -61,7 +61,7 @@ class Sweeper:
 
     async def run_once(self) -> SweepReport:
         rep = SweepReport()
-        namespaces = await self.store.snapshot(sweeps.list_namespaces)
+        namespaces = await self.store.snapshot(sweeps.namespace_list)
         for ns in namespaces:
             ns_due = await self.store.snapshot(sweeps.namespace_due, ns) if self.owns(ns, "", 0) else None
             if ns_due is not None and ns_due.schedules:  # first: the queues below see the ticks' jobs
@@ -69,7 +69,7 @@ class Sweeper:
                     await self._fire_schedules(ns, rep)
                 except OwnershipLost:
                     rep.lost.add((ns, "", 0))
-            queues = await self.store.snapshot(sweeps.list_queues, ns)
+            queues = await self.store.snapshot(sweeps.queue_list_registered, ns)
             # One read for the namespace first: most queues have nothing due most passes,
             # and a sweep transaction that finds nothing still costs a trip through the writer.
             for queue, due in zip(
@@ -158,8 +158,6 @@ class Sweeper:
 
     @staticmethod
     def _sweep_results(tx, ns: str) -> int:
-        from loam_common import results
-
         return results.sweep_results(tx, ns, sweeps.BATCH)
 
     async def _collect_blobs(self, ns: str) -> int:

@@ -4,8 +4,13 @@ nothing: every check here runs before a transaction starts."""
 from __future__ import annotations
 
 import re
+from typing import NewType
 
 from loam_common.errors import InvalidArgument
+
+#: A namespace checked once, where it enters: from a credential (a token's record), a dev
+#: header, or an internal call's header. Everything past the transports takes it as is.
+Namespace = NewType("Namespace", str)
 
 # The spec's `[a-z0-9._:-]{1,128}`, widened to upper case and `@` because real Celery
 # and BullMQ queue names use them. `/` stays out: it separates key components.
@@ -19,6 +24,14 @@ def name(field: str, value: str) -> str:
     if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         raise InvalidArgument(field, f"{value!r} is not a valid name: use 1-128 of A-Z a-z 0-9 . _ : @ -")
     return value
+
+
+def namespace(value: str, field: str = "namespace") -> Namespace:
+    """`value` as a Namespace, or InvalidArgument naming `field`."""
+    try:
+        return Namespace(name(field, value))
+    except InvalidArgument as e:  # the message names the value; keep the field's name
+        raise InvalidArgument(field, e.message.partition(": ")[2]) from None
 
 
 def text(field: str, value: str, limit: int = 1024, allow_empty: bool = True) -> str:

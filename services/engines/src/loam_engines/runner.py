@@ -36,7 +36,7 @@ from loam_common.errors import JobsError
 from loam_common.gen.loam.jobs.v1 import engines_pb2 as E
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.schedules import HEADER_SCHEDULE
+from loam_common.jobs.schedules import HEADER_SCHEDULE
 from loam_engines import processes, runs
 from loam_engines.service import DEFAULT_TIMEOUT_NS, QUEUES, EngineRuns, job_from_payload
 

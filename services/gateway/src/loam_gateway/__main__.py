@@ -17,12 +17,11 @@ import sys
 
 from loam_common import tracing
 from loam_common.loop import configure_logging
+from loam_common.serving import run_server_main, serve
 from loam_common.store.runner import open_store
-from loam_gateway.app import create_app
-from loam_gateway.auth import StoreAuthenticator, check_bind
-from loam_gateway.dev import DEFAULT_PORT, _auth_on
+from loam_gateway.app import DEFAULT_PORT, create_app
+from loam_gateway.auth import StoreAuthenticator, auth_on, check_bind
 from loam_gateway.routing import Router
-from loam_queue_core.server import run_server_main, serve
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -33,7 +32,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--store", default=env.get("LOAM_STORE"), help="store URL, for auth tokens (LOAM_STORE)")
     p.add_argument("--host", default=env.get("LOAM_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(env.get("LOAM_PORT", DEFAULT_PORT)))
-    p.add_argument("--auth", action="store_true", default=_auth_on(env.get("LOAM_AUTH")),
+    p.add_argument("--auth", action="store_true", default=auth_on(env.get("LOAM_AUTH")),
                    help="require bearer tokens (LOAM_AUTH=on); needs --store")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     args = p.parse_args(argv)

@@ -27,6 +27,7 @@ from google.protobuf import json_format
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from loam_common import metrics, tracing
+from loam_common.api.methods import operation
 from loam_common.connect_errors import HTTP_STATUS, error_detail, to_connect
 from loam_common.errors import JobsError
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
@@ -37,6 +38,8 @@ from loam_gateway.rest_engines import build_engines_router
 from loam_gateway.rest_events import build_events_router
 from loam_gateway.routing import Router
 from loam_gateway.unary_lane import UnaryLane
+
+DEFAULT_PORT = 7720
 
 _STATUS_CODES = {404: "not_found", 405: "unimplemented", 401: "unauthenticated", 403: "permission_denied",
                  413: "resource_exhausted", 415: "invalid_argument"}  # fmt: skip
@@ -83,6 +86,7 @@ def create_app(
     """The gateway app. `on_startup` / `on_shutdown` run in its lifespan (dev starts its
     sweeper there and closes the store)."""
     access = Access(authenticator)
+    metrics_operation = operation("metrics")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -142,7 +146,7 @@ def create_app(
     async def prometheus(request: Request) -> Response:
         ns = None
         if access.authenticator is not None:  # auth on: the token's namespace only
-            ns = (await access.check(request.headers, "metrics")).namespace
+            ns = (await access.check(request.headers, metrics_operation)).namespace
         return Response(await router.metrics_text(ns), media_type=metrics.CONTENT_TYPE)
 
     app.include_router(build_router())

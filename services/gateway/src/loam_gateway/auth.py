@@ -17,13 +17,14 @@ namespace from `principal.namespace` only — never from a request body.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 from collections.abc import Mapping
 from typing import Protocol
 
 from loam_common import validate
+from loam_common.api.headers import NAMESPACE_HEADER
 from loam_common.auth import ACTIONS, Principal, token_verify
-from loam_common.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from loam_common.errors import PermissionDenied, Unauthenticated
+from loam_common.serving import is_loopback
 from loam_common.store.runner import Store
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "DevAuthenticator",
     "Principal",
     "StoreAuthenticator",
+    "auth_on",
     "bearer_token",
     "check_bind",
     "require",
@@ -39,7 +41,6 @@ __all__ = [
 DEFAULT_CACHE_TTL_NS = 5_000_000_000
 DEFAULT_CACHE_SIZE = 10_000
 DEV_NAMESPACE = "default"
-NAMESPACE_HEADER = "x-loam-namespace"
 MISSING_TOKEN = "missing bearer token: send 'authorization: Bearer loam_<id>_<secret>'"
 
 
@@ -136,24 +137,16 @@ class DevAuthenticator:
     header or `namespace`. Only for a gateway bound to loopback (`check_bind`)."""
 
     def __init__(self, namespace: str = DEV_NAMESPACE) -> None:
-        self.namespace = validate.name("namespace", namespace)
+        self.namespace = validate.namespace(namespace)
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
         ns = _header(headers, NAMESPACE_HEADER) or self.namespace
-        try:
-            validate.name("namespace", ns)
-        except InvalidArgument as e:
-            raise InvalidArgument(NAMESPACE_HEADER, e.message.partition(": ")[2]) from None
-        return Principal(namespace=ns, actions=ACTIONS, token_id="")
+        return Principal(namespace=validate.namespace(ns, NAMESPACE_HEADER), actions=ACTIONS, token_id="")
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+def auth_on(value: str | None) -> bool:
+    """Whether `LOAM_AUTH`'s value turns auth on (`1`, `on`, `true`, `yes`)."""
+    return (value or "").strip().lower() in ("1", "on", "true", "yes")
 
 
 def check_bind(host: str, auth_enabled: bool) -> None:

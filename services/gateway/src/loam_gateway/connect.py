@@ -2,7 +2,8 @@
 actions), check the method's action, and hand the request to the Router. Nothing else
 happens here; the REST facade uses the same `Access` and the same Router.
 
-The action each method needs is in `ACTIONS`, the one table of it. Without an
+The action each method needs is its `action` in the method table
+(loam_common.api.methods), as is every REST-only operation's. Without an
 authenticator (dev, loopback only) every action is allowed and the namespace is the
 `x-loam-namespace` header (which a `/ns/<ns>/...` URL prefix sets, see
 `NamespacePrefix`), or `default`. With one, the namespace comes from the credential
@@ -14,64 +15,24 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from loam_common.auth import ADMIN, CONSUME, ENGINE, ENQUEUE, SCHEDULE, Principal
+from loam_common.api.headers import NAMESPACE_HEADER
+from loam_common.api.methods import Method, Operation
+from loam_common.api.service import JobsServiceHandlers
+from loam_common.auth import Principal
 from loam_common.errors import PermissionDenied
-from loam_gateway.auth import NAMESPACE_HEADER, Authenticator, DevAuthenticator, require
+from loam_gateway.auth import Authenticator, DevAuthenticator, require
 from loam_gateway.routing import Router
-from loam_queue_core.server import ConnectAdapter
-
-# method (JobsService snake_case name, or a REST-only operation) -> the action it needs
-ACTIONS: dict[str, str] = {
-    "enqueue": ENQUEUE,
-    "enqueue_bulk": ENQUEUE,
-    "flow": ENQUEUE,
-    "get_flow": ENQUEUE,
-    "lease": CONSUME,
-    "extend": CONSUME,
-    "complete": CONSUME,
-    "complete_batch": CONSUME,
-    "report": CONSUME,
-    "watch": CONSUME,
-    "schedule": SCHEDULE,
-    "unschedule": SCHEDULE,
-    "get_schedule": SCHEDULE,
-    "list_schedules": SCHEDULE,
-    "submit_engine_job": ENGINE,
-    "control_engine_job": ENGINE,
-    "get_engine_run": ENGINE,
-    "list_engine_runs": ENGINE,
-    "list_engine_run_logs": ENGINE,
-    "queue_admin": ADMIN,
-    "job_admin": ADMIN,
-    "query": ADMIN,
-    "queue_list": ADMIN,
-    "result_get": CONSUME,
-    "result_m_get": CONSUME,
-    "result_set": CONSUME,
-    "result_set_many": CONSUME,
-    "result_delete": CONSUME,
-    "result_incr": CONSUME,
-    "result_expire": CONSUME,
-    "exchange_bind": CONSUME,  # kombu consumers declare and bind their own queues
-    "exchange_unbind": CONSUME,
-    "exchange_bindings": CONSUME,
-    "exchange_publish": ENQUEUE,
-    "events_export": ADMIN,  # REST only: a queue's events as Parquet / Arrow
-    "metrics": ADMIN,  # /metrics with auth on: the token's namespace only
-}
-# A method added to jobs.proto and not in the table needs jobs:admin until it is
-# listed (tests/gateway/test_connect.py keeps the table complete).
-DEFAULT_ACTION = ADMIN
 
 
 class Access:
-    """Who is calling and whether they may: `await access.check(headers, method)`."""
+    """Who is calling and whether they may: `await access.check(headers, operation)`,
+    with the operation's row of the method table."""
 
     def __init__(self, authenticator: Authenticator | None = None) -> None:
         self.authenticator = authenticator
         self._dev = DevAuthenticator() if authenticator is None else None
 
-    async def check(self, headers: Mapping[str, str], method: str) -> Principal:
+    async def check(self, headers: Mapping[str, str], operation: Operation) -> Principal:
         if self._dev is not None:
             return await self._dev.authenticate(headers)
         principal = await self.authenticator.authenticate(headers)
@@ -81,22 +42,24 @@ class Access:
                 f"this token is for namespace {principal.namespace!r}, not {named!r}; "
                 "the namespace comes from the token: drop the header or the /ns/ prefix"
             )
-        require(principal, ACTIONS.get(method, DEFAULT_ACTION))
+        require(principal, operation.action)
         return principal
 
 
-class GatewayJobsService(ConnectAdapter):
+class GatewayJobsService(JobsServiceHandlers):
+    """The gateway's JobsService: each method checks its action, then goes to the Router."""
+
     def __init__(self, router: Router, access: Access) -> None:
         self.router = router
         self.access = access
 
-    async def dispatch(self, method: str, request: Any, ctx: Any) -> Any:
+    async def dispatch(self, method: Method, request: Any, ctx: Any) -> Any:
         principal = await self.access.check(ctx.request_headers, method)
-        return await self.router.call(principal.namespace, method, request, timeout_ms=ctx.timeout_ms)
+        return await self.router.call(principal.namespace, method.name, request, timeout_ms=ctx.timeout_ms)
 
-    async def dispatch_stream(self, method: str, request: Any, ctx: Any) -> AsyncIterator[Any]:
+    async def dispatch_stream(self, method: Method, request: Any, ctx: Any) -> AsyncIterator[Any]:
         principal = await self.access.check(ctx.request_headers, method)
-        async for item in self.router.stream(principal.namespace, method, request):
+        async for item in self.router.stream(principal.namespace, method.name, request):
             yield item
 
 

@@ -3,8 +3,8 @@
 The data directory (default `./.loam`) holds the store (`loam.db`) and the blobs
 (`blobs/`). The gateway calls a local CoreRpc (no network hop); the sweeper (every
 200 ms) and the relay (every 100 ms) run as in-process loops under the owner id
-`loam-dev`, and the sweeper wakes the core's parked leases directly for the queues where
-it reclaimed or promoted jobs. Prints the URL, then exactly one line with "ready" once
+`loam-dev`; they share the core's store, so the core's effect sink wakes the parked
+leases of the queues where a sweep reclaimed or promoted jobs. Prints the URL, then exactly one line with "ready" once
 the server accepts connections. Ctrl-C or SIGTERM stops it: in-flight calls get up to
 3 s, then the loops stop (releasing their shard leases) and the store is closed.
 
@@ -33,25 +33,20 @@ from loam_engines.engines import Engines, EngineSettings
 from loam_common import tracing
 from loam_common.blobs import DirBlobStore
 from loam_common.loop import configure_logging
+from loam_common.serving import ServeError, run_server_main, serve
 from loam_common.store.runner import open_store
-from loam_gateway.app import create_app
-from loam_gateway.auth import DevAuthenticator, StoreAuthenticator, check_bind
+from loam_gateway.app import DEFAULT_PORT, create_app
+from loam_gateway.auth import DevAuthenticator, StoreAuthenticator, auth_on, check_bind
 from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import CoreRpc
-from loam_queue_core.server import ServeError, run_server_main, serve
 from loam_relay.service import RelayService
 from loam_sweeper.service import SweeperService
 
 log = logging.getLogger("loam.dev")
 
-DEFAULT_PORT = 7720
 SWEEP_INTERVAL_S = 0.2
 OWNER_ID = "loam-dev"  # the same after a restart, so its shard leases come straight back
-
-
-def _auth_on(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "on", "true", "yes")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -60,7 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--host", default=env.get("LOAM_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(env.get("LOAM_PORT", DEFAULT_PORT)))
     p.add_argument("--data", default=env.get("LOAM_DATA", "./.loam"), help="data directory (default ./.loam)")
-    p.add_argument("--auth", action="store_true", default=_auth_on(env.get("LOAM_AUTH")),
+    p.add_argument("--auth", action="store_true", default=auth_on(env.get("LOAM_AUTH")),
                    help="require bearer tokens (LOAM_AUTH=on); needed to bind a non-loopback host")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     spark_port = env.get("LOAM_SPARK_PORT")
@@ -99,7 +94,8 @@ async def run(args: argparse.Namespace) -> None:
     rpc.engines = engines.rpc
     router = Router(local=rpc)
     loops = [
-        SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S, on_ready=core.wake_all),
+        # Same store as the core: the core's effect sink wakes what the sweeps make ready.
+        SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S),
         RelayService(store, OWNER_ID),
     ]
 

@@ -24,8 +24,11 @@ from typing import Annotated, Any, Literal
 
 from connectrpc.errors import ConnectError
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from loam_common.api.methods import operation
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
@@ -56,17 +59,37 @@ class ErrorBody(BaseModel):
     )
 
 
-class Counts(BaseModel):
-    waiting: int
-    prioritized: int
-    delayed: int
-    active: int
-    waiting_children: int
-    completed: int
-    failed: int
-    dead_lettered: int
-    canceled: int
-    paused: bool
+# Models of flat messages are made from the message's descriptor, and filled from it
+# (`message_view`): one shape, declared once in proto/, with no field-by-field copy.
+_SCALAR_TYPES = {
+    FieldDescriptor.CPPTYPE_INT32: int,
+    FieldDescriptor.CPPTYPE_INT64: int,
+    FieldDescriptor.CPPTYPE_UINT32: int,
+    FieldDescriptor.CPPTYPE_UINT64: int,
+    FieldDescriptor.CPPTYPE_BOOL: bool,
+    FieldDescriptor.CPPTYPE_STRING: str,
+    FieldDescriptor.CPPTYPE_DOUBLE: float,
+    FieldDescriptor.CPPTYPE_FLOAT: float,
+}
+
+
+def message_model(message: type[Message], name: str) -> type[BaseModel]:
+    """A model with the fields of a flat protobuf message (scalars only), all required,
+    in the message's order."""
+    fields: dict[str, Any] = {}
+    for f in message.DESCRIPTOR.fields:
+        if f.cpp_type not in _SCALAR_TYPES or f.is_repeated:
+            raise TypeError(f"{message.DESCRIPTOR.name}.{f.name} is not a scalar field")
+        fields[f.name] = (_SCALAR_TYPES[f.cpp_type], ...)
+    return create_model(name, **fields)
+
+
+def message_view[M: BaseModel](model: type[M], msg: Message) -> M:
+    """`msg` as `model` (made by message_model from its type)."""
+    return model(**{f.name: getattr(msg, f.name) for f in msg.DESCRIPTOR.fields})
+
+
+Counts = message_model(pb.QueueCounts, "Counts")
 
 
 class QueueSummary(BaseModel):
@@ -78,10 +101,7 @@ class QueueList(BaseModel):
     queues: list[QueueSummary]
 
 
-class RateLimitModel(BaseModel):
-    max: int
-    duration_ns: int
-    sharded: bool
+RateLimitModel = message_model(pb.RateLimit, "RateLimitModel")
 
 
 class QueueConfigModel(BaseModel):
@@ -450,19 +470,8 @@ def job_view(j: pb.Job) -> JobView:
     )
 
 
-def counts_view(c: J.QueueCounts) -> Counts:
-    return Counts(
-        waiting=c.waiting,
-        prioritized=c.prioritized,
-        delayed=c.delayed,
-        active=c.active,
-        waiting_children=c.waiting_children,
-        completed=c.completed,
-        failed=c.failed,
-        dead_lettered=c.dead_lettered,
-        canceled=c.canceled,
-        paused=c.paused,
-    )
+def counts_view(c: pb.QueueCounts) -> BaseModel:
+    return message_view(Counts, c)
 
 
 def config_view(c: pb.QueueConfig) -> QueueConfigModel:
@@ -471,9 +480,7 @@ def config_view(c: pb.QueueConfig) -> QueueConfigModel:
         visibility_ns=c.visibility_ns,
         attempts=c.attempts,
         max_stalled=c.max_stalled if c.HasField("max_stalled") else None,
-        rate_limit=RateLimitModel(
-            max=c.rate_limit.max, duration_ns=c.rate_limit.duration_ns, sharded=c.rate_limit.sharded
-        ),
+        rate_limit=message_view(RateLimitModel, c.rate_limit),
         concurrency=c.concurrency,
         dead_letter_queue=c.dead_letter_queue,
         dead_letter_on_exhausted=c.dead_letter_on_exhausted,
@@ -529,8 +536,8 @@ def _error_view(e: pb.JobError) -> JobErrorView:
     )
 
 
-def schedule_spec(schedule_id: str, body: ScheduleBody) -> J.ScheduleSpec:
-    spec = J.ScheduleSpec(
+def schedule_spec(schedule_id: str, body: ScheduleBody) -> pb.ScheduleSpec:
+    spec = pb.ScheduleSpec(
         id=schedule_id, queue=body.queue, task=_task(body), cron=body.cron or "", tz=body.tz or "",
         every_ns=body.every_ns or 0, limit=body.limit, start_ns=body.start_ns, end_ns=body.end_ns,
         offset_ns=body.offset_ns, immediately=body.immediately, misfire_grace_ns=body.misfire_grace_ns,
@@ -553,8 +560,8 @@ def schedule_view(r: pb.ScheduleRecord) -> ScheduleView:
     )  # fmt: skip
 
 
-def flow_spec(body: FlowBody) -> J.FlowSpec:
-    spec = J.FlowSpec(id=body.id or "")
+def flow_spec(body: FlowBody) -> pb.FlowSpec:
+    spec = pb.FlowSpec(id=body.id or "")
     for n in body.nodes:
         opts = pb.EnqueueOpts(priority=n.priority, lifo=n.lifo, attempts=n.attempts, job_key=n.job_key or "",
                               subject=n.subject or "")  # fmt: skip
@@ -608,9 +615,12 @@ ResultKey = Annotated[str, Path(description="a result key")]
 def build_router() -> APIRouter:
     api = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
-    def caller(method: str):
+    def caller(name: str):
+        """The route's caller, checked for the action the method table gives `name`."""
+        op = operation(name)  # a name not in the table fails here, as the router is built
+
         async def dep(request: Request) -> Principal:
-            return await request.app.state.access.check(request.headers, method)
+            return await request.app.state.access.check(request.headers, op)
 
         return Depends(dep)
 
@@ -623,7 +633,7 @@ def build_router() -> APIRouter:
     # -- queues ------------------------------------------------------------------------------
     @api.get("/queues", response_model=QueueList, tags=["queues"], summary="List queues with their counts")
     async def list_queues(request: Request, p: Principal = caller("queue_list")) -> QueueList:
-        names = await router_of(request).list_queues(p.namespace)
+        names = await router_of(request).queue_list(p.namespace)
 
         async def one(name: str) -> QueueSummary | None:
             try:

@@ -187,7 +187,9 @@ def build_engines_router() -> APIRouter:
     async def call(request: Request, p: Principal, method: str, req: Any) -> Any:
         return await request.app.state.router.call(p.namespace, method, req)
 
-    @api.post("/spark/runs", response_model=EngineSubmitResult, summary="Submit a PySpark script as an engine run")
+    @api.post(
+        "/spark/runs", response_model=EngineSubmitResult, summary="Submit a PySpark script as an engine run"
+    )
     async def submit(
         request: Request, body: Annotated[SparkRunBody, Body()], p: Principal = caller("submit_engine_job")
     ) -> EngineSubmitResult:
@@ -212,7 +214,9 @@ def build_engines_router() -> APIRouter:
         resp = await call(request, p, "get_engine_run", J.GetEngineRunRequest(run=run))
         return run_view(resp.record)
 
-    @api.get("/runs/{run}/logs", response_model=EngineLogPage, summary="A run's output lines, optionally waiting")
+    @api.get(
+        "/runs/{run}/logs", response_model=EngineLogPage, summary="A run's output lines, optionally waiting"
+    )
     async def logs(
         request: Request,
         run: RunId,

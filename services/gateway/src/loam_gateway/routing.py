@@ -1,10 +1,12 @@
 """`Router`: which queue core serves a call, and the call itself.
 
-A queue is owned by one queue core, chosen by rendezvous hashing over the core URLs
-(loam_common.rendezvous, which the sweeper uses too to wake the right core), so adding
-or removing a core moves only the queues it wins or held. Every core shares the store, so any core can answer
-any call correctly; ownership matters for the long-poll wake-ups, which are in-process
-events of the core that ran the write. Calls therefore go to the owner of their queue:
+A call is routed by its method's routing key, from the method table
+(loam_common.api.methods: `Method.route`). A queue is owned by one queue core, chosen
+by rendezvous hashing over the core URLs (loam_common.rendezvous, which the sweeper
+uses too to wake the right core), so adding or removing a core moves only the queues
+it wins or held. Every core shares the store, so any core can answer any call
+correctly; ownership matters for the long-poll wake-ups, which are in-process events
+of the core that ran the write. Calls therefore go to the owner of their queue:
 
 - a request with a queue (`queue`, `token.queue`, `queues[0]`) -> that queue's owner;
 - CompleteBatch is split by owner and its answers put back in request order;
@@ -15,9 +17,10 @@ several cores a job enqueued on another of its queues (owned elsewhere) does not
 it: it is found when the lease's wait ends (at most 30 s) or on the worker's next
 poll. Workers that need instant wake-ups on several queues lease each one separately.
 
-With `local=CoreRpc` (dev, tests) calls run in process; otherwise each core is reached
-with one cached `JobsServiceClient` (Connect binary, no request compression) carrying
-the namespace and the internal token. A forwarded ConnectError passes through
+With `local=` an in-process core (`loam dev`, tests: the queue core's CoreRpc, which
+only the composition root loam_gateway.dev builds) calls run in process; otherwise
+each core is reached with one cached `JobsServiceClient` (Connect binary, no request
+compression) carrying the namespace and the internal token. A forwarded ConnectError passes through
 unchanged; a core that cannot be reached is `unavailable`. `Router.call` raises
 ConnectError only.
 """
@@ -27,73 +30,44 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from pyqwest import Client as HTTPClient
 
-from loam_common import rendezvous
+from loam_common import metrics, rendezvous
+from loam_common.api.headers import NAMESPACE_HEADER, TOKEN_HEADER
+from loam_common.api.methods import STREAMING, UNARY
 from loam_common.connect_client import jobs_client
 from loam_common.connect_errors import to_connect
+from loam_common.event_export import export_bytes
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceClient
-from loam_queue_core.rpc import STREAMING, UNARY, CoreRpc
-from loam_queue_core.server import NAMESPACE_HEADER, TOKEN_HEADER
+from loam_common.store.runner import Store
 
 
-def route_key(method: str, request: Any) -> str:
-    """What a request is routed by: its queue, or for queue-less calls a key of its own."""
-    if method in ("extend", "complete", "report"):
-        return request.token.queue
-    if method == "lease":
-        return request.queues[0] if request.queues else ""
-    if method == "complete_batch":
-        if request.items:
-            return request.items[0].token.queue
-        return request.lease.queues[0] if request.lease.queues else ""
-    if method in ("result_get", "result_set", "result_delete", "result_incr", "result_expire"):
-        return "results/" + request.key
-    if method in ("exchange_bind", "exchange_unbind", "exchange_bindings", "exchange_publish"):
-        return "exchanges/" + request.exchange
-    if method == "result_m_get":
-        return "results/" + (request.keys[0] if request.keys else "")
-    if method == "result_set_many":
-        return "results/" + (request.items[0].key if request.items else "")
-    if method == "schedule":
-        return request.spec.queue
-    if method == "unschedule":
-        return "schedules/" + request.id
-    if method == "flow":
-        return "flows/" + request.graph.id
-    if method == "get_flow":
-        return "flows/" + getattr(request, "id", getattr(request, "flow", ""))
-    if method in ("get_schedule", "list_schedules"):
-        return "schedules/" + getattr(request, "id", "")
-    if method == "watch":  # a flow or a schedule: the namespace's owner of its key
-        sel = request.selector
-        which = sel.WhichOneof("what")
-        if which == "job":
-            return sel.job.queue
-        if which == "flow":
-            return "flows/" + sel.flow
-        if which == "schedule":
-            return "schedules/" + sel.schedule
-        return sel.queue
-    return getattr(request, "queue", "")
+class LocalCore(Protocol):
+    """What the Router needs of an in-process queue core (`loam dev`, tests: the queue
+    core's CoreRpc, built by the composition root): each JobsService method as
+    `(ns, request)`, the queue listing, and its store (metrics, readiness, export)."""
+
+    store: Store
+
+    async def queue_list(self, ns: str) -> list[str]: ...
 
 
 class Router:
     def __init__(
         self,
         *,
-        local: CoreRpc | None = None,
+        local: LocalCore | None = None,
         cores: Sequence[str] = (),
         internal_token: str | None = None,
         timeout_ms: int | None = None,
     ) -> None:
         if (local is None) == (not cores):
-            raise ValueError("Router: give either a local CoreRpc or queue-core URLs, not both or neither")
+            raise ValueError("Router: give either a local core or queue-core URLs, not both or neither")
         self.local = local
         self.cores = [c.rstrip("/") for c in cores]
         if len(set(self.cores)) != len(self.cores):
@@ -125,16 +99,15 @@ class Router:
     # -- calling -------------------------------------------------------------------------------
     async def call(self, ns: str, method: str, request: Any, *, timeout_ms: float | None = None) -> Any:
         """Run JobsService `method` (snake_case) for namespace `ns`. Raises ConnectError."""
-        if method not in UNARY:
+        m = UNARY.get(method)
+        if m is None:
             raise ConnectError(Code.UNIMPLEMENTED, f"{method} is not a unary JobsService method")
         try:
             if self.local is not None:
                 return await getattr(self.local, method)(ns, request)
             if method == "complete_batch" and len(self.cores) > 1:
                 return await self._complete_batch(ns, request, timeout_ms)
-            return await self._forward(
-                self.owner(ns, route_key(method, request)), ns, method, request, timeout_ms
-            )
+            return await self._forward(self.owner(ns, m.route(request)), ns, method, request, timeout_ms)
         except Exception as e:  # noqa: BLE001 - JobsErrors, store failures, transport failures
             raise _as_connect(e, self.local is None) from e
 
@@ -179,23 +152,24 @@ class Router:
 
     def stream(self, ns: str, method: str, request: Any) -> AsyncIterator[Any]:
         """Run a server-streaming method (Watch)."""
-        if method not in STREAMING:
+        m = STREAMING.get(method)
+        if m is None:
             raise ConnectError(Code.UNIMPLEMENTED, f"{method} is not a streaming JobsService method")
-        return self._stream(ns, method, request)
+        return self._stream(ns, m.name, m.route, request)
 
-    async def _stream(self, ns: str, method: str, request: Any) -> AsyncIterator[Any]:
+    async def _stream(self, ns: str, method: str, route: Any, request: Any) -> AsyncIterator[Any]:
         try:
             if self.local is not None:
                 it = getattr(self.local, method)(ns, request)
             else:
-                url = self.owner(ns, route_key(method, request))
+                url = self.owner(ns, route(request))
                 it = getattr(self._client(url), method)(request, headers=self._headers(ns))
             async for item in it:
                 yield item
         except Exception as e:  # noqa: BLE001
             raise _as_connect(e, self.local is None) from e
 
-    async def list_queues(self, ns: str) -> list[str]:
+    async def queue_list(self, ns: str) -> list[str]:
         """The namespace's queue names (not a JobsService method: the REST listing).
         Any core can answer: the queue registry is in the shared store."""
         try:
@@ -228,8 +202,6 @@ class Router:
         built by the core that owns the queue (any core could: the store is shared)."""
         try:
             if self.local is not None:
-                from loam_queue_core.server import export_bytes
-
                 return await export_bytes(self.local.store, ns, queue, since_ns, until_ns, fmt)
             body = {"ns": ns, "queue": queue, "since_ns": since_ns, "until_ns": until_ns, "format": fmt}
             return await self._post_internal(self.owner(ns, queue), "/internal/v1/events/export", ns, body)
@@ -241,8 +213,6 @@ class Router:
         from the local store, or from one core (every core reads the same store)."""
         try:
             if self.local is not None:
-                from loam_common import metrics
-
                 return await metrics.render_store(self.local.store, [ns] if ns else None)
             if self._http is None:
                 self._http = HTTPClient()

@@ -31,10 +31,13 @@ from connectrpc._shared import decode_message
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
+from loam_common.api.methods import JOBS_METHODS
+
 log = logging.getLogger("loam.gateway")
 
 _CODECS = {"application/proto": "proto", "application/json": "json"}
-_LONG_POLL = frozenset({"/loam.jobs.v1.JobsService/Lease"})
+# The methods that may park until work arrives (their request's `wait_ns`), by path.
+_LONG_POLL = frozenset(m.path for m in JOBS_METHODS if m.long_poll)
 
 
 class UnaryLane:

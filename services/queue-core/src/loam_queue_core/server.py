@@ -18,8 +18,8 @@ from loopback peers. Endpoints:
   `?scope=store` leaves the histograms out (the gateway serves that part)
 - `GET /healthz`, `GET /readyz` (ready = the store answers a read)
 
-`ConnectAdapter` is the shared shape of a JobsService implementation that forwards
-every method to one dispatch function; the gateway's service uses it too.
+The Connect service is built from the method table (loam_common.api.service); the
+header names are loam_common.api.headers; running the process is loam_common.serving.
 
 Run it with `loam queue-core --store URL --blobs DIR --host 127.0.0.1 --port 7721`.
 """
@@ -27,15 +27,11 @@ Run it with `loam queue-core --store URL --blobs DIR --host 127.0.0.1 --port 772
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import hmac
-import ipaddress
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -46,77 +42,25 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from loam_common import metrics, tracing, validate
+from loam_common.api.headers import NAMESPACE_HEADER, TOKEN_HEADER
+from loam_common.api.methods import Method
+from loam_common.api.service import JobsServiceHandlers
 from loam_common.blobs import open_blobs
-from loam_common.connect_errors import HTTP_STATUS, to_connect
 from loam_common.errors import InvalidArgument, JobsError, Unauthenticated
+from loam_common.event_export import export_bytes
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
 from loam_common.loop import configure_logging
+from loam_common.serving import error_response, is_loopback, run_server_main, serve
 from loam_common.store.runner import open_store
 from loam_queue_core.core import QueueCore
-from loam_queue_core.rpc import STREAMING, UNARY, CoreRpc
+from loam_queue_core.rpc import CoreRpc
 
 log = logging.getLogger(__name__)
 
-NAMESPACE_HEADER = "x-loam-namespace"
-TOKEN_HEADER = "x-loam-internal-token"
 DEFAULT_PORT = 7721
 
 
-# -- the shape of a JobsService that forwards ------------------------------------------------
-class ConnectAdapter:
-    """Implements the generated `JobsService` Protocol: every unary method calls
-    `self.dispatch(method, request, ctx)`, every streaming one `self.dispatch_stream`,
-    and any failure leaves as a ConnectError (JobsErrors by their §5.3 code), never as
-    Connect's `unknown`."""
-
-    async def dispatch(self, method: str, request: Any, ctx: Any) -> Any:
-        raise NotImplementedError
-
-    def dispatch_stream(self, method: str, request: Any, ctx: Any) -> AsyncIterator[Any]:
-        raise NotImplementedError
-
-
-def _unary(method: str):
-    async def handler(self: ConnectAdapter, request: Any, ctx: Any) -> Any:
-        try:
-            return await self.dispatch(method, request, ctx)
-        except Exception as e:  # noqa: BLE001 - every failure gets its Connect code
-            raise to_connect(e) from e
-
-    handler.__name__ = handler.__qualname__ = method
-    return handler
-
-
-def _streaming(method: str):
-    async def handler(self: ConnectAdapter, request: Any, ctx: Any) -> AsyncIterator[Any]:
-        try:
-            async for item in self.dispatch_stream(method, request, ctx):
-                yield item
-        except Exception as e:  # noqa: BLE001
-            raise to_connect(e) from e
-
-    handler.__name__ = handler.__qualname__ = method
-    return handler
-
-
-for _m in UNARY:
-    setattr(ConnectAdapter, _m, _unary(_m))
-for _m in STREAMING:
-    setattr(ConnectAdapter, _m, _streaming(_m))
-
-
 # -- who may call ------------------------------------------------------------------------------
-def is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _peer_host(address: str | None) -> str | None:
     """`"127.0.0.1:5000"` / `"::1:5000"` -> the host part."""
     return address.rpartition(":")[0] if address else None
@@ -146,13 +90,10 @@ class InternalAuth:
         ns = headers.get(NAMESPACE_HEADER)
         if not ns:
             raise InvalidArgument(NAMESPACE_HEADER, "is required on internal calls")
-        try:
-            return validate.name("namespace", ns)
-        except InvalidArgument as e:
-            raise InvalidArgument(NAMESPACE_HEADER, e.message.partition(": ")[2]) from None
+        return validate.namespace(ns, NAMESPACE_HEADER)
 
 
-class CoreService(ConnectAdapter):
+class CoreService(JobsServiceHandlers):
     """The JobsService of a queue-core process: CoreRpc behind the internal-call check."""
 
     def __init__(self, rpc: CoreRpc, auth: InternalAuth) -> None:
@@ -162,22 +103,15 @@ class CoreService(ConnectAdapter):
     def _ns(self, ctx: Any) -> str:
         return self.auth.namespace(ctx.request_headers, _peer_host(ctx.client_address))
 
-    async def dispatch(self, method: str, request: Any, ctx: Any) -> Any:
-        return await getattr(self.rpc, method)(self._ns(ctx), request)
+    async def dispatch(self, method: Method, request: Any, ctx: Any) -> Any:
+        return await getattr(self.rpc, method.name)(self._ns(ctx), request)
 
-    async def dispatch_stream(self, method: str, request: Any, ctx: Any) -> AsyncIterator[Any]:
-        async for item in getattr(self.rpc, method)(self._ns(ctx), request):
+    async def dispatch_stream(self, method: Method, request: Any, ctx: Any) -> AsyncIterator[Any]:
+        async for item in getattr(self.rpc, method.name)(self._ns(ctx), request):
             yield item
 
 
 # -- the ASGI app ------------------------------------------------------------------------------
-def error_response(e: BaseException) -> JSONResponse:
-    err = to_connect(e)
-    return JSONResponse(
-        {"code": err.code.value, "message": err.message}, HTTP_STATUS.get(err.code.value, 500)
-    )
-
-
 async def _json_object(request: Request) -> dict:
     try:
         body = await request.json()
@@ -212,18 +146,18 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
         try:
             auth.check(request.headers, peer(request))
             body = await _json_object(request)
-            ns = validate.name("ns", body.get("ns"))
+            ns = validate.namespace(body.get("ns"), "ns")
             queue = validate.name("queue", body.get("queue"))
         except JobsError as e:
             return error_response(e)
-        core.wake_all(ns, queue)
+        core.effects.wake_queue(ns, queue)
         return JSONResponse({})
 
     async def queues(request: Request) -> Response:
         try:
             auth.check(request.headers, peer(request))
             body = await _json_object(request)
-            names = await rpc.queue_list(validate.name("ns", body.get("ns")))
+            names = await core.queues.names(validate.namespace(body.get("ns"), "ns"))
         except Exception as e:  # noqa: BLE001
             return error_response(e)
         return JSONResponse({"queues": names})
@@ -232,7 +166,7 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
         try:
             auth.check(request.headers, peer(request))
             body = await _json_object(request)
-            ns = validate.name("ns", body.get("ns"))
+            ns = validate.namespace(body.get("ns"), "ns")
             queue = validate.name("queue", body.get("queue"))
             data, media = await export_bytes(core.store, ns, queue, body.get("since_ns") or 0, body.get("until_ns"),
                                              body.get("format") or "parquet")  # fmt: skip
@@ -248,7 +182,7 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
         try:
             auth.check(headers, peer(request))
             qp = request.query_params
-            only = [validate.name("ns", qp["ns"])] if qp.get("ns") else None
+            only = [validate.namespace(qp["ns"], "ns")] if qp.get("ns") else None
             text = await metrics.render_store(core.store, only, process=qp.get("scope") != "store")
         except Exception as e:  # noqa: BLE001
             return error_response(e)
@@ -286,114 +220,11 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
     )
 
 
-async def export_bytes(
-    store, ns: str, queue: str, since_ns: int, until_ns: int | None, fmt: str
-) -> tuple[bytes, str]:
-    """A queue's events in [since_ns, until_ns) as `parquet` or `arrow` bytes, and the media type."""
-    from loam_common import event_export
-
-    validate.name("namespace", ns)
-    validate.name("queue", queue)
-    if fmt not in event_export.FORMATS:
-        raise InvalidArgument("format", f"one of {', '.join(event_export.FORMATS)}")
-    for name, v in (("since_ns", since_ns), ("until_ns", until_ns)):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise InvalidArgument(name, "must be a non-negative integer (ns since the epoch)")
-    table = await event_export.export_events(store, ns, queue, since_ns, until_ns)
-    return event_export.table_bytes(table, fmt), event_export.FORMATS[fmt]
-
-
 def _noop_read(tx) -> None:
     tx.get(b"\x00readyz")
 
 
 # -- running -----------------------------------------------------------------------------------
-class QuietServer(uvicorn.Server):
-    """uvicorn's server, minus re-raising SIGINT/SIGTERM after its graceful stop, so a
-    stopped service exits 0 once its store is closed."""
-
-    @contextlib.contextmanager
-    def capture_signals(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        sigs = (signal.SIGINT, signal.SIGTERM)
-        original = {s: signal.signal(s, self.handle_exit) for s in sigs}
-        try:
-            yield
-        finally:
-            for s, h in original.items():
-                signal.signal(s, h)
-
-
-def uvicorn_config(app: Any, host: str, port: int, **kw: Any) -> uvicorn.Config:
-    log_level = kw.pop("log_level", "warning")
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        log_level=log_level,
-        # Per request, uvicorn formats the access line's arguments before the logger
-        # drops it, and reads proxy headers nothing here uses: measurable on ~1 ms calls.
-        access_log=log_level in ("debug", "trace"),
-        proxy_headers=False,
-        server_header=False,
-        timeout_graceful_shutdown=kw.pop("timeout_graceful_shutdown", 3),
-        **kw,
-    )
-
-
-def run_async(main: Any) -> Any:
-    """`asyncio.run` on uvloop (the loop uvicorn is configured for; `Server.serve()`
-    runs on whatever loop it is given)."""
-    try:
-        import uvloop
-    except ImportError:  # uvicorn[standard] brings it; without it, the stdlib loop
-        return asyncio.run(main)
-    return asyncio.run(main, loop_factory=uvloop.new_event_loop)
-
-
-class ServeError(RuntimeError):
-    """The server could not start (uvicorn logged why: most often the port is in use)."""
-
-
-def run_server_main(label: str, main: Any) -> int:
-    """Run one server process's coroutine to its end; the exit code of a service command
-    (0 after Ctrl-C or SIGTERM, 1 when it could not start)."""
-    try:
-        run_async(main)
-    except KeyboardInterrupt:
-        pass
-    except ServeError as e:
-        print(f"{label}: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-async def serve(app: Any, host: str, port: int, *, on_ready=None, **kw: Any) -> None:
-    """Run `app` until SIGINT/SIGTERM; `on_ready(server)` once it accepts connections."""
-    server = QuietServer(uvicorn_config(app, host, port, **kw))
-
-    async def announce() -> None:
-        while not server.started:
-            await asyncio.sleep(0.01)
-        if on_ready is not None:
-            on_ready(server)
-
-    watcher = asyncio.ensure_future(announce())
-    try:
-        await server.serve()
-    except SystemExit:  # uvicorn exits on a startup failure; make it an error we can report
-        raise ServeError(f"cannot serve on {host}:{port}") from None
-    finally:
-        watcher.cancel()
-    if not server.started:
-        raise ServeError(f"cannot serve on {host}:{port}")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog="loam queue-core", description="Run a Loam queue-core process.")

@@ -89,4 +89,9 @@ class Waiters:
                     del self._by_queue[(ns, q)]
 
     def parked(self, ns: str, queue: str) -> int:
+        """Polls of the queue registered to be woken (some may still be reading)."""
         return sum(1 for f in self._by_queue.get((ns, queue), ()) if not f.done())
+
+    def sleeping(self, ns: str, queue: str) -> int:
+        """Polls of the queue that read nothing and wait: an enqueue may claim them."""
+        return sum(1 for f in self._by_queue.get((ns, queue), ()) if not f.done() and f in self._sleeping)

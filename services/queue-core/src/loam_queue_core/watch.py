@@ -15,11 +15,10 @@ queue created or re-sharded after the snapshot) starts at 0: all its events are 
 A cursor older than the log's retention (default 7 days) or than an obliterate is
 refused (`invalid_argument` on `cursor`): re-watch without one.
 
-**Wake-ups, not polling.** A stream parks on this process's `EventHub`; every
-transaction committed in this process that wrote a watched queue's events notifies it
-after the commit (`events.add_commit_listener`, armed by `QueueTx` only while a stream
-is open), and so does `QueueCore.wake_all` (which the sweeper process calls after its
-sweeps). Changes committed by other processes (another queue core leasing from a
+**Wake-ups, not polling.** A stream parks on its queue core's `EventHub`; every
+transaction committed through the core's store that wrote a watched queue's events
+declares `effects.Changed`, which the core's effect sink passes on (effects.py), and
+so does the sweeper's cross-process wake. Changes committed by other processes (another queue core leasing from a
 queue it does not own, a flow's queues owned by other cores) are seen
 after at most `LOAM_WATCH_POLL_S` (default 1 s): the fallback timeout of each park. An
 idle check is one store snapshot with one `get` per watched shard. (The relay never
@@ -38,11 +37,12 @@ import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from loam_common import cloudevents, events, flows, keys, schedules, validate
+from loam_common import cloudevents, events, keys, validate
 from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
-from loam_common.jobs import admin, job_admin
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import admin, flows, job_admin, schedules
 from loam_common.store.base import Txn
 
 POLL_S = float(os.environ.get("LOAM_WATCH_POLL_S", "1.0"))
@@ -63,14 +63,9 @@ class EventHub:
 
     def open(self) -> None:
         self._streams += 1
-        if self._streams == 1:
-            events.add_commit_listener(self)
 
     def close(self) -> None:
-        self._streams -= 1
-        if self._streams <= 0:
-            self._streams = 0
-            events.remove_commit_listener(self)
+        self._streams = max(self._streams - 1, 0)
 
     @property
     def streams(self) -> int:
@@ -159,7 +154,6 @@ class Target:
 
 
 def _target(ns: str, sel: J.Selector) -> Target:
-    validate.name("namespace", ns)
     kind = sel.WhichOneof("what")
     if kind == "job":
         validate.name("selector.job.queue", sel.job.queue)
@@ -193,9 +187,9 @@ def _resolve(tx: Txn, ns: str, t: Target) -> list[J.WatchResponse]:
         return [J.WatchResponse(snapshot=job)]
     if t.kind == "queue":
         try:
-            counts = _counts(admin.queue_counts(tx, ns, t.queues[0]))
+            counts = admin.queue_counts(tx, ns, t.queues[0])
         except NotFound:  # not created yet: watch it come
-            counts = J.QueueCounts()
+            counts = pb.QueueCounts()
         return [J.WatchResponse(counts=counts)]
     if t.kind == "schedule":
         rec = schedules.schedule_get(tx, ns, t.schedule_id)
@@ -211,14 +205,6 @@ def _resolve(tx: Txn, ns: str, t: Target) -> list[J.WatchResponse]:
         except NotFound:
             pass  # removed by retention: its events say so
     return out
-
-
-def _counts(c: admin.QueueCounts) -> J.QueueCounts:
-    return J.QueueCounts(
-        waiting=c.waiting, prioritized=c.prioritized, delayed=c.delayed, active=c.active,
-        waiting_children=c.waiting_children, completed=c.completed, failed=c.failed,
-        dead_lettered=c.dead_lettered, canceled=c.canceled, paused=c.paused,
-    )  # fmt: skip
 
 
 def _snapshot(tx: Txn, ns: str, t: Target) -> tuple[list[J.WatchResponse], dict[Position, int]]:

@@ -6,9 +6,12 @@
 3. runs `Sweeper.run_once()` over the shards it owns, every sweep transaction fenced
    by the shard's lease, so a sweeper whose shard was taken over writes nothing more,
 4. wakes the long-polls of each queue where jobs became ready (stalled jobs reclaimed,
-   delayed jobs promoted): `on_ready(ns, queue)` in process, and a POST of
-   `{"ns", "queue"}` to `<core>/internal/v1/wake` of the queue core that owns the
-   queue (rendezvous over the queue-core URLs, the function the gateway routes with).
+   delayed jobs promoted, schedule ticks): the sweep transitions declare `Ready`
+   (loam_common.effects); in a process of its own the sweeper's effect sink,
+   `RemoteWake`, collects them and the pass ends with a POST of `{"ns", "queue"}` to
+   `<core>/internal/v1/wake` of the queue core that owns each queue (rendezvous over
+   the queue-core URLs, the function the gateway routes with). Sharing a store object
+   with a queue core (`loam dev`), the core's own sink wakes them.
 
 `stop()` lets the current pass finish, then releases every lease and leaves the
 membership, so the other sweepers take the shards over at once.
@@ -20,10 +23,12 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from loam_common import rendezvous
+from loam_common.api.headers import TOKEN_HEADER
 from loam_common.blobs import BlobStore
+from loam_common.effects import Effect, ready_counts
 from loam_common.loop import Loop
 from loam_common.ownership import DEFAULT_TTL_NS, ShardOwnership, list_shards
 from loam_common.store.runner import Store
@@ -32,7 +37,6 @@ from loam_common.sweeper import Sweeper, SweepReport
 log = logging.getLogger(__name__)
 
 KIND = "sweeper"
-TOKEN_HEADER = "x-loam-internal-token"
 WAKE_PATH = "/internal/v1/wake"
 WAKE_TIMEOUT_S = 2.0
 
@@ -54,7 +58,6 @@ class SweeperService(Loop):
         *,
         ttl_ns: int = DEFAULT_TTL_NS,
         internal_token: str | None = None,
-        on_ready: Callable[[str, str], None] | None = None,
     ) -> None:
         super().__init__(interval)
         self.store = store
@@ -63,7 +66,9 @@ class SweeperService(Loop):
         self.internal_token = (
             internal_token if internal_token is not None else os.environ.get("LOAM_INTERNAL_TOKEN")
         )
-        self.on_ready = on_ready
+        self.remote_wake = RemoteWake()
+        if self.queue_cores:
+            store.add_sink(self.remote_wake)
         self.ownership = ShardOwnership(store, KIND, owner_id, ttl_ns)
         self.sweeper = Sweeper(store, blobs, owns=self.ownership.owns, fence=self.ownership.fence)
         self._http = None
@@ -77,11 +82,13 @@ class SweeperService(Loop):
         for shard_id in rep.lost:
             log.info("sweeper %s: lost %s to another sweeper", self.owner_id, shard_id)
             self.ownership.lost(shard_id)
-        if rep.woke:
-            await self._wake(rep.woke)
+        woke = self.remote_wake.take()
+        if woke:
+            await self._wake(woke)
         return rep
 
     async def on_stop(self) -> None:
+        self.store.remove_sink(self.remote_wake)
         try:
             await self.ownership.release_all()
         except Exception:  # the store may be gone; the leases then expire on their own
@@ -89,17 +96,12 @@ class SweeperService(Loop):
 
     # -- waking the queue cores --------------------------------------------------------------
     async def _wake(self, queues: set[tuple[str, str]]) -> None:
-        posts = []
-        for ns, queue in sorted(queues):
-            if self.on_ready is not None:
-                try:
-                    self.on_ready(ns, queue)
-                except Exception:
-                    log.exception("on_ready(%s, %s) failed", ns, queue)
-            if self.queue_cores:
-                posts.append(self._post_wake(rendezvous.queue_owner(ns, queue, self.queue_cores), ns, queue))
-        if posts:
-            await asyncio.gather(*posts)
+        await asyncio.gather(
+            *(
+                self._post_wake(rendezvous.queue_owner(ns, queue, self.queue_cores), ns, queue)
+                for ns, queue in sorted(queues)
+            )
+        )
 
     async def _post_wake(self, core: str, ns: str, queue: str) -> None:
         """Best effort: a core that misses a wake still finds the jobs when its parked
@@ -122,3 +124,18 @@ class SweeperService(Loop):
         except Exception as e:  # noqa: BLE001 - a failed wake only delays a lease
             self.wakes_failed += 1
             log.warning("sweeper %s: could not wake %s for %s/%s: %s", self.owner_id, core, ns, queue, e)
+
+
+class RemoteWake:
+    """The sweeper process's effect sink: the queues its sweeps made jobs leasable in,
+    collected until the pass ends (`take`) and then woken on their owning cores."""
+
+    def __init__(self) -> None:
+        self._queues: set[tuple[str, str]] = set()
+
+    def run(self, effects: list[Effect]) -> None:
+        self._queues.update(q for q, n in ready_counts(effects).items() if n)
+
+    def take(self) -> set[tuple[str, str]]:
+        queues, self._queues = self._queues, set()
+        return queues

@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loam_common import keys, validate
+from loam_common.effects import ALL
 from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import dlq, job_admin
+from loam_common.jobs import dependencies, dlq, job_admin, schedules
 from loam_common.jobs import states as S
+from loam_common.jobs.linked import LinkedQueueTx
 from loam_common.jobs.queue import DEFAULT_VISIBILITY_NS, QueueTx
 from loam_common.store.base import Txn
 
@@ -98,7 +100,7 @@ def queue_create(tx: Txn, ns: str, queue: str, cfg: pb.QueueConfig) -> tuple[pb.
     validate.name("queue", queue)
     new = _normalized(cfg, queue)
     validate_config(new, queue)
-    with QueueTx(tx, ns, queue) as qt:
+    with LinkedQueueTx(tx, ns, queue) as qt:
         if qt.exists:
             if _settings(qt.cfg) != _settings(new):
                 msg = f"queue {queue!r} exists with other settings; use Update to change them"
@@ -117,7 +119,7 @@ def queue_update(
     """Replace the queue's settings with `cfg`, or only the top-level `fields` named
     (a field mask). Zero values mean the defaults, as in Create."""
     validate.name("queue", queue)
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         merged = pb.QueueConfig()
         if fields is None:
             merged.CopyFrom(cfg)
@@ -133,6 +135,7 @@ def queue_update(
             qt.cfg = new
             qt.save_config()
             qt.emit("config-updated", detail=",".join(fields) if fields else "")
+        qt.wake_after_commit(ALL)  # a lifted rate limit or concurrency cap frees leases
         return qt.cfg
 
 
@@ -151,11 +154,12 @@ def _copy_field(src: pb.QueueConfig, dst: pb.QueueConfig, name: str) -> None:
 
 def _set_paused(tx: Txn, ns: str, queue: str, paused: bool) -> None:
     validate.name("queue", queue)
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         if qt.cfg.paused != paused:
             qt.cfg.paused = paused
             qt.save_config()
             qt.emit("paused" if paused else "resumed")
+        qt.wake_after_commit(ALL)  # parked leases read the queue again
 
 
 def queue_pause(tx: Txn, ns: str, queue: str) -> None:
@@ -183,32 +187,23 @@ def queue_set_concurrency(tx: Txn, ns: str, queue: str, concurrency: int) -> pb.
 
 
 # -- reading a queue ------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class QueueCounts:
-    waiting: int
-    prioritized: int
-    delayed: int
-    active: int
-    waiting_children: int
-    completed: int
-    failed: int
-    dead_lettered: int
-    canceled: int
-    paused: bool
-
-    def by_state_name(self) -> dict[str, int]:
-        """BullMQ-style names (`waiting-children`, ...) to counts."""
-        return {S.name(st): getattr(self, S.name(st).replace("-", "_")) for st in S.NAMES}
-
-
-def _counts(qt: QueueTx) -> QueueCounts:
+def _counts(qt: QueueTx) -> pb.QueueCounts:
     c = qt.counts()  # O(shards): kept by every move in ShardMeta
-    return QueueCounts(**{S.name(st).replace("-", "_"): c.get(st, 0) for st in S.NAMES}, paused=qt.cfg.paused)
+    return pb.QueueCounts(**{_COUNT_FIELD[st]: c.get(st, 0) for st in S.NAMES}, paused=qt.cfg.paused)
 
 
-def queue_counts(tx: Txn, ns: str, queue: str) -> QueueCounts:
+# The QueueCounts field of each state: its BullMQ name in snake_case (`waiting_children`).
+_COUNT_FIELD = {st: S.name(st).replace("-", "_") for st in S.NAMES}
+
+
+def counts_by_state_name(counts: pb.QueueCounts) -> dict[str, int]:
+    """BullMQ-style state names (`waiting-children`, ...) to counts."""
+    return {S.name(st): getattr(counts, f) for st, f in _COUNT_FIELD.items()}
+
+
+def queue_counts(tx: Txn, ns: str, queue: str) -> pb.QueueCounts:
     validate.name("queue", queue)
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         return _counts(qt)
 
 
@@ -217,7 +212,7 @@ def queue_rate_limit_for(tx: Txn, ns: str, queue: str, for_ns: int) -> None:
     rate window (BullMQ's removeRateLimitKey)."""
     validate.name("queue", queue)
     validate.duration_ns("for_ns", for_ns)
-    with QueueTx(tx, ns, queue) as qt:
+    with LinkedQueueTx(tx, ns, queue) as qt:
         qt.ensure_exists()
         key = qt.k.runtime()
         raw = tx.get(key)
@@ -234,6 +229,7 @@ def queue_rate_limit_for(tx: Txn, ns: str, queue: str, for_ns: int) -> None:
             rt.blocked_until_ns = 0
             rt.window_start_ns = 0
             rt.used = 0
+            qt.wake_after_commit(ALL)  # the block is lifted
         tx.put(key, rt.SerializeToString())
 
 
@@ -241,7 +237,7 @@ def queue_rate_window(tx: Txn, ns: str, queue: str) -> tuple[int, int]:
     """(ns until the queue's rate window or RateLimited block ends, leases used in the
     window): BullMQ's getRateLimitTtl. (0, 0) when no window is open."""
     validate.name("queue", queue)
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         raw = tx.get(qt.k.runtime())
         if raw is None:
             return 0, 0
@@ -257,7 +253,7 @@ def queue_rate_window(tx: Txn, ns: str, queue: str) -> tuple[int, int]:
 
 def queue_config(tx: Txn, ns: str, queue: str) -> pb.QueueConfig:
     validate.name("queue", queue)
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         return qt.cfg
 
 
@@ -279,7 +275,7 @@ def queue_workers(tx: Txn, ns: str, queue: str, seen_within_ns: int = 0) -> list
     seen first; with `seen_within_ns`, only those seen that recently."""
     validate.name("queue", queue)
     validate.non_negative("seen_within_ns", seen_within_ns)
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         prefix = qt.k.workers()
         out = [pb.Worker.FromString(v) for _, v in tx.scan(prefix, keys.prefix_end(prefix))]
         if seen_within_ns:
@@ -288,18 +284,18 @@ def queue_workers(tx: Txn, ns: str, queue: str, seen_within_ns: int = 0) -> list
 
 
 @dataclass(frozen=True, slots=True)
-class QueueMetrics:
-    counts: QueueCounts
+class QueueOverview:
+    counts: pb.QueueCounts
     completed: int  # jobs held in completed now (retention trims it)
     failed: int
     oldest_waiting_age_ns: int  # age in its state of the next job to serve; 0 if none
     workers: int
 
 
-def queue_metrics(tx: Txn, ns: str, queue: str) -> QueueMetrics:
+def queue_overview(tx: Txn, ns: str, queue: str) -> QueueOverview:
     """What is cheap to know: counts and one ready-index head per shard."""
     validate.name("queue", queue)
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         counts = _counts(qt)
         oldest = 0
         for shard in range(max(qt.cfg.shards, 1)):
@@ -310,7 +306,7 @@ def queue_metrics(tx: Txn, ns: str, queue: str) -> QueueMetrics:
                 oldest = max(oldest, qt.now - job.state_ns)
         prefix = qt.k.workers()
         workers = len(tx.scan(prefix, keys.prefix_end(prefix)))
-        return QueueMetrics(counts, counts.completed, counts.failed, oldest, workers)
+        return QueueOverview(counts, counts.completed, counts.failed, oldest, workers)
 
 
 # -- bulk ops -------------------------------------------------------------------------------
@@ -361,7 +357,7 @@ def queue_drain(tx: Txn, ns: str, queue: str, delayed: bool = False, limit: int 
     drain: not active, waiting-children or finished jobs. Returns how many went."""
     validate.name("queue", queue)
     limit = _limit(limit)
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         shards = range(max(qt.cfg.shards, 1))
         prefixes = [qt.k.ready_shard(s) for s in shards] + [qt.k.subject_backlogs()]
         if delayed:
@@ -380,8 +376,6 @@ def queue_drain(tx: Txn, ns: str, queue: str, delayed: bool = False, limit: int 
 
 
 def _current_iteration(qt: QueueTx):
-    from loam_common import schedules  # schedules enqueues, so it imports the jobs package
-
     return lambda job: schedules.is_current_iteration(qt.tx, qt.ns, job)
 
 
@@ -407,7 +401,7 @@ def queue_clean(tx: Txn, ns: str, queue: str, state: int, grace_ns: int, limit: 
     if state == S.ACTIVE:
         raise InvalidArgument("state", "active jobs are held by workers; cancel or let them finish")
     limit = _limit(limit)
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         cutoff = qt.now - grace_ns
         removed: list[str] = []
         for prefix, by_time in _clean_sources(qt, state):
@@ -422,9 +416,7 @@ def queue_clean(tx: Txn, ns: str, queue: str, state: int, grace_ns: int, limit: 
                 if len(removed) >= limit:
                     break
                 if job.state == state and not keep(job):
-                    from loam_common import flows  # flows imports this package's modules
-
-                    with flows.cleaning(queue):
+                    with dependencies.cleaning(queue):
                         qt.remove(job, event=None)
                     removed.append(job.id)
         qt.emit("cleaned", detail=S.name(state), data=str(len(removed)).encode())
@@ -438,12 +430,14 @@ def queue_retry_all(tx: Txn, ns: str, queue: str, state: int = S.FAILED, limit: 
     if state not in (S.FAILED, S.COMPLETED):
         raise InvalidArgument("state", "retry-all takes failed or completed")
     limit = _limit(limit)
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         moved = 0
         for shard in range(max(qt.cfg.shards, 1)):
             for _key, job in _each_entry(qt, qt.k.state_shard(state, shard), limit - moved):
                 job_admin.retry(qt, job)
                 moved += 1
+        if moved:
+            qt.wake_after_commit(ALL)
         return moved
 
 
@@ -451,12 +445,14 @@ def queue_promote_all(tx: Txn, ns: str, queue: str, limit: int = BATCH) -> int:
     """BullMQ's promoteJobs: make up to `limit` delayed jobs ready now, soonest first."""
     validate.name("queue", queue)
     limit = _limit(limit)
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         moved = 0
         for shard in range(max(qt.cfg.shards, 1)):
             for _key, job in _each_entry(qt, qt.k.delayed_shard(shard), limit - moved):
                 job_admin.promote(qt, job)
                 moved += 1
+        if moved:
+            qt.wake_after_commit(ALL)
         return moved
 
 
@@ -465,7 +461,7 @@ def queue_redrive_dead_letters(tx: Txn, ns: str, queue: str, limit: int = BATCH)
     they came from, as new waiting jobs."""
     validate.name("queue", queue)
     limit = _limit(limit)
-    with QueueTx(tx, ns, queue, create=False) as dq:
+    with LinkedQueueTx(tx, ns, queue, create=False) as dq:
         return dlq.redrive(dq, limit)
 
 
@@ -499,7 +495,7 @@ def queue_obliterate(
     validate.name("queue", queue)
     validate.non_negative("limit", limit)
     limit = limit or OBLITERATE_BATCH
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         active = qt.active_count()
         if active and not force:
             raise _queue_refused(queue, f"has {active} active jobs", "obliterate without force")

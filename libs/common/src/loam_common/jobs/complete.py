@@ -6,73 +6,117 @@ the stalled sweep reclaims the job still succeeds."""
 from __future__ import annotations
 
 import json
-import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from loam_common import keys
+from loam_common.effects import Finished
 from loam_common.errors import Fenced, InvalidArgument, InvalidState, JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import dlq, lease, retention
+from loam_common.jobs import lease, retention
 from loam_common.jobs import states as S
+from loam_common.jobs.failure import job_fail_if_live, job_record_error, job_requeue, job_retry_or_fail
+from loam_common.jobs.linked import LinkedQueueTx
 from loam_common.jobs.queue import DEFAULT_LOG_CAP, QueueTx
 from loam_common.store.base import Txn
 
-OUTCOMES = ("ok", "retry", "fail", "release", "delay", "wait_children", "rate_limited")
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutcomeOptions:
+    """What any outcome may carry besides its own fields."""
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How a worker finished its lease. Build one with the constructors below."""
-
-    kind: str
-    result: pb.Payload | None = None
-    error: pb.JobError | None = None
-    after_ns: int | None = None  # retry / release: None = the job's backoff / at once
-    dead_letter: bool = False
-    until_ns: int = 0  # delay
-    for_ns: int = 0  # rate_limited
     retention: pb.Retention | None = None  # replaces the job's if this outcome finishes it
-    if_no_pending_children: bool = False  # ok: refuse while a dependency is pending (BullMQ)
     metrics: tuple[int, int] | None = None  # (at_ms, max_data_points): count it (BullMQ)
     clock_ns: int | None = None  # the worker's clock: the finished time and retention ages go by it (BullMQ)
 
-    @staticmethod
-    def ok(result: pb.Payload | None = None, if_no_pending_children: bool = False) -> Outcome:
-        return Outcome("ok", result=result, if_no_pending_children=if_no_pending_children)
 
-    @staticmethod
-    def retry(error: pb.JobError, after_ns: int | None = None) -> Outcome:
-        return Outcome("retry", error=error, after_ns=after_ns)
+def _check_after(after_ns: int | None) -> None:
+    if after_ns is not None and after_ns < 0:
+        raise InvalidArgument("outcome.after_ns", "must not be negative")
 
-    @staticmethod
-    def fail(error: pb.JobError, dead_letter: bool = False) -> Outcome:
-        return Outcome("fail", error=error, dead_letter=dead_letter)
 
-    @staticmethod
-    def release(after_ns: int | None = None) -> Outcome:
-        return Outcome("release", after_ns=after_ns)
+@dataclass(frozen=True, slots=True)
+class Ok(OutcomeOptions):
+    """Done; `result` is kept as the job's result."""
 
-    @staticmethod
-    def delay(until_ns: int) -> Outcome:
-        return Outcome("delay", until_ns=until_ns)
+    kind: ClassVar[str] = "ok"
+    result: pb.Payload | None = None
+    if_no_pending_children: bool = False  # refuse while a dependency is pending (BullMQ)
 
-    @staticmethod
-    def wait_children() -> Outcome:
-        return Outcome("wait_children")
 
-    @staticmethod
-    def rate_limited(for_ns: int) -> Outcome:
-        return Outcome("rate_limited", for_ns=for_ns)
+@dataclass(frozen=True, slots=True)
+class Retry(OutcomeOptions):
+    """Failed this attempt: again after `after_ns` (None: the job's backoff) if attempts
+    are left, else failed."""
 
-    def check(self) -> None:
-        if self.kind not in OUTCOMES:
-            raise InvalidArgument("outcome", f"unknown outcome {self.kind!r}; one of {', '.join(OUTCOMES)}")
-        if self.after_ns is not None and self.after_ns < 0:
-            raise InvalidArgument("outcome.after_ns", "must not be negative")
-        if self.kind == "rate_limited" and self.for_ns <= 0:
+    kind: ClassVar[str] = "retry"
+    error: pb.JobError
+    after_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.error is None:
+            raise InvalidArgument("outcome.error", "retry needs an error")
+        _check_after(self.after_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Fail(OutcomeOptions):
+    """Failed for good, whatever attempts are left; `dead_letter` sends it to the
+    queue's dead-letter queue."""
+
+    kind: ClassVar[str] = "fail"
+    error: pb.JobError
+    dead_letter: bool = False
+
+    def __post_init__(self) -> None:
+        if self.error is None:
+            raise InvalidArgument("outcome.error", "fail needs an error")
+
+
+@dataclass(frozen=True, slots=True)
+class Release(OutcomeOptions):
+    """Handed back unprocessed: it keeps its place, at once or after `after_ns`."""
+
+    kind: ClassVar[str] = "release"
+    after_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_after(self.after_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Delay(OutcomeOptions):
+    """Back to delayed until `until_ns`, without spending an attempt."""
+
+    kind: ClassVar[str] = "delay"
+    until_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class WaitChildren(OutcomeOptions):
+    """Wait for the job's pending dependencies (BullMQ's moveToWaitingChildren)."""
+
+    kind: ClassVar[str] = "wait_children"
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimited(OutcomeOptions):
+    """Back to waiting, and the queue leases nothing for `for_ns` (BullMQ's rate limit
+    error)."""
+
+    kind: ClassVar[str] = "rate_limited"
+    for_ns: int
+
+    def __post_init__(self) -> None:
+        if self.for_ns <= 0:
             raise InvalidArgument("outcome.for_ns", "rate_limited needs a positive duration")
-        if self.kind in ("retry", "fail") and self.error is None:
-            raise InvalidArgument("outcome.error", f"{self.kind} needs an error")
+
+
+#: How a worker finished its lease: one of these, each with only its own fields.
+Outcome = Ok | Retry | Fail | Release | Delay | WaitChildren | RateLimited
+#: Every outcome's kind (its label in loam_jobs_completed_total).
+OUTCOMES = tuple(t.kind for t in (Ok, Retry, Fail, Release, Delay, WaitChildren, RateLimited))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,21 +128,6 @@ class Completed:
     task: str = field(default="", compare=False)
     run_ns: int = field(default=0, compare=False)
     traceparent: str = field(default="", compare=False)
-
-
-def backoff_delay(backoff: pb.Backoff, attempt: int, rng: random.Random | None = None) -> int:
-    """The delay before retry number `attempt` (1-based), BullMQ's formulas."""
-    if backoff.kind == pb.BACKOFF_KIND_FIXED:
-        delay = backoff.base_ns
-    elif backoff.kind == pb.BACKOFF_KIND_EXPONENTIAL:
-        delay = backoff.base_ns * (2 ** max(attempt - 1, 0))
-        if backoff.max_ns:
-            delay = min(delay, backoff.max_ns)
-    else:
-        return 0
-    if backoff.jitter:
-        delay = int(delay * (1 - backoff.jitter * (rng or random).random()))
-    return delay
 
 
 def load_fenced(qt: QueueTx, job_id: str, epoch: int) -> pb.Job:
@@ -113,13 +142,13 @@ def load_fenced(qt: QueueTx, job_id: str, epoch: int) -> pb.Job:
 def check_outcome_allowed(job: pb.Job, outcome: Outcome) -> None:
     """Refusals that depend on the job, checked before any write (so a batched Ok still
     needs no savepoint)."""
-    if outcome.kind == "ok" and outcome.if_no_pending_children and job.pending_children:
+    if isinstance(outcome, Ok) and outcome.if_no_pending_children and job.pending_children:
         raise InvalidState(job.id, f"waiting on {job.pending_children} pending dependencies", "complete")
 
 
 def job_extend_if_leased(tx: Txn, ns: str, queue: str, job_id: str, epoch: int, by_ns: int) -> int:
     """Move the deadline to now + by, never past the job's timeout. Returns it."""
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         job = load_fenced(qt, job_id, epoch)
         deadline = qt.now + by_ns
         if job.opts.timeout_ns:
@@ -135,7 +164,7 @@ def job_extend_if_leased(tx: Txn, ns: str, queue: str, job_id: str, epoch: int, 
 def job_complete_if_leased(
     tx: Txn, ns: str, queue: str, job_id: str, epoch: int, outcome: Outcome
 ) -> Completed:
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         job = load_fenced(qt, job_id, epoch)
         check_outcome_allowed(job, outcome)
         return _complete(qt, job, outcome)
@@ -153,14 +182,18 @@ def job_complete_many(
     root: QueueTx | None = None
     for queue, job_id, epoch, outcome in items:
         try:
-            qt = root.peer(queue, create=False) if root is not None else QueueTx(tx, ns, queue, create=False)
+            qt = (
+                root.peer(queue, create=False)
+                if root is not None
+                else LinkedQueueTx(tx, ns, queue, create=False)
+            )
             root = root or qt
             job = load_fenced(qt, job_id, epoch)  # reads only: a refusal here has nothing to undo
             check_outcome_allowed(job, outcome)
         except JobsError as e:
             out.append(e)
             continue
-        if outcome.kind == "ok":
+        if isinstance(outcome, Ok):
             # The hot path: once the token checks out, Ok cannot be refused, so it needs
             # no savepoint, and the batch writes each shard's counts once at the end.
             out.append(_complete(qt, job, outcome))
@@ -198,13 +231,12 @@ def _complete(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
             collect_metrics(qt, "completed" if done.state == S.COMPLETED else "failed", *outcome.metrics)
     totals = qt.meta_for_update(job.shard).completed_total  # loam_jobs_completed_total{outcome}
     totals[outcome.kind] = totals[outcome.kind] + 1
-    return Completed(
-        done.state,
-        done.moved,
-        job.task.name,
-        qt.now - job.lease_started_ns,
-        job.task.headers.get("traceparent", ""),
+    run_ns = qt.now - job.lease_started_ns
+    traceparent = job.task.headers.get("traceparent", "")
+    qt.tx.declare(
+        Finished(qt.ns, qt.name, job.id, outcome.kind, done.state, job.task.name, run_ns, traceparent, qt.now)
     )
+    return Completed(done.state, done.moved, job.task.name, run_ns, traceparent)
 
 
 MINUTE_MS = 60_000
@@ -231,7 +263,8 @@ def collect_metrics(qt: QueueTx, kind: str, at_ms: int, max_points: int) -> None
     qt.tx.put(key, rec.SerializeToString())
 
 
-def queue_metrics(tx: Txn, ns: str, queue: str, kind: str) -> pb.MetricsRecord:
+def queue_minute_metrics(tx: Txn, ns: str, queue: str, kind: str) -> pb.MetricsRecord:
+    """The queue's per-minute `completed` or `failed` counts (BullMQ's getMetrics)."""
     return pb.MetricsRecord.FromString(tx.get(keys.QueueKeys(ns, queue).metrics(kind)) or b"")
 
 
@@ -247,104 +280,74 @@ def _emit_if_idle(qt: QueueTx) -> None:
 
 
 def _complete_one(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
-    kind = outcome.kind
     if outcome.retention is not None:  # BullMQ's worker-level removeOnComplete / removeOnFail
         job.opts.retention.CopyFrom(outcome.retention)
-    if kind == "ok":
-        if outcome.result is not None:
-            job.result.CopyFrom(outcome.result)
-        qt.move(job, S.COMPLETED, "completed", data=job.result.data)
-        if outcome.clock_ns is not None:
-            job.finished_ns = outcome.clock_ns
-            qt.put_job(job)
-        retention.on_finished(qt, job, outcome.clock_ns)
-        return Completed(job.state)
-    if kind == "retry":
-        return _retry_or_fail(qt, job, outcome.error, outcome.after_ns)
-    if kind == "fail":
-        _record_error(qt, job, outcome.error)
-        return Completed(_fail(qt, job, outcome.error, outcome.dead_letter, clock_ns=outcome.clock_ns))
-    if kind == "release":  # handed back unprocessed: it keeps its place (BullMQ, RabbitMQ)
-        _requeue(qt, job, qt.now + outcome.after_ns if outcome.after_ns else 0, keep_place=True)
-        return Completed(job.state)
-    if kind == "delay":
-        _requeue(qt, job, outcome.until_ns)
-        return Completed(job.state)
-    if kind == "wait_children":
-        if job.failed_child:  # a dependency failed while this job ran (flows.py)
-            err = pb.JobError(code="child-failed", message=job.failed_child)
-            _record_error(qt, job, err)
-            return Completed(_fail(qt, job, err, False))
-        if not job.pending_children:
-            return Completed(job.state, moved=False)
-        qt.move(job, S.WAITING_CHILDREN, "waiting-children")
-        return Completed(job.state)
-    if kind == "rate_limited":
-        rl = qt.cfg.rate_limit
-        rt_key = qt.k.runtime(job.shard if rl.sharded else None)
-        raw = qt.tx.get(rt_key)
-        rt = pb.QueueRuntime.FromString(raw) if raw else pb.QueueRuntime()
-        rt.blocked_until_ns = max(rt.blocked_until_ns, qt.now + outcome.for_ns)
-        qt.tx.put(rt_key, rt.SerializeToString())
-        _requeue(qt, job, 0, keep_place=True)
-        return Completed(job.state)
-    raise InvalidArgument("outcome", f"unknown outcome {kind!r}")
+    return _FINISH[type(outcome)](qt, job, outcome)
 
 
-def _requeue(qt: QueueTx, job: pb.Job, due_ns: int, keep_place: bool = False) -> None:
-    """Back to waiting (or delayed until `due_ns`) without spending an attempt."""
-    if due_ns > qt.now:
-        job.due_ns = due_ns
-        qt.move(job, S.DELAYED, "delayed")
-    else:
-        job.due_ns = 0
-        qt.move(job, S.ready_state(job.opts.priority), "waiting", keep_place=keep_place)
-
-
-def _record_error(qt: QueueTx, job: pb.Job, error: pb.JobError | None) -> None:
-    if error is None:
-        return
-    e = job.errors.add()
-    e.CopyFrom(error)
-    e.at_ns = e.at_ns or qt.now
-    e.attempt = job.attempt + 1
-    if len(job.errors) > 50:  # keep the recent history, bounded
-        del job.errors[0]
-
-
-def _retry_or_fail(qt: QueueTx, job: pb.Job, error: pb.JobError, after_ns: int | None) -> Completed:
-    """Spend an attempt: retry with backoff if any are left, else fail."""
-    _record_error(qt, job, error)
-    job.attempt += 1
-    if job.attempt >= job.attempts_max:
-        return Completed(_fail(qt, job, error, False, exhausted=True))
-    if after_ns is None:
-        backoff = job.opts.backoff if job.opts.HasField("backoff") else qt.cfg.backoff
-        after_ns = backoff_delay(backoff, job.attempt)
-    if not after_ns:
-        # Delayed jobs already due go first, as in BullMQ's retry: they were due before
-        # this job came back.
-        lease.promote_due(qt, job.shard)
-    _requeue(qt, job, qt.now + after_ns if after_ns else 0)
+def _ok(qt: QueueTx, job: pb.Job, outcome: Ok) -> Completed:
+    if outcome.result is not None:
+        job.result.CopyFrom(outcome.result)
+    qt.move(job, S.COMPLETED, "completed", data=job.result.data)
+    if outcome.clock_ns is not None:
+        job.finished_ns = outcome.clock_ns
+        qt.put_job(job)
+    retention.on_finished(qt, job, outcome.clock_ns)
     return Completed(job.state)
 
 
-def _fail(qt: QueueTx, job: pb.Job, error: pb.JobError, dead_letter: bool, exhausted: bool = False,
-          clock_ns: int | None = None) -> int:  # fmt: skip
-    err = pb.JobError()
-    err.CopyFrom(error)
-    qt.move(job, S.FAILED, "failed", error=err)
-    if clock_ns is not None:  # the worker's clock (BullMQ): see Outcome.clock_ns
-        job.finished_ns = clock_ns
-        qt.put_job(job)
-    if exhausted:
-        qt.emit("retries-exhausted", job, error=err)
-    cfg = qt.cfg
-    if cfg.dead_letter_queue and (dead_letter or (exhausted and cfg.dead_letter_on_exhausted)):
-        dlq.dead_letter(qt, job)
-    else:
-        retention.on_finished(qt, job, clock_ns)
-    return job.state
+def _retry(qt: QueueTx, job: pb.Job, outcome: Retry) -> Completed:
+    return Completed(job_retry_or_fail(qt, job, outcome.error, outcome.after_ns))
+
+
+def _fail(qt: QueueTx, job: pb.Job, outcome: Fail) -> Completed:
+    job_record_error(qt, job, outcome.error)
+    return Completed(job_fail_if_live(qt, job, outcome.error, outcome.dead_letter, clock_ns=outcome.clock_ns))
+
+
+def _release(qt: QueueTx, job: pb.Job, outcome: Release) -> Completed:
+    # Handed back unprocessed: it keeps its place (BullMQ, RabbitMQ).
+    job_requeue(qt, job, qt.now + outcome.after_ns if outcome.after_ns else 0, keep_place=True)
+    return Completed(job.state)
+
+
+def _delay(qt: QueueTx, job: pb.Job, outcome: Delay) -> Completed:
+    job_requeue(qt, job, outcome.until_ns)
+    return Completed(job.state)
+
+
+def _wait_children(qt: QueueTx, job: pb.Job, outcome: WaitChildren) -> Completed:
+    if job.failed_child:  # a dependency failed while this job ran (dependencies.py)
+        err = pb.JobError(code="child-failed", message=job.failed_child)
+        job_record_error(qt, job, err)
+        return Completed(job_fail_if_live(qt, job, err, False))
+    if not job.pending_children:
+        return Completed(job.state, moved=False)
+    qt.move(job, S.WAITING_CHILDREN, "waiting-children")
+    return Completed(job.state)
+
+
+def _rate_limited(qt: QueueTx, job: pb.Job, outcome: RateLimited) -> Completed:
+    rl = qt.cfg.rate_limit
+    rt_key = qt.k.runtime(job.shard if rl.sharded else None)
+    raw = qt.tx.get(rt_key)
+    rt = pb.QueueRuntime.FromString(raw) if raw else pb.QueueRuntime()
+    rt.blocked_until_ns = max(rt.blocked_until_ns, qt.now + outcome.for_ns)
+    qt.tx.put(rt_key, rt.SerializeToString())
+    job_requeue(qt, job, 0, keep_place=True)
+    return Completed(job.state)
+
+
+# The move of each outcome, by its type.
+_FINISH: dict[type, Callable[[QueueTx, pb.Job, Any], Completed]] = {
+    Ok: _ok,
+    Retry: _retry,
+    Fail: _fail,
+    Release: _release,
+    Delay: _delay,
+    WaitChildren: _wait_children,
+    RateLimited: _rate_limited,
+}
 
 
 def job_report_if_leased(
@@ -359,7 +362,7 @@ def job_report_if_leased(
     data: pb.Payload | None = None,
 ) -> None:
     """Progress (JSON), a log line (capped per job, oldest dropped), a data update."""
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         job = load_fenced(qt, job_id, epoch)
         if progress is not None:
             try:

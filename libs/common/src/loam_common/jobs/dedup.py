@@ -1,18 +1,14 @@
 """BullMQ's deduplication modes (spec §6.2): simple (while the job is not finished),
 throttle (for a ttl), debounce (replace the delayed job's data, optionally extend the
 ttl) and keep-last-if-active (a duplicate that arrives while the job runs is enqueued
-once it finishes)."""
+once it finishes: linked.py, since that enqueues)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-
-if TYPE_CHECKING:
-    from loam_common.jobs.enqueue import Enqueued, NewJob
-    from loam_common.jobs.queue import QueueTx
+from loam_common.jobs.new_job import Enqueued, NewJob, due_ns
+from loam_common.jobs.queue import QueueTx
 
 
 def _load(qt: QueueTx, dedup_id: str) -> pb.DedupRecord | None:
@@ -25,10 +21,8 @@ def _load(qt: QueueTx, dedup_id: str) -> pb.DedupRecord | None:
     return rec
 
 
-def check(qt: QueueTx, nj: NewJob) -> Enqueued | None:
+def duplicate_of(qt: QueueTx, nj: NewJob) -> Enqueued | None:
     """The existing job this enqueue duplicates, or None to enqueue it."""
-    from loam_common.jobs.enqueue import Enqueued
-
     d = nj.opts.dedup
     rec = _load(qt, d.id)
     if rec is None:
@@ -52,10 +46,8 @@ def check(qt: QueueTx, nj: NewJob) -> Enqueued | None:
         changed = True
     if d.mode == pb.DEDUP_MODE_DEBOUNCE and d.replace and job.state == S.DELAYED:
         # Debounce: the pending job takes the newest data and the newest delay.
-        from loam_common.jobs.enqueue import _due_ns
-
         job.task.CopyFrom(nj.task)
-        due = _due_ns(nj.opts, qt.now)
+        due = due_ns(nj.opts, qt.now)
         qt.tx.delete(qt.k.delayed(job.shard, job.due_ns, job.id))
         job.due_ns = due
         qt.tx.put(qt.k.delayed(job.shard, due, job.id), b"")
@@ -75,7 +67,7 @@ def record(qt: QueueTx, nj: NewJob) -> None:
     d = nj.opts.dedup
     raw = qt.tx.get(qt.k.dedup(d.id))
     if raw is not None and pb.DedupRecord.FromString(raw).job_id == nj.job_id:
-        return  # check() wrote it (replace_job keeps the replaced job's expiry)
+        return  # duplicate_of() wrote it (replace_job keeps the replaced job's expiry)
     rec = pb.DedupRecord(job_id=nj.job_id, expires_ns=qt.now + d.ttl_ns if d.ttl_ns else 0)
     qt.tx.put(qt.k.dedup(d.id), rec.SerializeToString())
 
@@ -96,25 +88,3 @@ def remove_key(qt: QueueTx, dedup_id: str) -> bool:
     existed = qt.tx.get(key) is not None
     qt.tx.delete(key)
     return existed
-
-
-def on_finished(qt: QueueTx, job: pb.Job) -> None:
-    """The job left the live states: release a simple dedup id, or enqueue the last
-    duplicate kept while it ran."""
-    d = job.opts.dedup
-    key = qt.k.dedup(d.id)
-    raw = qt.tx.get(key)
-    if raw is None:
-        return
-    rec = pb.DedupRecord.FromString(raw)
-    if rec.job_id != job.id:
-        return
-    if rec.pending_job_id:
-        from loam_common.jobs.enqueue import NewJob, _enqueue_one
-
-        pending = NewJob(rec.pending_job_id, rec.pending_task, rec.pending_opts)
-        qt.tx.delete(key)
-        _enqueue_one(qt, pending)
-        qt.wake_after_commit()
-    elif not rec.expires_ns:
-        qt.tx.delete(key)

@@ -56,13 +56,12 @@ def redrive(dq: QueueTx, limit: int) -> int:
             for h in (ORIGIN_QUEUE, ORIGIN_JOB, ERRORS):
                 fresh.task.headers.pop(h, None)
             fresh.opts.CopyFrom(job.opts)
-            with QueueTx(dq.tx, dq.ns, origin) as oq:
+            with dq.peer(origin) as oq:  # one QueueTx per queue in a transition
                 fresh.attempts_max = fresh.opts.attempts or oq.cfg.attempts or 1
                 fresh.state = S.ready_state(fresh.opts.priority)
                 oq.insert(fresh)
                 oq.emit("added", fresh)
-                oq.emit("waiting", fresh, detail=f"redriven from {dq.name}")
-                oq.wake_after_commit()
+                oq.emit("waiting", fresh, detail=f"redriven from {dq.name}")  # insert wakes a poll
             dq.remove(job, event="removed")
             moved += 1
         if moved >= limit:

@@ -4,13 +4,16 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from loam_common import keys, validate
-from loam_common.errors import InvalidArgument, InvalidState
+from loam_common.errors import InvalidArgument, InvalidState, NotFound
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import dedup
+from loam_common.jobs import dedup, dependencies
 from loam_common.jobs import states as S
+from loam_common.jobs.complete import append_log
+from loam_common.jobs.linked import LinkedQueueTx
 from loam_common.jobs.queue import QueueTx
 from loam_common.store.base import Txn
 
@@ -35,13 +38,11 @@ def _reset_for_retry(job: pb.Job, keep_attempts: bool = False) -> None:
 def retry(qt: QueueTx, job: pb.Job, keep_attempts: bool = False) -> None:
     """Move a finished job back to waiting, its attempts started over (BullMQ's retry)."""
     if job.parents:
-        from loam_common import flows  # flows imports this package's modules
-
-        flows.on_job_retried(qt, job)
+        dependencies.on_job_retried(qt, job)
     _reset_for_retry(job, keep_attempts)
     if job.opts.subject:
         # QueueTx.move does not re-claim a subject when a finished job comes back.
-        qt._subject_claim(job)
+        qt.subject_claim(job)
     qt.move(job, S.ready_state(job.opts.priority), "waiting")
 
 
@@ -56,7 +57,7 @@ def promote(qt: QueueTx, job: pb.Job) -> None:
 # -- job ops ----------------------------------------------------------------------------------
 def _job_tx(tx: Txn, ns: str, queue: str) -> QueueTx:
     validate.name("queue", queue)
-    return QueueTx(tx, ns, queue, create=False)
+    return LinkedQueueTx(tx, ns, queue, create=False)
 
 
 def _reindex(qt: QueueTx, job: pb.Job, via: int, change, to: int, event: str | None, **fields) -> None:
@@ -120,12 +121,10 @@ def _tree(qt: QueueTx, job: pb.Job) -> list[tuple[QueueTx, pb.Job]]:
 
 
 def job_remove_child_dependency(tx: Txn, ns: str, queue: str, job_id: str) -> bool:
-    """BullMQ's removeChildDependency (flows.remove_child_dependency)."""
-    from loam_common import flows
-
+    """BullMQ's removeChildDependency (dependencies.remove_child_dependency)."""
     with _job_tx(tx, ns, queue) as qt:
         job = qt.require_job(job_id)
-        return flows.remove_child_dependency(qt, job)
+        return dependencies.remove_child_dependency(qt, job)
 
 
 def job_retry(tx: Txn, ns: str, queue: str, job_id: str, keep_attempts: bool = False) -> pb.Job:
@@ -224,8 +223,6 @@ def job_logs(
 def job_set_progress(tx: Txn, ns: str, queue: str, job_id: str, progress: bytes) -> pb.Job:
     """BullMQ's job.updateProgress from any client (Report is the lease holder's):
     set the progress (JSON) in any state and emit `progress`."""
-    import json
-
     try:
         json.loads(progress)
     except ValueError as e:
@@ -241,8 +238,6 @@ def job_set_progress(tx: Txn, ns: str, queue: str, job_id: str, progress: bytes)
 def job_add_log(tx: Txn, ns: str, queue: str, job_id: str, line: str, keep: int = 0) -> int:
     """BullMQ's job.log from any client: append a line, keep the last `keep` (0 = the
     queue's cap). Returns how many lines the job holds."""
-    from loam_common.jobs.complete import append_log
-
     validate.text("line", line, 64 * 1024)
     with _job_tx(tx, ns, queue) as qt:
         job = qt.require_job(job_id)
@@ -292,8 +287,6 @@ def job_cancel(tx: Txn, ns: str, queue: str, job_id: str, reason: str = "") -> p
 
 def job_get_dedup(tx: Txn, ns: str, queue: str, dedup_id: str) -> pb.Job:
     """The live job a dedup id points at; NotFound when none does."""
-    from loam_common.errors import NotFound
-
     validate.text("dedup_id", dedup_id, 1024, allow_empty=False)
     with _job_tx(tx, ns, queue) as qt:
         job = dedup.job_of(qt, dedup_id)

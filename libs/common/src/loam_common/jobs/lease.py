@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loam_common import keys
+from loam_common.effects import Leased
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
+from loam_common.jobs.linked import LinkedQueueTx
+from loam_common.jobs.promote import next_due_ns, promote_due
 from loam_common.jobs.queue import DEFAULT_VISIBILITY_NS, QueueTx
 from loam_common.store.base import Txn
 
-PROMOTE_BATCH = 1000
 NAME_SCAN_LIMIT = 2000
 
 
@@ -31,27 +33,6 @@ class LeaseResult:
 def _note_wake(res: LeaseResult, at_ns: int) -> None:
     if at_ns and (not res.wake_at_ns or at_ns < res.wake_at_ns):
         res.wake_at_ns = at_ns
-
-
-def promote_due(qt: QueueTx, shard: int, limit: int = PROMOTE_BATCH) -> int:
-    """Move delayed jobs whose time has come to the ready index."""
-    if not qt.meta(shard).counts.get(S.DELAYED):
-        return 0  # the shard's counts say its delayed index is empty: no scan
-    prefix = qt.k.delayed_shard(shard)
-    due = qt.tx.scan(prefix, prefix + keys.U64.pack(qt.now + 1), limit=limit)
-    plen = len(prefix)
-    for key, _ in due:
-        job = qt.require_job(keys.index_job_id(key, plen))
-        qt.move(job, S.ready_state(job.opts.priority), "waiting")
-    return len(due)
-
-
-def next_due_ns(qt: QueueTx, shard: int) -> int:
-    if not qt.meta(shard).counts.get(S.DELAYED):
-        return 0
-    prefix = qt.k.delayed_shard(shard)
-    head = qt.tx.scan(prefix, keys.prefix_end(prefix), limit=1)
-    return keys.index_time(head[0][0], len(prefix)) if head else 0
 
 
 def lease_deadline(qt: QueueTx, job: pb.Job, visibility_ns: int = 0) -> int:
@@ -102,7 +83,7 @@ def job_lease(
             break
         if tx.get(keys.QueueKeys(ns, queue).config()) is None:
             continue  # nothing was ever enqueued here; leasing does not create queues
-        with QueueTx(tx, ns, queue) as qt:
+        with LinkedQueueTx(tx, ns, queue) as qt:
             if qt.cfg.paused:
                 continue
             before = len(res.jobs)
@@ -114,6 +95,8 @@ def job_lease(
             if len(res.jobs) > before and worker:
                 w = pb.Worker(id=worker, last_seen_ns=qt.now, queues=queues)
                 tx.put(qt.k.worker(worker), w.SerializeToString())
+    if res.jobs:  # lease latency and spans, once committed
+        tx.declare(Leased(ns, worker, tuple(res.jobs), tuple(res.waited_ns), tx.now_ns()))
     return res
 
 

@@ -1,7 +1,9 @@
 """`QueueTx`: one queue inside one transaction. The only code that moves a job between
 states: it keeps the job record, its index entry, the per-shard counts, the subject
 FIFO and the outbox row of the move in step, so every transition above it is a few
-lines of guards.
+lines of guards. What a job leaving the live states sets off in other jobs (its flow
+parents, a kept dedup duplicate) is not here: `QueueTx` calls its `follow_*` methods,
+which `linked.LinkedQueueTx`, the QueueTx every transition opens, fills in.
 
 Use it as a context manager; the shard metas it touched are written once on exit:
 
@@ -12,12 +14,10 @@ Use it as a context manager; the shard metas it touched are written once on exit
 
 from __future__ import annotations
 
-import functools
-import weakref
 from collections.abc import Callable
-from typing import Protocol
 
-from loam_common import events, keys
+from loam_common import keys
+from loam_common.effects import Changed, Ready
 from loam_common.errors import InvalidState, NotFound, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -44,27 +44,9 @@ def max_stalled(cfg: pb.QueueConfig) -> int:
     return cfg.max_stalled if cfg.HasField("max_stalled") else 1
 
 
-# -- waking long-polls in other queues --------------------------------------------------------
-class _Wakeable(Protocol):
-    def wake(self, ns: str, queue: str, n: int = 1) -> None: ...
-
-
-_ready_listeners: weakref.WeakSet[_Wakeable] = weakref.WeakSet()
 #: A job moved into these states can be leased now or once due: a parked poll must look
 #: (it may sleep until a later due time).
 WAKES_A_POLL = S.READY | {S.DELAYED}
-
-
-def add_ready_listener(listener: _Wakeable) -> None:
-    """Have `listener.wake(ns, queue)` called after a commit that made a job leasable
-    other than by enqueueing it (the queue core's long-poll waiters): a retried or
-    released job, a freed concurrency slot or subject, a flow's parent, a dead letter."""
-    _ready_listeners.add(listener)
-
-
-def _notify_ready(ns: str, queue: str) -> None:
-    for listener in list(_ready_listeners):
-        listener.wake(ns, queue, 1)
 
 
 class QueueTx:
@@ -80,6 +62,7 @@ class QueueTx:
         "on_finished",
         "_exists",
         "_peers",
+        "_inserted_ready",
     )
 
     def __init__(self, tx: Txn, ns: str, queue: str, *, create: bool = True) -> None:
@@ -99,6 +82,7 @@ class QueueTx:
             self._exists = True
         self._metas: dict[int, pb.ShardMeta] = {}
         self._dirty: set[int] = set()
+        self._inserted_ready: list[str] = []  # new jobs a poll may lease, declared on flush
         # Hooks run when a job reaches a finished state.
         self.on_finished: list[Callable[[QueueTx, pb.Job], None]] = []
         # The other queues this transition touches (flows), sharing one QueueTx per queue.
@@ -139,8 +123,10 @@ class QueueTx:
         for shard in self._dirty:
             self.tx.put(self.k.shard_meta(shard), self._metas[shard].SerializeToString())
         self._dirty.clear()
-        if events.commit_listeners:  # a Watch in this process: wake it after the commit
-            events.notify_after_commit(self.tx, self.ns, self.name)
+        if self._inserted_ready:  # one wake-up per new job, named so a hand-off can take it back
+            self.tx.declare(Ready(self.ns, self.name, len(self._inserted_ready), tuple(self._inserted_ready)))
+            self._inserted_ready = []
+        self.tx.declare(Changed(self.ns, self.name))  # its events grew: Watch streams look
 
     def peer(self, queue: str, *, create: bool = True) -> QueueTx:
         """The QueueTx of another queue in this same transition. One per queue, shared by
@@ -152,15 +138,15 @@ class QueueTx:
             self._peers = {self.name: self}
         p = self._peers.get(queue)
         if p is None:
-            p = QueueTx(self.tx, self.ns, queue, create=create)
+            p = type(self)(self.tx, self.ns, queue, create=create)
             p._peers = self._peers
             self._peers[queue] = p
         return p
 
-    def wake_after_commit(self) -> None:
-        """Wake a long-poll of this queue once the transaction commits: a job was made
-        leasable here other than by an enqueue (whose caller wakes the polls itself)."""
-        self.tx.after_commit(functools.partial(_notify_ready, self.ns, self.name))
+    def wake_after_commit(self, n: int = 1) -> None:
+        """Wake up to `n` long-polls of this queue (`effects.ALL`: every one) once the
+        transaction commits: jobs can be leased here now, or once due."""
+        self.tx.declare(Ready(self.ns, self.name, n))
 
     # -- shard metas -----------------------------------------------------------------
     def meta(self, shard: int) -> pb.ShardMeta:
@@ -312,8 +298,9 @@ class QueueTx:
         """Store a new job in its state (WAITING/PRIORITIZED/DELAYED/...)."""
         self.ensure_exists()
         job.state_ns = self.now
-        if job.opts.subject and job.state != S.WAITING_CHILDREN:
-            self._subject_claim(job)
+        if job.opts.subject and job.state != S.WAITING_CHILDREN and self.subject_claim(job):
+            if job.state == S.DELAYED:  # it waits behind the subject's job; its due time is kept
+                job.state = S.ready_state(job.opts.priority)
         if job.state in S.READY:
             job.seq = self.next_seq(job.shard)
         self._index_add(job)
@@ -322,18 +309,30 @@ class QueueTx:
         self.put_job(job)
         if event:
             self.emit(event, job)
+        if job.state in WAKES_A_POLL:  # leasable now or once due: a parked poll looks (flush)
+            self._inserted_ready.append(job.id)
 
     def move(
-        self, job: pb.Job, to: int, event: str | None, *, keep_place: bool = False, **event_fields
+        self,
+        job: pb.Job,
+        to: int,
+        event: str | None,
+        *,
+        keep_place: bool = False,
+        unblock_subject: bool = False,
+        **event_fields,
     ) -> None:
         """Move a stored job to `to`: index, counts, record and outbox in one go. A job
         made ready goes to the back of its band, or with `keep_place` (a leased job handed
-        back unprocessed) where it was when it was leased."""
+        back unprocessed) where it was when it was leased. `unblock_subject`: the job
+        leaves its subject's backlog (it is the subject's job now)."""
         frm = job.state
         if to not in S.ALLOWED.get(frm, ()):
             raise InvalidState(job.id, S.name(frm), f"move to {S.name(to)}")
         self._index_remove(job)
         self._count(job.shard, frm, -1)
+        if unblock_subject:
+            job.subject_blocked = False
         job.state = to
         job.state_ns = self.now
         if to in S.READY and not (keep_place and job.seq):
@@ -376,47 +375,51 @@ class QueueTx:
             if self.tx.get(kk) == job.id.encode():
                 self.tx.delete(kk)
         if job.children:  # a parent's dependency records go with it
-            from loam_common import flows
-
-            flows.drop_dependencies(self, job)
+            deps = self.k.dependencies(job.id)
+            for key, _ in self.tx.scan(deps, keys.prefix_end(deps)):
+                self.tx.delete(key)
         if event:
             self.emit(event, job)
         if job.state not in S.FINISHED:
             self._finished(job)
         elif job.parents:  # a failed dependency under the keep-waiting policy is forgotten
-            from loam_common import flows
-
-            flows.on_finished_job_removed(self, job)
+            self.follow_finished_job_removed(job)
 
     # -- finishing ---------------------------------------------------------------------
     def _finished(self, job: pb.Job) -> None:
-        """A job left the live states (finished or removed): free its subject and its
-        simple dedup id, tell the jobs that depend on it (flows), and run the hooks."""
+        """A job left the live states (finished or removed): free its subject, set off
+        what that means for other jobs (`follow_job_left_live`), and run the hooks."""
         if job.opts.subject and not job.subject_blocked:
             self._subject_release(job)
-        if job.opts.dedup.id:
-            from loam_common.jobs import dedup  # dedup enqueues, which imports this module
-
-            dedup.on_finished(self, job)
-        if job.parents:
-            from loam_common import flows  # flows moves jobs, so it imports this module
-
-            flows.on_job_finished(self, job)
+        if job.opts.dedup.id or job.parents:
+            self.follow_job_left_live(job)
         for hook in self.on_finished:
             hook(self, job)
 
+    def follow_job_left_live(self, job: pb.Job) -> None:
+        """`job` (with a dedup id or flow parents) left the live states: free its dedup id
+        or enqueue the duplicate kept while it ran, settle its parents. The QueueTx of a
+        transition (linked.LinkedQueueTx) does it; a bare QueueTx refuses rather than
+        leave those jobs waiting forever."""
+        raise NotImplementedError("a transition that finishes or removes jobs opens a LinkedQueueTx")
+
+    def follow_finished_job_removed(self, job: pb.Job) -> None:
+        """A finished `job` with flow parents was removed: a parent still counting it as
+        pending forgets it (linked.LinkedQueueTx)."""
+        raise NotImplementedError("a transition that finishes or removes jobs opens a LinkedQueueTx")
+
     # -- subjects (spec 003: per-subject serial execution) -------------------------------
-    def _subject_claim(self, job: pb.Job) -> None:
+    def subject_claim(self, job: pb.Job) -> bool:
+        """Make `job` its subject's job, or mark it to wait behind the subject's in-flight
+        job (before it is stored or moved: the mark decides its index). True if it waits."""
         cur_key = self.k.subject_current(job.opts.subject)
         current = self.tx.get(cur_key)
         if current is None or current == job.id.encode():
             self.tx.put(cur_key, job.id.encode())
             job.subject_blocked = False
         else:
-            # Wait behind the subject's in-flight job; keep the intended state.
             job.subject_blocked = True
-            if job.state == S.DELAYED:
-                job.state = S.ready_state(job.opts.priority)
+        return job.subject_blocked
 
     def _subject_release(self, job: pb.Job) -> None:
         subject = job.opts.subject
@@ -428,22 +431,13 @@ class QueueTx:
         if not head:
             self.tx.delete(cur_key)
             return
-        entry_key, next_id = head[0]
+        _entry_key, next_id = head[0]
         nxt = self.require_job(next_id.decode())
-        self.tx.delete(entry_key)
         self.tx.put(cur_key, next_id)
-        self._count(nxt.shard, nxt.state, -1)
-        nxt.subject_blocked = False
-        nxt.state_ns = self.now
+        # Out of the backlog (move deletes its entry there) into its own state's index.
         if nxt.due_ns > self.now:
-            nxt.state = S.DELAYED
-            event = "delayed"
+            self.move(nxt, S.DELAYED, None, unblock_subject=True)
+            self.emit("delayed", nxt)
         else:
-            nxt.state = S.ready_state(nxt.opts.priority)
-            nxt.seq = self.next_seq(nxt.shard)
-            event = "waiting"
-        self._index_add(nxt)
-        self._count(nxt.shard, nxt.state, 1)
-        self.put_job(nxt)
-        self.emit(event, nxt)
-        self.wake_after_commit()
+            self.move(nxt, S.ready_state(nxt.opts.priority), None, unblock_subject=True)
+            self.emit("waiting", nxt)

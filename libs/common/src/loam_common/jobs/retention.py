@@ -12,7 +12,7 @@ from loam_common.jobs.queue import QueueTx
 TRIM_BATCH = 1000
 
 
-def _policy(qt: QueueTx, job: pb.Job | None, state: int) -> tuple[int | None, int | None]:
+def retention_policy(qt: QueueTx, job: pb.Job | None, state: int) -> tuple[int | None, int | None]:
     """(count, age_ns) to keep for `state`; None = keep."""
     sources = [qt.cfg.retention]
     if job is not None and job.opts.HasField("retention"):
@@ -33,7 +33,7 @@ def on_finished(qt: QueueTx, job: pb.Job, clock_ns: int | None = None) -> None:
     """`clock_ns`: the finishing worker's clock (BullMQ), by which ages are judged then."""
     if job.state not in (S.COMPLETED, S.FAILED):
         return
-    count, age = _policy(qt, job, job.state)
+    count, age = retention_policy(qt, job, job.state)
     if count == 0:
         qt.remove(job, event=None)
         return
@@ -82,7 +82,7 @@ def sweep_queue(qt: QueueTx) -> int:
     """The sweeper's pass: apply the queue's age limits to every shard."""
     removed = 0
     for state in (S.COMPLETED, S.FAILED):
-        count, age = _policy(qt, None, state)
+        count, age = retention_policy(qt, None, state)
         if count is None and age is None:
             continue
         for shard in range(max(qt.cfg.shards, 1)):

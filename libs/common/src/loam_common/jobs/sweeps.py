@@ -8,9 +8,12 @@ from dataclasses import dataclass
 
 from loam_common import keys
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import complete, lease, retention
+from loam_common.jobs import retention, schedules
 from loam_common.jobs import states as S
-from loam_common.jobs.queue import QueueTx, max_stalled
+from loam_common.jobs.failure import job_fail_if_live, job_record_error, job_retry_or_fail
+from loam_common.jobs.linked import LinkedQueueTx
+from loam_common.jobs.promote import promote_due
+from loam_common.jobs.queue import max_stalled
 from loam_common.store.base import Txn
 
 BATCH = 500
@@ -20,7 +23,7 @@ STALLED_MESSAGE = "job stalled more than allowable limit"
 def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) -> int:
     """Reclaim active jobs whose lease deadline passed. The reclaim bumps the epoch,
     which is what fences the worker that lost the job."""
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         prefix = qt.k.active_shard(shard)
         expired = tx.scan(prefix, prefix + keys.U64.pack(qt.now), limit=limit)
         plen = len(prefix)
@@ -34,7 +37,7 @@ def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) 
                 err = pb.JobError(
                     code="timeout", message=f"job timed out after {job.opts.timeout_ns / 1e9:g} s"
                 )
-                complete._retry_or_fail(qt, job, err, None)
+                job_retry_or_fail(qt, job, err, None)
                 continue
             job.stalled += 1
             qt.meta_for_update(job.shard).stalled_total += 1  # loam_jobs_stalled_total
@@ -45,8 +48,8 @@ def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) 
                 job.deferred_failure = STALLED_MESSAGE  # the next lease fails it (BullMQ)
             elif limit_stalled >= 0 and job.stalled > limit_stalled:
                 err = pb.JobError(code="stalled", message=STALLED_MESSAGE)
-                complete._record_error(qt, job, err)
-                complete._fail(qt, job, err, False)
+                job_record_error(qt, job, err)
+                job_fail_if_live(qt, job, err, False)
                 continue
             qt.move(job, S.ready_state(job.opts.priority), "stalled")
             qt.emit("waiting", job)
@@ -55,8 +58,6 @@ def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) 
 
 def _of_a_job_scheduler(tx: Txn, ns: str, job: pb.Job) -> bool:
     """Whether an iteration-driven schedule that still exists made `job`."""
-    from loam_common import schedules  # schedules enqueues, so it imports the jobs package
-
     sid = job.task.headers.get(schedules.HEADER_SCHEDULE)
     if not sid:
         return False
@@ -65,17 +66,17 @@ def _of_a_job_scheduler(tx: Txn, ns: str, job: pb.Job) -> bool:
 
 
 def sweep_delayed(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) -> int:
-    with QueueTx(tx, ns, queue, create=False) as qt:
-        return lease.promote_due(qt, shard, limit)
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
+        return promote_due(qt, shard, limit)
 
 
 def sweep_retention(tx: Txn, ns: str, queue: str) -> int:
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         return retention.sweep_queue(qt)
 
 
 def sweep_idempotency(tx: Txn, ns: str, queue: str, limit: int = BATCH) -> int:
-    with QueueTx(tx, ns, queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, queue, create=False) as qt:
         prefix = qt.k.idempotency_expiry_all()
         rows = tx.scan(prefix, prefix + keys.U64.pack(qt.now), limit=limit)
         for key, _ in rows:
@@ -88,12 +89,12 @@ def sweep_idempotency(tx: Txn, ns: str, queue: str, limit: int = BATCH) -> int:
         return len(rows)
 
 
-def list_namespaces(tx: Txn) -> list[str]:
+def namespace_list(tx: Txn) -> list[str]:
     prefix = keys.namespace_registry()
     return [k[len(prefix) :].decode() for k, _ in tx.scan(prefix, keys.prefix_end(prefix))]
 
 
-def list_queues(tx: Txn, ns: str) -> list[str]:
+def queue_list_registered(tx: Txn, ns: str) -> list[str]:
     prefix = keys.queue_registry(ns)
     return [keys.queue_from_registry_key(ns, k) for k, _ in tx.scan(prefix, keys.prefix_end(prefix))]
 
@@ -116,7 +117,7 @@ def due(tx: Txn, ns: str, queue: str) -> Due | None:
     raw = tx.get(keys.QueueKeys(ns, queue).config())
     if raw is None:
         return None
-    qt = QueueTx(tx, ns, queue, create=False)
+    qt = LinkedQueueTx(tx, ns, queue, create=False)
     k, now, shards = qt.k, qt.now, max(qt.cfg.shards, 1)
 
     def head_before(prefix: bytes, t: int) -> bool:
@@ -126,7 +127,7 @@ def due(tx: Txn, ns: str, queue: str) -> Due | None:
     delayed = frozenset(s for s in range(shards) if head_before(k.delayed_shard(s), now + 1))
     retained = False
     for state in (S.COMPLETED, S.FAILED):
-        count, age = retention._policy(qt, None, state)
+        count, age = retention.retention_policy(qt, None, state)
         for s in range(shards):
             if (age is not None and head_before(k.state_shard(state, s), now - age)) or (
                 count is not None and qt.meta(s).counts[state] > count

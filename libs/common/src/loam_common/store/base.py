@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from loam_common.effects import Effect
 
 
 class StoreError(Exception):
@@ -136,17 +138,19 @@ class Txn(abc.ABC):
     @abc.abstractmethod
     def rollback(self) -> None: ...
 
-    # -- hooks run by the runner after a successful commit ------------------------
-    def after_commit(self, callback: Callable[[], None]) -> None:
-        """Run `callback` once this transaction has committed (wake-ups, metrics).
-        Callbacks registered inside a savepoint that is rolled back are dropped."""
-        self._after_commit_list().append(callback)
+    # -- effects, run by the runner after a successful commit (loam_common.effects) -----
+    def declare(self, effect: Effect) -> None:
+        """Have the store's sinks run `effect` once this transaction has committed
+        (wake-ups, metrics). Effects declared inside a savepoint that is rolled back
+        are dropped."""
+        self.declared().append(effect)
 
-    def _after_commit_list(self) -> list[Callable[[], None]]:
+    def declared(self) -> list[Effect]:
+        """The effects declared so far (a backend truncates the list on rollback_to)."""
         try:
             return self._after  # type: ignore[attr-defined,no-any-return]
         except AttributeError:
-            self._after: list[Callable[[], None]] = []
+            self._after: list[Effect] = []
             return self._after
 
 

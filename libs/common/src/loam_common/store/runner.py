@@ -1,7 +1,8 @@
 """`Store`: the one async runner over any backend, and `open_store(url)`.
 
 What it owns: running transitions (`transact`) and reads (`snapshot`), retries, group
-commit, commit tokens, and after-commit callbacks. Backends only open transactions.
+commit, commit tokens, and handing each committed transaction's declared effects to the
+store's sinks (loam_common.effects). Backends only open transactions.
 
 Group commit (backends with `capabilities.group_commit`, i.e. SQLite and memory): one
 writer thread per Store takes every pending `transact` call (up to `max_batch`), runs them
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from loam_common.effects import Effect, EffectSink
 from loam_common.store.base import (
     Backend,
     Clock,
@@ -42,6 +44,9 @@ from loam_common.store.base import (
     Txn,
     WriteConflict,
 )
+from loam_common.store.memory import MemoryBackend
+from loam_common.store.sqlite import SqliteBackend
+from loam_common.store.tikv import TikvBackend
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +72,7 @@ def _backoff_s(attempt: int) -> float:
 class _Call:
     """One pending `transact` call in the group-commit queue."""
 
-    __slots__ = ("fn", "args", "pessimistic", "loop", "future", "result", "error", "callbacks")
+    __slots__ = ("fn", "args", "pessimistic", "loop", "future", "result", "error", "effects")
 
     def __init__(
         self,
@@ -84,26 +89,27 @@ class _Call:
         self.future = future
         self.result: Any = None
         self.error: BaseException | None = None
-        self.callbacks: list[Callable[[], None]] = []
+        self.effects: list[Effect] = []
 
 
 _STOP = object()
 
 
-def _run_callbacks(callbacks: list[Callable[[], None]]) -> None:
-    for callback in callbacks:
+def _run_effects(sinks: list[EffectSink], effects: list[Effect]) -> None:
+    for sink in sinks:
         try:
-            callback()
+            sink.run(effects)
         except Exception:
             # The transaction has committed; a failing wake-up must not turn that into an error.
-            log.exception("after-commit callback %r failed", callback)
+            log.exception("effect sink %r failed", sink)
 
 
-def _resolve(calls: list[_Call]) -> None:
-    """On the callers' loop: run each call's after-commit callbacks, then answer it."""
+def _resolve(sinks: list[EffectSink], calls: list[_Call]) -> None:
+    """On the callers' loop: run each call's effects, then answer it."""
     for call in calls:
         if call.error is None:
-            _run_callbacks(call.callbacks)  # even if the caller gave up: the commit happened
+            if call.effects and sinks:  # even if the caller gave up: the commit happened
+                _run_effects(sinks, call.effects)
             if not call.future.done():
                 call.future.set_result(call.result)
         elif not call.future.done():
@@ -146,6 +152,8 @@ class Store:
         self.capabilities = backend.capabilities
         self.max_retries = max_retries
         self.max_batch = max_batch
+        # Who runs the effects of this store's transitions (loam_common.effects).
+        self.sinks: list[EffectSink] = []
         self._close_backend = close_backend
         self._tokens = backend.capabilities.unknown_commit_outcomes
         # A store only this process can open lives in memory: its reads never wait on I/O
@@ -161,6 +169,15 @@ class Store:
             self._writer.start()
 
     # -- public API ---------------------------------------------------------------------
+    def add_sink(self, sink: EffectSink) -> None:
+        """Have `sink.run(effects)` called with the effects of every transition this
+        store commits from now on."""
+        if sink not in self.sinks:
+            self.sinks = [*self.sinks, sink]  # a new list: a batch being resolved keeps its own
+
+    def remove_sink(self, sink: EffectSink) -> None:
+        self.sinks = [s for s in self.sinks if s is not sink]
+
     async def transact(self, fn: Callable[..., Any], *args: Any, pessimistic: bool = False) -> Any:
         """Run `fn(tx, *args)` in a write transaction and return its result. Retries on
         write conflicts and region errors; StoreUnavailable once retries run out. If `fn`
@@ -168,7 +185,8 @@ class Store:
 
         `fn` runs on the store's writer thread (or a worker thread), possibly more than
         once: it must be quick, must not touch the event loop, and must have no effects
-        outside `tx` except through `tx.after_commit`."""
+        outside `tx` except the effects it declares (`tx.declare`), which the store's
+        sinks run once it has committed."""
         if self._writer is None:
             return await self._transact_alone(fn, args, pessimistic)
         loop = asyncio.get_running_loop()
@@ -285,7 +303,7 @@ class Store:
         attempt = 0
         while True:
             try:
-                result, callbacks = await loop.run_in_executor(
+                result, effects = await loop.run_in_executor(
                     self._executor(), self._attempt_alone, fn, args, pessimistic
                 )
                 break
@@ -294,7 +312,8 @@ class Store:
                 if attempt > self.max_retries:
                     raise StoreUnavailable(f"gave up after {attempt} attempts: {e!r}") from e
                 await asyncio.sleep(_backoff_s(attempt))
-        _run_callbacks(callbacks)
+        if effects and self.sinks:
+            _run_effects(self.sinks, effects)
         return result
 
     def _attempt_alone(self, fn: Callable[..., Any], args: tuple, pessimistic: bool) -> tuple:
@@ -307,7 +326,7 @@ class Store:
                 raise _deliverable(e) from e
             self._commit(tx, self._put_token(tx) if self._tokens and tx.has_writes() else None)
             done = True
-            return result, tx._after_commit_list()
+            return result, tx.declared()
         finally:
             if not done:
                 tx.rollback()
@@ -344,7 +363,7 @@ class Store:
             if not isinstance(e, StoreUnavailable):
                 log.exception("group commit failed")
             for call in calls:
-                call.error, call.callbacks = _unavailable(e), []
+                call.error, call.effects = _unavailable(e), []
         self._deliver(calls)
 
     def _deliver(self, calls: list[_Call]) -> None:
@@ -353,7 +372,7 @@ class Store:
             by_loop.setdefault(call.loop, []).append(call)
         for loop, group in by_loop.items():
             try:
-                loop.call_soon_threadsafe(_resolve, group)
+                loop.call_soon_threadsafe(_resolve, self.sinks, group)
             except RuntimeError:
                 pass  # that loop is closed: nobody is waiting any more
 
@@ -373,7 +392,7 @@ class Store:
         tx = self.backend.begin(pessimistic=any(c.pessimistic for c in calls))
         done = False
         try:
-            after = tx._after_commit_list()
+            after = tx.declared()
             for call in calls:
                 self._run_in_savepoint(tx, call, after)
             self._commit(tx, self._put_token(tx) if self._tokens and tx.has_writes() else None)
@@ -397,16 +416,16 @@ class Store:
                 tx.release(savepoint)
                 reads_failed += 1
                 if reads_failed > self.max_retries:
-                    call.result, call.error, call.callbacks = None, _unavailable(e), []
+                    call.result, call.error, call.effects = None, _unavailable(e), []
                     return
                 continue
             except Exception as e:
-                tx.rollback_to(savepoint)  # also drops callbacks registered since `mark`
+                tx.rollback_to(savepoint)  # also drops the effects declared since `mark`
                 tx.release(savepoint)
-                call.result, call.error, call.callbacks = None, _deliverable(e), []
+                call.result, call.error, call.effects = None, _deliverable(e), []
                 return
             tx.release(savepoint)
-            call.error, call.callbacks = None, after[mark:]
+            call.error, call.effects = None, after[mark:]
             return
 
 
@@ -432,8 +451,6 @@ def open_store(url: str, *, durable_power_loss: bool = False, clock: Clock | Non
     """Open a Store from a URL. `durable_power_loss` applies to SQLite only."""
     backend: Backend
     if url.startswith("sqlite:"):
-        from loam_common.store.sqlite import SqliteBackend
-
         rest = url[len("sqlite:") :]
         if rest.startswith("///"):
             path = rest[2:]  # keep the leading "/" of the absolute path
@@ -445,12 +462,8 @@ def open_store(url: str, *, durable_power_loss: bool = False, clock: Clock | Non
             raise ValueError(f"bad store URL {url!r}: no database path; use one of {_URL_FORMS}")
         backend = SqliteBackend(path, durable_power_loss=durable_power_loss, clock=clock)
     elif url == "memory://":
-        from loam_common.store.memory import MemoryBackend
-
         backend = MemoryBackend(clock=clock)
     elif url.startswith("tikv://"):
-        from loam_common.store.tikv import TikvBackend
-
         endpoints = url[len("tikv://") :].split(",")
         if not all(e.strip() for e in endpoints):
             raise ValueError(f"bad store URL {url!r}: empty PD address; use one of {_URL_FORMS}")

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file loam/jobs/v1/types.proto.
  */
 export const file_loam_jobs_v1_types: GenFile = /*@__PURE__*/
-  fileDesc("Chhsb2FtL2pvYnMvdjEvdHlwZXMucHJvdG8SDGxvYW0uam9icy52MSJNCgdQYXlsb2FkEgwKBGRhdGEYASABKAwSFAoMY29udGVudF90eXBlGAIgASgJEhAKCGJsb2JfcmVmGAMgASgJEgwKBHNpemUYBCABKAMipgEKCFRhc2tTcGVjEgwKBG5hbWUYASABKAkSJgoHcGF5bG9hZBgCIAEoCzIVLmxvYW0uam9icy52MS5QYXlsb2FkEjQKB2hlYWRlcnMYAyADKAsyIy5sb2FtLmpvYnMudjEuVGFza1NwZWMuSGVhZGVyc0VudHJ5Gi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIioKC0lkZW1wb3RlbmN5EgsKA2tleRgBIAEoCRIOCgZ0dGxfbnMYAiABKAMinQEKBURlZHVwEgoKAmlkGAEgASgJEiUKBG1vZGUYAiABKA4yFy5sb2FtLmpvYnMudjEuRGVkdXBNb2RlEg4KBnR0bF9ucxgDIAEoAxIPCgdyZXBsYWNlGAQgASgIEg4KBmV4dGVuZBgFIAEoCBIbChNrZWVwX2xhc3RfaWZfYWN0aXZlGAYgASgIEhMKC3JlcGxhY2Vfam9iGAcgASgIIjQKBURlbGF5EhIKCGRlbGF5X25zGAEgASgDSAASDwoFYXRfbnMYAiABKANIAEIGCgRraW5kInMKB0JhY2tvZmYSJwoEa2luZBgBIAEoDjIZLmxvYW0uam9icy52MS5CYWNrb2ZmS2luZBIPCgdiYXNlX25zGAIgASgDEg4KBm1heF9ucxgDIAEoAxIOCgZqaXR0ZXIYBCABKAESDgoGY3VzdG9tGAUgASgJIuIBCglSZXRlbnRpb24SHAoPY29tcGxldGVkX2NvdW50GAEgASgDSACIAQESHQoQY29tcGxldGVkX2FnZV9ucxgCIAEoA0gBiAEBEhkKDGZhaWxlZF9jb3VudBgDIAEoA0gCiAEBEhoKDWZhaWxlZF9hZ2VfbnMYBCABKANIA4gBARIVCg1yZXN1bHRfdHRsX25zGAUgASgDQhIKEF9jb21wbGV0ZWRfY291bnRCEwoRX2NvbXBsZXRlZF9hZ2VfbnNCDwoNX2ZhaWxlZF9jb3VudEIQCg5fZmFpbGVkX2FnZV9ucyLbAQoJUGFyZW50UmVmEg0KBXF1ZXVlGAEgASgJEg4KBmpvYl9pZBgCIAEoCRIeChZmYWlsX3BhcmVudF9vbl9mYWlsdXJlGAMgASgIEiIKGmNvbnRpbnVlX3BhcmVudF9vbl9mYWlsdXJlGAQgASgIEiQKHGlnbm9yZV9kZXBlbmRlbmN5X29uX2ZhaWx1cmUYBSABKAgSJAoccmVtb3ZlX2RlcGVuZGVuY3lfb25fZmFpbHVyZRgGIAEoCBIfChdrZWVwX3dhaXRpbmdfb25fZmFpbHVyZRgHIAEoCCKRBAoLRW5xdWV1ZU9wdHMSDwoHam9iX2tleRgBIAEoCRIuCgtpZGVtcG90ZW5jeRgCIAEoCzIZLmxvYW0uam9icy52MS5JZGVtcG90ZW5jeRIiCgVkZWR1cBgDIAEoCzITLmxvYW0uam9icy52MS5EZWR1cBInCgpub3RfYmVmb3JlGAQgASgLMhMubG9hbS5qb2JzLnYxLkRlbGF5EhAKCHByaW9yaXR5GAUgASgNEgwKBGxpZm8YBiABKAgSEAoIYXR0ZW1wdHMYByABKA0SJgoHYmFja29mZhgIIAEoCzIVLmxvYW0uam9icy52MS5CYWNrb2ZmEhUKDXZpc2liaWxpdHlfbnMYCSABKAMSEgoKdGltZW91dF9ucxgKIAEoAxISCgpleHBpcmVzX25zGAsgASgDEicKBnBhcmVudBgMIAEoCzIXLmxvYW0uam9icy52MS5QYXJlbnRSZWYSKgoJcmV0ZW50aW9uGA0gASgLMhcubG9hbS5qb2JzLnYxLlJldGVudGlvbhIgCgRtb2RlGA4gASgOMhIubG9hbS5qb2JzLnYxLk1vZGUSGAoQZHVyYWJsZV9mdW5jdGlvbhgPIAEoCRIPCgdzdWJqZWN0GBAgASgJEhwKFGpvYl9rZXlfZnJvbV9jb3VudGVyGBEgASgIEhsKE2pvYl9rZXlfa2VlcHNfZmlyc3QYEiABKAgiXQoISm9iRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhIKCnN0YWNrdHJhY2UYAyABKAkSDQoFYXRfbnMYBCABKAMSDwoHYXR0ZW1wdBgFIAEoDSLeBgoDSm9iEgoKAmlkGAEgASgJEg0KBXF1ZXVlGAIgASgJEiQKBHRhc2sYAyABKAsyFi5sb2FtLmpvYnMudjEuVGFza1NwZWMSJwoEb3B0cxgEIAEoCzIZLmxvYW0uam9icy52MS5FbnF1ZXVlT3B0cxIlCgVzdGF0ZRgFIAEoDjIWLmxvYW0uam9icy52MS5Kb2JTdGF0ZRINCgVzaGFyZBgGIAEoDRILCgNzZXEYByABKAQSDQoFZXBvY2gYCCABKAQSDgoGd29ya2VyGAkgASgJEhMKC2RlYWRsaW5lX25zGAogASgDEg8KB2F0dGVtcHQYCyABKA0SDwoHc3RhbGxlZBgMIAEoDRISCgpjcmVhdGVkX25zGA0gASgDEhQKDHByb2Nlc3NlZF9ucxgOIAEoAxITCgtmaW5pc2hlZF9ucxgPIAEoAxIOCgZkdWVfbnMYECABKAMSJQoGcmVzdWx0GBEgASgLMhUubG9hbS5qb2JzLnYxLlBheWxvYWQSJgoGZXJyb3JzGBIgAygLMhYubG9hbS5qb2JzLnYxLkpvYkVycm9yEhAKCHByb2dyZXNzGBMgASgMEhEKCWxvZ19jb3VudBgUIAEoDRIXCg9zdWJqZWN0X2Jsb2NrZWQYFSABKAgSGAoQbGVhc2Vfc3RhcnRlZF9ucxgWIAEoAxIUCgxhdHRlbXB0c19tYXgYFyABKA0SFAoMb3JpZ2luX3F1ZXVlGBggASgJEhAKCHN0YXRlX25zGBkgASgDEhgKEHBlbmRpbmdfY2hpbGRyZW4YGiABKA0SGQoRa2VlcF9sYXN0X3BlbmRpbmcYGyABKAgSFAoMcmVxdWVzdF9oYXNoGBwgASgMEigKB3BhcmVudHMYHSADKAsyFy5sb2FtLmpvYnMudjEuUGFyZW50UmVmEhAKCGNoaWxkcmVuGB4gASgNEhoKEmNoaWxkcmVuX2NvbXBsZXRlZBgfIAEoDRIXCg9jaGlsZHJlbl9mYWlsZWQYICABKA0SDAoEZmxvdxghIAEoCRIRCglmbG93X25vZGUYIiABKAkSFAoMZmFpbGVkX2NoaWxkGCMgASgJEhgKEGRlZmVycmVkX2ZhaWx1cmUYJCABKAkSEwoLcmV0cnlfZXBvY2gYJSABKAQiPgoJUmF0ZUxpbWl0EgsKA21heBgBIAEoDRITCgtkdXJhdGlvbl9ucxgCIAEoAxIPCgdzaGFyZGVkGAMgASgIItkDCgtRdWV1ZUNvbmZpZxIMCgRuYW1lGAEgASgJEhUKDXZpc2liaWxpdHlfbnMYAiABKAMSEAoIYXR0ZW1wdHMYAyABKA0SJgoHYmFja29mZhgEIAEoCzIVLmxvYW0uam9icy52MS5CYWNrb2ZmEhgKC21heF9zdGFsbGVkGAUgASgFSACIAQESKwoKcmF0ZV9saW1pdBgGIAEoCzIXLmxvYW0uam9icy52MS5SYXRlTGltaXQSEwoLY29uY3VycmVuY3kYByABKA0SKgoJcmV0ZW50aW9uGAggASgLMhcubG9hbS5qb2JzLnYxLlJldGVudGlvbhIZChFkZWFkX2xldHRlcl9xdWV1ZRgJIAEoCRIgChhkZWFkX2xldHRlcl9vbl9leGhhdXN0ZWQYCiABKAgSDgoGc2hhcmRzGAsgASgNEg4KBnBhdXNlZBgMIAEoCBISCgpjcmVhdGVkX25zGA0gASgDEg8KB2xvZ19jYXAYDiABKA0SFQoNcGF5bG9hZF9saW1pdBgPIAEoBBIdChVkZWZlcl9zdGFsbGVkX2ZhaWx1cmUYECABKAgSGwoTZGVmZXJfY2hpbGRfZmFpbHVyZRgRIAEoCEIOCgxfbWF4X3N0YWxsZWQi7QIKCVNoYXJkTWV0YRIQCghuZXh0X3NlcRgBIAEoBBISCgpvdXRib3hfc2VxGAIgASgEEjMKBmNvdW50cxgDIAMoCzIjLmxvYW0uam9icy52MS5TaGFyZE1ldGEuQ291bnRzRW50cnkSFgoOZW5xdWV1ZWRfdG90YWwYBCABKAQSFAoMbGVhc2VkX3RvdGFsGAUgASgEEhUKDXN0YWxsZWRfdG90YWwYBiABKAQSFAoMZmVuY2VkX3RvdGFsGAcgASgEEkQKD2NvbXBsZXRlZF90b3RhbBgIIAMoCzIrLmxvYW0uam9icy52MS5TaGFyZE1ldGEuQ29tcGxldGVkVG90YWxFbnRyeRotCgtDb3VudHNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAM6AjgBGjUKE0NvbXBsZXRlZFRvdGFsRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASJfCgxRdWV1ZVJ1bnRpbWUSFwoPd2luZG93X3N0YXJ0X25zGAEgASgDEgwKBHVzZWQYAiABKA0SGAoQYmxvY2tlZF91bnRpbF9ucxgDIAEoAxIOCgZhY3RpdmUYBCABKAMihQEKEUlkZW1wb3RlbmN5UmVjb3JkEhQKDHJlcXVlc3RfaGFzaBgBIAEoDBIOCgZqb2JfaWQYAiABKAkSJQoFc3RhdGUYAyABKA4yFi5sb2FtLmpvYnMudjEuSm9iU3RhdGUSEgoKZXhwaXJlc19ucxgEIAEoAxIPCgdjcmVhdGVkGAUgASgIIqgBCgtEZWR1cFJlY29yZBIOCgZqb2JfaWQYASABKAkSEgoKZXhwaXJlc19ucxgCIAEoAxIWCg5wZW5kaW5nX2pvYl9pZBgDIAEoCRIsCgxwZW5kaW5nX3Rhc2sYBCABKAsyFi5sb2FtLmpvYnMudjEuVGFza1NwZWMSLwoMcGVuZGluZ19vcHRzGAUgASgLMhkubG9hbS5qb2JzLnYxLkVucXVldWVPcHRzIlMKDU1ldHJpY3NSZWNvcmQSDQoFY291bnQYASABKAQSDwoHcHJldl9tcxgCIAEoAxISCgpwcmV2X2NvdW50GAMgASgEEg4KBnBvaW50cxgEIAMoBCJqCgxSZXN1bHRSZWNvcmQSJAoFdmFsdWUYASABKAsyFS5sb2FtLmpvYnMudjEuUGF5bG9hZBISCgpleHBpcmVzX25zGAIgASgDEg8KB21lbWJlcnMYAyABKAMSDwoHdmVyc2lvbhgEIAEoBCJbCg9FeGNoYW5nZUJpbmRpbmcSEAoIZXhjaGFuZ2UYASABKAkSEwoLcm91dGluZ19rZXkYAiABKAkSDQoFcXVldWUYAyABKAkSEgoKZXhwaXJlc19ucxgEIAEoAyImCgdMb2dMaW5lEg0KBWF0X25zGAEgASgDEgwKBGxpbmUYAiABKAkiOgoGV29ya2VyEgoKAmlkGAEgASgJEhQKDGxhc3Rfc2Vlbl9ucxgCIAEoAxIOCgZxdWV1ZXMYAyADKAkirwEKC1Rva2VuUmVjb3JkEgoKAmlkGAEgASgJEhEKCW5hbWVzcGFjZRgCIAEoCRIPCgdhY3Rpb25zGAMgAygJEhIKCmNyZWF0ZWRfbnMYBCABKAMSEgoKZXhwaXJlc19ucxgFIAEoAxIMCgRuYW1lGAYgASgJEg8KB3Jldm9rZWQYByABKAgSEgoKcmV2b2tlZF9ucxgIIAEoAxIVCg1zZWNyZXRfc2hhMjU2GAkgASgMIlcKDk93bmVyc2hpcExlYXNlEg0KBW93bmVyGAEgASgJEg0KBWVwb2NoGAIgASgEEhIKCmV4cGlyZXNfbnMYAyABKAMSEwoLYWNxdWlyZWRfbnMYBCABKAMiQwoNU2VydmljZU1lbWJlchIKCgJpZBgBIAEoCRISCgpleHBpcmVzX25zGAIgASgDEhIKCnN0YXJ0ZWRfbnMYAyABKAMijwQKDlNjaGVkdWxlUmVjb3JkEgoKAmlkGAEgASgJEgwKBGNyb24YAiABKAkSCgoCdHoYAyABKAkSEAoIZXZlcnlfbnMYBCABKAMSDQoFbGltaXQYBSABKA0SEAoIc3RhcnRfbnMYBiABKAMSDgoGZW5kX25zGAcgASgDEhEKCW9mZnNldF9ucxgIIAEoAxITCgtpbW1lZGlhdGVseRgJIAEoCBINCgVxdWV1ZRgKIAEoCRIkCgR0YXNrGAsgASgLMhYubG9hbS5qb2JzLnYxLlRhc2tTcGVjEicKBG9wdHMYDCABKAsyGS5sb2FtLmpvYnMudjEuRW5xdWV1ZU9wdHMSLAoHbWlzZmlyZRgNIAEoDjIbLmxvYW0uam9icy52MS5NaXNmaXJlUG9saWN5EhgKEG1pc2ZpcmVfZ3JhY2VfbnMYDiABKAMSLAoGZHJpdmVyGA8gASgOMhwubG9hbS5qb2JzLnYxLlNjaGVkdWxlRHJpdmVyEg8KB25leHRfbnMYFCABKAMSFAoMbGFzdF90aWNrX25zGBUgASgDEhMKC2xhc3Rfam9iX2lkGBYgASgJEg0KBWNvdW50GBcgASgNEhIKCmNyZWF0ZWRfbnMYGCABKAMSEgoKdXBkYXRlZF9ucxgZIAEoAxIRCglydWxlX2hhc2gYGiABKAwSEgoKbGFzdF9lcnJvchgbIAEoCSKHAgoKRGVwZW5kZW5jeRINCgVxdWV1ZRgBIAEoCRIOCgZqb2JfaWQYAiABKAkSDAoEbm9kZRgDIAEoCRIsCgVzdGF0ZRgEIAEoDjIdLmxvYW0uam9icy52MS5EZXBlbmRlbmN5U3RhdGUSJAoFdmFsdWUYBSABKAsyFS5sb2FtLmpvYnMudjEuUGF5bG9hZBIlCgVlcnJvchgGIAEoCzIWLmxvYW0uam9icy52MS5Kb2JFcnJvchITCgtmaW5pc2hlZF9ucxgHIAEoAxIPCgdqb2Jfa2V5GAggASgJEisKBnBvbGljeRgJIAEoDjIbLmxvYW0uam9icy52MS5GYWlsdXJlUG9saWN5IjkKCkZsb3dKb2JSZWYSDAoEbm9kZRgBIAEoCRINCgVxdWV1ZRgCIAEoCRIOCgZqb2JfaWQYAyABKAkiagoKRmxvd1JlY29yZBIKCgJpZBgBIAEoCRIUCgxyZXF1ZXN0X2hhc2gYAiABKAwSEgoKY3JlYXRlZF9ucxgDIAEoAxImCgRqb2JzGAQgAygLMhgubG9hbS5qb2JzLnYxLkZsb3dKb2JSZWYqiAIKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUpPQl9TVEFURV9XQUlUSU5HEAESGQoVSk9CX1NUQVRFX1BSSU9SSVRJWkVEEAISFQoRSk9CX1NUQVRFX0RFTEFZRUQQAxIUChBKT0JfU1RBVEVfQUNUSVZFEAQSHgoaSk9CX1NUQVRFX1dBSVRJTkdfQ0hJTERSRU4QBRIXChNKT0JfU1RBVEVfQ09NUExFVEVEEAYSFAoQSk9CX1NUQVRFX0ZBSUxFRBAHEhsKF0pPQl9TVEFURV9ERUFEX0xFVFRFUkVEEAgSFgoSSk9CX1NUQVRFX0NBTkNFTEVEEAkqcAoJRGVkdXBNb2RlEhoKFkRFRFVQX01PREVfVU5TUEVDSUZJRUQQABIVChFERURVUF9NT0RFX1NJTVBMRRABEhcKE0RFRFVQX01PREVfVEhST1RUTEUQAhIXChNERURVUF9NT0RFX0RFQk9VTkNFEAMqegoLQmFja29mZktpbmQSHAoYQkFDS09GRl9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSQkFDS09GRl9LSU5EX0ZJWEVEEAESHAoYQkFDS09GRl9LSU5EX0VYUE9ORU5USUFMEAISFwoTQkFDS09GRl9LSU5EX0NVU1RPTRADKj4KBE1vZGUSFAoQTU9ERV9VTlNQRUNJRklFRBAAEg4KCk1PREVfUVVFVUUQARIQCgxNT0RFX0RVUkFCTEUQAiqFAQoNTWlzZmlyZVBvbGljeRIeChpNSVNGSVJFX1BPTElDWV9VTlNQRUNJRklFRBAAEh4KGk1JU0ZJUkVfUE9MSUNZX0ZJUkVfTEFURVNUEAESFwoTTUlTRklSRV9QT0xJQ1lfU0tJUBACEhsKF01JU0ZJUkVfUE9MSUNZX0ZJUkVfQUxMEAMqbQoOU2NoZWR1bGVEcml2ZXISHwobU0NIRURVTEVfRFJJVkVSX1VOU1BFQ0lGSUVEEAASGgoWU0NIRURVTEVfRFJJVkVSX1NFUlZFUhABEh4KGlNDSEVEVUxFX0RSSVZFUl9JVEVSQVRJT05TEAIq4AEKDUZhaWx1cmVQb2xpY3kSHgoaRkFJTFVSRV9QT0xJQ1lfVU5TUEVDSUZJRUQQABIeChpGQUlMVVJFX1BPTElDWV9GQUlMX1BBUkVOVBABEiIKHkZBSUxVUkVfUE9MSUNZX0NPTlRJTlVFX1BBUkVOVBACEiQKIEZBSUxVUkVfUE9MSUNZX0lHTk9SRV9ERVBFTkRFTkNZEAMSJAogRkFJTFVSRV9QT0xJQ1lfUkVNT1ZFX0RFUEVOREVOQ1kQBBIfChtGQUlMVVJFX1BPTElDWV9LRUVQX1dBSVRJTkcQBSqsAQoPRGVwZW5kZW5jeVN0YXRlEiAKHERFUEVOREVOQ1lfU1RBVEVfVU5TUEVDSUZJRUQQABIcChhERVBFTkRFTkNZX1NUQVRFX1BFTkRJTkcQARIeChpERVBFTkRFTkNZX1NUQVRFX1BST0NFU1NFRBACEhsKF0RFUEVOREVOQ1lfU1RBVEVfRkFJTEVEEAMSHAoYREVQRU5ERU5DWV9TVEFURV9JR05PUkVEEARiBnByb3RvMw");
+  fileDesc("Chhsb2FtL2pvYnMvdjEvdHlwZXMucHJvdG8SDGxvYW0uam9icy52MSJNCgdQYXlsb2FkEgwKBGRhdGEYASABKAwSFAoMY29udGVudF90eXBlGAIgASgJEhAKCGJsb2JfcmVmGAMgASgJEgwKBHNpemUYBCABKAMipgEKCFRhc2tTcGVjEgwKBG5hbWUYASABKAkSJgoHcGF5bG9hZBgCIAEoCzIVLmxvYW0uam9icy52MS5QYXlsb2FkEjQKB2hlYWRlcnMYAyADKAsyIy5sb2FtLmpvYnMudjEuVGFza1NwZWMuSGVhZGVyc0VudHJ5Gi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIioKC0lkZW1wb3RlbmN5EgsKA2tleRgBIAEoCRIOCgZ0dGxfbnMYAiABKAMinQEKBURlZHVwEgoKAmlkGAEgASgJEiUKBG1vZGUYAiABKA4yFy5sb2FtLmpvYnMudjEuRGVkdXBNb2RlEg4KBnR0bF9ucxgDIAEoAxIPCgdyZXBsYWNlGAQgASgIEg4KBmV4dGVuZBgFIAEoCBIbChNrZWVwX2xhc3RfaWZfYWN0aXZlGAYgASgIEhMKC3JlcGxhY2Vfam9iGAcgASgIIjQKBURlbGF5EhIKCGRlbGF5X25zGAEgASgDSAASDwoFYXRfbnMYAiABKANIAEIGCgRraW5kInMKB0JhY2tvZmYSJwoEa2luZBgBIAEoDjIZLmxvYW0uam9icy52MS5CYWNrb2ZmS2luZBIPCgdiYXNlX25zGAIgASgDEg4KBm1heF9ucxgDIAEoAxIOCgZqaXR0ZXIYBCABKAESDgoGY3VzdG9tGAUgASgJIuIBCglSZXRlbnRpb24SHAoPY29tcGxldGVkX2NvdW50GAEgASgDSACIAQESHQoQY29tcGxldGVkX2FnZV9ucxgCIAEoA0gBiAEBEhkKDGZhaWxlZF9jb3VudBgDIAEoA0gCiAEBEhoKDWZhaWxlZF9hZ2VfbnMYBCABKANIA4gBARIVCg1yZXN1bHRfdHRsX25zGAUgASgDQhIKEF9jb21wbGV0ZWRfY291bnRCEwoRX2NvbXBsZXRlZF9hZ2VfbnNCDwoNX2ZhaWxlZF9jb3VudEIQCg5fZmFpbGVkX2FnZV9ucyLbAQoJUGFyZW50UmVmEg0KBXF1ZXVlGAEgASgJEg4KBmpvYl9pZBgCIAEoCRIeChZmYWlsX3BhcmVudF9vbl9mYWlsdXJlGAMgASgIEiIKGmNvbnRpbnVlX3BhcmVudF9vbl9mYWlsdXJlGAQgASgIEiQKHGlnbm9yZV9kZXBlbmRlbmN5X29uX2ZhaWx1cmUYBSABKAgSJAoccmVtb3ZlX2RlcGVuZGVuY3lfb25fZmFpbHVyZRgGIAEoCBIfChdrZWVwX3dhaXRpbmdfb25fZmFpbHVyZRgHIAEoCCKRBAoLRW5xdWV1ZU9wdHMSDwoHam9iX2tleRgBIAEoCRIuCgtpZGVtcG90ZW5jeRgCIAEoCzIZLmxvYW0uam9icy52MS5JZGVtcG90ZW5jeRIiCgVkZWR1cBgDIAEoCzITLmxvYW0uam9icy52MS5EZWR1cBInCgpub3RfYmVmb3JlGAQgASgLMhMubG9hbS5qb2JzLnYxLkRlbGF5EhAKCHByaW9yaXR5GAUgASgNEgwKBGxpZm8YBiABKAgSEAoIYXR0ZW1wdHMYByABKA0SJgoHYmFja29mZhgIIAEoCzIVLmxvYW0uam9icy52MS5CYWNrb2ZmEhUKDXZpc2liaWxpdHlfbnMYCSABKAMSEgoKdGltZW91dF9ucxgKIAEoAxISCgpleHBpcmVzX25zGAsgASgDEicKBnBhcmVudBgMIAEoCzIXLmxvYW0uam9icy52MS5QYXJlbnRSZWYSKgoJcmV0ZW50aW9uGA0gASgLMhcubG9hbS5qb2JzLnYxLlJldGVudGlvbhIgCgRtb2RlGA4gASgOMhIubG9hbS5qb2JzLnYxLk1vZGUSGAoQZHVyYWJsZV9mdW5jdGlvbhgPIAEoCRIPCgdzdWJqZWN0GBAgASgJEhwKFGpvYl9rZXlfZnJvbV9jb3VudGVyGBEgASgIEhsKE2pvYl9rZXlfa2VlcHNfZmlyc3QYEiABKAgiXQoISm9iRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhIKCnN0YWNrdHJhY2UYAyABKAkSDQoFYXRfbnMYBCABKAMSDwoHYXR0ZW1wdBgFIAEoDSLeBgoDSm9iEgoKAmlkGAEgASgJEg0KBXF1ZXVlGAIgASgJEiQKBHRhc2sYAyABKAsyFi5sb2FtLmpvYnMudjEuVGFza1NwZWMSJwoEb3B0cxgEIAEoCzIZLmxvYW0uam9icy52MS5FbnF1ZXVlT3B0cxIlCgVzdGF0ZRgFIAEoDjIWLmxvYW0uam9icy52MS5Kb2JTdGF0ZRINCgVzaGFyZBgGIAEoDRILCgNzZXEYByABKAQSDQoFZXBvY2gYCCABKAQSDgoGd29ya2VyGAkgASgJEhMKC2RlYWRsaW5lX25zGAogASgDEg8KB2F0dGVtcHQYCyABKA0SDwoHc3RhbGxlZBgMIAEoDRISCgpjcmVhdGVkX25zGA0gASgDEhQKDHByb2Nlc3NlZF9ucxgOIAEoAxITCgtmaW5pc2hlZF9ucxgPIAEoAxIOCgZkdWVfbnMYECABKAMSJQoGcmVzdWx0GBEgASgLMhUubG9hbS5qb2JzLnYxLlBheWxvYWQSJgoGZXJyb3JzGBIgAygLMhYubG9hbS5qb2JzLnYxLkpvYkVycm9yEhAKCHByb2dyZXNzGBMgASgMEhEKCWxvZ19jb3VudBgUIAEoDRIXCg9zdWJqZWN0X2Jsb2NrZWQYFSABKAgSGAoQbGVhc2Vfc3RhcnRlZF9ucxgWIAEoAxIUCgxhdHRlbXB0c19tYXgYFyABKA0SFAoMb3JpZ2luX3F1ZXVlGBggASgJEhAKCHN0YXRlX25zGBkgASgDEhgKEHBlbmRpbmdfY2hpbGRyZW4YGiABKA0SGQoRa2VlcF9sYXN0X3BlbmRpbmcYGyABKAgSFAoMcmVxdWVzdF9oYXNoGBwgASgMEigKB3BhcmVudHMYHSADKAsyFy5sb2FtLmpvYnMudjEuUGFyZW50UmVmEhAKCGNoaWxkcmVuGB4gASgNEhoKEmNoaWxkcmVuX2NvbXBsZXRlZBgfIAEoDRIXCg9jaGlsZHJlbl9mYWlsZWQYICABKA0SDAoEZmxvdxghIAEoCRIRCglmbG93X25vZGUYIiABKAkSFAoMZmFpbGVkX2NoaWxkGCMgASgJEhgKEGRlZmVycmVkX2ZhaWx1cmUYJCABKAkSEwoLcmV0cnlfZXBvY2gYJSABKAQiPgoJUmF0ZUxpbWl0EgsKA21heBgBIAEoDRITCgtkdXJhdGlvbl9ucxgCIAEoAxIPCgdzaGFyZGVkGAMgASgIItkDCgtRdWV1ZUNvbmZpZxIMCgRuYW1lGAEgASgJEhUKDXZpc2liaWxpdHlfbnMYAiABKAMSEAoIYXR0ZW1wdHMYAyABKA0SJgoHYmFja29mZhgEIAEoCzIVLmxvYW0uam9icy52MS5CYWNrb2ZmEhgKC21heF9zdGFsbGVkGAUgASgFSACIAQESKwoKcmF0ZV9saW1pdBgGIAEoCzIXLmxvYW0uam9icy52MS5SYXRlTGltaXQSEwoLY29uY3VycmVuY3kYByABKA0SKgoJcmV0ZW50aW9uGAggASgLMhcubG9hbS5qb2JzLnYxLlJldGVudGlvbhIZChFkZWFkX2xldHRlcl9xdWV1ZRgJIAEoCRIgChhkZWFkX2xldHRlcl9vbl9leGhhdXN0ZWQYCiABKAgSDgoGc2hhcmRzGAsgASgNEg4KBnBhdXNlZBgMIAEoCBISCgpjcmVhdGVkX25zGA0gASgDEg8KB2xvZ19jYXAYDiABKA0SFQoNcGF5bG9hZF9saW1pdBgPIAEoBBIdChVkZWZlcl9zdGFsbGVkX2ZhaWx1cmUYECABKAgSGwoTZGVmZXJfY2hpbGRfZmFpbHVyZRgRIAEoCEIOCgxfbWF4X3N0YWxsZWQi7QIKCVNoYXJkTWV0YRIQCghuZXh0X3NlcRgBIAEoBBISCgpvdXRib3hfc2VxGAIgASgEEjMKBmNvdW50cxgDIAMoCzIjLmxvYW0uam9icy52MS5TaGFyZE1ldGEuQ291bnRzRW50cnkSFgoOZW5xdWV1ZWRfdG90YWwYBCABKAQSFAoMbGVhc2VkX3RvdGFsGAUgASgEEhUKDXN0YWxsZWRfdG90YWwYBiABKAQSFAoMZmVuY2VkX3RvdGFsGAcgASgEEkQKD2NvbXBsZXRlZF90b3RhbBgIIAMoCzIrLmxvYW0uam9icy52MS5TaGFyZE1ldGEuQ29tcGxldGVkVG90YWxFbnRyeRotCgtDb3VudHNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAM6AjgBGjUKE0NvbXBsZXRlZFRvdGFsRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASJfCgxRdWV1ZVJ1bnRpbWUSFwoPd2luZG93X3N0YXJ0X25zGAEgASgDEgwKBHVzZWQYAiABKA0SGAoQYmxvY2tlZF91bnRpbF9ucxgDIAEoAxIOCgZhY3RpdmUYBCABKAMihQEKEUlkZW1wb3RlbmN5UmVjb3JkEhQKDHJlcXVlc3RfaGFzaBgBIAEoDBIOCgZqb2JfaWQYAiABKAkSJQoFc3RhdGUYAyABKA4yFi5sb2FtLmpvYnMudjEuSm9iU3RhdGUSEgoKZXhwaXJlc19ucxgEIAEoAxIPCgdjcmVhdGVkGAUgASgIIqgBCgtEZWR1cFJlY29yZBIOCgZqb2JfaWQYASABKAkSEgoKZXhwaXJlc19ucxgCIAEoAxIWCg5wZW5kaW5nX2pvYl9pZBgDIAEoCRIsCgxwZW5kaW5nX3Rhc2sYBCABKAsyFi5sb2FtLmpvYnMudjEuVGFza1NwZWMSLwoMcGVuZGluZ19vcHRzGAUgASgLMhkubG9hbS5qb2JzLnYxLkVucXVldWVPcHRzIlMKDU1ldHJpY3NSZWNvcmQSDQoFY291bnQYASABKAQSDwoHcHJldl9tcxgCIAEoAxISCgpwcmV2X2NvdW50GAMgASgEEg4KBnBvaW50cxgEIAMoBCJqCgxSZXN1bHRSZWNvcmQSJAoFdmFsdWUYASABKAsyFS5sb2FtLmpvYnMudjEuUGF5bG9hZBISCgpleHBpcmVzX25zGAIgASgDEg8KB21lbWJlcnMYAyABKAMSDwoHdmVyc2lvbhgEIAEoBCJbCg9FeGNoYW5nZUJpbmRpbmcSEAoIZXhjaGFuZ2UYASABKAkSEwoLcm91dGluZ19rZXkYAiABKAkSDQoFcXVldWUYAyABKAkSEgoKZXhwaXJlc19ucxgEIAEoAyImCgdMb2dMaW5lEg0KBWF0X25zGAEgASgDEgwKBGxpbmUYAiABKAkiOgoGV29ya2VyEgoKAmlkGAEgASgJEhQKDGxhc3Rfc2Vlbl9ucxgCIAEoAxIOCgZxdWV1ZXMYAyADKAkirwEKC1Rva2VuUmVjb3JkEgoKAmlkGAEgASgJEhEKCW5hbWVzcGFjZRgCIAEoCRIPCgdhY3Rpb25zGAMgAygJEhIKCmNyZWF0ZWRfbnMYBCABKAMSEgoKZXhwaXJlc19ucxgFIAEoAxIMCgRuYW1lGAYgASgJEg8KB3Jldm9rZWQYByABKAgSEgoKcmV2b2tlZF9ucxgIIAEoAxIVCg1zZWNyZXRfc2hhMjU2GAkgASgMIlcKDk93bmVyc2hpcExlYXNlEg0KBW93bmVyGAEgASgJEg0KBWVwb2NoGAIgASgEEhIKCmV4cGlyZXNfbnMYAyABKAMSEwoLYWNxdWlyZWRfbnMYBCABKAMiQwoNU2VydmljZU1lbWJlchIKCgJpZBgBIAEoCRISCgpleHBpcmVzX25zGAIgASgDEhIKCnN0YXJ0ZWRfbnMYAyABKAMijwQKDlNjaGVkdWxlUmVjb3JkEgoKAmlkGAEgASgJEgwKBGNyb24YAiABKAkSCgoCdHoYAyABKAkSEAoIZXZlcnlfbnMYBCABKAMSDQoFbGltaXQYBSABKA0SEAoIc3RhcnRfbnMYBiABKAMSDgoGZW5kX25zGAcgASgDEhEKCW9mZnNldF9ucxgIIAEoAxITCgtpbW1lZGlhdGVseRgJIAEoCBINCgVxdWV1ZRgKIAEoCRIkCgR0YXNrGAsgASgLMhYubG9hbS5qb2JzLnYxLlRhc2tTcGVjEicKBG9wdHMYDCABKAsyGS5sb2FtLmpvYnMudjEuRW5xdWV1ZU9wdHMSLAoHbWlzZmlyZRgNIAEoDjIbLmxvYW0uam9icy52MS5NaXNmaXJlUG9saWN5EhgKEG1pc2ZpcmVfZ3JhY2VfbnMYDiABKAMSLAoGZHJpdmVyGA8gASgOMhwubG9hbS5qb2JzLnYxLlNjaGVkdWxlRHJpdmVyEg8KB25leHRfbnMYFCABKAMSFAoMbGFzdF90aWNrX25zGBUgASgDEhMKC2xhc3Rfam9iX2lkGBYgASgJEg0KBWNvdW50GBcgASgNEhIKCmNyZWF0ZWRfbnMYGCABKAMSEgoKdXBkYXRlZF9ucxgZIAEoAxIRCglydWxlX2hhc2gYGiABKAwSEgoKbGFzdF9lcnJvchgbIAEoCSKHAgoKRGVwZW5kZW5jeRINCgVxdWV1ZRgBIAEoCRIOCgZqb2JfaWQYAiABKAkSDAoEbm9kZRgDIAEoCRIsCgVzdGF0ZRgEIAEoDjIdLmxvYW0uam9icy52MS5EZXBlbmRlbmN5U3RhdGUSJAoFdmFsdWUYBSABKAsyFS5sb2FtLmpvYnMudjEuUGF5bG9hZBIlCgVlcnJvchgGIAEoCzIWLmxvYW0uam9icy52MS5Kb2JFcnJvchITCgtmaW5pc2hlZF9ucxgHIAEoAxIPCgdqb2Jfa2V5GAggASgJEisKBnBvbGljeRgJIAEoDjIbLmxvYW0uam9icy52MS5GYWlsdXJlUG9saWN5IjkKCkZsb3dKb2JSZWYSDAoEbm9kZRgBIAEoCRINCgVxdWV1ZRgCIAEoCRIOCgZqb2JfaWQYAyABKAkiagoKRmxvd1JlY29yZBIKCgJpZBgBIAEoCRIUCgxyZXF1ZXN0X2hhc2gYAiABKAwSEgoKY3JlYXRlZF9ucxgDIAEoAxImCgRqb2JzGAQgAygLMhgubG9hbS5qb2JzLnYxLkZsb3dKb2JSZWYi5gEKC0Vycm9yRGV0YWlsEg4KBnJlYXNvbhgBIAEoCRINCgVmaWVsZBgCIAEoCRIQCghleGlzdGluZxgDIAEoCRILCgNrZXkYBCABKAkSCwoDam9iGAUgASgJEg0KBWVwb2NoGAYgASgEEhUKDWN1cnJlbnRfZXBvY2gYByABKAQSEgoKZnJvbV9zdGF0ZRgIIAEoCRIKCgJ0bxgJIAEoCRIWCg5yZXRyeV9hZnRlcl9ucxgKIAEoAxINCgVsaW1pdBgLIAEoBBIMCgRzaXplGAwgASgEEhEKCXJldHJ5YWJsZRgNIAEoCCLKAQoLUXVldWVDb3VudHMSDwoHd2FpdGluZxgBIAEoAxITCgtwcmlvcml0aXplZBgCIAEoAxIPCgdkZWxheWVkGAMgASgDEg4KBmFjdGl2ZRgEIAEoAxIYChB3YWl0aW5nX2NoaWxkcmVuGAUgASgDEhEKCWNvbXBsZXRlZBgGIAEoAxIOCgZmYWlsZWQYByABKAMSFQoNZGVhZF9sZXR0ZXJlZBgIIAEoAxIQCghjYW5jZWxlZBgJIAEoAxIOCgZwYXVzZWQYCiABKAgi8wIKDFNjaGVkdWxlU3BlYxIKCgJpZBgBIAEoCRIMCgRjcm9uGAIgASgJEgoKAnR6GAMgASgJEhAKCGV2ZXJ5X25zGAQgASgDEg0KBWxpbWl0GAUgASgNEhAKCHN0YXJ0X25zGAYgASgDEg4KBmVuZF9ucxgHIAEoAxIRCglvZmZzZXRfbnMYCCABKAMSEwoLaW1tZWRpYXRlbHkYCSABKAgSDQoFcXVldWUYCiABKAkSJAoEdGFzaxgLIAEoCzIWLmxvYW0uam9icy52MS5UYXNrU3BlYxInCgRvcHRzGAwgASgLMhkubG9hbS5qb2JzLnYxLkVucXVldWVPcHRzEiwKB21pc2ZpcmUYDSABKA4yGy5sb2FtLmpvYnMudjEuTWlzZmlyZVBvbGljeRIYChBtaXNmaXJlX2dyYWNlX25zGA4gASgDEiwKBmRyaXZlchgPIAEoDjIcLmxvYW0uam9icy52MS5TY2hlZHVsZURyaXZlciLQAQoIRmxvd05vZGUSCgoCaWQYASABKAkSDQoFcXVldWUYAiABKAkSJAoEdGFzaxgDIAEoCzIWLmxvYW0uam9icy52MS5UYXNrU3BlYxInCgRvcHRzGAQgASgLMhkubG9hbS5qb2JzLnYxLkVucXVldWVPcHRzEhIKCmRlcGVuZHNfb24YBSADKAkSLwoKb25fZmFpbHVyZRgGIAEoDjIbLmxvYW0uam9icy52MS5GYWlsdXJlUG9saWN5EhUKDWpvaW5fZXhpc3RpbmcYByABKAgiPQoIRmxvd1NwZWMSCgoCaWQYASABKAkSJQoFbm9kZXMYAiADKAsyFi5sb2FtLmpvYnMudjEuRmxvd05vZGUqiAIKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUpPQl9TVEFURV9XQUlUSU5HEAESGQoVSk9CX1NUQVRFX1BSSU9SSVRJWkVEEAISFQoRSk9CX1NUQVRFX0RFTEFZRUQQAxIUChBKT0JfU1RBVEVfQUNUSVZFEAQSHgoaSk9CX1NUQVRFX1dBSVRJTkdfQ0hJTERSRU4QBRIXChNKT0JfU1RBVEVfQ09NUExFVEVEEAYSFAoQSk9CX1NUQVRFX0ZBSUxFRBAHEhsKF0pPQl9TVEFURV9ERUFEX0xFVFRFUkVEEAgSFgoSSk9CX1NUQVRFX0NBTkNFTEVEEAkqcAoJRGVkdXBNb2RlEhoKFkRFRFVQX01PREVfVU5TUEVDSUZJRUQQABIVChFERURVUF9NT0RFX1NJTVBMRRABEhcKE0RFRFVQX01PREVfVEhST1RUTEUQAhIXChNERURVUF9NT0RFX0RFQk9VTkNFEAMqegoLQmFja29mZktpbmQSHAoYQkFDS09GRl9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSQkFDS09GRl9LSU5EX0ZJWEVEEAESHAoYQkFDS09GRl9LSU5EX0VYUE9ORU5USUFMEAISFwoTQkFDS09GRl9LSU5EX0NVU1RPTRADKj4KBE1vZGUSFAoQTU9ERV9VTlNQRUNJRklFRBAAEg4KCk1PREVfUVVFVUUQARIQCgxNT0RFX0RVUkFCTEUQAiqFAQoNTWlzZmlyZVBvbGljeRIeChpNSVNGSVJFX1BPTElDWV9VTlNQRUNJRklFRBAAEh4KGk1JU0ZJUkVfUE9MSUNZX0ZJUkVfTEFURVNUEAESFwoTTUlTRklSRV9QT0xJQ1lfU0tJUBACEhsKF01JU0ZJUkVfUE9MSUNZX0ZJUkVfQUxMEAMqbQoOU2NoZWR1bGVEcml2ZXISHwobU0NIRURVTEVfRFJJVkVSX1VOU1BFQ0lGSUVEEAASGgoWU0NIRURVTEVfRFJJVkVSX1NFUlZFUhABEh4KGlNDSEVEVUxFX0RSSVZFUl9JVEVSQVRJT05TEAIq4AEKDUZhaWx1cmVQb2xpY3kSHgoaRkFJTFVSRV9QT0xJQ1lfVU5TUEVDSUZJRUQQABIeChpGQUlMVVJFX1BPTElDWV9GQUlMX1BBUkVOVBABEiIKHkZBSUxVUkVfUE9MSUNZX0NPTlRJTlVFX1BBUkVOVBACEiQKIEZBSUxVUkVfUE9MSUNZX0lHTk9SRV9ERVBFTkRFTkNZEAMSJAogRkFJTFVSRV9QT0xJQ1lfUkVNT1ZFX0RFUEVOREVOQ1kQBBIfChtGQUlMVVJFX1BPTElDWV9LRUVQX1dBSVRJTkcQBSqsAQoPRGVwZW5kZW5jeVN0YXRlEiAKHERFUEVOREVOQ1lfU1RBVEVfVU5TUEVDSUZJRUQQABIcChhERVBFTkRFTkNZX1NUQVRFX1BFTkRJTkcQARIeChpERVBFTkRFTkNZX1NUQVRFX1BST0NFU1NFRBACEhsKF0RFUEVOREVOQ1lfU1RBVEVfRkFJTEVEEAMSHAoYREVQRU5ERU5DWV9TVEFURV9JR05PUkVEEAQqegoMRXhjaGFuZ2VUeXBlEh0KGUVYQ0hBTkdFX1RZUEVfVU5TUEVDSUZJRUQQABIYChRFWENIQU5HRV9UWVBFX0RJUkVDVBABEhcKE0VYQ0hBTkdFX1RZUEVfVE9QSUMQAhIYChRFWENIQU5HRV9UWVBFX0ZBTk9VVBADYgZwcm90bzM");
 
 /**
  * Bytes plus a content type. Payloads over the inline limit (16 KiB) live in the
@@ -1642,6 +1642,352 @@ export const FlowRecordSchema: GenMessage<FlowRecord> = /*@__PURE__*/
   messageDesc(file_loam_jobs_v1_types, 28);
 
 /**
+ * Attached to every error the service returns (as a Connect error detail, type
+ * `loam.jobs.v1.ErrorDetail`), so clients rebuild the typed error of spec §5.3 with
+ * its fields, over JSON and binary alike. Only the fields of `reason` are set.
+ *
+ * @generated from message loam.jobs.v1.ErrorDetail
+ */
+export type ErrorDetail = Message<"loam.jobs.v1.ErrorDetail"> & {
+  /**
+   * the error class: InvalidArgument, NotFound, AlreadyExists,
+   *
+   * @generated from field: string reason = 1;
+   */
+  reason: string;
+
+  /**
+   * IdempotencyConflict, Fenced, InvalidState, QueuePaused,
+   * RateLimited, PayloadTooLarge, Unavailable, DeadlineExceeded,
+   * Unauthenticated, PermissionDenied, Internal
+   *
+   * InvalidArgument: the request field at fault
+   *
+   * @generated from field: string field = 2;
+   */
+  field: string;
+
+  /**
+   * AlreadyExists: what already holds the name
+   *
+   * @generated from field: string existing = 3;
+   */
+  existing: string;
+
+  /**
+   * IdempotencyConflict: the idempotency key
+   *
+   * @generated from field: string key = 4;
+   */
+  key: string;
+
+  /**
+   * Fenced, InvalidState: the job (or queue) refused
+   *
+   * @generated from field: string job = 5;
+   */
+  job: string;
+
+  /**
+   * Fenced: the epoch the caller held
+   *
+   * @generated from field: uint64 epoch = 6;
+   */
+  epoch: bigint;
+
+  /**
+   * Fenced: the job's epoch now
+   *
+   * @generated from field: uint64 current_epoch = 7;
+   */
+  currentEpoch: bigint;
+
+  /**
+   * InvalidState
+   *
+   * @generated from field: string from_state = 8;
+   */
+  fromState: string;
+
+  /**
+   * InvalidState: what was refused
+   *
+   * @generated from field: string to = 9;
+   */
+  to: string;
+
+  /**
+   * RateLimited
+   *
+   * @generated from field: int64 retry_after_ns = 10;
+   */
+  retryAfterNs: bigint;
+
+  /**
+   * PayloadTooLarge
+   *
+   * @generated from field: uint64 limit = 11;
+   */
+  limit: bigint;
+
+  /**
+   * PayloadTooLarge
+   *
+   * @generated from field: uint64 size = 12;
+   */
+  size: bigint;
+
+  /**
+   * @generated from field: bool retryable = 13;
+   */
+  retryable: boolean;
+};
+
+/**
+ * Describes the message loam.jobs.v1.ErrorDetail.
+ * Use `create(ErrorDetailSchema)` to create a new message.
+ */
+export const ErrorDetailSchema: GenMessage<ErrorDetail> = /*@__PURE__*/
+  messageDesc(file_loam_jobs_v1_types, 29);
+
+/**
+ * A queue's jobs by state, and whether it is paused: what admin.queue_counts returns,
+ * QueueAdmin and Watch send, and the REST facade's Counts model is made from.
+ *
+ * @generated from message loam.jobs.v1.QueueCounts
+ */
+export type QueueCounts = Message<"loam.jobs.v1.QueueCounts"> & {
+  /**
+   * @generated from field: int64 waiting = 1;
+   */
+  waiting: bigint;
+
+  /**
+   * @generated from field: int64 prioritized = 2;
+   */
+  prioritized: bigint;
+
+  /**
+   * @generated from field: int64 delayed = 3;
+   */
+  delayed: bigint;
+
+  /**
+   * @generated from field: int64 active = 4;
+   */
+  active: bigint;
+
+  /**
+   * @generated from field: int64 waiting_children = 5;
+   */
+  waitingChildren: bigint;
+
+  /**
+   * @generated from field: int64 completed = 6;
+   */
+  completed: bigint;
+
+  /**
+   * @generated from field: int64 failed = 7;
+   */
+  failed: bigint;
+
+  /**
+   * @generated from field: int64 dead_lettered = 8;
+   */
+  deadLettered: bigint;
+
+  /**
+   * @generated from field: int64 canceled = 9;
+   */
+  canceled: bigint;
+
+  /**
+   * @generated from field: bool paused = 10;
+   */
+  paused: boolean;
+};
+
+/**
+ * Describes the message loam.jobs.v1.QueueCounts.
+ * Use `create(QueueCountsSchema)` to create a new message.
+ */
+export const QueueCountsSchema: GenMessage<QueueCounts> = /*@__PURE__*/
+  messageDesc(file_loam_jobs_v1_types, 30);
+
+/**
+ * @generated from message loam.jobs.v1.ScheduleSpec
+ */
+export type ScheduleSpec = Message<"loam.jobs.v1.ScheduleSpec"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string cron = 2;
+   */
+  cron: string;
+
+  /**
+   * @generated from field: string tz = 3;
+   */
+  tz: string;
+
+  /**
+   * @generated from field: int64 every_ns = 4;
+   */
+  everyNs: bigint;
+
+  /**
+   * @generated from field: uint32 limit = 5;
+   */
+  limit: number;
+
+  /**
+   * @generated from field: int64 start_ns = 6;
+   */
+  startNs: bigint;
+
+  /**
+   * @generated from field: int64 end_ns = 7;
+   */
+  endNs: bigint;
+
+  /**
+   * @generated from field: int64 offset_ns = 8;
+   */
+  offsetNs: bigint;
+
+  /**
+   * @generated from field: bool immediately = 9;
+   */
+  immediately: boolean;
+
+  /**
+   * @generated from field: string queue = 10;
+   */
+  queue: string;
+
+  /**
+   * @generated from field: loam.jobs.v1.TaskSpec task = 11;
+   */
+  task?: TaskSpec | undefined;
+
+  /**
+   * @generated from field: loam.jobs.v1.EnqueueOpts opts = 12;
+   */
+  opts?: EnqueueOpts | undefined;
+
+  /**
+   * unspecified = fire the latest missed tick once
+   *
+   * @generated from field: loam.jobs.v1.MisfirePolicy misfire = 13;
+   */
+  misfire: MisfirePolicy;
+
+  /**
+   * a tick this late is still on time; 0 = 60 s
+   *
+   * @generated from field: int64 misfire_grace_ns = 14;
+   */
+  misfireGraceNs: bigint;
+
+  /**
+   * Additive: SCHEDULE_DRIVER_ITERATIONS for a chain the client drives (BullMQ's job
+   * schedulers); the fields 2-6 of ScheduleRequest then apply.
+   *
+   * @generated from field: loam.jobs.v1.ScheduleDriver driver = 15;
+   */
+  driver: ScheduleDriver;
+};
+
+/**
+ * Describes the message loam.jobs.v1.ScheduleSpec.
+ * Use `create(ScheduleSpecSchema)` to create a new message.
+ */
+export const ScheduleSpecSchema: GenMessage<ScheduleSpec> = /*@__PURE__*/
+  messageDesc(file_loam_jobs_v1_types, 31);
+
+/**
+ * @generated from message loam.jobs.v1.FlowNode
+ */
+export type FlowNode = Message<"loam.jobs.v1.FlowNode"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+
+  /**
+   * @generated from field: loam.jobs.v1.TaskSpec task = 3;
+   */
+  task?: TaskSpec | undefined;
+
+  /**
+   * @generated from field: loam.jobs.v1.EnqueueOpts opts = 4;
+   */
+  opts?: EnqueueOpts | undefined;
+
+  /**
+   * node ids that must finish first (its children)
+   *
+   * @generated from field: repeated string depends_on = 5;
+   */
+  dependsOn: string[];
+
+  /**
+   * what this node's failure does to its dependents
+   *
+   * @generated from field: loam.jobs.v1.FailurePolicy on_failure = 6;
+   */
+  onFailure: FailurePolicy;
+
+  /**
+   * Additive (BullMQ's re-added flow node): a node without depends_on whose opts.job_key
+   * names a job that exists joins the flow as that job instead of refusing the flow. It
+   * becomes a dependency of the nodes that depend on it (processed at once if it
+   * completed). AlreadyExists if it is a dependency of another job that still exists.
+   *
+   * @generated from field: bool join_existing = 7;
+   */
+  joinExisting: boolean;
+};
+
+/**
+ * Describes the message loam.jobs.v1.FlowNode.
+ * Use `create(FlowNodeSchema)` to create a new message.
+ */
+export const FlowNodeSchema: GenMessage<FlowNode> = /*@__PURE__*/
+  messageDesc(file_loam_jobs_v1_types, 32);
+
+/**
+ * @generated from message loam.jobs.v1.FlowSpec
+ */
+export type FlowSpec = Message<"loam.jobs.v1.FlowSpec"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: repeated loam.jobs.v1.FlowNode nodes = 2;
+   */
+  nodes: FlowNode[];
+};
+
+/**
+ * Describes the message loam.jobs.v1.FlowSpec.
+ * Use `create(FlowSpecSchema)` to create a new message.
+ */
+export const FlowSpecSchema: GenMessage<FlowSpec> = /*@__PURE__*/
+  messageDesc(file_loam_jobs_v1_types, 33);
+
+/**
  * @generated from enum loam.jobs.v1.JobState
  */
 export enum JobState {
@@ -1976,4 +2322,43 @@ export enum DependencyState {
  */
 export const DependencyStateSchema: GenEnum<DependencyState> = /*@__PURE__*/
   enumDesc(file_loam_jobs_v1_types, 7);
+
+/**
+ * @generated from enum loam.jobs.v1.ExchangeType
+ */
+export enum ExchangeType {
+  /**
+   * = direct
+   *
+   * @generated from enum value: EXCHANGE_TYPE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * queues bound with the routing key itself
+   *
+   * @generated from enum value: EXCHANGE_TYPE_DIRECT = 1;
+   */
+  DIRECT = 1,
+
+  /**
+   * AMQP topic patterns: `*` one word, `#` zero or more
+   *
+   * @generated from enum value: EXCHANGE_TYPE_TOPIC = 2;
+   */
+  TOPIC = 2,
+
+  /**
+   * every bound queue; the routing key is ignored
+   *
+   * @generated from enum value: EXCHANGE_TYPE_FANOUT = 3;
+   */
+  FANOUT = 3,
+}
+
+/**
+ * Describes the enum loam.jobs.v1.ExchangeType.
+ */
+export const ExchangeTypeSchema: GenEnum<ExchangeType> = /*@__PURE__*/
+  enumDesc(file_loam_jobs_v1_types, 8);
 

@@ -2,24 +2,12 @@ from loam_common.gen.loam.jobs.v1 import engines_pb2 as _engines_pb2
 from loam_common.gen.loam.jobs.v1 import events_pb2 as _events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
-from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class ExchangeType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    EXCHANGE_TYPE_UNSPECIFIED: _ClassVar[ExchangeType]
-    EXCHANGE_TYPE_DIRECT: _ClassVar[ExchangeType]
-    EXCHANGE_TYPE_TOPIC: _ClassVar[ExchangeType]
-    EXCHANGE_TYPE_FANOUT: _ClassVar[ExchangeType]
-EXCHANGE_TYPE_UNSPECIFIED: ExchangeType
-EXCHANGE_TYPE_DIRECT: ExchangeType
-EXCHANGE_TYPE_TOPIC: ExchangeType
-EXCHANGE_TYPE_FANOUT: ExchangeType
 
 class LeaseToken(_message.Message):
     __slots__ = ("queue", "job", "epoch")
@@ -82,36 +70,6 @@ class ItemError(_message.Message):
     code: str
     message: str
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
-
-class ErrorDetail(_message.Message):
-    __slots__ = ("reason", "field", "existing", "key", "job", "epoch", "current_epoch", "from_state", "to", "retry_after_ns", "limit", "size", "retryable")
-    REASON_FIELD_NUMBER: _ClassVar[int]
-    FIELD_FIELD_NUMBER: _ClassVar[int]
-    EXISTING_FIELD_NUMBER: _ClassVar[int]
-    KEY_FIELD_NUMBER: _ClassVar[int]
-    JOB_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    CURRENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
-    FROM_STATE_FIELD_NUMBER: _ClassVar[int]
-    TO_FIELD_NUMBER: _ClassVar[int]
-    RETRY_AFTER_NS_FIELD_NUMBER: _ClassVar[int]
-    LIMIT_FIELD_NUMBER: _ClassVar[int]
-    SIZE_FIELD_NUMBER: _ClassVar[int]
-    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
-    reason: str
-    field: str
-    existing: str
-    key: str
-    job: str
-    epoch: int
-    current_epoch: int
-    from_state: str
-    to: str
-    retry_after_ns: int
-    limit: int
-    size: int
-    retryable: bool
-    def __init__(self, reason: _Optional[str] = ..., field: _Optional[str] = ..., existing: _Optional[str] = ..., key: _Optional[str] = ..., job: _Optional[str] = ..., epoch: _Optional[int] = ..., current_epoch: _Optional[int] = ..., from_state: _Optional[str] = ..., to: _Optional[str] = ..., retry_after_ns: _Optional[int] = ..., limit: _Optional[int] = ..., size: _Optional[int] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
 class EnqueueBulkResult(_message.Message):
     __slots__ = ("enqueued", "error")
@@ -333,40 +291,6 @@ class ReportResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
-class ScheduleSpec(_message.Message):
-    __slots__ = ("id", "cron", "tz", "every_ns", "limit", "start_ns", "end_ns", "offset_ns", "immediately", "queue", "task", "opts", "misfire", "misfire_grace_ns", "driver")
-    ID_FIELD_NUMBER: _ClassVar[int]
-    CRON_FIELD_NUMBER: _ClassVar[int]
-    TZ_FIELD_NUMBER: _ClassVar[int]
-    EVERY_NS_FIELD_NUMBER: _ClassVar[int]
-    LIMIT_FIELD_NUMBER: _ClassVar[int]
-    START_NS_FIELD_NUMBER: _ClassVar[int]
-    END_NS_FIELD_NUMBER: _ClassVar[int]
-    OFFSET_NS_FIELD_NUMBER: _ClassVar[int]
-    IMMEDIATELY_FIELD_NUMBER: _ClassVar[int]
-    QUEUE_FIELD_NUMBER: _ClassVar[int]
-    TASK_FIELD_NUMBER: _ClassVar[int]
-    OPTS_FIELD_NUMBER: _ClassVar[int]
-    MISFIRE_FIELD_NUMBER: _ClassVar[int]
-    MISFIRE_GRACE_NS_FIELD_NUMBER: _ClassVar[int]
-    DRIVER_FIELD_NUMBER: _ClassVar[int]
-    id: str
-    cron: str
-    tz: str
-    every_ns: int
-    limit: int
-    start_ns: int
-    end_ns: int
-    offset_ns: int
-    immediately: bool
-    queue: str
-    task: _types_pb2.TaskSpec
-    opts: _types_pb2.EnqueueOpts
-    misfire: _types_pb2.MisfirePolicy
-    misfire_grace_ns: int
-    driver: _types_pb2.ScheduleDriver
-    def __init__(self, id: _Optional[str] = ..., cron: _Optional[str] = ..., tz: _Optional[str] = ..., every_ns: _Optional[int] = ..., limit: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., offset_ns: _Optional[int] = ..., immediately: _Optional[bool] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., misfire: _Optional[_Union[_types_pb2.MisfirePolicy, str]] = ..., misfire_grace_ns: _Optional[int] = ..., driver: _Optional[_Union[_types_pb2.ScheduleDriver, str]] = ...) -> None: ...
-
 class ScheduleRequest(_message.Message):
     __slots__ = ("spec", "next_ns", "advance", "if_next_ns", "iteration_task", "iteration_opts", "replace_job_id", "if_updated_ns")
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -377,7 +301,7 @@ class ScheduleRequest(_message.Message):
     ITERATION_OPTS_FIELD_NUMBER: _ClassVar[int]
     REPLACE_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     IF_UPDATED_NS_FIELD_NUMBER: _ClassVar[int]
-    spec: ScheduleSpec
+    spec: _types_pb2.ScheduleSpec
     next_ns: int
     advance: bool
     if_next_ns: int
@@ -385,7 +309,7 @@ class ScheduleRequest(_message.Message):
     iteration_opts: _types_pb2.EnqueueOpts
     replace_job_id: str
     if_updated_ns: int
-    def __init__(self, spec: _Optional[_Union[ScheduleSpec, _Mapping]] = ..., next_ns: _Optional[int] = ..., advance: _Optional[bool] = ..., if_next_ns: _Optional[int] = ..., iteration_task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., iteration_opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., replace_job_id: _Optional[str] = ..., if_updated_ns: _Optional[int] = ...) -> None: ...
+    def __init__(self, spec: _Optional[_Union[_types_pb2.ScheduleSpec, _Mapping]] = ..., next_ns: _Optional[int] = ..., advance: _Optional[bool] = ..., if_next_ns: _Optional[int] = ..., iteration_task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., iteration_opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., replace_job_id: _Optional[str] = ..., if_updated_ns: _Optional[int] = ...) -> None: ...
 
 class ScheduleResponse(_message.Message):
     __slots__ = ("id", "schedule", "changed", "iteration_job_id", "replaced")
@@ -441,37 +365,11 @@ class ListSchedulesResponse(_message.Message):
     next_page_token: str
     def __init__(self, schedules: _Optional[_Iterable[_Union[_types_pb2.ScheduleRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
-class FlowNode(_message.Message):
-    __slots__ = ("id", "queue", "task", "opts", "depends_on", "on_failure", "join_existing")
-    ID_FIELD_NUMBER: _ClassVar[int]
-    QUEUE_FIELD_NUMBER: _ClassVar[int]
-    TASK_FIELD_NUMBER: _ClassVar[int]
-    OPTS_FIELD_NUMBER: _ClassVar[int]
-    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
-    ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
-    JOIN_EXISTING_FIELD_NUMBER: _ClassVar[int]
-    id: str
-    queue: str
-    task: _types_pb2.TaskSpec
-    opts: _types_pb2.EnqueueOpts
-    depends_on: _containers.RepeatedScalarFieldContainer[str]
-    on_failure: _types_pb2.FailurePolicy
-    join_existing: bool
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., on_failure: _Optional[_Union[_types_pb2.FailurePolicy, str]] = ..., join_existing: _Optional[bool] = ...) -> None: ...
-
-class FlowSpec(_message.Message):
-    __slots__ = ("id", "nodes")
-    ID_FIELD_NUMBER: _ClassVar[int]
-    NODES_FIELD_NUMBER: _ClassVar[int]
-    id: str
-    nodes: _containers.RepeatedCompositeFieldContainer[FlowNode]
-    def __init__(self, id: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[FlowNode, _Mapping]]] = ...) -> None: ...
-
 class FlowRequest(_message.Message):
     __slots__ = ("graph",)
     GRAPH_FIELD_NUMBER: _ClassVar[int]
-    graph: FlowSpec
-    def __init__(self, graph: _Optional[_Union[FlowSpec, _Mapping]] = ...) -> None: ...
+    graph: _types_pb2.FlowSpec
+    def __init__(self, graph: _Optional[_Union[_types_pb2.FlowSpec, _Mapping]] = ...) -> None: ...
 
 class FlowResponse(_message.Message):
     __slots__ = ("flow", "jobs", "created")
@@ -507,8 +405,8 @@ class SubmitEngineJobRequest(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     job: _engines_pb2.EngineJob
-    schedule: ScheduleSpec
-    def __init__(self, job: _Optional[_Union[_engines_pb2.EngineJob, _Mapping]] = ..., schedule: _Optional[_Union[ScheduleSpec, _Mapping]] = ...) -> None: ...
+    schedule: _types_pb2.ScheduleSpec
+    def __init__(self, job: _Optional[_Union[_engines_pb2.EngineJob, _Mapping]] = ..., schedule: _Optional[_Union[_types_pb2.ScheduleSpec, _Mapping]] = ...) -> None: ...
 
 class SubmitEngineJobResponse(_message.Message):
     __slots__ = ("run", "record", "schedule")
@@ -624,12 +522,12 @@ class WatchResponse(_message.Message):
     snapshot: _types_pb2.Job
     event: _events_pb2.JobEvent
     cursor: bytes
-    counts: QueueCounts
+    counts: _types_pb2.QueueCounts
     schedule: _types_pb2.ScheduleRecord
     flow: _types_pb2.FlowRecord
     ready: bool
     cloudevent: _containers.ScalarMap[str, str]
-    def __init__(self, snapshot: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., event: _Optional[_Union[_events_pb2.JobEvent, _Mapping]] = ..., cursor: _Optional[bytes] = ..., counts: _Optional[_Union[QueueCounts, _Mapping]] = ..., schedule: _Optional[_Union[_types_pb2.ScheduleRecord, _Mapping]] = ..., flow: _Optional[_Union[_types_pb2.FlowRecord, _Mapping]] = ..., ready: _Optional[bool] = ..., cloudevent: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, snapshot: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., event: _Optional[_Union[_events_pb2.JobEvent, _Mapping]] = ..., cursor: _Optional[bytes] = ..., counts: _Optional[_Union[_types_pb2.QueueCounts, _Mapping]] = ..., schedule: _Optional[_Union[_types_pb2.ScheduleRecord, _Mapping]] = ..., flow: _Optional[_Union[_types_pb2.FlowRecord, _Mapping]] = ..., ready: _Optional[bool] = ..., cloudevent: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class WatchCursor(_message.Message):
     __slots__ = ("positions",)
@@ -765,30 +663,6 @@ class QueueOp(_message.Message):
     rate_limit_for: QueueOp.RateLimitFor
     def __init__(self, create: _Optional[_Union[QueueOp.Create, _Mapping]] = ..., update: _Optional[_Union[QueueOp.Update, _Mapping]] = ..., pause: _Optional[_Union[QueueOp.Pause, _Mapping]] = ..., resume: _Optional[_Union[QueueOp.Resume, _Mapping]] = ..., drain: _Optional[_Union[QueueOp.Drain, _Mapping]] = ..., clean: _Optional[_Union[QueueOp.Clean, _Mapping]] = ..., obliterate: _Optional[_Union[QueueOp.Obliterate, _Mapping]] = ..., counts: _Optional[_Union[QueueOp.Counts, _Mapping]] = ..., retry_all: _Optional[_Union[QueueOp.RetryAll, _Mapping]] = ..., promote_all: _Optional[_Union[QueueOp.PromoteAll, _Mapping]] = ..., set_rate_limit: _Optional[_Union[QueueOp.SetRateLimit, _Mapping]] = ..., set_concurrency: _Optional[_Union[QueueOp.SetConcurrency, _Mapping]] = ..., workers: _Optional[_Union[QueueOp.Workers, _Mapping]] = ..., metrics: _Optional[_Union[QueueOp.Metrics, _Mapping]] = ..., redrive_dead_letters: _Optional[_Union[QueueOp.RedriveDeadLetters, _Mapping]] = ..., trim_events: _Optional[_Union[QueueOp.TrimEvents, _Mapping]] = ..., rate_limit_for: _Optional[_Union[QueueOp.RateLimitFor, _Mapping]] = ...) -> None: ...
 
-class QueueCounts(_message.Message):
-    __slots__ = ("waiting", "prioritized", "delayed", "active", "waiting_children", "completed", "failed", "dead_lettered", "canceled", "paused")
-    WAITING_FIELD_NUMBER: _ClassVar[int]
-    PRIORITIZED_FIELD_NUMBER: _ClassVar[int]
-    DELAYED_FIELD_NUMBER: _ClassVar[int]
-    ACTIVE_FIELD_NUMBER: _ClassVar[int]
-    WAITING_CHILDREN_FIELD_NUMBER: _ClassVar[int]
-    COMPLETED_FIELD_NUMBER: _ClassVar[int]
-    FAILED_FIELD_NUMBER: _ClassVar[int]
-    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
-    CANCELED_FIELD_NUMBER: _ClassVar[int]
-    PAUSED_FIELD_NUMBER: _ClassVar[int]
-    waiting: int
-    prioritized: int
-    delayed: int
-    active: int
-    waiting_children: int
-    completed: int
-    failed: int
-    dead_lettered: int
-    canceled: int
-    paused: bool
-    def __init__(self, waiting: _Optional[int] = ..., prioritized: _Optional[int] = ..., delayed: _Optional[int] = ..., active: _Optional[int] = ..., waiting_children: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., canceled: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
-
 class QueueAdminRequest(_message.Message):
     __slots__ = ("queue", "op")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -807,13 +681,13 @@ class QueueAdminResponse(_message.Message):
     RATE_LIMIT_USED_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     config: _types_pb2.QueueConfig
-    counts: QueueCounts
+    counts: _types_pb2.QueueCounts
     affected: int
     workers: _containers.RepeatedCompositeFieldContainer[_types_pb2.Worker]
     rate_limit_ttl_ns: int
     rate_limit_used: int
     metrics: _types_pb2.MetricsRecord
-    def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., counts: _Optional[_Union[QueueCounts, _Mapping]] = ..., affected: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[_types_pb2.Worker, _Mapping]]] = ..., rate_limit_ttl_ns: _Optional[int] = ..., rate_limit_used: _Optional[int] = ..., metrics: _Optional[_Union[_types_pb2.MetricsRecord, _Mapping]] = ...) -> None: ...
+    def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., counts: _Optional[_Union[_types_pb2.QueueCounts, _Mapping]] = ..., affected: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[_types_pb2.Worker, _Mapping]]] = ..., rate_limit_ttl_ns: _Optional[int] = ..., rate_limit_used: _Optional[int] = ..., metrics: _Optional[_Union[_types_pb2.MetricsRecord, _Mapping]] = ...) -> None: ...
 
 class JobOp(_message.Message):
     __slots__ = ("get", "remove", "retry", "promote", "change_priority", "change_delay", "update_data", "logs", "cancel", "remove_dedup_key", "children", "progress", "add_log", "clear_logs", "get_dedup", "remove_child_dependency")
@@ -1133,11 +1007,11 @@ class ExchangePublishRequest(_message.Message):
     TASK_FIELD_NUMBER: _ClassVar[int]
     OPTS_FIELD_NUMBER: _ClassVar[int]
     exchange: str
-    type: ExchangeType
+    type: _types_pb2.ExchangeType
     routing_key: str
     task: _types_pb2.TaskSpec
     opts: _types_pb2.EnqueueOpts
-    def __init__(self, exchange: _Optional[str] = ..., type: _Optional[_Union[ExchangeType, str]] = ..., routing_key: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ...) -> None: ...
+    def __init__(self, exchange: _Optional[str] = ..., type: _Optional[_Union[_types_pb2.ExchangeType, str]] = ..., routing_key: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ...) -> None: ...
 
 class ExchangeRouted(_message.Message):
     __slots__ = ("queue", "result")

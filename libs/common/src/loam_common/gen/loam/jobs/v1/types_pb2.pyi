@@ -69,6 +69,13 @@ class DependencyState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DEPENDENCY_STATE_PROCESSED: _ClassVar[DependencyState]
     DEPENDENCY_STATE_FAILED: _ClassVar[DependencyState]
     DEPENDENCY_STATE_IGNORED: _ClassVar[DependencyState]
+
+class ExchangeType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXCHANGE_TYPE_UNSPECIFIED: _ClassVar[ExchangeType]
+    EXCHANGE_TYPE_DIRECT: _ClassVar[ExchangeType]
+    EXCHANGE_TYPE_TOPIC: _ClassVar[ExchangeType]
+    EXCHANGE_TYPE_FANOUT: _ClassVar[ExchangeType]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_WAITING: JobState
 JOB_STATE_PRIORITIZED: JobState
@@ -108,6 +115,10 @@ DEPENDENCY_STATE_PENDING: DependencyState
 DEPENDENCY_STATE_PROCESSED: DependencyState
 DEPENDENCY_STATE_FAILED: DependencyState
 DEPENDENCY_STATE_IGNORED: DependencyState
+EXCHANGE_TYPE_UNSPECIFIED: ExchangeType
+EXCHANGE_TYPE_DIRECT: ExchangeType
+EXCHANGE_TYPE_TOPIC: ExchangeType
+EXCHANGE_TYPE_FANOUT: ExchangeType
 
 class Payload(_message.Message):
     __slots__ = ("data", "content_type", "blob_ref", "size")
@@ -663,3 +674,117 @@ class FlowRecord(_message.Message):
     created_ns: int
     jobs: _containers.RepeatedCompositeFieldContainer[FlowJobRef]
     def __init__(self, id: _Optional[str] = ..., request_hash: _Optional[bytes] = ..., created_ns: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[FlowJobRef, _Mapping]]] = ...) -> None: ...
+
+class ErrorDetail(_message.Message):
+    __slots__ = ("reason", "field", "existing", "key", "job", "epoch", "current_epoch", "from_state", "to", "retry_after_ns", "limit", "size", "retryable")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    EXISTING_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FROM_STATE_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_NS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    field: str
+    existing: str
+    key: str
+    job: str
+    epoch: int
+    current_epoch: int
+    from_state: str
+    to: str
+    retry_after_ns: int
+    limit: int
+    size: int
+    retryable: bool
+    def __init__(self, reason: _Optional[str] = ..., field: _Optional[str] = ..., existing: _Optional[str] = ..., key: _Optional[str] = ..., job: _Optional[str] = ..., epoch: _Optional[int] = ..., current_epoch: _Optional[int] = ..., from_state: _Optional[str] = ..., to: _Optional[str] = ..., retry_after_ns: _Optional[int] = ..., limit: _Optional[int] = ..., size: _Optional[int] = ..., retryable: _Optional[bool] = ...) -> None: ...
+
+class QueueCounts(_message.Message):
+    __slots__ = ("waiting", "prioritized", "delayed", "active", "waiting_children", "completed", "failed", "dead_lettered", "canceled", "paused")
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    PRIORITIZED_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    CANCELED_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    waiting: int
+    prioritized: int
+    delayed: int
+    active: int
+    waiting_children: int
+    completed: int
+    failed: int
+    dead_lettered: int
+    canceled: int
+    paused: bool
+    def __init__(self, waiting: _Optional[int] = ..., prioritized: _Optional[int] = ..., delayed: _Optional[int] = ..., active: _Optional[int] = ..., waiting_children: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., canceled: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+
+class ScheduleSpec(_message.Message):
+    __slots__ = ("id", "cron", "tz", "every_ns", "limit", "start_ns", "end_ns", "offset_ns", "immediately", "queue", "task", "opts", "misfire", "misfire_grace_ns", "driver")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TZ_FIELD_NUMBER: _ClassVar[int]
+    EVERY_NS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_NS_FIELD_NUMBER: _ClassVar[int]
+    IMMEDIATELY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    OPTS_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_GRACE_NS_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    cron: str
+    tz: str
+    every_ns: int
+    limit: int
+    start_ns: int
+    end_ns: int
+    offset_ns: int
+    immediately: bool
+    queue: str
+    task: TaskSpec
+    opts: EnqueueOpts
+    misfire: MisfirePolicy
+    misfire_grace_ns: int
+    driver: ScheduleDriver
+    def __init__(self, id: _Optional[str] = ..., cron: _Optional[str] = ..., tz: _Optional[str] = ..., every_ns: _Optional[int] = ..., limit: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., offset_ns: _Optional[int] = ..., immediately: _Optional[bool] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., misfire: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ns: _Optional[int] = ..., driver: _Optional[_Union[ScheduleDriver, str]] = ...) -> None: ...
+
+class FlowNode(_message.Message):
+    __slots__ = ("id", "queue", "task", "opts", "depends_on", "on_failure", "join_existing")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    OPTS_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    JOIN_EXISTING_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    queue: str
+    task: TaskSpec
+    opts: EnqueueOpts
+    depends_on: _containers.RepeatedScalarFieldContainer[str]
+    on_failure: FailurePolicy
+    join_existing: bool
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., on_failure: _Optional[_Union[FailurePolicy, str]] = ..., join_existing: _Optional[bool] = ...) -> None: ...
+
+class FlowSpec(_message.Message):
+    __slots__ = ("id", "nodes")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    nodes: _containers.RepeatedCompositeFieldContainer[FlowNode]
+    def __init__(self, id: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[FlowNode, _Mapping]]] = ...) -> None: ...

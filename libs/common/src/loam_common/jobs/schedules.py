@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from loam_common import ids, keys, validate
 from loam_common.blobs import INLINE_LIMIT
 from loam_common.errors import AlreadyExists, InvalidArgument, JobsError, NotFound
-from loam_common.gen.loam.jobs.v1 import jobs_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.enqueue import Enqueued, NewJob, _enqueue_one, check_opts
-from loam_common.jobs.queue import QueueTx
+from loam_common.jobs.insert import job_insert
+from loam_common.jobs.linked import LinkedQueueTx
+from loam_common.jobs.new_job import Enqueued, NewJob, check_opts
 from loam_common.schedule_rules import MIN_EVERY_NS, Rule, parse_cron, parse_tz, rule_of
 from loam_common.store.base import Txn
 
@@ -64,7 +64,7 @@ def iterated(rec: pb.ScheduleRecord) -> bool:
     return rec.driver == pb.SCHEDULE_DRIVER_ITERATIONS
 
 
-def check_schedule(spec: jobs_pb2.ScheduleSpec, field: str = "spec") -> None:
+def check_schedule(spec: pb.ScheduleSpec, field: str = "spec") -> None:
     """Refuse a spec that cannot work, naming the field, before any transaction."""
     validate.text(f"{field}.id", spec.id, 1024, allow_empty=False)
     if spec.driver not in pb.ScheduleDriver.values():
@@ -116,7 +116,7 @@ def check_schedule(spec: jobs_pb2.ScheduleSpec, field: str = "spec") -> None:
             raise InvalidArgument(f"{field}.opts.{name}", why)
 
 
-def _check_iterated(spec: jobs_pb2.ScheduleSpec, field: str) -> None:
+def _check_iterated(spec: pb.ScheduleSpec, field: str) -> None:
     """An iteration-driven rule is evaluated by its client (BullMQ accepts custom repeat
     strategies, e.g. RRULE text in `pattern`) on the client's clock, so neither the rule
     nor its dates are checked against this server's parser or clock."""
@@ -134,12 +134,32 @@ def _check_iterated(spec: jobs_pb2.ScheduleSpec, field: str) -> None:
         raise InvalidArgument(f"{field}.opts", "an iteration's options travel with its job (iteration_opts)")
 
 
-def check_iteration(req: jobs_pb2.ScheduleRequest) -> None:
-    """The iteration fields of a ScheduleRequest; the spec is checked by check_schedule
-    unless the request only advances the chain."""
+@dataclass(frozen=True, slots=True)
+class Iteration:
+    """One call on an iteration-driven schedule (BullMQ's job schedulers): upsert its rule
+    or, with `advance`, move its chain on by one; either may enqueue the iteration's job
+    in the same transaction. The fields of ScheduleRequest, whose comments say more."""
+
+    spec: pb.ScheduleSpec
+    next_ns: int = 0  # the time of the iteration this call enqueues, as the client computed it
+    advance: bool = False  # only spec.id is read; the stored rule and template stay
+    if_next_ns: int = 0  # advance: only if the record's next_ns is this
+    iteration_task: pb.TaskSpec | None = None  # the iteration's job, if any
+    iteration_opts: pb.EnqueueOpts | None = None
+    replace_job_id: str = ""  # upsert: remove this job first if it has not started
+    if_updated_ns: int | None = None  # upsert: only if the record is as the caller read it
+
+    @property
+    def opts(self) -> pb.EnqueueOpts:
+        return self.iteration_opts if self.iteration_opts is not None else pb.EnqueueOpts()
+
+
+def check_iteration(req: Iteration) -> None:
+    """The iteration fields of a call; the spec is checked by check_schedule unless the
+    call only advances the chain."""
     iterating = req.advance or req.spec.driver == pb.SCHEDULE_DRIVER_ITERATIONS
     touched = (
-        req.next_ns or req.advance or req.if_next_ns or req.replace_job_id or req.HasField("iteration_task")
+        req.next_ns or req.advance or req.if_next_ns or req.replace_job_id or req.iteration_task is not None
     )
     if touched and not iterating:
         raise InvalidArgument("next_ns", "applies to spec.driver = SCHEDULE_DRIVER_ITERATIONS only")
@@ -148,21 +168,21 @@ def check_iteration(req: jobs_pb2.ScheduleRequest) -> None:
     validate.text("spec.id", req.spec.id, 1024, allow_empty=False)
     validate.time_ns("next_ns", req.next_ns)
     validate.time_ns("if_next_ns", req.if_next_ns)
-    validate.time_ns("if_updated_ns", req.if_updated_ns)
+    validate.time_ns("if_updated_ns", req.if_updated_ns or 0)
     validate.text("replace_job_id", req.replace_job_id, 1024)
-    if req.HasField("iteration_task"):
+    if req.iteration_task is not None:
         validate.text("iteration_task.name", req.iteration_task.name, 256, allow_empty=False)
         if len(req.iteration_task.payload.data) > PAYLOAD_LIMIT:
             limit = f"an iteration is limited to {PAYLOAD_LIMIT} bytes"
             raise InvalidArgument("iteration_task.payload", limit)
-        check_opts(req.iteration_opts, "iteration_opts")
-        if not req.iteration_opts.job_key:
+        check_opts(req.opts, "iteration_opts")
+        if not req.opts.job_key:
             raise InvalidArgument("iteration_opts.job_key", "an iteration is named by its key")
-    elif req.HasField("iteration_opts"):
+    elif req.iteration_opts is not None:
         raise InvalidArgument("iteration_task", "iteration_opts without a task")
 
 
-def _normalized(spec: jobs_pb2.ScheduleSpec) -> pb.ScheduleRecord:
+def _normalized(spec: pb.ScheduleSpec) -> pb.ScheduleRecord:
     """The record's fields 1-14 from a spec (same numbers), defaults made explicit so two
     specs meaning the same rule hash the same."""
     rec = pb.ScheduleRecord.FromString(spec.SerializeToString())
@@ -206,8 +226,8 @@ def _fire(tx: Txn, ns: str, rec: pb.ScheduleRecord, tick_ns: int, out: Fired) ->
     opts.idempotency.key = idempotency_key(rec.id, tick_ns)
     sp = tx.savepoint()
     try:
-        with QueueTx(tx, ns, rec.queue) as qt:
-            res = _enqueue_one(qt, NewJob(ids.new_ulid(), task, opts))
+        with LinkedQueueTx(tx, ns, rec.queue) as qt:
+            res = job_insert(qt, NewJob(ids.new_ulid(), task, opts))
     except JobsError as e:
         tx.rollback_to(sp)
         rec.last_error = f"tick {tick_ns}: {e.message}"
@@ -282,7 +302,7 @@ class Upserted:
     fired: Fired  # `immediately`: the tick fired in this transaction
 
 
-def schedule_upsert(tx: Txn, ns: str, spec: jobs_pb2.ScheduleSpec) -> Upserted:
+def schedule_upsert(tx: Txn, ns: str, spec: pb.ScheduleSpec) -> Upserted:
     """Create or replace the schedule `spec.id` (spec checked by `check_schedule`)."""
     now = tx.now_ns()
     rec = _normalized(spec)
@@ -347,7 +367,7 @@ _PENDING = (S.WAITING, S.PRIORITIZED, S.DELAYED)
 def _remove_if(tx: Txn, ns: str, rec: pb.ScheduleRecord, job_id: str, states: tuple[int, ...]) -> bool:
     if not job_id or tx.get(keys.QueueKeys(ns, rec.queue).config()) is None:
         return False  # no job, or its queue was obliterated
-    with QueueTx(tx, ns, rec.queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, rec.queue, create=False) as qt:
         job = qt.get_job(job_id)
         if job is None or job.state not in states or job.task.headers.get(HEADER_SCHEDULE) != rec.id:
             return False
@@ -364,7 +384,7 @@ def _take_key(tx: Txn, ns: str, rec: pb.ScheduleRecord, job_key: str) -> None:
     held = tx.get(k.job_key(job_key))
     if held is None:
         return
-    with QueueTx(tx, ns, rec.queue, create=False) as qt:
+    with LinkedQueueTx(tx, ns, rec.queue, create=False) as qt:
         job = qt.get_job(held.decode())
         if job is not None and job.task.headers.get(HEADER_SCHEDULE) == rec.id and job.state not in _PENDING:
             tx.delete(k.job_key(job_key))
@@ -383,7 +403,7 @@ def is_current_iteration(tx: Txn, ns: str, job: pb.Job) -> bool:
     return iterated(rec) and rec.last_job_id == job.id
 
 
-def schedule_iterate(tx: Txn, ns: str, req: jobs_pb2.ScheduleRequest) -> Iterated:
+def schedule_iterate(tx: Txn, ns: str, req: Iteration) -> Iterated:
     """Upsert an iteration-driven schedule, or advance it by one (`req.advance`), and
     enqueue the iteration's job in the same transaction (checked by `check_iteration`
     and, for an upsert, `check_schedule`)."""
@@ -399,7 +419,7 @@ def schedule_iterate(tx: Txn, ns: str, req: jobs_pb2.ScheduleRequest) -> Iterate
         rec.CopyFrom(old)
         rec.count += 1
     else:
-        if req.HasField("if_updated_ns") and (old.updated_ns if old is not None else 0) != req.if_updated_ns:
+        if req.if_updated_ns is not None and (old.updated_ns if old is not None else 0) != req.if_updated_ns:
             return Iterated(old or pb.ScheduleRecord(id=req.spec.id), False, None, False)  # read again
         rec = _normalized(req.spec)
         rec.rule_hash = _rule_hash(rec)
@@ -411,20 +431,20 @@ def schedule_iterate(tx: Txn, ns: str, req: jobs_pb2.ScheduleRequest) -> Iterate
             if old.next_ns and not iterated(old):
                 tx.delete(keys.schedule_due(ns, old.next_ns, old.id))
         replaced = _remove_if(tx, ns, rec, req.replace_job_id, _PENDING)
-        if replaced and req.iteration_opts.job_key and not rec.every_ns:
-            _take_key(tx, ns, rec, req.iteration_opts.job_key)
+        if replaced and req.opts.job_key and not rec.every_ns:
+            _take_key(tx, ns, rec, req.opts.job_key)
     rec.updated_ns = now
     rec.next_ns = req.next_ns
     job = None
-    if req.HasField("iteration_task"):
+    if req.iteration_task is not None:
         task = pb.TaskSpec()
         task.CopyFrom(req.iteration_task)
         task.headers[HEADER_SCHEDULE] = rec.id
         task.headers[HEADER_TICK] = str(req.next_ns)
         opts = pb.EnqueueOpts()
-        opts.CopyFrom(req.iteration_opts)
-        with QueueTx(tx, ns, rec.queue) as qt:
-            job = _enqueue_one(qt, NewJob(ids.new_ulid(), task, opts))
+        opts.CopyFrom(req.opts)
+        with LinkedQueueTx(tx, ns, rec.queue) as qt:
+            job = job_insert(qt, NewJob(ids.new_ulid(), task, opts))
         if not job.created:
             if req.advance:  # another producer made this iteration already
                 return Iterated(old, False, job, False)

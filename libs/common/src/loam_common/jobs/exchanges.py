@@ -20,15 +20,15 @@ from functools import lru_cache
 
 from loam_common import keys, validate
 from loam_common.errors import InvalidArgument, JobsError
-from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs.enqueue import Enqueued, NewJob, _enqueue_one, check_payload_limit
-from loam_common.jobs.queue import QueueTx
+from loam_common.jobs.insert import check_payload_limit, job_insert
+from loam_common.jobs.linked import LinkedQueueTx
+from loam_common.jobs.new_job import Enqueued, NewJob
 from loam_common.store.base import Txn
 
 MAX_NAME_BYTES = 255
 MAX_BINDINGS = 10_000  # per exchange, read per publish: a guard, not a target
-DIRECT, TOPIC, FANOUT = J.EXCHANGE_TYPE_DIRECT, J.EXCHANGE_TYPE_TOPIC, J.EXCHANGE_TYPE_FANOUT
+DIRECT, TOPIC, FANOUT = pb.EXCHANGE_TYPE_DIRECT, pb.EXCHANGE_TYPE_TOPIC, pb.EXCHANGE_TYPE_FANOUT
 
 
 def check_binding(exchange: str, routing_key: str, queue: str | None = None) -> None:
@@ -39,7 +39,7 @@ def check_binding(exchange: str, routing_key: str, queue: str | None = None) -> 
 
 
 def check_type(kind: int) -> int:
-    if kind not in (J.EXCHANGE_TYPE_UNSPECIFIED, DIRECT, TOPIC, FANOUT):
+    if kind not in (pb.EXCHANGE_TYPE_UNSPECIFIED, DIRECT, TOPIC, FANOUT):
         raise InvalidArgument("type", f"unknown exchange type {kind}")
     return kind or DIRECT
 
@@ -125,9 +125,9 @@ def enqueue_routed(tx: Txn, ns: str, items: list[tuple[str, NewJob]]) -> list[En
     for queue, nj in items:
         sp = tx.savepoint()
         try:
-            with QueueTx(tx, ns, queue) as qt:
+            with LinkedQueueTx(tx, ns, queue) as qt:
                 check_payload_limit(qt, nj)
-                out.append(_enqueue_one(qt, nj))
+                out.append(job_insert(qt, nj))
         except JobsError as e:
             tx.rollback_to(sp)
             out.append(e)

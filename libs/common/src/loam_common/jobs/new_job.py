@@ -1,0 +1,120 @@
+"""A job as a producer asks for it, before it exists: `NewJob` (its task, options and
+server-assigned id), the checks of its options made before any transaction, and the
+answer an enqueue gives (`Enqueued`). Every path that creates jobs (enqueue, flows,
+schedules, exchanges, a kept dedup duplicate) speaks these types; insert.py stores them."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loam_common import tracing, validate
+from loam_common.errors import InvalidArgument
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job as the producer asked for it, validated, with its server-assigned id."""
+
+    job_id: str
+    task: pb.TaskSpec
+    opts: pb.EnqueueOpts
+    # Called on the new job record just before it is stored (flows set its state and links).
+    init: Callable[[pb.Job], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    job_id: str
+    created: bool
+    state: int
+    job_key: str = ""  # the job's key, when it has one (BullMQ's id)
+
+
+def request_hash(task: pb.TaskSpec, opts: pb.EnqueueOpts) -> bytes:
+    """The canonical request: what `job_key` and idempotency keys compare. The trace
+    context is not part of it: a retried call may carry another one (or none, and get
+    one generated)."""
+    if any(h in task.headers for h in tracing.TRACE_HEADERS):
+        t = pb.TaskSpec()
+        t.CopyFrom(task)
+        for h in tracing.TRACE_HEADERS:
+            if h in t.headers:
+                del t.headers[h]
+        task = t
+    o = pb.EnqueueOpts()
+    o.CopyFrom(opts)
+    o.ClearField("idempotency")
+    h = hashlib.sha256(task.SerializeToString(deterministic=True))
+    h.update(o.SerializeToString(deterministic=True))
+    return h.digest()
+
+
+def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
+    """Refuse contradictory or out-of-range options before any transaction."""
+    if opts.priority > validate.PRIORITY_LIMIT:
+        raise InvalidArgument(f"{field}.priority", f"must be at most {validate.PRIORITY_LIMIT}")
+    if opts.priority and opts.lifo:
+        raise InvalidArgument(f"{field}.lifo", "LIFO applies to the FIFO band only; drop priority or lifo")
+    if opts.HasField("not_before"):
+        nb = opts.not_before
+        if nb.WhichOneof("kind") == "delay_ns":
+            validate.duration_ns(f"{field}.not_before.delay_ns", nb.delay_ns)
+        elif nb.WhichOneof("kind") == "at_ns":
+            validate.time_ns(f"{field}.not_before.at_ns", nb.at_ns)
+    for name in ("visibility_ns", "timeout_ns"):
+        validate.duration_ns(f"{field}.{name}", getattr(opts, name))
+    validate.time_ns(f"{field}.expires_ns", opts.expires_ns)
+    if opts.timeout_ns and opts.visibility_ns > opts.timeout_ns:
+        raise InvalidArgument(f"{field}.visibility_ns", "is longer than timeout_ns")
+    if opts.HasField("backoff"):
+        b = opts.backoff
+        validate.duration_ns(f"{field}.backoff.base_ns", b.base_ns)
+        validate.duration_ns(f"{field}.backoff.max_ns", b.max_ns)
+        validate.in_range(f"{field}.backoff.jitter", b.jitter, 0.0, 1.0)
+    if opts.job_key:
+        validate.text(f"{field}.job_key", opts.job_key, 1024)
+    if opts.HasField("idempotency"):
+        validate.text(f"{field}.idempotency.key", opts.idempotency.key, 1024, allow_empty=False)
+        validate.duration_ns(f"{field}.idempotency.ttl_ns", opts.idempotency.ttl_ns)
+    if opts.HasField("dedup"):
+        d = opts.dedup
+        validate.text(f"{field}.dedup.id", d.id, 1024, allow_empty=False)
+        validate.duration_ns(f"{field}.dedup.ttl_ns", d.ttl_ns)
+        if d.mode in (pb.DEDUP_MODE_THROTTLE, pb.DEDUP_MODE_DEBOUNCE) and d.ttl_ns <= 0:
+            raise InvalidArgument(f"{field}.dedup.ttl_ns", "throttle and debounce need a ttl")
+        if d.replace and d.mode != pb.DEDUP_MODE_DEBOUNCE:
+            raise InvalidArgument(f"{field}.dedup.replace", "only applies to debounce")
+        if d.replace and not opts.HasField("not_before"):
+            raise InvalidArgument(f"{field}.dedup.replace", "debounce with replace needs a delay")
+    if opts.subject:
+        validate.text(f"{field}.subject", opts.subject, 1024)
+    if opts.HasField("parent"):
+        p = opts.parent
+        validate.name(f"{field}.parent.queue", p.queue)
+        validate.text(f"{field}.parent.job_id", p.job_id, 1024, allow_empty=False)
+        flags = [f for f in _PARENT_FLAGS if getattr(p, f)]
+        if len(flags) > 1:
+            raise InvalidArgument(f"{field}.parent", f"{flags[0]} and {flags[1]} cannot be used together")
+        if opts.HasField("dedup"):  # a duplicate would not be the parent's child; keep-last could outlive it
+            raise InvalidArgument(f"{field}.dedup", "cannot be used on a job with a parent")
+    if opts.mode == pb.MODE_DURABLE and not opts.durable_function:
+        raise InvalidArgument(f"{field}.durable_function", "durable mode names the function to run")
+
+
+_PARENT_FLAGS = (
+    "fail_parent_on_failure",
+    "continue_parent_on_failure",
+    "ignore_dependency_on_failure",
+    "remove_dependency_on_failure",
+)
+
+
+def due_ns(opts: pb.EnqueueOpts, now: int) -> int:
+    """When a job enqueued at `now` with `opts` is due; 0 when it is ready at once."""
+    if not opts.HasField("not_before"):
+        return 0
+    nb = opts.not_before
+    return now + nb.delay_ns if nb.WhichOneof("kind") == "delay_ns" else nb.at_ns

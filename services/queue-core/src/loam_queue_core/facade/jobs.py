@@ -1,0 +1,323 @@
+"""`Jobs`: a job's life through the core: enqueue, lease (a long-poll), extend,
+complete, report, and a new payload. The namespace comes from the caller's credential,
+resolved and checked by the transport.
+
+An enqueue of a queue with a poll asleep leases for that poll in its own transaction
+and hands it the jobs (decision 0023); the poll then needs no second read."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+
+from loam_common import tracing, validate
+from loam_common.errors import Fenced, InvalidArgument, JobsError
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import job_admin
+from loam_common.jobs.complete import (
+    Completed,
+    Outcome,
+    Release,
+    job_complete_if_leased,
+    job_complete_many,
+    job_complete_many_then_lease,
+    job_extend_if_leased,
+    job_report_if_leased,
+)
+from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
+from loam_common.jobs.lease import job_lease
+from loam_common.jobs.new_job import Enqueued, NewJob
+from loam_common.metrics import count_fenced
+from loam_common.store.runner import Store
+from loam_common.validate import Namespace
+from loam_queue_core.facade.payloads import Payloads
+from loam_queue_core.waiters import Waiters
+
+log = logging.getLogger(__name__)
+
+MAX_LEASE_BATCH = 1000
+MAX_BULK = 10_000
+
+#: A completion: (queue, job id, the lease's epoch, how it finished).
+Completion = tuple[str, str, int, Outcome]
+
+
+class Jobs:
+    def __init__(self, store: Store, payloads: Payloads, waiters: Waiters) -> None:
+        self.store = store
+        self.payloads = payloads
+        self.waiters = waiters
+
+    # -- producing -------------------------------------------------------------------
+    async def enqueue(
+        self, ns: Namespace, queue: str, task: pb.TaskSpec, opts: pb.EnqueueOpts | None = None
+    ) -> Enqueued:
+        new = await self.payloads.new_job(ns, queue, task, opts or pb.EnqueueOpts(), "task")
+        span = _enqueue_span(queue, new) if tracing.tracer is not None else None
+        try:
+            (result,) = await self.enqueue_prepared(ns, queue, [new], False)
+        except BaseException as e:
+            await self.payloads.drop_unkept([new], None)
+            if span is not None:
+                tracing.record_error(span, e)
+                span.end()
+            raise
+        if span is not None:
+            span.end()
+        await self.payloads.drop_unkept([new], [result])
+        return result  # type: ignore[return-value]
+
+    async def enqueue_bulk(
+        self, ns: Namespace, queue: str, jobs: list[tuple[pb.TaskSpec, pb.EnqueueOpts | None]]
+    ) -> list[Enqueued | JobsError]:
+        """One transaction for the batch; a job refused for its key gets its error in
+        its slot, the others go in. Invalid input refuses the whole call."""
+        if len(jobs) > MAX_BULK:
+            raise InvalidArgument("jobs", f"at most {MAX_BULK} jobs per bulk call (got {len(jobs)})")
+        news = await self.payloads.new_jobs(
+            ns, queue, [(t, o or pb.EnqueueOpts(), f"jobs[{i}]") for i, (t, o) in enumerate(jobs)]
+        )
+        spans = [_enqueue_span(queue, n) for n in news] if tracing.tracer is not None else ()
+        try:
+            results = await self.enqueue_prepared(ns, queue, news, True)
+        except BaseException:
+            await self.payloads.drop_unkept(news, None)
+            raise
+        finally:
+            for span in spans:
+                span.end()
+        await self.payloads.drop_unkept(news, results)
+        return results
+
+    async def enqueue_prepared(
+        self, ns: Namespace, queue: str, news: list[NewJob], bulk: bool
+    ) -> list[Enqueued | JobsError]:
+        """The enqueue's transaction. With a poll of `queue` asleep, the same transaction
+        leases for it and the poll gets the jobs without reading again (decision 0023)."""
+        claim = self.waiters.claim(ns, queue) if any(_may_be_ready(n) for n in news) else None
+        if claim is None:
+            return await self.store.transact(job_enqueue, ns, queue, news, bulk)
+        # Shielded: if the caller leaves, the transaction may still commit, and the poll
+        # must then get the jobs leased for it, not be told to read again.
+        handing = asyncio.ensure_future(self._hand_off(ns, queue, news, bulk, claim))
+        handing.add_done_callback(_retrieve)
+        return await asyncio.shield(handing)
+
+    async def _hand_off(
+        self, ns: Namespace, queue: str, news: list[NewJob], bulk: bool, claim: tuple
+    ) -> list[Enqueued | JobsError]:
+        poll, lease_args = claim
+        leased = None
+        try:
+            results, leased = await self.store.transact(
+                job_enqueue_then_lease, ns, queue, news, bulk, lease_args
+            )
+        finally:  # the claimed poll always gets an answer, if only "read again"
+            jobs = leased.jobs if leased is not None else []
+            answered = self.waiters.hand(poll, jobs or None)
+        if jobs and not answered:
+            # The poll's caller left while the enqueue ran: its jobs go back in place (if
+            # this fails, their leases lapse and the sweeper puts them back).
+            try:
+                await self.complete_many(ns, [(j.queue, j.id, j.epoch, Release()) for j in jobs])
+            except Exception:
+                log.warning(
+                    "could not hand back %d jobs leased for a poll that left", len(jobs), exc_info=True
+                )
+        return results
+
+    # -- consuming -------------------------------------------------------------------
+    async def lease(
+        self,
+        ns: Namespace,
+        queues: list[str],
+        worker: str,
+        max_jobs: int = 1,
+        wait_ns: int = 0,
+        names: list[str] | None = None,
+        visibility_ns: int = 0,
+    ) -> list[pb.Job]:
+        """Up to `max_jobs` jobs from `queues` (in order of preference); waits up to
+        `wait_ns` (at most 30 s) for one to arrive. `visibility_ns` sets the lease
+        length (0: the job's or the queue's)."""
+        validate.in_range("wait_ns", wait_ns, 0, validate.MAX_WAIT_NS)
+        name_set = check_lease(queues, worker, max_jobs, names, visibility_ns)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait_ns / 1e9
+        while True:
+            # Park before reading, so a job that arrives after the read wakes us.
+            fut = self.waiters.park(ns, queues) if wait_ns else None
+            try:
+                res = await self.store.transact(
+                    job_lease, ns, queues, worker, max_jobs, name_set, random.randrange(64), visibility_ns
+                )
+                left = give_up - loop.time()
+                if res.jobs or fut is None or left <= 0:
+                    return await self.payloads.inline(res.jobs)
+                if res.wake_at_ns:  # a delayed job falls due, or a rate window ends
+                    left = min(left, max((res.wake_at_ns - self.store.clock.now_ns()) / 1e9, 0.0))
+                self.waiters.sleep(fut, queues, (worker, max_jobs, name_set, visibility_ns))
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), left)
+                except TimeoutError:
+                    if self.waiters.claimed(fut):  # an enqueue is leasing for this poll
+                        await fut
+                    # else look once more; the loop answers empty once the wait is over
+                if fut.done() and fut.result():  # jobs an enqueue leased for this poll
+                    return await self.payloads.inline(fut.result())
+            finally:
+                if fut is not None:
+                    self.waiters.unpark(ns, queues, fut)
+
+    async def extend(self, ns: Namespace, queue: str, job_id: str, epoch: int, by_ns: int) -> int:
+        validate.in_range("by_ns", by_ns, 1, 24 * 3600 * 10**9)
+        try:
+            return await self.store.transact(job_extend_if_leased, ns, queue, job_id, epoch, by_ns)
+        except Fenced:
+            await self._count_fenced(ns, queue, job_id)
+            raise
+
+    async def complete(
+        self, ns: Namespace, queue: str, job_id: str, epoch: int, outcome: Outcome
+    ) -> Completed:
+        outcome = await self.payloads.result(ns, queue, job_id, outcome)
+        try:
+            return await self.store.transact(job_complete_if_leased, ns, queue, job_id, epoch, outcome)
+        except Fenced:
+            await self._count_fenced(ns, queue, job_id)
+            raise
+
+    async def complete_many(self, ns: Namespace, items: list[Completion]) -> list[Completed | JobsError]:
+        """Batched Complete: one transaction, one answer per item."""
+        prepared = await self._prepare_outcomes(ns, items)
+        results = await self.store.transact(job_complete_many, ns, prepared)
+        await self._count_fenced_items(ns, prepared, results)
+        return results
+
+    async def complete_many_then_lease(
+        self,
+        ns: Namespace,
+        items: list[Completion],
+        queues: list[str],
+        worker: str,
+        max_jobs: int,
+        names: list[str] | None = None,
+        visibility_ns: int = 0,
+    ) -> tuple[list[Completed | JobsError], list[pb.Job]]:
+        """Batched Complete, then a Lease that does not wait, in one transaction
+        (BullMQ's moveToFinished with fetchNext): the lease sees what the completions
+        freed. Invalid lease arguments refuse the whole call before anything is written."""
+        name_set = check_lease(queues, worker, max_jobs, names, visibility_ns, "lease.")
+        prepared = await self._prepare_outcomes(ns, items)
+        results, leased = await self.store.transact(
+            job_complete_many_then_lease,
+            ns,
+            prepared,
+            (queues, worker, max_jobs, name_set, random.randrange(64), visibility_ns),
+        )
+        await self._count_fenced_items(ns, prepared, results)
+        return results, await self.payloads.inline(leased.jobs)
+
+    async def _prepare_outcomes(self, ns: Namespace, items: list[Completion]) -> list[Completion]:
+        """Outcomes with results too large to keep inline moved to the blob store."""
+        prepared = []
+        for queue, job_id, epoch, outcome in items:
+            prepared.append((queue, job_id, epoch, await self.payloads.result(ns, queue, job_id, outcome)))
+        return prepared
+
+    async def _count_fenced_items(
+        self, ns: Namespace, prepared: list[Completion], results: list[Completed | JobsError]
+    ) -> None:
+        for (queue, job_id, _e, _o), done in zip(prepared, results, strict=True):
+            if isinstance(done, Fenced):
+                await self._count_fenced(ns, queue, job_id)
+
+    async def _count_fenced(self, ns: Namespace, queue: str, job_id: str) -> None:
+        """loam_jobs_fenced_total: the refused write left nothing, so count it apart
+        (only on this refusal path; a failure to count does not hide the Fenced)."""
+        try:
+            await self.store.transact(count_fenced, ns, queue, job_id)
+        except Exception:
+            pass
+
+    async def report(
+        self,
+        ns: Namespace,
+        queue: str,
+        job_id: str,
+        epoch: int,
+        *,
+        progress: bytes | None = None,
+        log_line: str | None = None,
+        data: pb.Payload | None = None,
+    ) -> None:
+        if log_line is not None:
+            validate.text("log_line", log_line, 64 * 1024)
+        if data is not None:
+            data = await self.payloads.replacement(ns, queue, job_id, data)
+        # Store.transact passes positional arguments only: bind the keywords here.
+        report = functools.partial(job_report_if_leased, progress=progress, log_line=log_line, data=data)
+        try:
+            await self.store.transact(report, ns, queue, job_id, epoch)
+        except BaseException as e:
+            await self.payloads.drop(data)
+            if isinstance(e, Fenced):
+                await self._count_fenced(ns, queue, job_id)
+            raise
+
+    async def update_data(self, ns: Namespace, queue: str, job_id: str, data: pb.Payload) -> pb.Job:
+        """BullMQ's updateData: a new payload for the job, in any state."""
+        data = await self.payloads.replacement(ns, queue, job_id, data)
+        try:
+            return await self.store.transact(job_admin.job_update_data, ns, queue, job_id, data)
+        except BaseException:
+            await self.payloads.drop(data)
+            raise
+
+
+def check_lease(
+    queues: list[str],
+    worker: str,
+    max_jobs: int,
+    names: list[str] | None,
+    visibility_ns: int,
+    field: str = "",  # the prefix of the fields' names in errors
+) -> frozenset[str] | None:
+    """Refuse bad lease arguments; the task-name filter as a set (None: any task)."""
+    if not queues:
+        raise InvalidArgument(f"{field}queues", "name at least one queue")
+    for i, q in enumerate(queues):
+        validate.name(f"{field}queues[{i}]", q)
+    validate.text(f"{field}worker", worker, 256)
+    validate.in_range(f"{field}max", max_jobs, 1, MAX_LEASE_BATCH)
+    validate.in_range(f"{field}visibility_ns", visibility_ns, 0, 24 * 3600 * 10**9)
+    return frozenset(names) if names else None
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    """A shielded task whose caller left: its error is the caller's, already raised."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _may_be_ready(new: NewJob) -> bool:
+    """Whether a new job may be leasable at once (not delayed, not a flow's waiting parent)."""
+    return new.init is None and not new.opts.HasField("not_before")
+
+
+def _enqueue_span(queue: str, new: NewJob):
+    """An `enqueue` span (tracing on): a child of the producer's trace context when the
+    job carries one (kept), else of the current request; a job without a context gets
+    this span's."""
+    headers = new.task.headers
+    given = headers.get("traceparent")
+    span = tracing.start_span(
+        f"enqueue {queue}", "producer", given,
+        {"messaging.system": "loam", "messaging.destination.name": queue, "messaging.message.id": new.job_id,
+         "loam.task": new.task.name},
+    )  # fmt: skip
+    if not given:
+        headers["traceparent"] = tracing.traceparent_of(span)
+    return span
