@@ -63,7 +63,13 @@ def test_actions_are_what_the_gateway_checked_before():
         | {m for m in METHODS if m.startswith("result_")}
         | {"exchange_bind", "exchange_unbind", "exchange_bindings"},
         auth.SCHEDULE: {"schedule", "unschedule", "get_schedule", "list_schedules"},
-        auth.ENGINE: {"submit_engine_job", "control_engine_job"},
+        auth.ENGINE: {
+            "submit_engine_job",
+            "control_engine_job",
+            "get_engine_run",
+            "list_engine_runs",
+            "list_engine_run_logs",
+        },
         auth.ADMIN: {"queue_admin", "job_admin", "query", "queue_list", "events_export", "metrics"},
     }
 
@@ -98,6 +104,9 @@ ROUTES = [
     ("get_flow", J.GetFlowRequest(id="f1"), "flows/f1"),
     ("submit_engine_job", J.SubmitEngineJobRequest(), ""),
     ("control_engine_job", J.ControlEngineJobRequest(run="r1"), ""),
+    ("get_engine_run", J.GetEngineRunRequest(run="r1"), ""),
+    ("list_engine_runs", J.ListEngineRunsRequest(), ""),
+    ("list_engine_run_logs", J.ListEngineRunLogsRequest(run="r1"), ""),
     ("watch", J.WatchRequest(selector=J.Selector(queue="q1")), "q1"),
     ("watch", J.WatchRequest(selector=J.Selector(job=J.LeaseToken(queue="q2", job="j"))), "q2"),
     ("watch", J.WatchRequest(selector=J.Selector(flow="f1")), "flows/f1"),
