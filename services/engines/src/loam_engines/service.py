@@ -98,7 +98,7 @@ class EngineRuns:
 
     # -- submit --------------------------------------------------------------------------
     async def submit(
-        self, ns: str, job: E.EngineJob, schedule: J.ScheduleSpec | None = None
+        self, ns: str, job: E.EngineJob, schedule: pb.ScheduleSpec | None = None
     ) -> tuple[E.EngineRun | None, str]:
         """(the run, "") or, with a schedule, (None, the schedule's id)."""
         validate.name("namespace", ns)
@@ -124,7 +124,7 @@ class EngineRuns:
         if self.on_namespace is not None:
             self.on_namespace(ns)
         if schedule is not None:
-            spec_ = J.ScheduleSpec()
+            spec_ = pb.ScheduleSpec()
             spec_.CopyFrom(schedule)
             spec_.queue = queue
             spec_.task.CopyFrom(task)

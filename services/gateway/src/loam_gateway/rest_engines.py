@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from loam_common.api.methods import operation
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import engines_pb2 as E
@@ -178,9 +179,12 @@ RunId = Annotated[str, Path(description="the run id", max_length=128)]
 def build_engines_router() -> APIRouter:
     api = APIRouter(prefix="/v1/engines", responses=ERROR_RESPONSES, tags=["engines"])
 
-    def caller(method: str):
+    def caller(name: str):
+        """The route's caller, checked for the action the method table gives `name`."""
+        op = operation(name)
+
         async def dep(request: Request) -> Principal:
-            return await request.app.state.access.check(request.headers, method)
+            return await request.app.state.access.check(request.headers, op)
 
         return Depends(dep)
 
