@@ -4,10 +4,9 @@ jobs.proto's messages. No transactions and no transport here: the queue-core ser
 and the gateway (in process, in dev) call it with the namespace they resolved from the
 caller's credential. Errors are JobsErrors (loam_common.connect_errors maps them).
 The methods the method table marks as arriving with later work (loam_common.api.methods,
-`arrives_with`) are not defined here: `AnswersUnimplemented` answers them.
-The engine methods go to the engine runner's `engines` object when one is given
-(loam_engines.rpc.EngineRpc, same `(ns, request) -> response` shape), else they
-answer Unimplemented.
+`arrives_with`) are not defined here: `AnswersUnimplemented` answers them. The engine
+methods go to the engine runner's `engines` (loam_engines.rpc.EngineRpc, the same
+`(ns, request) -> response` shape) when this CoreRpc has one, else answer UNIMPLEMENTED.
 """
 
 from __future__ import annotations
