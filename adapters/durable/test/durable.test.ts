@@ -131,7 +131,8 @@ describe("the spec's BullMQ example", () => {
       process.kill(-w1.pid!, "SIGKILL"); // mid-step: the list and batch 0 are done, batch 1 is not
       await exited;
       (await import("node:fs")).rmSync(hold);
-      const w2 = spawn(tsx, [join(here, "campaign-worker.ts"), queueName, file], { stdio: "ignore", env: process.env });
+      // its own process group too, so afterAll stops tsx and the node it started
+      const w2 = spawn(tsx, [join(here, "campaign-worker.ts"), queueName, file], { stdio: "ignore", env: process.env, detached: true });
       children.push(w2);
       await until(async () => (await queue.getJob(job.id!))?.finishedOn !== undefined, 45_000);
       const done = await queue.getJob(job.id!);
