@@ -43,13 +43,23 @@ class DevServer:
         return self.proc.returncode
 
 
-def start_dev_server(data: Path, *extra: str) -> DevServer:
-    port = free_port()
+def start_dev_server(
+    data: Path,
+    *extra: str,
+    port: int | None = None,
+    env: dict | None = None,
+    drop_env: tuple[str, ...] = ("LOAM_",),
+    timeout_s: float = READY_TIMEOUT_S,
+    server_class: type[DevServer] = DevServer,
+) -> DevServer:
+    """`loam dev` with `extra` flags; `env` is added to this process's environment less the
+    variables starting with `drop_env`. Returns once it prints "ready" (a `server_class`)."""
+    port = port or free_port()
     cmd = [sys.executable, "-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", str(port),
            "--data", str(data), *extra]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOAM_")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(drop_env)}, **(env or {})}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    server = DevServer(f"http://127.0.0.1:{port}", port, data, proc)
+    server = server_class(f"http://127.0.0.1:{port}", port, data, proc)
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:  # keep reading so the pipe never fills
@@ -59,16 +69,16 @@ def start_dev_server(data: Path, *extra: str) -> DevServer:
         lines.put(None)
 
     threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + READY_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     while True:
         try:
             line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
         except queue.Empty:
             server.stop()
             raise RuntimeError(
-                f"loam dev did not get ready in {READY_TIMEOUT_S}s:\n{''.join(server.lines)}"
+                f"loam dev did not get ready in {timeout_s}s:\n{''.join(server.lines)}"
             ) from None
         if line is None:
             raise RuntimeError(f"loam dev exited with {proc.wait()}:\n{''.join(server.lines)}")
-        if "ready" in line:
+        if "ready on " in line:  # `loam dev: ready on <url>`, its last start-up line
             return server

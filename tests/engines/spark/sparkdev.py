@@ -4,82 +4,40 @@ from its output) and API tokens made in its store (`make_tokens`)."""
 
 from __future__ import annotations
 
-import os
-import queue
-import signal
-import socket
-import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from loam_common.auth import ADMIN, ENGINE, ENQUEUE, SCHEDULE, token_create
 from loam_common.store.runner import open_store
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "e2e"))
+from devserver import DevServer, free_port, start_dev_server  # noqa: E402  (the path above)
+
 READY_TIMEOUT_S = 60
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
-class SparkDev:
-    url: str
-    spark_url: str
-    spark_port: int
-    data: Path
-    proc: subprocess.Popen
+class SparkDev(DevServer):
+    spark_url: str = ""  # the sc:// URL `loam dev` printed
+    spark_port: int = 0
     tokens: dict[str, str] = field(default_factory=dict)
-    lines: list[str] = field(default_factory=list)
-
-    def stop(self, timeout: float = 20) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
 
 
 def start_spark_dev(
     data: Path, *extra: str, spark_port: int | None = None, port: int | None = None, env: dict | None = None
 ) -> SparkDev:
-    port = port or free_port()
+    """`loam dev --auth` with its Spark endpoint on `spark_port` (a free one by default)."""
     spark_port = spark_port or free_port()
-    cmd = [sys.executable, "-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", str(port), "--auth",
-           "--data", str(data), "--spark-port", str(spark_port), "--log-level", "info", *extra]  # fmt: skip
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LOAM_", "SPARK_"))}, **(env or {})}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    server = SparkDev(f"http://127.0.0.1:{port}", "", spark_port, data, proc)
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        for line in proc.stdout:
-            server.lines.append(line)
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        try:
-            line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
-        except queue.Empty:
-            server.stop()
-            raise RuntimeError(f"loam dev did not get ready:\n{''.join(server.lines)}") from None
-        if line is None:
-            raise RuntimeError(f"loam dev exited with {proc.wait()}:\n{''.join(server.lines)}")
+    server = start_dev_server(
+        data, "--auth", "--spark-port", str(spark_port), "--log-level", "info", *extra,
+        port=port, env=env, drop_env=("LOAM_", "SPARK_"), timeout_s=READY_TIMEOUT_S, server_class=SparkDev,
+    )  # fmt: skip
+    server.spark_port = spark_port
+    for line in server.lines:
         if "spark connect on " in line:
             server.spark_url = line.split("spark connect on ", 1)[1].strip()
-        if "ready on" in line:
-            return server
+    return server
 
 
 async def make_tokens(data: Path, namespaces: list[str]) -> dict[str, str]:
