@@ -1,5 +1,5 @@
 /** Starts `loam dev` on a free port with a scratch data directory; used by the test
- * setup, the conformance run and the bench. */
+ * setup, the conformance run, the bench and @loam/durable's tests. */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import net from "node:net";
@@ -29,10 +29,11 @@ export interface LoamDev {
   stop(): Promise<void>;
 }
 
-export async function startLoamDev(): Promise<LoamDev> {
+/** `extra`: more `loam dev` flags (the durable tests shorten its resend timer). */
+export async function startLoamDev(...extra: string[]): Promise<LoamDev> {
   const port = await freePort();
-  const data = mkdtempSync(join(tmpdir(), "loam-bullmq-"));
-  const proc: ChildProcess = spawn(loamBinary(), ["dev", "--port", String(port), "--data", data], {
+  const data = mkdtempSync(join(tmpdir(), "loam-dev-"));
+  const proc: ChildProcess = spawn(loamBinary(), ["dev", "--port", String(port), "--data", data, ...extra], {
     stdio: ["ignore", "pipe", "pipe"],
   });
   const url = `http://127.0.0.1:${port}`;

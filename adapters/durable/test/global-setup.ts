@@ -1,10 +1,10 @@
-import { startLoamDev, type LoamDev } from "./loam-dev.js";
+import { startLoamDev, type LoamDev } from "../../bullmq/test/loam-dev.js";
 
 let dev: LoamDev | undefined;
 
 export async function setup() {
   if (process.env.LOAM_URL) return; // a server given by the caller
-  dev = await startLoamDev();
+  dev = await startLoamDev("--durable-retry-ms", "3000");
   process.env.LOAM_URL = dev.url;
   process.env.LOAM_JOBS_URL = dev.url; // @loam/bullmq's, for the BullMQ example
 }
