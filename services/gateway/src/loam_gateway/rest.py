@@ -26,6 +26,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from loam_common import validate
 from loam_common.api.methods import operation
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument, NotFound
@@ -45,7 +46,8 @@ StateName = Literal[
 
 # -- models ------------------------------------------------------------------------------------
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "3" is not 3 and true is not 1 (the Connect JSON decoder agrees)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ErrorBody(BaseModel):
@@ -217,7 +219,7 @@ class EnqueueBody(_Model):
     delay_ns: int = Field(0, ge=0, le=INT64)
     job_key: str | None = Field(None, max_length=1024)
     idempotency_key: str | None = Field(None, max_length=1024)
-    attempts: int = Field(0, ge=0, le=UINT32, description="0: the queue's default")
+    attempts: int = Field(0, ge=0, le=validate.MAX_ATTEMPTS, description="0: the queue's default")
     subject: str | None = Field(None, max_length=1024)
 
 
@@ -317,7 +319,7 @@ class ScheduleBody(_Model):
     misfire_grace_ns: int = Field(0, ge=0, le=INT64, description="a tick this late is still on time; 0: 60 s")
     priority: int = Field(0, ge=0, le=PRIORITY_MAX, description="0: the FIFO band; 1.. lower first")
     lifo: bool = False
-    attempts: int = Field(0, ge=0, le=UINT32, description="0: the queue's default")
+    attempts: int = Field(0, ge=0, le=validate.MAX_ATTEMPTS, description="0: the queue's default")
     subject: str | None = Field(None, max_length=1024)
 
 
@@ -383,7 +385,7 @@ class FlowNodeBody(_Model):
     lifo: bool = False
     delay_ns: int = Field(0, ge=0, le=DURATION_MAX_NS)
     job_key: str | None = Field(None, max_length=1024)
-    attempts: int = Field(0, ge=0, le=UINT32)
+    attempts: int = Field(0, ge=0, le=validate.MAX_ATTEMPTS)
     subject: str | None = Field(None, max_length=1024)
 
 
@@ -428,6 +430,11 @@ class ChildrenList(BaseModel):
 
 # -- mapping -----------------------------------------------------------------------------------
 def _json_or_none(raw: bytes) -> tuple[bool, Any]:
+    """(True, the value) for JSON a response can carry; (False, None) otherwise. A
+    stored value nested past the limit (stored before the limit, or by a path that does
+    not check it) is shown as bytes: a stored payload never breaks a read."""
+    if validate.json_depth(raw) > validate.MAX_JSON_DEPTH:
+        return False, None
     try:
         return True, json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -518,9 +525,13 @@ def payload_in(data: Any, data_base64: str | None, content_type: str | None) -> 
         return pb.Payload(content_type=content_type or "")
     try:
         raw = json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
+    except RecursionError:
+        raise InvalidArgument("data", f"JSON nests deeper than {validate.MAX_JSON_DEPTH} levels") from None
     except (ValueError, UnicodeEncodeError):
         raise InvalidArgument("data", "is not JSON that can be encoded as UTF-8") from None
-    return pb.Payload(data=raw, content_type=content_type or "application/json")
+    payload = pb.Payload(data=raw, content_type=content_type or "application/json")
+    validate.json_payload("data", payload)
+    return payload
 
 
 def _proto(build):

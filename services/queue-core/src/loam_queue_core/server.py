@@ -42,6 +42,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from loam_common import metrics, tracing, validate
+from loam_common.api import codec as api_codec
 from loam_common.api.headers import NAMESPACE_HEADER, TOKEN_HEADER
 from loam_common.api.methods import Method
 from loam_common.api.service import JobsServiceHandlers
@@ -137,7 +138,7 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
     rpc = CoreRpc(core)
     rpc.engines = _engine_rpc(core, rpc)
     auth = InternalAuth(internal_token)
-    connect_app = JobsServiceASGIApplication(CoreService(rpc, auth))
+    connect_app = JobsServiceASGIApplication(CoreService(rpc, auth), codecs=api_codec.codecs())
 
     def peer(request: Request) -> str | None:
         return request.client.host if request.client else None
