@@ -65,7 +65,9 @@ async function request<T>(method: string, path: string, body?: unknown, signal?:
   try {
     resp = await fetch(path, {
       method,
-      headers: headers(body === undefined ? {} : { "content-type": "application/json" }),
+      // x-requested-with: a write a browser sends cross-origin only after a preflight,
+      // which the server refuses to strangers (its CSRF check, docs/security.md)
+      headers: headers(body === undefined ? { "x-requested-with": "loam-console" } : { "content-type": "application/json" }),
       body: body === undefined ? undefined : JSON.stringify(body),
       signal,
     });

@@ -28,6 +28,7 @@ from loam_common.store.runner import open_store
 from loam_gateway.app import DEFAULT_PORT, create_app
 from loam_gateway.auth import StoreAuthenticator, auth_on, check_bind
 from loam_gateway.durable_mount import DurableMount
+from loam_gateway.guard import guard_flags, guard_policy
 from loam_gateway.routing import Router
 
 
@@ -44,6 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--auth", action="store_true", default=auth_on(env.get("LOAM_AUTH")),
                    help="require bearer tokens (LOAM_AUTH=on); needs --store")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
+    guard_flags(p, env)
     args = p.parse_args(argv)
     args.cores = [c.strip() for c in args.queue_cores.split(",") if c.strip()]
     if not args.cores:
@@ -72,7 +74,9 @@ async def run(args: argparse.Namespace) -> None:
             await outbox.stop()
 
     authenticator = StoreAuthenticator(store) if args.auth and store is not None else None
-    app = create_app(router, authenticator, on_startup=start, on_shutdown=stop, durable=durable)
+    app = create_app(
+        router, authenticator, on_startup=start, on_shutdown=stop, durable=durable, guard=guard_policy(args)
+    )
     url = f"http://{args.host}:{args.port}"
 
     def ready(server) -> None:

@@ -43,6 +43,7 @@ from loam_engines.engines import Engines, EngineSettings
 from loam_gateway.app import DEFAULT_PORT, create_app
 from loam_gateway.auth import DevAuthenticator, StoreAuthenticator, auth_on, check_bind
 from loam_gateway.durable_mount import DurableMount
+from loam_gateway.guard import guard_flags, guard_policy
 from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import CoreRpc
@@ -72,6 +73,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--durable-retry-ms", type=int, default=int(env.get("LOAM_DURABLE_RETRY_MS", "30000")),
                    help="ms a pending durable task waits before its execute is sent again (LOAM_DURABLE_RETRY_MS)")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
+    guard_flags(p, env)
     spark_port = env.get("LOAM_SPARK_PORT")
     p.add_argument("--spark-port", type=int, default=int(spark_port) if spark_port else None,
                    help="the Spark Connect endpoint's port ($LOAM_SPARK_PORT; default 15002, 0 = any free port)")  # fmt: skip
@@ -132,7 +134,12 @@ async def run(args: argparse.Namespace) -> None:
                 log.exception("stopping %s failed", loop.name)
 
     app = create_app(
-        router, authenticator, on_startup=start, on_shutdown=stop, durable=DurableMount(durable, hub)
+        router,
+        authenticator,
+        on_startup=start,
+        on_shutdown=stop,
+        durable=DurableMount(durable, hub),
+        guard=guard_policy(args),
     )
     url = f"http://{args.host}:{args.port}"
 
