@@ -433,9 +433,12 @@ class Client:
     async def resume(self, queue: str) -> None:
         await self.queue_admin(queue, jpb.QueueOp(resume=jpb.QueueOp.Resume()))
 
-    async def drain(self, queue: str, *, delayed: bool = False) -> int:
-        """Remove the waiting jobs (and the delayed ones with `delayed`); how many."""
-        return (await self.queue_admin(queue, jpb.QueueOp(drain=jpb.QueueOp.Drain(delayed=delayed)))).affected
+    async def drain(self, queue: str, *, delayed: bool = False, limit: int = 0) -> int:
+        """Remove the waiting jobs (and the delayed ones with `delayed`): at most `limit`,
+        or (0) all of them; how many went. Steps with a limit suit a big queue: each call
+        ends quickly, and the caller can show progress."""
+        op = jpb.QueueOp.Drain(delayed=delayed, limit=limit)
+        return (await self.queue_admin(queue, jpb.QueueOp(drain=op))).affected
 
     async def clean(
         self, queue: str, state: str | int = "completed", *, grace: float | dt.timedelta = 0, limit: int = 0
