@@ -37,6 +37,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `t/<ns>/sched/<schedule id>`                | ScheduleRecord       | schedules.py                   |
 | `t/<ns>/sdue/<next_ns u64><schedule id>`    | empty                | schedules by next tick (sweep) |
 | `t/<ns>/flow/<flow id>`                     | FlowRecord           | flow ids: submit once          |
+| `t/<ns>/quota/rate`                         | u64 start s, u64 n   | enqueue_rate window (quotas.py)|
 | `t/<ns>/xb/<len u16><exchange><queue>/<rk>` | ExchangeBinding      | exchanges.py (kombu bindings)  |
 | `dn/<ns>`                                   | empty                | namespaces with durable state  |
 | `t/<ns>/dur/p/<promise id>`                 | durable promise JSON | loam_durable (Resonate)        |
@@ -320,6 +321,11 @@ def result_key_from_expiry(ns: str, expiry_key: bytes) -> tuple[int, str]:
 
 def namespaces_prefix() -> bytes:
     return b"t/"
+
+
+# quotas (jobs/quotas.py) ---------------------------------------------------------------
+def quota_rate_window(ns: str) -> bytes:
+    return ns_prefix(ns) + b"quota/rate"
 
 
 # schedules and flows (schedules.py, flows.py) ---------------------------------------

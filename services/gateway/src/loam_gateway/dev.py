@@ -35,6 +35,7 @@ from loam_durable.timers import DurableTimers
 
 from loam_common import tracing
 from loam_common.blobs import DirBlobStore
+from loam_common.jobs import quotas
 from loam_common.loop import configure_logging
 from loam_common.serving import ServeError, run_server_main, serve
 from loam_common.store.runner import open_store
@@ -73,6 +74,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--durable-retry-ms", type=int, default=int(env.get("LOAM_DURABLE_RETRY_MS", "30000")),
                    help="ms a pending durable task waits before its execute is sent again (LOAM_DURABLE_RETRY_MS)")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
+    p.add_argument("--quotas", default=env.get("LOAM_QUOTAS"),
+                   help="per-namespace quotas, e.g. '*:stored_jobs=100000;alpha:enqueue_rate=50' "
+                        "(enqueue_rate, stored_jobs, payload_bytes, active_leases, schedules; 0 = none)")  # fmt: skip
     guard_flags(p, env)
     spark_port = env.get("LOAM_SPARK_PORT")
     p.add_argument("--spark-port", type=int, default=int(spark_port) if spark_port else None,
@@ -89,7 +93,7 @@ async def run(args: argparse.Namespace) -> None:
     data.mkdir(parents=True, exist_ok=True)
     store = open_store(f"sqlite:///{data / 'loam.db'}")
     blobs = DirBlobStore(data / "blobs")
-    core = QueueCore(store, blobs)
+    core = QueueCore(store, blobs, quotas=quotas.parse(args.quotas))
     tracing.configure_from_env("loam-dev")  # OTEL_TRACES_EXPORTER=console|otlp|...; off when unset
     hub = Hub()
     durable = DurableCore(store, hub, retry_ms=args.durable_retry_ms)
