@@ -9,7 +9,7 @@ PROTO_OUT := libs/common/src/loam_common/gen
 
 ENGINES := .engines
 
-.PHONY: engines-spark engines-spark-jvm test-engines venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink console console-gen console-gen-check test-console console-screenshots chromium bench-console
+.PHONY: engines-spark engines-spark-jvm test-engines venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink console console-gen console-gen-check test-console console-screenshots chromium bench-console test-chaos
 
 PACKAGES := libs/common services/durable services/queue-core services/sweeper services/relay services/gateway services/engines adapters/python adapters/celery
 
@@ -150,6 +150,12 @@ test: venv engines-flink engines-spark engines-spark-jvm
 	$(MAKE) test-bullmq
 	$(MAKE) test-durable-ts
 	$(MAKE) test-console
+
+# The chaos soak (tests/chaos/soak.py): the split deployment under a steady mixed load for
+# 10 minutes with process faults on, its history checked; prints the checker's figures and
+# each process's memory and file descriptors. LOAM_SOAK_S=60 for a shorter run.
+test-chaos: venv
+	$(BIN)/python tests/chaos/soak.py
 
 # Flink (issue 21): the apache-flink wheel carries a whole Flink distribution; it gets its own
 # virtualenv, never .venv (its pins: apache-beam, pandas, numpy, pyarrow). Java 17 runs it.
