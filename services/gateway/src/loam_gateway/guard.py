@@ -49,8 +49,19 @@ _SIMPLE_HEADERS = frozenset({
     "cache-control", "pragma", "te", "upgrade-insecure-requests", "priority", "keep-alive",
 })  # fmt: skip
 _CORS_HEADERS = "authorization, content-type, x-loam-namespace, x-requested-with, connect-protocol-version, connect-timeout-ms"  # noqa: E501
-# The paths that need no credential: health, the API's description, the console's files.
-_OPEN_PREFIXES = ("/healthz", "/readyz", "/openapi.json", "/docs", "/redoc", "/console", "/metrics")
+# The paths the guard does not authenticate: no credential needed (health, the API's
+# description, the console's files), their own check (/metrics), or their own check and
+# error format (the Resonate protocol answers in its envelope).
+_OPEN_PREFIXES = (
+    "/healthz",
+    "/readyz",
+    "/openapi.json",
+    "/docs",
+    "/redoc",
+    "/console",
+    "/metrics",
+    "/resonate",
+)
 
 
 @dataclass(frozen=True)
