@@ -29,7 +29,9 @@ async def enqueue_rest(http, queue: str, body: dict):
 
 
 async def enqueue_connect(http, body: dict | None, raw: bytes | None = None):
-    return await http.post(SVC + "Enqueue", content=raw if raw is not None else json.dumps(body), headers=JSON)
+    return await http.post(
+        SVC + "Enqueue", content=raw if raw is not None else json.dumps(body), headers=JSON
+    )
 
 
 async def job_count(http, queue: str) -> int:

@@ -100,10 +100,14 @@ async def test_cors_is_answered_for_configured_origins_only(core):
 
 async def test_hosts_and_origins_are_configurable(core):
     policy = GuardPolicy.for_server("127.0.0.1", False, hosts="jobs.internal,localhost")
-    async with client_for(create_app(Router(local=CoreRpc(core)), guard=policy), "jobs.internal:7720") as http:
+    async with client_for(
+        create_app(Router(local=CoreRpc(core)), guard=policy), "jobs.internal:7720"
+    ) as http:
         assert (await http.get("/v1/queues")).status_code == 200
     any_host = GuardPolicy.for_server("127.0.0.1", False, hosts="*")
-    async with client_for(create_app(Router(local=CoreRpc(core)), guard=any_host), "whatever.example") as http:
+    async with client_for(
+        create_app(Router(local=CoreRpc(core)), guard=any_host), "whatever.example"
+    ) as http:
         assert (await http.get("/v1/queues")).status_code == 200
     with pytest.raises(ValueError, match="scheme://host"):
         GuardPolicy.for_server("127.0.0.1", False, origins="evil.example")

@@ -23,7 +23,9 @@ async def test_metrics_never_cross_namespaces(http_auth, token):
     r = await http_auth.post(SVC + "Lease", json={"queues": ["q"], "worker": "w", "max": 1},
                              headers={**JSON, **bearer(alpha)})  # fmt: skip
     assert r.status_code == 200 and r.json()["leases"], r.text  # observes lease latency in ns alpha
-    await http_auth.post(SVC + "Enqueue", json={"queue": "q", "task": {"name": "t"}}, headers={**JSON, **bearer(beta)})
+    await http_auth.post(
+        SVC + "Enqueue", json={"queue": "q", "task": {"name": "t"}}, headers={**JSON, **bearer(beta)}
+    )
 
     seen_by_beta = (await http_auth.get("/metrics", headers=bearer(beta))).text
     assert namespaces_in(seen_by_beta) == {"beta"}
@@ -31,7 +33,9 @@ async def test_metrics_never_cross_namespaces(http_auth, token):
     seen_by_alpha = (await http_auth.get("/metrics", headers=bearer(alpha))).text
     assert "alpha" in namespaces_in(seen_by_alpha) and "beta" not in namespaces_in(seen_by_alpha)
     assert "loam_jobs_lease_latency_seconds_bucket" in seen_by_alpha
-    assert {"alpha", "beta"} <= namespaces_in((await http_auth.get("/metrics", headers=bearer(operator))).text)
+    assert {"alpha", "beta"} <= namespaces_in(
+        (await http_auth.get("/metrics", headers=bearer(operator))).text
+    )
     r = await http_auth.get("/metrics", headers=bearer(await token("beta", auth.ENQUEUE)))
     assert r.status_code == 403  # neither the namespace's admin nor the deployment's
     assert (await http_auth.get("/metrics")).status_code == 401
