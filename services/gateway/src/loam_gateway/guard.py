@@ -6,7 +6,8 @@ In order, each refusal a JSON `{code, message}` and nothing read past the header
 1. **Host**: the `Host` header must be an allowed host (DNS rebinding: a page on
    `attacker.example` that re-resolves its name to 127.0.0.1 still sends its own host).
    Default: the loopback names, plus the bound address; any host only when auth is on
-   and the server binds every interface (tokens are not sent by browsers on their own).
+   and the server binds a non-loopback address (browsers never send a bearer token on
+   their own, so a rebinding page gains nothing there).
 2. **Origin**: a request with an `Origin` must come from the server itself (its host,
    any allowed host) or an allowed origin; `Origin: null` is refused.
 3. **CORS**: preflights are answered for the allowed origins only; their responses
