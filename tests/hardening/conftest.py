@@ -1,14 +1,15 @@
-"""Fixtures of the hardening tests: the gateway app in process over the real SQLite
-store (`gateway_app`, with or without auth), an httpx client on it (`http`), and tokens
-(`token`). Real-process tests use `loam dev` through tests/e2e/devserver.py."""
+"""Fixtures of the hardening tests: the queue core over the real SQLite store (`core`,
+`sqlite_store`), the gateway app on it in process with an httpx client (`http` without
+auth, `http_auth` with), and tokens (`token`). Helpers are in gateway_kit.py; real-process tests use `loam dev` through
+tests/e2e/devserver.py."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
+from gateway_kit import client_for
 
 from loam_common import auth
 from loam_common.blobs import DirBlobStore
@@ -21,9 +22,6 @@ from loam_queue_core.rpc import CoreRpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 
-SVC = "/loam.jobs.v1.JobsService/"
-JSON = {"content-type": "application/json"}
-
 
 @pytest.fixture
 async def sqlite_store(tmp_path):
@@ -35,10 +33,6 @@ async def sqlite_store(tmp_path):
 @pytest.fixture
 def core(sqlite_store, tmp_path) -> QueueCore:
     return QueueCore(sqlite_store, DirBlobStore(tmp_path / "blobs"))
-
-
-def client_for(app, host: str = "localhost") -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"http://{host}", timeout=30)
 
 
 @pytest.fixture
@@ -62,7 +56,3 @@ def token(sqlite_store):
         return t
 
     return _token
-
-
-def bearer(t: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {t}"}

@@ -9,7 +9,7 @@ import base64
 import json
 
 import pytest
-from conftest import JSON, SVC
+from gateway_kit import JSON, SVC
 
 from loam_common import keys, validate
 from loam_common.errors import Fenced

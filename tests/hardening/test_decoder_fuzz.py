@@ -16,7 +16,7 @@ import json
 import string
 
 import pytest
-from conftest import SVC
+from gateway_kit import SVC
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import HealthCheck, given, settings

@@ -12,8 +12,8 @@ import json
 
 import httpx
 import pytest
-from conftest import JSON, SVC, bearer, client_for
 from devserver import start_dev_server
+from gateway_kit import JSON, SVC, bearer, client_for
 
 from loam_common import auth
 from loam_gateway.app import create_app

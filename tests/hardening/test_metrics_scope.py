@@ -4,7 +4,7 @@ admin scope sees every namespace."""
 
 from __future__ import annotations
 
-from conftest import JSON, SVC, bearer
+from gateway_kit import JSON, SVC, bearer
 
 from loam_common import auth, metrics
 

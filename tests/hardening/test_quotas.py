@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import JSON, SVC, client_for
+from gateway_kit import JSON, SVC, client_for
 
 from loam_common.blobs import DirBlobStore
 from loam_common.errors import InvalidArgument
