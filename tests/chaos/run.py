@@ -75,7 +75,7 @@ def _settled(tx, ids: list[str]) -> set[str]:
     return {i for i in ids if (raw := found.get(k.job(i))) and pb.Job.FromString(raw).state == S.COMPLETED}
 
 
-async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.0, drain_s: float = 60.0,
+async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.0, drain_s: float = 90.0,
                     sample_s: float = 0.0) -> RunResult:  # fmt: skip
     cluster = SplitDeployment(data)
     store = open_store(cluster.url)
@@ -111,7 +111,7 @@ async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.
         await asyncio.sleep(1.0)  # the relay's last batch
         work.stop_watching.set()
         try:
-            await asyncio.wait_for(watcher, 30)
+            await asyncio.wait_for(watcher, 60)
         except TimeoutError:
             pass  # the checker reports what the Watch missed
         if sampler is not None:

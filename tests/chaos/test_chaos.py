@@ -7,6 +7,9 @@ and the store. Its figures are printed (`pytest -s` shows them)."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 from run import chaos_run
@@ -20,7 +23,12 @@ async def test_no_acknowledged_job_is_lost_or_doubled_under_process_faults(tmp_p
     result = await chaos_run(tmp_path / "run", LOAD_S, SEED, every_s=1.0)
     report, history = result.report, result.history
     print(f"\nchaos (seed {SEED}): {report.text(history)}")
-    assert not report.violations, "\n".join(report.violations[:20]) + f"\n(history in {tmp_path / 'run'})"
+    if report.violations:  # keep the evidence: pytest keeps only its last few temp folders
+        kept = Path(tempfile.mkdtemp(prefix="loam-chaos-failed-"))
+        shutil.copytree(tmp_path / "run", kept, dirs_exist_ok=True)
+        raise AssertionError(
+            "\n".join(report.violations[:20]) + f"\n(seed {SEED}; data, logs, history in {kept})"
+        )
     assert report.acknowledged_jobs > 200 and report.completions > 200
     kinds = {k.split(":")[0] for k in history.faults}
     assert kinds == {"kill9", "stop"} and sum(history.faults.values()) >= 7, history.faults
