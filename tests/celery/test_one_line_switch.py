@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import site
+import socket
 import subprocess
 import sys
 import time
@@ -103,6 +104,7 @@ class Proc:
 
     def __init__(self, argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
         self.log = log
+        self.name = ""
         self._out = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self._out, stderr=subprocess.STDOUT,
                                      start_new_session=True)  # fmt: skip
@@ -154,9 +156,11 @@ def run(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
 def start_worker(procs: list[Proc], app: str, cwd: Path, env: dict[str, str]) -> Proc:
     """`celery -A app worker` with its default prefork pool (forked children run the
     tasks), two processes."""
+    name = f"w-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     argv = [CELERY, "-A", app, "worker", "--loglevel=INFO", "--concurrency=2", "--without-mingle",
-            "--without-gossip", "-n", f"w-{uuid.uuid4().hex[:6]}@%h"]  # fmt: skip
+            "--without-gossip", "-n", name]  # fmt: skip
     worker = Proc(argv, cwd, env, cwd / "worker.log")
+    worker.name = name
     procs.append(worker)
     worker.wait_for(r" ready\.")
     return worker
@@ -196,13 +200,19 @@ def test_plain_app_producer_worker_beat_and_cli_with_only_the_urls_changed(loam,
     assert run([sys.executable, "send.py", "2", "3"], app, env).strip() == "result: 5"
     # The celery subcommands, each its own process.
     task_id = run([CELERY, "-A", "tasks", "call", "tasks.add", "--args=[20, 22]"], app, env).strip()
-    worker.wait_for(rf"Task tasks\.add\[{task_id}\] succeeded")
+    # Run by a forked pool process, which got the alias from its parent.
+    worker.wait_for(rf"/ForkPoolWorker-\d+\] Task tasks\.add\[{task_id}\] succeeded")
     assert run([CELERY, "-A", "tasks", "result", task_id], app, env).strip() == "42"
-    assert "pong" in run([CELERY, "-A", "tasks", "inspect", "ping", "--timeout=10"], app, env)
+    # Addressed to the worker, so it answers as soon as the worker replies.
+    ping = [CELERY, "-A", "tasks", "inspect", "ping", f"--destination={worker.name}", "--timeout=30"]
+    answer = run(ping, app, env)
+    assert f"{worker.name}: OK" in answer and "pong" in answer, answer
     # beat with its default scheduler: its ticks reach the worker through loam://.
     procs.append(Proc([CELERY, "-A", "tasks", "beat", "--loglevel=INFO", "-s", str(tmp_path / "beat-schedule")],
                       app, env, app / "beat.log"))  # fmt: skip
-    worker.wait_for(r"Task tasks\.heartbeat\[[0-9a-f-]+\] succeeded in [0-9.e-]+s: 'beat'")
+    worker.wait_for(
+        r"/ForkPoolWorker-\d+\] Task tasks\.heartbeat\[[0-9a-f-]+\] succeeded in [0-9.e-]+s: 'beat'"
+    )
 
 
 def test_django_integration_with_only_the_settings_urls_changed(loam, env, procs, tmp_path):
