@@ -863,7 +863,8 @@ export type QueueConfig = Message<"loam.jobs.v1.QueueConfig"> & {
 
   /**
    * Additive (BullMQ's skipStalledCheck): the stalled sweep leaves the queue's expired
-   * leases alone; a job whose worker died stays active until an admin moves it.
+   * leases alone (and so does not enforce job timeouts either); a job whose worker died
+   * stays active until an admin moves it.
    *
    * @generated from field: bool skip_stalled_check = 18;
    */
