@@ -60,10 +60,13 @@ let redisNoticeGiven = false;
 function noteIgnoredRedis(url: string): void {
   if (redisNoticeGiven) return;
   redisNoticeGiven = true;
-  console.warn(
-    `@loam/bullmq: the Redis connection option is ignored; jobs go to Loam at ${url} ` +
-      `(from LOAM_URL${envUrl() ? "" : ", unset: the default"}; LOAM_JOBS_URL is accepted too)`,
-  );
+  const env = process.env;
+  const source = env.LOAM_URL
+    ? "from LOAM_URL"
+    : env.LOAM_JOBS_URL
+      ? "from LOAM_JOBS_URL, an alias of LOAM_URL"
+      : "LOAM_URL is unset, so the default";
+  console.warn(`@loam/bullmq: the Redis connection option is ignored; jobs go to Loam at ${url} (${source})`);
 }
 
 /** Loam options from what the caller passed as `connection`: Loam's own fields, or

@@ -50,7 +50,7 @@ describe("connection styles from BullMQ's docs", () => {
   it("all three together made one log line, naming LOAM_URL", () => {
     const lines = warnings.filter((w) => w.includes("@loam/bullmq"));
     expect(lines).toHaveLength(1);
-    expect(lines[0]).toMatch(/Redis connection option is ignored; jobs go to Loam at http:\/\/127\.0\.0\.1:\d+ \(from LOAM_URL/);
+    expect(lines[0]).toMatch(/^@loam\/bullmq: the Redis connection option is ignored; jobs go to Loam at http:\/\/127\.0\.0\.1:\d+ \(from LOAM_URL\)$/);
   });
 });
 
