@@ -33,11 +33,11 @@ from loam_durable.records import (
     parse_settle,
     response,
 )
+from loam_durable.search import SEARCH_LIMIT_MAX, parse_promise_query
 
 log = logging.getLogger(__name__)
 
 _UTC = ZoneInfo("UTC")
-SEARCH_LIMIT_MAX = 1000
 
 
 def next_cron(cron: str, after_ms: int) -> int | None:
@@ -150,19 +150,7 @@ class DurableCore:
         return 200, await self.transact(ns, tr.promise_callback_if_pending, awaited, awaiter)
 
     async def _promise_search(self, ns: str, data: dict) -> tuple[int, Any]:
-        state = data.get("state")
-        if state is not None and state not in (
-            "pending",
-            "resolved",
-            "rejected",
-            "rejected_canceled",
-            "rejected_timedout",
-        ):
-            raise bad("state must be pending, resolved, rejected, rejected_canceled or rejected_timedout")
-        limit, cursor = _page(data)
-        return 200, await self.transact(
-            ns, tr.promise_search, state, check_tags(data.get("tags")), limit, cursor
-        )
+        return 200, await self.transact(ns, tr.promise_search, parse_promise_query(data))
 
     # -- tasks ---------------------------------------------------------------------------
     async def _task_create(self, ns: str, data: dict) -> tuple[int, Any]:

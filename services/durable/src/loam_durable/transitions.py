@@ -57,6 +57,7 @@ from loam_durable.records import (
     timeout_state,
     unblock_message,
 )
+from loam_durable.search import SEARCH_EXAMINE, PromiseQuery, index_rows, search_plan, state_group
 
 MS = 1_000_000
 #: the queue whose event log holds a namespace's durable events (`durable.<change>`, so
@@ -133,6 +134,12 @@ def _put_promise(tx: Txn, fx: Effects, p: dict) -> None:
     tx.put(keys.durable_promise(fx.ns, p["id"]), dumps(p))
 
 
+def _index(tx: Txn, fx: Effects, p: dict) -> None:
+    """A new promise's search index rows (search.py): its state and its tags."""
+    for key in index_rows(fx.ns, p):
+        tx.put(key, b"")
+
+
 def _put_task(tx: Txn, fx: Effects, t: dict) -> None:
     tx.put(keys.durable_task(fx.ns, t["id"]), dumps(t))
 
@@ -193,6 +200,9 @@ def _settle(tx: Txn, fx: Effects, p: dict, state: str, value: dict, settled_at: 
     listeners = p.pop("listeners", [])
     callbacks = p.pop("callbacks", [])
     _put_promise(tx, fx, p)
+    if state_group(state) != PENDING:  # the state index: pending -> its settled group
+        tx.delete(keys.durable_promise_state(fx.ns, PENDING, p["id"]))
+        tx.put(keys.durable_promise_state(fx.ns, state_group(state), p["id"]), b"")
     if ":" not in p["id"]:  # a root: its tree is retained, then deleted, as one
         tx.put(keys.durable_retention(fx.ns, settled_at, p["id"]), b"")
     if _visible(p):
@@ -256,6 +266,7 @@ def _create(tx: Txn, fx: Effects, req: PromiseCreate, *, task_state: str | None 
         p["state"] = timeout_state(req.tags)
         p["settledAt"] = req.timeout_at
         _put_promise(tx, fx, p)
+        _index(tx, fx, p)
         if ":" not in req.id:
             tx.put(keys.durable_retention(fx.ns, req.timeout_at, req.id), b"")
         t = None
@@ -266,6 +277,7 @@ def _create(tx: Txn, fx: Effects, req: PromiseCreate, *, task_state: str | None 
             fx.changed("promise.created", req.id, state=p["state"])
         return p, t
     _put_promise(tx, fx, p)
+    _index(tx, fx, p)
     if is_awaitable(req.tags):
         tx.put(keys.durable_timer(fx.ns, req.timeout_at, keys.DURABLE_TIMER_PROMISE, req.id), b"")
     if _visible(p):
@@ -333,36 +345,56 @@ def promise_callback_if_pending(tx: Txn, fx: Effects, awaited: str, awaiter: str
     return {"promise": promise_wire(p)}
 
 
-def promise_search(tx: Txn, fx: Effects, state: str | None, tags: dict, limit: int, cursor: str) -> dict:
-    start = keys.durable_promise(fx.ns, cursor) + b"\x00" if cursor else keys.durable_promises(fx.ns)
-    end = keys.prefix_end(keys.durable_promises(fx.ns))
+def promise_search(tx: Txn, fx: Effects, q: PromiseQuery) -> dict:
+    """One page of the promises matching `q`, in id order, read through the narrowest
+    index the query allows (search.py says which), never the whole namespace: at most
+    `SEARCH_EXAMINE` records are read per page, and a page that stops there early still
+    carries a cursor. States are the effective ones: the promise timeouts already due are
+    settled first, in this transaction, so none is reported pending past its timeout."""
+    _settle_due_timeouts(tx, fx)
     out: list[dict] = []
+    examined = 0
     last = ""
-    while len(out) < limit:
-        rows = tx.scan(start, end, limit=500)
+    plan = search_plan(fx.ns, q)
+    start = plan.start
+    while len(out) < q.limit and examined < SEARCH_EXAMINE:
+        rows = tx.scan(start, plan.end, limit=min(SEARCH_EXAMINE - examined, max(q.limit, 100)))
         if not rows:
+            last = ""
             break
-        for _, v in rows:
-            p = loads(v)
-            last = p["id"]
+        if plan.by_index:
+            ids = [k[plan.id_at :].decode() for k, _ in rows]
+            found = tx.batch_get([keys.durable_promise(fx.ns, i) for i in ids])
+            records = [(i, found.get(keys.durable_promise(fx.ns, i))) for i in ids]
+        else:
+            records = [(k[plan.id_at :].decode(), v) for k, v in rows]
+        for promise_id, raw in records:
+            examined += 1
+            last = promise_id
+            if raw is None:
+                continue
+            p = loads(raw)
             if p["state"] == PENDING and p["timeoutAt"] <= fx.now:
-                p = _promise(tx, fx, p["id"]) or p
-            if state is not None and _state_group(p["state"]) != state and p["state"] != state:
-                continue
-            if any(p["tags"].get(k2) != v2 for k2, v2 in tags.items()):
-                continue
-            out.append(promise_wire(p))
-            if len(out) == limit:
-                break
+                p = _promise(tx, fx, promise_id) or p  # its effective state
+            if q.matches(p):
+                out.append(promise_wire(p))
+                if len(out) == q.limit:
+                    break
         start = rows[-1][0] + b"\x00"
     result: dict = {"promises": out}
-    if len(out) == limit:
+    if last and (len(out) == q.limit or examined >= SEARCH_EXAMINE):
         result["cursor"] = last
     return result
 
 
-def _state_group(state: str) -> str:
-    return "rejected" if state.startswith("rejected") else state
+def _settle_due_timeouts(tx: Txn, fx: Effects, limit: int = 1000) -> None:
+    """Settle the awaitable promises whose timeout is due (what the timers would do on
+    their next pass), so a read that lists promises by state sees effective states."""
+    base = keys.durable_timers(fx.ns)
+    for key, _ in tx.scan(base, base + keys.U64.pack(fx.now + 1), limit=limit):
+        _, kind, object_id = keys.durable_timer_parts(fx.ns, key)
+        if kind == keys.DURABLE_TIMER_PROMISE:
+            _promise(tx, fx, object_id)
 
 
 # -- tasks ----------------------------------------------------------------------------------
@@ -698,6 +730,9 @@ def retention_sweep(tx: Txn, fx: Effects, limit: int = 50) -> int:
                 tx.delete(
                     keys.durable_timer(fx.ns, child["timeoutAt"], keys.DURABLE_TIMER_PROMISE, promise_id)
                 )
+            if child is not None:
+                for index_key in index_rows(fx.ns, child):
+                    tx.delete(index_key)
             t = _task(tx, fx, promise_id)
             if t is not None:
                 _arm_task_timer(tx, fx, t, None)
