@@ -652,7 +652,31 @@ def timers_fire_due(tx: Txn, fx: Effects, next_cron: Any, limit: int = 200) -> T
             _task_timer(tx, fx, object_id, due)
         elif kind == keys.DURABLE_TIMER_SCHEDULE:
             _schedule_timer(tx, fx, object_id, due, next_cron)
+    if len(rows) < limit:
+        started = _start_requested(tx, fx, limit - len(rows))
+        rep.fired += started
+        rep.more = started == limit - len(rows)
     return rep
+
+
+def _start_requested(tx: Txn, fx: Effects, limit: int) -> int:
+    """Create (if absent) and dispatch the root promises Loam schedules' ticks asked for
+    (loam_common.jobs.schedules: a `dur/st/` row each, holding its promise.create data
+    and the tick as `createdAt`). Idempotent per tick: the promise id is the tick's own."""
+    base = keys.durable_starts(fx.ns)
+    rows = tx.scan(base, keys.prefix_end(base), limit=limit)
+    for key, value in rows:
+        tx.delete(key)
+        data = loads(value)
+        try:
+            req = parse_promise_create(data)
+        except DurableError:
+            continue  # built by the schedule's tick from a checked spec; never expected
+        if _promise(tx, fx, req.id) is not None:
+            continue
+        _create(tx, fx, req, created_at=int(data.get("createdAt", fx.now)))
+        fx.changed("schedule.fired", req.tags.get("loam:schedule", ""), promise=req.id)
+    return len(rows)
 
 
 def _task_timer(tx: Txn, fx: Effects, task_id: str, due: int) -> None:
