@@ -20,9 +20,9 @@ from loam_durable.timers import DurableTimers
 
 from loam_common import keys
 from loam_common.errors import InvalidArgument
+from loam_common.events import event_log_read
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import schedules
-from loam_common.events import event_log_read
 from loam_common.store import FaultPlan, ManualClock, MemoryBackend, SqliteBackend, Store
 
 NS = "t1"

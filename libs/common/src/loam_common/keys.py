@@ -52,8 +52,6 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `t/<ns>/dur/pg/<len u32><tag><len u32><value><promise id>` | empty | promises by tag: search   |
 | `t/<ns>/dur/st/<start_ms u64><promise id>`  | start request JSON   | a root a Loam schedule's tick  |
 |                                             |                      | asks the durable timers to run |
-| `sys/durgw/<gateway id>`                    | gateway member JSON  | gateways serving /resonate:    |
-|                                             |                      | where a push is forwarded      |
 | `t/<ns>/flink/d/<deployment>`               | Deployment (JSON)    | loam_engines.flink: a Flink deployment, its versions and savepoints |
 | `t/<ns>/flink/log/<deployment>/<seq u64>`   | LogLine (JSON)       | the deployment's lifecycle log, capped |
 | `sys/flink/busy/<ns>/<deployment>`          | empty                | a Flink action in flight: what a restarted runner resumes |
@@ -487,12 +485,6 @@ def durable_start(ns: str, start_ms: int, promise_id: str) -> bytes:
 def durable_start_parts(ns: str, key: bytes) -> tuple[int, str]:
     p = len(durable_starts(ns))
     return U64.unpack_from(key, p)[0], key[p + 8 :].decode()
-
-
-def durable_gateways(gateway_id: str = "") -> bytes:
-    """`sys/durgw/<id>`: a gateway serving the Resonate protocol and its push channel,
-    with the URL its peers forward pushes to (loam_durable.peers)."""
-    return b"sys/durgw/" + gateway_id.encode()
 
 
 # engine runs (loam_engines.runs) -----------------------------------------------------------

@@ -122,6 +122,6 @@ class DurableOutbox(Loop):
         sent = 0
         for ns in await self.core.store.snapshot(durable_namespaces):
             for address, message in await self.core.store.transact(outbox_take, ns):
-                self.core.hub.send(ns, address, message)  # type: ignore[union-attr]
+                self.core.push(ns, address, message)
                 sent += 1
         return sent
