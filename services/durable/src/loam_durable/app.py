@@ -20,7 +20,6 @@ loopback the `x-loam-namespace` header that a `/ns/<ns>/` prefix sets).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -30,7 +29,7 @@ from loam_common.store.base import StoreUnavailable
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 from loam_durable.peers import PUSH_PATH, internal_allowed
-from loam_durable.records import PROTOCOL_VERSION, DurableError, response
+from loam_durable.records import PROTOCOL_VERSION, DurableError, dumps, loads, response
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +81,7 @@ async def _read_body(receive: Callable[[], Awaitable[dict]]) -> bytes | None:
 
 
 async def _send_json(send: Callable[[dict], Awaitable[None]], status: int, body: Any) -> None:
-    raw = json.dumps(body, separators=(",", ":")).encode()
+    raw = dumps(body)
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]})  # fmt: skip
     await send({"type": "http.response.body", "body": raw})
@@ -140,7 +139,7 @@ class DurableApp:
         kind, corr_id = "", ""
         try:
             try:
-                req = json.loads(body)
+                req = loads(body)
             except ValueError:
                 raise DurableError(400, "Request body must be a JSON object") from None
             if not isinstance(req, dict):
@@ -183,7 +182,7 @@ class DurableApp:
             await _send_json(send, 401, "internal calls need this deployment's internal token")
             return
         try:
-            req = json.loads(body)
+            req = loads(body)
             ns, address, message = req["ns"], req["address"], req["message"]
             if not isinstance(ns, str) or not isinstance(address, str) or not isinstance(message, dict):
                 raise TypeError

@@ -21,13 +21,12 @@ a worker of namespace A never receives a push of namespace B.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
 from collections import deque
 
-from loam_durable.records import DurableError, parse_address
+from loam_durable.records import DurableError, dumps, parse_address
 
 log = logging.getLogger(__name__)
 
@@ -143,4 +142,4 @@ class Hub:
 
 
 def _frame(message: dict) -> str:
-    return "data: " + json.dumps(message, separators=(",", ":")) + "\n\n"
+    return "data: " + dumps(message).decode() + "\n\n"

@@ -271,7 +271,8 @@ def _create(tx: Txn, fx: Effects, req: PromiseCreate, *, task_state: str | None 
             tx.put(keys.durable_retention(fx.ns, req.timeout_at, req.id), b"")
         t = None
         if target is not None:
-            t = {"id": req.id, "state": TASK_FULFILLED, "version": 0, "resumes": [], "target": target}
+            t = {"id": req.id, "state": TASK_FULFILLED, "version": 0, "resumes": [], "target": target,
+                 "timeoutAt": req.timeout_at}  # fmt: skip
             _put_task(tx, fx, t)
         if _visible(p):
             fx.changed("promise.created", req.id, state=p["state"])
@@ -284,7 +285,9 @@ def _create(tx: Txn, fx: Effects, req: PromiseCreate, *, task_state: str | None 
         fx.changed("promise.created", req.id, state=PENDING)
     if target is None:
         return p, None
-    t = {"id": req.id, "state": TASK_PENDING, "version": 0, "resumes": [], "target": target}
+    # the task carries its promise's timeout: a lease-guarded request then needs only the task
+    t = {"id": req.id, "state": TASK_PENDING, "version": 0, "resumes": [], "target": target,
+         "timeoutAt": req.timeout_at}  # fmt: skip
     if task_state == TASK_ACQUIRED:
         t.update(state=TASK_ACQUIRED, version=1, pid=pid, ttl=ttl)
         _arm_task_timer(tx, fx, t, now + ttl)  # type: ignore[operator]
@@ -398,10 +401,14 @@ def _settle_due_timeouts(tx: Txn, fx: Effects, limit: int = 1000) -> None:
 
 
 # -- tasks ----------------------------------------------------------------------------------
-def _leased(tx: Txn, fx: Effects, task_id: str, version: int, *also: bytes) -> dict:
+def _leased(tx: Txn, fx: Effects, task_id: str, version: int, *also: bytes, promise: bool = True) -> dict:
     """The task, if the caller holds its lease at `version` (the fencing token). The
-    task, its promise and `also` are read in one round trip (a step is two of these)."""
-    tx.prefetch([keys.durable_task(fx.ns, task_id), keys.durable_promise(fx.ns, task_id), *also])
+    task, its promise (unless `promise` is False) and `also` are read in one round trip."""
+    tx.prefetch(
+        [keys.durable_task(fx.ns, task_id), keys.durable_promise(fx.ns, task_id), *also]
+        if promise
+        else [keys.durable_task(fx.ns, task_id), *also]
+    )
     t = _task(tx, fx, task_id)
     if t is None:
         raise DurableError(404, "Task not found")
@@ -412,12 +419,18 @@ def _leased(tx: Txn, fx: Effects, task_id: str, version: int, *also: bytes) -> d
     return t
 
 
-def _leased_live(tx: Txn, fx: Effects, task_id: str, version: int, *also: bytes) -> tuple[dict, dict]:
-    t = _leased(tx, fx, task_id, version, *also)
-    p = _promise(tx, fx, task_id)
+def _leased_live(tx: Txn, fx: Effects, task_id: str, version: int, *also: bytes) -> dict:
+    """The task, leased at `version`, whose promise is still pending and unexpired. A
+    task is acquired only while its promise is pending (a settle fulfils the task in the
+    same transaction), and it carries its promise's `timeoutAt`, so before that time
+    the task alone answers and the promise is not read: the hot path of every step."""
+    t = _leased(tx, fx, task_id, version, *also, promise=False)
+    if t.get("timeoutAt", 0) > fx.now:
+        return t
+    p = _promise(tx, fx, task_id)  # settles it by its timeout, if that has passed
     if p is None or p["state"] != PENDING:
         raise DurableError(409, "Task's promise is already settled")
-    return t, p
+    return _task(tx, fx, task_id) or t
 
 
 def task_create_if_absent(tx: Txn, fx: Effects, req: PromiseCreate, pid: str, ttl: int) -> dict:
@@ -500,7 +513,7 @@ def task_fence_settle_if_acquired(tx: Txn, fx: Effects, task_id: str, version: i
 def task_suspend_if_acquired(
     tx: Txn, fx: Effects, task_id: str, version: int, awaited: list[str]
 ) -> tuple[int, dict]:
-    t, _ = _leased_live(tx, fx, task_id, version)
+    t = _leased_live(tx, fx, task_id, version)
     promises = []
     for promise_id in awaited:
         p = _promise(tx, fx, promise_id)
