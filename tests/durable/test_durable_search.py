@@ -9,7 +9,8 @@ import pytest
 from loam_durable import transitions as tr
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
-from loam_durable.records import DurableError
+from loam_durable.records import DurableError, dumps
+from loam_durable.timers import DurableTimers
 
 from loam_common import keys
 from loam_common.store import ManualClock, SqliteBackend, Store
@@ -177,6 +178,28 @@ async def test_retention_removes_the_index_rows(env):
 
     assert await core.store.snapshot(index_left) == []
     assert ids(await search(core, tags={"team": "x"})) == []
+
+
+async def test_promises_from_before_the_index_are_indexed_by_the_timers(env):
+    core, clock = env
+    await create(core, "new-one", now_ms(clock) + 3600_000, team="old")
+
+    def store_without_index(tx, n):  # as a store written before the search index existed
+        for i in range(n):
+            p = {"id": f"old-{i:04d}", "state": "pending", "param": {}, "value": {}, "tags": {"team": "old"},
+                 "timeoutAt": now_ms(clock) + 3600_000, "createdAt": now_ms(clock)}  # fmt: skip
+            tx.put(keys.durable_promise(NS, p["id"]), dumps(p))
+        tx.put(keys.durable_namespaces(NS), b"")
+
+    await core.store.transact(store_without_index, 1200)
+    assert ids(await search(core, tags={"team": "old"}, limit=1000)) == ["new-one"]
+    timers = DurableTimers(core, "sweeper-1")
+    for _ in range(3):  # 500 a pass
+        await timers.run_once()
+    page = await search(core, tags={"team": "old"}, limit=1000)
+    rest = await search(core, tags={"team": "old"}, limit=1000, cursor=page["cursor"])
+    assert ids(page) + ids(rest) == ["new-one"] + [f"old-{i:04d}" for i in range(1200)]
+    assert len(ids(await search(core, state="pending", limit=1000))) == 1000
 
 
 async def test_bad_search_is_refused(env):

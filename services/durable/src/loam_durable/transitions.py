@@ -779,6 +779,26 @@ def retention_sweep(tx: Txn, fx: Effects, limit: int = 50) -> int:
     return len(rows)
 
 
+def search_index_backfill(tx: Txn, fx: Effects, limit: int = 500) -> bool:
+    """Write the search index rows (search.py) of promises stored before the index
+    existed, `limit` a transaction, resuming after the last id done (kept in the
+    namespace's config). True once the namespace is done; rows that exist are rewritten
+    unchanged, so running it again is harmless."""
+    cfg = _get(tx, keys.durable_config(fx.ns)) or {}
+    after = cfg.get("searchIndexedAfter", "")
+    if after is None:
+        return True
+    base = keys.durable_promises(fx.ns)
+    start = keys.durable_promise(fx.ns, after) + b"\x00" if after else base
+    rows = tx.scan(start, keys.prefix_end(base), limit=limit)
+    for _, raw in rows:
+        for key in index_rows(fx.ns, loads(raw)):
+            tx.put(key, b"")
+    cfg["searchIndexedAfter"] = rows[-1][0][len(base) :].decode() if len(rows) == limit else None
+    tx.put(keys.durable_config(fx.ns), dumps(cfg))
+    return cfg["searchIndexedAfter"] is None
+
+
 def check_create(data: Any) -> PromiseCreate:
     return parse_promise_create(data)
 
