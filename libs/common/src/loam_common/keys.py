@@ -61,7 +61,8 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `sys/tokens/<token id>`                     | TokenRecord          | API tokens (auth.py), hashed   |
 | `sys/engines/ns/<ns>`                       | empty                | namespaces with engine jobs    |
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
-| `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays         |
+| `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays; kind   |
+|                                             |                      | durable-push: id = a push URL  |
 
 Durable records (`dur/`) are JSON, not protobuf: they are the Resonate protocol's own
 records, stored as they travel, so the server never transcodes them (decision 0025).
