@@ -187,6 +187,28 @@ async def test_a_loam_schedule_tick_starts_its_durable_function_once(env):
     assert executes == ticks  # nothing new
 
 
+async def test_a_resonate_schedule_is_read_and_removed_as_a_loam_schedule(env):
+    core, hub, clock = env
+    clock.set(1_800_000_000 * SEC)
+    timers = DurableTimers(core, "sweeper-1")
+    param = {
+        "data": base64.b64encode(json.dumps({"func": "ticked", "args": [], "kwargs": {}}).encode()).decode()
+    }
+    await call(core, "schedule.create", {"id": "tick", "cron": "* * * * * *", "promiseId": "{{.id}}-{{.timestamp}}",
+                                         "promiseTimeout": 60_000, "promiseParam": param, "promiseTags": TARGET})  # fmt: skip
+    rec = await core.store.snapshot(schedules.schedule_get, NS, "resonate:tick")
+    assert (rec.queue, rec.opts.mode, rec.opts.durable_function) == ("workers", pb.MODE_DURABLE, "ticked")
+    assert rec.next_ns == (1_800_000_000 + 1) * SEC
+    assert await core.store.transact(schedules.schedule_remove, NS, "resonate:tick") is True
+    assert await core.store.transact(schedules.schedule_remove, NS, "resonate:tick") is False
+    with pytest.raises(DurableError) as e:
+        await call(core, "schedule.get", {"id": "tick"})
+    assert e.value.status == 404
+    clock.advance(3 * SEC)
+    await timers.run_once()
+    assert [m for _, m in hub.sent if m["kind"] == "execute"] == []  # it fires no more
+
+
 async def test_a_durable_loam_schedule_refuses_what_cannot_start(env):
     base = dict(
         every_ns=SEC, queue="workers", opts=pb.EnqueueOpts(mode=pb.MODE_DURABLE, durable_function="f")

@@ -12,7 +12,7 @@ The indexes, kept by transitions.py in the transaction that changes a promise:
 - the state index `dur/ps/<group>\\0<id>`: pending, resolved, rejected (the three
   rejected states share one group; the exact state is checked on the record).
 
-Preference: an id prefix, then an indexed tag, then the state, then an id-derived tag;
+Preference: an id prefix, then an indexed tag, then an id-derived tag, then the state;
 a query with none of them pages through all promises in id order. Every path is in id
 order, so the cursor is the last id looked at and the next page starts after it.
 """
@@ -125,14 +125,14 @@ def search_plan(ns: str, q: PromiseQuery) -> SearchPlan:
         return SearchPlan(
             _after(prefix, q.cursor) if q.cursor else prefix, keys.prefix_end(prefix), len(prefix), True
         )
+    for tag in ID_TAGS:  # one workflow's promises: narrower than a whole state
+        if tag in q.tags:
+            return _id_range(promises, q.tags[tag], q.cursor)
     if q.state is not None:
         prefix = keys.durable_promise_states(ns, state_group(q.state))
         return SearchPlan(
             _after(prefix, q.cursor) if q.cursor else prefix, keys.prefix_end(prefix), len(prefix), True
         )
-    for tag in ID_TAGS:
-        if tag in q.tags:
-            return _id_range(promises, q.tags[tag], q.cursor)
     return SearchPlan(
         _after(promises, q.cursor) if q.cursor else promises, keys.prefix_end(promises), len(promises), False
     )

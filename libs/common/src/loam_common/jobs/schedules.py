@@ -440,7 +440,7 @@ def schedule_remove(tx: Txn, ns: str, schedule_id: str) -> bool:
     key = keys.schedule(ns, schedule_id)
     raw = tx.get(key)
     if raw is None:
-        return False
+        return _remove_durable(tx, ns, schedule_id)
     rec = pb.ScheduleRecord.FromString(raw)
     if iterated(rec):
         _remove_if(tx, ns, rec, rec.last_job_id, (S.DELAYED,))
@@ -555,9 +555,13 @@ def schedule_iterate(tx: Txn, ns: str, req: Iteration) -> Iterated:
 
 def schedule_get(tx: Txn, ns: str, schedule_id: str) -> pb.ScheduleRecord:
     raw = tx.get(keys.schedule(ns, schedule_id))
-    if raw is None:
-        raise NotFound(f"schedule {schedule_id!r} not found")
-    return pb.ScheduleRecord.FromString(raw)
+    if raw is not None:
+        return pb.ScheduleRecord.FromString(raw)
+    if schedule_id.startswith(DURABLE_PREFIX):
+        raw = tx.get(keys.durable_schedule(ns, schedule_id[len(DURABLE_PREFIX) :]))
+        if raw is not None:
+            return _durable_record(json.loads(raw))
+    raise NotFound(f"schedule {schedule_id!r} not found")
 
 
 def schedule_list(tx: Txn, ns: str, after: str = "", limit: int = 100) -> tuple[list[pb.ScheduleRecord], str]:
@@ -584,24 +588,42 @@ DURABLE_PREFIX = "resonate:"
 
 
 def _durable_schedules(tx: Txn, ns: str, after: str, limit: int) -> tuple[list[pb.ScheduleRecord], str]:
-    """A page of the namespace's Resonate schedules as ScheduleRecords (read-only here)."""
+    """A page of the namespace's Resonate schedules as ScheduleRecords."""
     prefix = keys.durable_schedules(ns)
     start = keys.durable_schedule(ns, after) + b"\x00" if after else prefix
     rows = tx.scan(start, keys.prefix_end(prefix), limit=limit + 1)
-    out = []
-    for _, v in rows[:limit]:
-        s = json.loads(v)
-        func = _durable_func(s.get("promiseParam") or {})
-        target = (s.get("promiseTags") or {}).get("resonate:target", "")
-        group = target.partition("@")[2].partition("/")[0] if target.startswith("poll://") else ""
-        out.append(pb.ScheduleRecord(
-            id=DURABLE_PREFIX + s["id"], cron=s["cron"], tz="UTC", task=pb.TaskSpec(name=func), queue=group,
-            opts=pb.EnqueueOpts(mode=pb.MODE_DURABLE, durable_function=func),
-            next_ns=s["nextRunAt"] * 1_000_000 if s["nextRunAt"] < 2**53 else 0,
-            last_tick_ns=s.get("lastRunAt", 0) * 1_000_000, created_ns=s["createdAt"] * 1_000_000,
-            driver=pb.SCHEDULE_DRIVER_SERVER,
-        ))  # fmt: skip
+    out = [_durable_record(json.loads(v)) for _, v in rows[:limit]]
     return out, (out[-1].id if len(rows) > limit else "")
+
+
+def _durable_record(s: dict) -> pb.ScheduleRecord:
+    """A Resonate schedule (its protocol record) as a ScheduleRecord: `resonate:<id>`, the
+    group it targets as the queue, the function it runs in durable mode."""
+    func = _durable_func(s.get("promiseParam") or {})
+    target = (s.get("promiseTags") or {}).get("resonate:target", "")
+    group = target.partition("@")[2].partition("/")[0] if target.startswith("poll://") else ""
+    return pb.ScheduleRecord(
+        id=DURABLE_PREFIX + s["id"], cron=s["cron"], tz="UTC", task=pb.TaskSpec(name=func), queue=group,
+        opts=pb.EnqueueOpts(mode=pb.MODE_DURABLE, durable_function=func),
+        next_ns=s["nextRunAt"] * 1_000_000 if s["nextRunAt"] < 2**53 else 0,
+        last_tick_ns=s.get("lastRunAt", 0) * 1_000_000, created_ns=s["createdAt"] * 1_000_000,
+        driver=pb.SCHEDULE_DRIVER_SERVER,
+    )  # fmt: skip
+
+
+def _remove_durable(tx: Txn, ns: str, schedule_id: str) -> bool:
+    """Unschedule `resonate:<id>`: as the protocol's `schedule.delete` does, the record
+    and its next fire go; promises it fired stay."""
+    if not schedule_id.startswith(DURABLE_PREFIX):
+        return False
+    durable_id = schedule_id[len(DURABLE_PREFIX) :]
+    raw = tx.get(keys.durable_schedule(ns, durable_id))
+    if raw is None:
+        return False
+    s = json.loads(raw)
+    tx.delete(keys.durable_schedule(ns, durable_id))
+    tx.delete(keys.durable_timer(ns, s["nextRunAt"], keys.DURABLE_TIMER_SCHEDULE, durable_id))
+    return True
 
 
 def _has_durable(tx: Txn, ns: str) -> bool:
