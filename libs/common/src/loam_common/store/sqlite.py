@@ -11,13 +11,13 @@ What it owns: the connection pool, the transaction mapping onto SQLite, and the 
   conflict; the runner's group commit keeps that one writer busy. `busy_timeout` is long
   because several processes may share the file and wait for each other's commits.
 - BLOB keys compare with memcmp, which is the byte order the seam promises.
-- Savepoints cost no SQL until they must: writes are buffered anyway, so a savepoint
-  whose writes are all still in the buffer is rolled back by restoring the buffer as it
-  was (a copy taken at the first write after it) and released by doing nothing; a group
-  commit's transitions, each in its own savepoint, then reach SQLite as one flush at the
-  commit. Only a flush while a savepoint is open (a scan needs the writes in SQLite)
-  turns it into an SQL savepoint, named by depth (`sp0`, `sp1`...) so the statements stay
-  in the statement cache.
+- Savepoints cost no SQL until they must: writes are buffered anyway, so while a
+  savepoint's writes are all still in the buffer it is rolled back by undoing them there
+  (an undo log of each buffered write's previous buffered value) and released by doing
+  nothing; a group commit's transitions, each in its own savepoint, then reach SQLite as
+  one flush at the commit. Only a flush while a savepoint is open (a scan needs the
+  writes in SQLite) turns it into an SQL savepoint, named by depth (`sp0`, `sp1`...) so
+  the statements stay in the statement cache.
 - Checkpoints run on a thread of the backend (`_Checkpointer`), not inside a COMMIT: the
   writer's own threshold would copy ~1000 WAL pages into the database file during
   whichever call's commit crossed it, a few milliseconds on that one call.
@@ -64,19 +64,22 @@ def _sql(table: list[str], verb: str, depth: int) -> str:
     return table[depth] if depth < len(table) else f"{verb} sp{depth}"
 
 
+_ABSENT = object()  # in the undo log: the key was not in the write buffer
+
+
 class _Savepoint:
-    """One of three states: untouched (nothing written since it was taken), buffered
-    (`before` holds the write buffer as it was at the first write after it; every write
-    since is only in the buffer), or live (its SQL SAVEPOINT was issued by a flush)."""
+    """Either live (its SQL SAVEPOINT was issued by a flush) or buffered: every write
+    since it was taken is still in the write buffer, and undo-log entries from `mark` on
+    undo them."""
 
-    __slots__ = ("txn", "depth", "after_len", "live", "before")
+    __slots__ = ("txn", "depth", "after_len", "live", "mark")
 
-    def __init__(self, txn: SqliteTxn, depth: int, after_len: int) -> None:
+    def __init__(self, txn: SqliteTxn, depth: int, after_len: int, mark: int) -> None:
         self.txn = txn
         self.depth = depth
         self.after_len = after_len
         self.live = False
-        self.before: dict[bytes, bytes | None] | None = None
+        self.mark = mark
 
 
 class SqliteTxn(Txn):
@@ -92,7 +95,9 @@ class SqliteTxn(Txn):
         self._cache: dict[bytes, bytes | None] = {}
         self._buf: dict[bytes, bytes | None] = {}  # writes not yet sent to SQLite (None: delete)
         self._stack: list[_Savepoint] = []
-        self._untouched = 0  # savepoints at the top of the stack with no write since them
+        #: (key, its previous buffered value or _ABSENT) per write while a buffered
+        #: savepoint is open: how such a savepoint is rolled back without SQL
+        self._undo: list[tuple[bytes, object]] = []
         self._after: list = []
         self._open = True
 
@@ -141,8 +146,8 @@ class SqliteTxn(Txn):
             raise RuntimeError("write in a read-only transaction")
         if type(key) is not bytes:
             raise TypeError(f"keys are bytes, got {type(key).__name__}")
-        if self._untouched:
-            self._mark_savepoints()
+        if self._stack and not self._stack[-1].live:  # a buffered savepoint is open
+            self._undo.append((key, self._buf.get(key, _ABSENT)))
 
     def put(self, key: bytes, value: bytes) -> None:
         self._writable(key)
@@ -164,13 +169,26 @@ class SqliteTxn(Txn):
             self._conn.executemany(_DEL, [(k,) for k, v in buf.items() if v is None])
 
     def _flush(self) -> None:
-        """Send the buffer to SQLite. A buffered savepoint becomes an SQL savepoint first,
-        between the writes made before it and those made after it."""
-        for sp in self._stack:
-            if sp.before is not None:
-                self._write(sp.before)
+        """Send the buffer to SQLite. Each buffered savepoint becomes an SQL savepoint
+        first, between the writes made before it and those made after it."""
+        buffered = [sp for sp in self._stack if not sp.live]
+        if buffered:
+            # The buffer as it was at each savepoint, newest first, by undoing the log.
+            state, states, undo = dict(self._buf), [], self._undo
+            for sp in reversed(buffered):
+                for i in range(len(undo) - 1, sp.mark - 1, -1):
+                    key, prev = undo[i]
+                    if prev is _ABSENT:
+                        state.pop(key, None)
+                    else:
+                        state[key] = prev  # type: ignore[assignment]
+                del undo[sp.mark :]
+                states.append(dict(state))
+            for sp, before in zip(buffered, reversed(states), strict=True):
+                self._write(before)
                 self._conn.execute(_sql(_SAVEPOINT, "SAVEPOINT", sp.depth))
-                sp.live, sp.before = True, None
+                sp.live = True
+            self._undo = []
         buf, self._buf = self._buf, {}
         self._write(buf)
 
@@ -178,25 +196,9 @@ class SqliteTxn(Txn):
     def savepoint(self) -> object:
         if self._read_only:
             raise RuntimeError("savepoint in a read-only transaction")
-        sp = _Savepoint(self, len(self._stack), len(self._after))
+        sp = _Savepoint(self, len(self._stack), len(self._after), len(self._undo))
         self._stack.append(sp)
-        self._untouched += 1
         return sp
-
-    def _mark_savepoints(self) -> None:
-        """The first write after the untouched savepoints: remember the buffer as it is."""
-        before = dict(self._buf)  # shared by those savepoints, never changed in place
-        for sp in self._stack[len(self._stack) - self._untouched :]:
-            sp.before = before
-        self._untouched = 0
-
-    def _count_untouched(self) -> None:
-        n = 0
-        for sp in reversed(self._stack):
-            if sp.live or sp.before is not None:
-                break
-            n += 1
-        self._untouched = n
 
     def _check(self, sp: object) -> _Savepoint:
         if not isinstance(sp, _Savepoint) or sp.txn is not self:
@@ -213,20 +215,20 @@ class SqliteTxn(Txn):
             # Every buffered write came after the newest live savepoint (a flush makes
             # every open savepoint live), so after this one too: drop them unsent.
             self._buf = {}
+            self._undo = []
             self._conn.execute(_sql(_ROLLBACK_TO, "ROLLBACK TO", sp.depth))
             self._cache.clear()
-        elif sp.before is not None:
-            # Nothing since it reached SQLite: the buffer as it was is the state as it was.
-            before, cache = sp.before, self._cache
-            for key in self._buf:
-                if key in before:
-                    cache[key] = before[key]
-                else:
-                    cache.pop(key, None)  # read again from SQLite, which never saw the write
-            self._buf = dict(before)
-            sp.before = None
-        # else nothing was written since it was taken, so there is nothing to undo.
-        self._count_untouched()
+            return
+        # Nothing since it reached SQLite: undo the buffered writes made after it.
+        buf, cache, undo = self._buf, self._cache, self._undo
+        for i in range(len(undo) - 1, sp.mark - 1, -1):
+            key, prev = undo[i]
+            if prev is _ABSENT:
+                buf.pop(key, None)
+                cache.pop(key, None)  # read again from SQLite, which never saw the write
+            else:
+                buf[key] = cache[key] = prev  # type: ignore[assignment]
+        del undo[sp.mark :]
 
     def release(self, savepoint: object) -> None:
         sp = self._check(savepoint)
@@ -236,7 +238,8 @@ class SqliteTxn(Txn):
                 self._flush()
             self._conn.execute(_sql(_RELEASE, "RELEASE", sp.depth))
         # a buffered savepoint's writes stay in the buffer: they now belong to its parent
-        self._count_untouched()
+        if not self._stack or self._stack[-1].live:
+            self._undo = []  # no buffered savepoint is left to undo to
 
     # -- end ------------------------------------------------------------------------
     def commit(self) -> None:
