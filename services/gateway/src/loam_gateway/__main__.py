@@ -22,13 +22,24 @@ from loam_durable.hub import Hub
 from loam_durable.timers import DurableOutbox
 
 from loam_common import tracing
+from loam_common.errors import InvalidArgument
 from loam_common.loop import configure_logging
 from loam_common.serving import run_server_main, serve
 from loam_common.store.runner import open_store
 from loam_gateway.app import DEFAULT_PORT, create_app
+from loam_gateway.audit_log import AuditLog
 from loam_gateway.auth import StoreAuthenticator, auth_on, check_bind
 from loam_gateway.durable_mount import DurableMount
+from loam_gateway.metrics_history import MetricsHistory
+from loam_gateway.redaction import REDACT_ENV, Redaction
 from loam_gateway.routing import Router
+
+
+def _redaction(p: argparse.ArgumentParser, spec: str) -> Redaction:
+    try:
+        return Redaction.parse(spec)
+    except InvalidArgument as e:
+        p.error(f"--redact: {e}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,7 +55,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--auth", action="store_true", default=auth_on(env.get("LOAM_AUTH")),
                    help="require bearer tokens (LOAM_AUTH=on); needs --store")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
+    p.add_argument("--metrics-interval", type=float, default=float(env.get("LOAM_METRICS_INTERVAL_S", 10)),
+                   help="seconds between two samples of the metrics history ($LOAM_METRICS_INTERVAL_S)")  # fmt: skip
+    p.add_argument("--redact", default=env.get(REDACT_ENV, ""),
+                   help="payload fields REST hides: '[namespace=]field,a.b;...' ($LOAM_REDACT)")  # fmt: skip
     args = p.parse_args(argv)
+    args.redaction = _redaction(p, args.redact)
     args.cores = [c.strip() for c in args.queue_cores.split(",") if c.strip()]
     if not args.cores:
         p.error("--queue-cores (or LOAM_QUEUE_CORES) is required")
@@ -72,7 +88,9 @@ async def run(args: argparse.Namespace) -> None:
             await outbox.stop()
 
     authenticator = StoreAuthenticator(store) if args.auth and store is not None else None
-    app = create_app(router, authenticator, on_startup=start, on_shutdown=stop, durable=durable)
+    app = create_app(router, authenticator, on_startup=start, on_shutdown=stop, durable=durable,
+                     redaction=args.redaction, audit=AuditLog(store) if store is not None else None,
+                     metrics_history=MetricsHistory(router.metrics_text, args.metrics_interval))  # fmt: skip
     url = f"http://{args.host}:{args.port}"
 
     def ready(server) -> None:

@@ -35,14 +35,18 @@ from loam_durable.timers import DurableTimers
 
 from loam_common import tracing
 from loam_common.blobs import DirBlobStore
+from loam_common.errors import InvalidArgument
 from loam_common.loop import configure_logging
 from loam_common.serving import ServeError, run_server_main, serve
 from loam_common.store.runner import open_store
 from loam_engines.credentials import NoCredentials, StoreCredentials
 from loam_engines.engines import Engines, EngineSettings
 from loam_gateway.app import DEFAULT_PORT, create_app
+from loam_gateway.audit_log import AuditLog
 from loam_gateway.auth import DevAuthenticator, StoreAuthenticator, auth_on, check_bind
 from loam_gateway.durable_mount import DurableMount
+from loam_gateway.metrics_history import MetricsHistory
+from loam_gateway.redaction import REDACT_ENV, Redaction
 from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import CoreRpc
@@ -61,6 +65,13 @@ def _durable_retry_ms() -> int:
     return int(os.environ.get("LOAM_DURABLE_RETRY_MS", "30000"))
 
 
+def _redaction(p: argparse.ArgumentParser, spec: str) -> Redaction:
+    try:
+        return Redaction.parse(spec)
+    except InvalidArgument as e:
+        p.error(f"--redact: {e}")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog="loam dev", description="Run every Loam service in one process.")
@@ -72,6 +83,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--durable-retry-ms", type=int, default=int(env.get("LOAM_DURABLE_RETRY_MS", "30000")),
                    help="ms a pending durable task waits before its execute is sent again (LOAM_DURABLE_RETRY_MS)")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
+    p.add_argument("--metrics-interval", type=float, default=float(env.get("LOAM_METRICS_INTERVAL_S", 10)),
+                   help="seconds between two samples of the metrics history ($LOAM_METRICS_INTERVAL_S)")  # fmt: skip
+    p.add_argument("--redact", default=env.get(REDACT_ENV, ""),
+                   help="payload fields REST hides: '[namespace=]field,a.b;...' ($LOAM_REDACT)")  # fmt: skip
     spark_port = env.get("LOAM_SPARK_PORT")
     p.add_argument("--spark-port", type=int, default=int(spark_port) if spark_port else None,
                    help="the Spark Connect endpoint's port ($LOAM_SPARK_PORT; default 15002, 0 = any free port)")  # fmt: skip
@@ -79,7 +94,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds a namespace's Sail server stays up with no open session ($LOAM_SAIL_IDLE_S)")  # fmt: skip
     p.add_argument("--sail-memory-mb", type=int, default=int(env.get("LOAM_SAIL_MEMORY_MB", 0)),
                    help="memory cap of each namespace's Sail server, MiB; it spills past it ($LOAM_SAIL_MEMORY_MB, 0 = none)")  # fmt: skip
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.redaction = _redaction(p, args.redact)
+    return args
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -131,9 +148,9 @@ async def run(args: argparse.Namespace) -> None:
             except Exception:  # noqa: BLE001 - stopping the others and closing the store matter more
                 log.exception("stopping %s failed", loop.name)
 
-    app = create_app(
-        router, authenticator, on_startup=start, on_shutdown=stop, durable=DurableMount(durable, hub)
-    )
+    app = create_app(router, authenticator, on_startup=start, on_shutdown=stop, durable=DurableMount(durable, hub),
+                     redaction=args.redaction, audit=AuditLog(store),
+                     metrics_history=MetricsHistory(router.metrics_text, args.metrics_interval))  # fmt: skip
     url = f"http://{args.host}:{args.port}"
 
     def ready(server) -> None:

@@ -22,6 +22,7 @@ import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
+from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -32,6 +33,8 @@ from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
+from loam_gateway.audit_log import audited
+from loam_gateway.redaction import Redaction, Redactor
 
 INT64 = 2**63 - 1
 UINT32 = 2**32 - 1
@@ -434,21 +437,25 @@ def _json_or_none(raw: bytes) -> tuple[bool, Any]:
         return False, None
 
 
-def payload_view(p: pb.Payload) -> PayloadView:
+def payload_view(p: pb.Payload, redact: Redactor | None = None) -> PayloadView:
+    """`redact` (the namespace's redaction rules, loam_gateway.redaction) hides fields of
+    a JSON payload."""
     view = PayloadView(content_type=p.content_type, size=p.size or len(p.data), blob_ref=p.blob_ref or None)
     if p.data:
         is_json, value = (False, None)
         if p.content_type.startswith("application/json") or not p.content_type:
             is_json, value = _json_or_none(p.data)
         if is_json:
-            view.data = value
+            view.data = redact(value) if redact is not None else value
         else:
             view.data_base64 = base64.b64encode(p.data).decode()
     return view
 
 
-def job_view(j: pb.Job) -> JobView:
+def job_view(j: pb.Job, redact: Redactor | None = None) -> JobView:
     ok, progress = _json_or_none(j.progress) if j.progress else (False, None)
+    if ok and redact is not None:
+        progress = redact(progress)
     return JobView(
         id=j.id,
         queue=j.queue,
@@ -469,8 +476,8 @@ def job_view(j: pb.Job) -> JobView:
         due_ns=j.due_ns,
         deadline_ns=j.deadline_ns,
         state_ns=j.state_ns,
-        payload=payload_view(j.task.payload),
-        result=payload_view(j.result) if j.HasField("result") else None,
+        payload=payload_view(j.task.payload, redact),
+        result=payload_view(j.result, redact) if j.HasField("result") else None,
         errors=[_error_view(e) for e in j.errors],
         progress=progress if ok else None,
         log_count=j.log_count,
@@ -532,6 +539,12 @@ def _proto(build):
         raise InvalidArgument("body", f"cannot be encoded: {e}") from None
 
 
+def redactor(request: Request, p: Principal) -> Redactor | None:
+    """The caller's namespace's redaction rules (None: nothing is hidden)."""
+    rules: Redaction | None = getattr(request.app.state, "redaction", None)
+    return rules.for_namespace(p.namespace) if rules is not None else None
+
+
 def _state(name: str) -> int:
     return S.BY_NAME[name]
 
@@ -561,9 +574,9 @@ def schedule_spec(schedule_id: str, body: ScheduleBody) -> pb.ScheduleSpec:
     return spec
 
 
-def schedule_view(r: pb.ScheduleRecord) -> ScheduleView:
+def schedule_view(r: pb.ScheduleRecord, redact: Redactor | None = None) -> ScheduleView:
     return ScheduleView(
-        id=r.id, queue=r.queue, name=r.task.name, payload=payload_view(r.task.payload), headers=dict(r.task.headers),
+        id=r.id, queue=r.queue, name=r.task.name, payload=payload_view(r.task.payload, redact), headers=dict(r.task.headers),
         cron=r.cron, tz=r.tz, every_ns=r.every_ns, limit=r.limit, start_ns=r.start_ns, end_ns=r.end_ns,
         offset_ns=r.offset_ns, immediately=r.immediately,
         misfire=_MISFIRE_NAME.get(r.misfire, "fire_latest"), misfire_grace_ns=r.misfire_grace_ns,
@@ -591,11 +604,11 @@ def flow_view(f: pb.FlowRecord) -> FlowView:
                     jobs=[FlowJobView(node=j.node, queue=j.queue, job_id=j.job_id) for j in f.jobs])  # fmt: skip
 
 
-def dependency_view(d: pb.Dependency) -> DependencyView:
+def dependency_view(d: pb.Dependency, redact: Redactor | None = None) -> DependencyView:
     return DependencyView(
         queue=d.queue, job_id=d.job_id, node=d.node, job_key=d.job_key,
         state=_DEP_STATE_NAME.get(d.state, "pending"), policy=_POLICY_NAME.get(d.policy, "fail_parent"),
-        value=payload_view(d.value) if d.HasField("value") else None,
+        value=payload_view(d.value, redact) if d.HasField("value") else None,
         error=_error_view(d.error) if d.HasField("error") else None,
         finished_ns=d.finished_ns,
     )  # fmt: skip
@@ -668,6 +681,9 @@ def build_router() -> APIRouter:
 
     async def queue_op(request: Request, p: Principal, queue: str, op: J.QueueOp) -> QueueActionResult:
         r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=op)))
+        kind = op.WhichOneof("op")
+        await audited(request, p, f"queue.{kind}", queue, count=r.affected,
+                      detail=json_format.MessageToJson(getattr(op, kind), indent=None))  # fmt: skip
         return QueueActionResult(
             affected=r.affected, counts=counts_view(r.counts) if r.HasField("counts") else None
         )
@@ -771,7 +787,8 @@ def build_router() -> APIRouter:
             )
         )  # fmt: skip
         r = await call(request, p, "query", req)
-        return JobPage(jobs=[job_view(j) for j in r.jobs], next_page_token=r.next_page_token)
+        redact = redactor(request, p)
+        return JobPage(jobs=[job_view(j, redact) for j in r.jobs], next_page_token=r.next_page_token)
 
     async def job_op(request: Request, p: Principal, queue: str, job: str, op: J.JobOp) -> J.JobAdminResponse:
         return await call(
@@ -786,7 +803,7 @@ def build_router() -> APIRouter:
         got = await job_op(request, p, queue, job, J.JobOp(get={}))
         logs = await job_op(request, p, queue, got.job.id, J.JobOp(logs={}))
         return JobDetail(
-            job=job_view(got.job),
+            job=job_view(got.job, redactor(request, p)),
             logs=[LogLineView(at_ns=x.at_ns, line=x.line) for x in logs.logs],
             log_count=logs.log_count,
         )
@@ -796,7 +813,9 @@ def build_router() -> APIRouter:
             request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")
         ) -> JobActionResult:
             r = await job_op(request, p, queue, job, J.JobOp(**{op_field: {}}))
-            return JobActionResult(job=job_view(r.job) if r.HasField("job") else None, removed=r.removed)
+            await audited(request, p, f"job.{verb}", queue, r.job.id or job)
+            view = job_view(r.job, redactor(request, p)) if r.HasField("job") else None
+            return JobActionResult(job=view, removed=r.removed)
 
         action.__name__ = f"job_{verb}"
         api.post(f"/queues/{{queue}}/jobs/{{job}}:{verb}", response_model=JobActionResult, tags=["jobs"],
@@ -861,7 +880,7 @@ def build_router() -> APIRouter:
     ) -> ScheduleResult:
         req = _proto(lambda: J.ScheduleRequest(spec=schedule_spec(id, body)))
         r = await call(request, p, "schedule", req)
-        return ScheduleResult(schedule=schedule_view(r.schedule), changed=r.changed)
+        return ScheduleResult(schedule=schedule_view(r.schedule, redactor(request, p)), changed=r.changed)
 
     @api.get("/schedules", response_model=SchedulePage, tags=["schedules"], summary="Schedules, in id order")
     async def schedule_list(
@@ -872,8 +891,9 @@ def build_router() -> APIRouter:
     ) -> SchedulePage:
         req = _proto(lambda: J.ListSchedulesRequest(page_size=page_size, page_token=page_token))
         r = await call(request, p, "list_schedules", req)
+        redact = redactor(request, p)
         return SchedulePage(
-            schedules=[schedule_view(x) for x in r.schedules], next_page_token=r.next_page_token
+            schedules=[schedule_view(x, redact) for x in r.schedules], next_page_token=r.next_page_token
         )
 
     @api.get("/schedules/{id}", response_model=ScheduleView, tags=["schedules"],
@@ -882,7 +902,7 @@ def build_router() -> APIRouter:
         request: Request, id: ScheduleId, p: Principal = caller("get_schedule")
     ) -> ScheduleView:
         r = await call(request, p, "get_schedule", _proto(lambda: J.GetScheduleRequest(id=id)))
-        return schedule_view(r.schedule)
+        return schedule_view(r.schedule, redactor(request, p))
 
     @api.delete("/schedules/{id}", response_model=UnscheduleResult, tags=["schedules"],
                 summary="Remove a schedule (the jobs its ticks enqueued stay)")  # fmt: skip
@@ -910,6 +930,7 @@ def build_router() -> APIRouter:
         request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_get")
     ) -> ChildrenList:
         r = await job_op(request, p, queue, job, J.JobOp(children={}))
-        return ChildrenList(children=[dependency_view(d) for d in r.children])
+        redact = redactor(request, p)
+        return ChildrenList(children=[dependency_view(d, redact) for d in r.children])
 
     return api
