@@ -267,3 +267,42 @@ async def test_the_metrics_route_serves_a_queues_points(app_parts, token):
     r = await gateway.get("/v1/queues/emails/metrics?range=2h", headers=viewer)
     assert (r.status_code, r.json()["code"]) == (400, "invalid_argument")
     assert (await gateway.get("/v1/queues/nope/metrics", headers=viewer)).status_code == 404
+
+
+# -- the job list's rows ------------------------------------------------------------------
+def test_a_list_row_is_the_job_view_and_its_summary_a_valid_one():
+    from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+    from loam_common.jobs import states as S
+    from loam_gateway.rest import JobView, job_row, job_view
+
+    j = pb.Job(id="01J", queue="q", state=S.FAILED, attempt=2, attempts_max=3, worker="w1", created_ns=5,
+               task=pb.TaskSpec(name="charge", payload=pb.Payload(data=json.dumps(SECRET).encode(),
+                                                                   content_type="application/json")),
+               result=pb.Payload(data=b"\x00\x01", content_type="application/octet-stream"),
+               progress=b'{"password": "p", "pct": 50}', flow="f1", children=2, pending_children=1)  # fmt: skip
+    j.task.headers["h"] = "v"
+    j.errors.add(code="E1", message="first", stacktrace="trace 1", at_ns=6, attempt=1)
+    j.errors.add(code="E2", message="second", stacktrace="trace 2", at_ns=7, attempt=2)
+    j.parents.add(queue="p", job_id="01P")
+    hide = Redaction.parse(RULES).for_namespace("acme")
+    for redact in (None, hide):
+        assert job_row(j, redact) == job_view(j, redact).model_dump()
+    summary = JobView.model_validate(job_row(j, hide, summary=True))
+    assert (summary.payload.data, summary.payload.size, summary.result.data_base64) == (None, len(json.dumps(SECRET)), None)
+    assert [(e.message, e.stacktrace) for e in summary.errors] == [("second", "")]
+    assert (summary.progress, summary.headers, summary.parents[0].job_id) == (None, {}, "01P")
+
+
+async def test_the_job_list_pages_in_full_or_in_summary(gateway, token):
+    admin = await token("acme", *sorted(auth.ACTIONS))
+    ids = [await enqueue(gateway, admin, "pay", SECRET) for _ in range(3)]
+    r = await gateway.get("/v1/queues/pay/jobs?state=waiting&page_size=2&view=summary", headers=admin)
+    assert r.status_code == 200, r.text
+    first = r.json()
+    assert [j["payload"]["data"] for j in first["jobs"]] == [None, None]
+    r = await gateway.get(f"/v1/queues/pay/jobs?state=waiting&page_size=2&page_token={first['next_page_token']}",
+                          headers=admin)  # fmt: skip
+    assert r.json()["jobs"][0]["payload"]["data"]["password"] == REDACTED
+    assert {j["id"] for j in first["jobs"] + r.json()["jobs"]} == set(ids)
+    r = await gateway.get("/v1/queues/pay/jobs?view=brief", headers=admin)
+    assert (r.status_code, r.json()["code"]) == (400, "invalid_argument")
