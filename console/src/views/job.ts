@@ -8,6 +8,8 @@ import { can, canAdmin, link, navigate, type Ctx } from "../main";
 import { queueStream } from "../sse";
 import { actionButton, empty, liveBadge, throttle } from "./common";
 import { jobActions } from "./queue";
+import { jobAudit } from "./audit";
+import { graphSection } from "./dag";
 
 const PAYLOAD_SHOWN = 20_000; // characters before "show all"
 
@@ -163,8 +165,14 @@ export async function jobPage(ctx: Ctx): Promise<void> {
       h("section", { "aria-labelledby": "h-children" }, h("h2", { id: "h-children" }, "Children"), children),
     );
   }
+  // Drawn once (not on each live reload): the graph keeps what was expanded and where it was looked at.
+  const history = h("div", null, h("p", { class: "muted" }, "Loading…"));
+  const reloadHistory = () => void jobAudit(queue, detail.job.id).then((el) => replace(history, el));
+  reloadHistory();
   replace(ctx.main, h("p", { class: "muted" }, h("a", { href: link("/") }, "Queues"), " / ",
-    h("a", { href: link(`/queues/${encodeURIComponent(queue)}`) }, queue), " / ", detail.job.id), box);
+    h("a", { href: link(`/queues/${encodeURIComponent(queue)}`) }, queue), " / ", detail.job.id), box,
+    h("section", { "aria-labelledby": "h-graph" }, h("h2", { id: "h-graph" }, "Flow graph"), graphSection(queue, detail.job)),
+    h("section", { "aria-labelledby": "h-history" }, h("h2", { id: "h-history" }, "History (audit log)"), history));
   draw();
   if (!detail.job) replace(box, empty("No such job."));
 
@@ -175,6 +183,7 @@ export async function jobPage(ctx: Ctx): Promise<void> {
     seen.push(e.data);
     events.appendChild(h("li", null, h("time", null, time(Number(ev.time_ns))), " — ", ev.event));
     reload();
+    reloadHistory();
   }, live.set);
   ctx.onLeave(() => stream.stop());
 }
