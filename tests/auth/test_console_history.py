@@ -237,6 +237,9 @@ def test_a_point_is_the_step_between_two_samples():
     assert h.points("acme", "emails", "1h")[-1]["t_ns"] == (1310 + 10 * 399) * s
     h.record("", now_ns=10**13)
     assert h.points("acme", "emails", "1h") == []
+    # a queue that appears after the first sample is new: its first step counts from zero
+    h.record(_text(6, 4, 0, 2, [], []), now_ns=10**13 + 10 * s)
+    assert [(p["enqueued"], p["completed"]) for p in h.points("acme", "emails", "1h")] == [(6, 4)]
 
 
 def test_quantile_interpolates_within_a_bucket():

@@ -107,7 +107,8 @@ export function flowGraph(queue: string, job: Job): HTMLElement {
     for (const key of order) {
       const n = nodes.get(key)!, p = at.get(key)!;
       const title = `${n.queue} / ${n.id}${n.state ? ` (${n.state})` : ""}`;
-      const a = svg("a", { href: link(`/queues/${encodeURIComponent(n.queue)}/jobs/${encodeURIComponent(n.id)}`), "aria-label": title },
+      // named by its visible text (task, state, the id's end); the title gives the whole id
+      const a = svg("a", { href: link(`/queues/${encodeURIComponent(n.queue)}/jobs/${encodeURIComponent(n.id)}`) },
         svg("rect", { x: p.x, y: p.y, width: W, height: H, rx: 8, class: `node ${n.state}${n === root ? " root" : ""}` }),
         svg("text", { x: p.x + 10, y: p.y + 19, class: "label" }, (n.label || n.id).slice(0, 24)),
         svg("text", { x: p.x + 10, y: p.y + 36, class: "sub" }, `${n.state || "…"} · ${n.id.slice(-10)}`),

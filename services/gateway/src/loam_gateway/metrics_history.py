@@ -199,6 +199,7 @@ class MetricsHistory:
         self._series: dict[tuple[str, str], dict[str, _Tier]] = {}
         self._task: asyncio.Task | None = None
         self.samples = 0
+        self._last_at = 0
         self._sampled = asyncio.Event()
 
     def record(self, text: str, now_ns: int | None = None) -> None:
@@ -213,8 +214,11 @@ class MetricsHistory:
         for key, cur in totals.items():
             tiers = self._series.get(key)
             if tiers is None:
+                # A queue first seen after the first sample is new: it counts from zero at the
+                # last sample, so the jobs it ran before this one are in its first step.
+                start = Totals(self._last_at) if self.samples else None
                 tiers = self._series[key] = {
-                    r: _Tier(self.steps_ns[r], Ring(cap)) for r, (_, cap) in RANGES.items()
+                    r: _Tier(self.steps_ns[r], Ring(cap), start) for r, (_, cap) in RANGES.items()
                 }
             for tier in tiers.values():
                 if tier.last is None:
@@ -223,6 +227,7 @@ class MetricsHistory:
                     tier.ring.append(point(tier.last, cur))
                     tier.last = cur
         self.samples += 1
+        self._last_at = now_ns
         self._sampled.set()
 
     def points(self, ns: str, queue: str, range_: str) -> list[dict[str, float | None]]:
