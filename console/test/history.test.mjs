@@ -5,7 +5,8 @@
 // executions; a redacted payload; and a queue of many jobs (CONSOLE_SCALE_JOBS, 5,000 by
 // default, 100,000 with `make test-console-scale`) paged, searched and opened.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { createRequire } from "node:module";
 import { after, before, describe, test } from "node:test";
 import { rest, startBrowser, startServer } from "./harness.mjs";
@@ -15,6 +16,13 @@ const AXE = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
 const DESKTOP = { width: 1280, height: 800 };
 const PHONE = { width: 390, height: 844 };
 const SCALE = Number(process.env.CONSOLE_SCALE_JOBS || 5000);
+const SHOTS = process.env.CONSOLE_SCREENSHOTS; // a directory: save the main pages there
+
+async function shot(page, name) {
+  if (!SHOTS) return;
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: false });
+}
 
 let server, browser, admin, viewer, adminB;
 
@@ -80,11 +88,20 @@ describe("metrics history", () => {
     // new work shows up without a reload (the page follows the server's steps)
     await server.work(admin, "metered", 4, 0);
     await page.locator("[data-testid=metrics-summary]").filter({ hasText: "34 completed" }).waitFor({ timeout: 30_000 });
+    await shot(page, "metrics");
     await page.getByRole("link", { name: "24h" }).click();
     await page.waitForURL(/range=24h$/);
     await page.getByText("No points yet").waitFor(); // its step is 5 minutes
     await axe(page, "metrics page");
     assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
+  test("the metrics page at a phone's width has no sideways scrolling", async () => {
+    const page = await signedIn(admin, "/console/queues/metered/metrics", PHONE);
+    await page.locator("[data-chart=throughput] canvas").first().waitFor();
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 0, `the page is ${overflow}px wider than the phone`);
     await page.context().close();
   });
 });
@@ -111,6 +128,7 @@ describe("audit log", () => {
     assert.equal(rows.length, 2);
     assert.match(rows[0], new RegExp(`job\\.cancel.*${job}.*${me}.*admin`));
     assert.match(rows[1], /job\.change-priority.*priority 7/);
+    await shot(seen, "audit");
     await axe(seen, "audit page");
     // another namespace's log has none of it
     const other = await signedIn(adminB, "/console/audit?queue=audited");
@@ -150,6 +168,8 @@ describe("flow graph", () => {
     const panned = (await box()).split(" ").map(Number);
     assert.ok(panned[0] < zoomed[0], `dragging right moves the view left: ${zoomed} -> ${panned}`);
     await graph.getByRole("button", { name: "Fit" }).click();
+    await page.locator("#h-graph").scrollIntoViewIfNeeded();
+    await shot(page, "flow");
     await graph.locator(`[data-node="${body.jobs.leaf}"] > a`).click();
     await page.getByRole("heading", { name: `Job ${body.jobs.leaf}` }).waitFor();
     // from the leaf, the graph reaches up: its parent is there, and expanding it reaches the root
@@ -259,14 +279,6 @@ describe("scale", () => {
     await row.getByRole("link", { name: ids.middle }).click();
     await page.getByRole("heading", { name: `Job ${ids.middle}` }).waitFor();
     assert.match(await page.locator("pre[aria-label=Payload]").textContent(), new RegExp(`user-${middle}@example.com`));
-    await page.context().close();
-  });
-
-  test("the metrics page at a phone's width has no sideways scrolling", async () => {
-    const page = await signedIn(admin, "/console/queues/metered/metrics", PHONE);
-    await page.locator("[data-chart=throughput] canvas").first().waitFor();
-    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-    assert.ok(overflow <= 0, `the page is ${overflow}px wider than the phone`);
     await page.context().close();
   });
 });
