@@ -61,8 +61,20 @@ class Dev:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOAM_")}
-        cmd = [python, "-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", str(self.port), "--data", str(data)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        cmd = [
+            python,
+            "-m",
+            "loam_gateway.dev",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--data",
+            str(data),
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
         ready = threading.Event()
         self.log: list[str] = []
 

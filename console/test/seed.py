@@ -104,7 +104,10 @@ async def bulk(url: str, token: str, queue: str, n: str) -> dict[str, str]:
     total, ids = int(n), []
     async with Client(url, token=token) as c:
         for start in range(0, total, 1000):
-            items = [("import", {"n": i, "email": f"user-{i}@example.com"}) for i in range(start, min(start + 1000, total))]
+            items = [
+                ("import", {"n": i, "email": f"user-{i}@example.com"})
+                for i in range(start, min(start + 1000, total))
+            ]
             got = await c.enqueue_bulk(queue, items)
             ids += [x.id for x in got]
     return {"first": ids[0], "middle": ids[total // 2], "last": ids[-1]}

@@ -291,7 +291,11 @@ def test_a_list_row_is_the_job_view_and_its_summary_a_valid_one():
     for redact in (None, hide):
         assert job_row(j, redact) == job_view(j, redact).model_dump()
     summary = JobView.model_validate(job_row(j, hide, summary=True))
-    assert (summary.payload.data, summary.payload.size, summary.result.data_base64) == (None, len(json.dumps(SECRET)), None)
+    assert (summary.payload.data, summary.payload.size, summary.result.data_base64) == (
+        None,
+        len(json.dumps(SECRET)),
+        None,
+    )
     assert [(e.message, e.stacktrace) for e in summary.errors] == [("second", "")]
     assert (summary.progress, summary.headers, summary.parents[0].job_id) == (None, {}, "01P")
 
