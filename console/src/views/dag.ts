@@ -106,7 +106,7 @@ export function flowGraph(queue: string, job: Job): HTMLElement {
     }
     for (const key of order) {
       const n = nodes.get(key)!, p = at.get(key)!;
-      const title = `${n.queue} / ${n.id}${n.state ? ` (${n.state})` : ""}`;
+      const title = `job ${n.id} of ${n.queue}${n.state ? `, ${n.state}` : ""}`;
       // named by its visible text (task, state, the id's end); the title gives the whole id
       const a = svg("a", { href: link(`/queues/${encodeURIComponent(n.queue)}/jobs/${encodeURIComponent(n.id)}`) },
         svg("rect", { x: p.x, y: p.y, width: W, height: H, rx: 8, class: `node ${n.state}${n === root ? " root" : ""}` }),
