@@ -313,3 +313,15 @@ async def test_the_job_list_pages_in_full_or_in_summary(gateway, token):
     assert {j["id"] for j in first["jobs"] + r.json()["jobs"]} == set(ids)
     r = await gateway.get("/v1/queues/pay/jobs?view=brief", headers=admin)
     assert (r.status_code, r.json()["code"]) == (400, "invalid_argument")
+
+
+def test_loam_dev_refuses_a_bad_rule_or_interval(capsys):
+    from loam_gateway import dev
+
+    args = dev.parse_args(["--redact", "password;team-a=card.number", "--metrics-interval", "2.5"])
+    assert (args.redaction.fields["team-a"], args.metrics_interval) == (("card.number",), 2.5)
+    for bad in (["--redact", "a..b"], ["--metrics-interval", "0"], ["--redact", "bad ns=x"]):
+        with pytest.raises(SystemExit) as e:
+            dev.parse_args(bad)
+        assert e.value.code == 2
+    assert "--redact" in capsys.readouterr().err

@@ -61,6 +61,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="payload fields REST hides: '[namespace=]field,a.b;...' ($LOAM_REDACT)")  # fmt: skip
     args = p.parse_args(argv)
     args.redaction = _redaction(p, args.redact)
+    if not args.metrics_interval > 0:
+        p.error("--metrics-interval must be a positive number of seconds")
     args.cores = [c.strip() for c in args.queue_cores.split(",") if c.strip()]
     if not args.cores:
         p.error("--queue-cores (or LOAM_QUEUE_CORES) is required")

@@ -96,6 +96,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="memory cap of each namespace's Sail server, MiB; it spills past it ($LOAM_SAIL_MEMORY_MB, 0 = none)")  # fmt: skip
     args = p.parse_args(argv)
     args.redaction = _redaction(p, args.redact)
+    if not args.metrics_interval > 0:
+        p.error("--metrics-interval must be a positive number of seconds")
     return args
 
 
