@@ -109,7 +109,7 @@ class Dev:
 
 async def fill(url: str, queue: str, jobs: int) -> float:
     t0 = time.perf_counter()
-    async with Client(url) as client:
+    async with Client(url, timeout=600) as client:  # a loaded machine can take long over 1,000 jobs
         sem = asyncio.Semaphore(4)
 
         async def one(n: int) -> None:
