@@ -9,7 +9,7 @@ PROTO_OUT := libs/common/src/loam_common/gen
 
 ENGINES := .engines
 
-.PHONY: engines-spark engines-spark-jvm test-engines venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink console console-gen console-gen-check test-console console-screenshots chromium bench-console test-chaos
+.PHONY: engines-spark engines-spark-jvm test-engines venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink console console-gen console-gen-check test-console console-screenshots chromium bench-console test-chaos test-console-scale bench-console-list
 
 PACKAGES := libs/common services/durable services/queue-core services/sweeper services/relay services/gateway services/engines adapters/python adapters/celery
 
@@ -125,6 +125,12 @@ chromium:
 test-console: console chromium
 	cd $(CONSOLE) && LOAM_PYTHON=$(abspath $(BIN)/python) npm test
 
+# The console over a queue of 100,000 jobs (bulk-enqueued through the SDK): paged, searched
+# and a job opened, in Chromium (a few minutes; `make test-console` runs it with 5,000).
+test-console-scale: console chromium
+	cd $(CONSOLE) && LOAM_PYTHON=$(abspath $(BIN)/python) CONSOLE_SCALE_JOBS=$${CONSOLE_SCALE_JOBS:-100000} \
+		node --test --test-name-pattern='jobs: page by cursor' test/history.test.mjs
+
 # The same run, saving the main pages as PNGs into docs/console/ (for docs/console.md).
 console-screenshots: console chromium
 	cd $(CONSOLE) && LOAM_PYTHON=$(abspath $(BIN)/python) CONSOLE_SCREENSHOTS=$(abspath docs/console) npm test
@@ -133,6 +139,11 @@ console-screenshots: console chromium
 # page): bench/console_bench.mjs, figures into bench/results/console.json.
 bench-console: console chromium
 	LOAM_PYTHON=$(abspath $(BIN)/python) node bench/console_bench.mjs $(BENCH_ARGS)
+
+# The REST job list alone (a 50-row page over 1,000,000 jobs), this tree against another
+# checkout's with BENCH_ARGS="--before /path/to/other/.venv/bin/python": bench/console_list_bench.py.
+bench-console-list: venv
+	$(BIN)/python bench/console_list_bench.py $(BENCH_ARGS)
 
 # docker-compose.yml on paper (no Docker engine runs here): Debian's docker-compose parses
 # and checks it. The internal token only has to be set for interpolation.

@@ -59,6 +59,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `sys/flink/periodic/<ns>/<deployment>`      | empty                | a RUNNING Flink deployment with a savepoint policy |
 | `t/<ns>/eng/run/<run id>`                   | EngineRun            | engine runs (loam_engines)     |
 | `t/<ns>/eng/log/<run id>/<n u32>`           | EngineLogLine        | a run's output, n from 1       |
+| `t/<ns>/audit/<at_ns u64><8 random bytes>`  | AuditEntry (JSON)    | console / REST actions (audit.py) |
 | `sys/tokens/<token id>`                     | TokenRecord          | API tokens (auth.py), hashed   |
 | `sys/engines/ns/<ns>`                       | empty                | namespaces with engine jobs    |
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
@@ -297,6 +298,15 @@ def blob_gc_all(ns: str) -> bytes:
 def blob_gc(ns: str, ref: str) -> bytes:
     """A blob whose last reference was dropped; the sweeper deletes it, then this key."""
     return blob_gc_all(ns) + ref.encode()
+
+
+# audit log (audit.py) ------------------------------------------------------------------
+def audit_all(ns: str) -> bytes:
+    return ns_prefix(ns) + b"audit/"
+
+
+def audit_entry(ns: str, at_ns: int, nonce: bytes) -> bytes:
+    return audit_all(ns) + U64.pack(at_ns) + nonce
 
 
 # result store -----------------------------------------------------------------------

@@ -27,14 +27,25 @@ from loam_durable.peers import Peers
 from loam_durable.timers import DurableOutbox
 
 from loam_common import tracing
+from loam_common.errors import InvalidArgument
 from loam_common.loop import configure_logging
 from loam_common.serving import run_server_main, serve
 from loam_common.store.runner import open_store
 from loam_gateway.app import DEFAULT_PORT, DURABLE_BASE, create_app
+from loam_gateway.audit_log import AuditLog
 from loam_gateway.auth import StoreAuthenticator, auth_on, check_bind
 from loam_gateway.durable_mount import DurableMount
 from loam_gateway.guard import guard_flags, guard_policy
+from loam_gateway.metrics_history import MetricsHistory
+from loam_gateway.redaction import REDACT_ENV, Redaction
 from loam_gateway.routing import Router
+
+
+def _redaction(p: argparse.ArgumentParser, spec: str) -> Redaction:
+    try:
+        return Redaction.parse(spec)
+    except InvalidArgument as e:
+        p.error(f"--redact: {e}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,7 +65,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "default http://<host>:<port>, the machine's name for a wildcard host)")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     guard_flags(p, env)
+    p.add_argument("--metrics-interval", type=float, default=float(env.get("LOAM_METRICS_INTERVAL_S", 10)),
+                   help="seconds between two samples of the metrics history ($LOAM_METRICS_INTERVAL_S)")  # fmt: skip
+    p.add_argument("--redact", default=env.get(REDACT_ENV, ""),
+                   help="payload fields REST hides: '[namespace=]field,a.b;...' ($LOAM_REDACT)")  # fmt: skip
     args = p.parse_args(argv)
+    args.redaction = _redaction(p, args.redact)
+    if not args.metrics_interval > 0:
+        p.error("--metrics-interval must be a positive number of seconds")
     args.cores = [c.strip() for c in args.queue_cores.split(",") if c.strip()]
     if not args.cores:
         p.error("--queue-cores (or LOAM_QUEUE_CORES) is required")
@@ -91,7 +109,15 @@ async def run(args: argparse.Namespace) -> None:
 
     authenticator = StoreAuthenticator(store) if args.auth and store is not None else None
     app = create_app(
-        router, authenticator, on_startup=start, on_shutdown=stop, durable=durable, guard=guard_policy(args)
+        router,
+        authenticator,
+        on_startup=start,
+        on_shutdown=stop,
+        durable=durable,
+        guard=guard_policy(args),
+        redaction=args.redaction,
+        audit=AuditLog(store) if store is not None else None,
+        metrics_history=MetricsHistory(router.metrics_text, args.metrics_interval),
     )
     url = f"http://{args.host}:{args.port}"
 

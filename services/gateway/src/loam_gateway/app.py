@@ -34,14 +34,18 @@ from loam_common.api.methods import operation
 from loam_common.connect_errors import HTTP_STATUS, error_detail, to_connect
 from loam_common.errors import JobsError
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
+from loam_gateway.audit_log import AuditLog
 from loam_gateway.auth import Authenticator
 from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix, strip_namespace
 from loam_gateway.guard import GuardPolicy, RequestGuard
+from loam_gateway.metrics_history import MetricsHistory
+from loam_gateway.redaction import Redaction
 from loam_gateway.rest import build_router
 from loam_gateway.rest_console import build_console_router
 from loam_gateway.rest_engines import build_engines_router
 from loam_gateway.rest_events import build_events_router
 from loam_gateway.rest_flink import build_flink_router
+from loam_gateway.rest_history import build_history_router
 from loam_gateway.routing import Router
 from loam_gateway.unary_lane import UnaryLane
 
@@ -109,11 +113,17 @@ def create_app(
     on_shutdown: Callable[[], Awaitable[None]] | None = None,
     durable: Any = None,
     guard: GuardPolicy | None = None,
+    redaction: Redaction | None = None,
+    audit: AuditLog | None = None,
+    metrics_history: MetricsHistory | None = None,
 ) -> FastAPI:
     """The gateway app. `on_startup` / `on_shutdown` run in its lifespan (dev starts its
     sweeper there and closes the store). `durable` (a durable_mount.DurableMount) adds
     durable mode: the Resonate-protocol app at `/resonate` and `/v1/durable/...`. `guard`
-    is the request policy (guard.py); by default a loopback server's."""
+    is the request policy (guard.py); by default a loopback server's. `redaction`: the
+    payload fields REST hides (loam_gateway.redaction); `audit`: where REST writes are
+    recorded (loam_gateway.audit_log); `metrics_history`: the sampler behind
+    `/v1/queues/{q}/metrics`, started and stopped with the app."""
     access = Access(authenticator)
     metrics_operation = operation("metrics")
 
@@ -121,9 +131,13 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if on_startup is not None:
             await on_startup()
+        if metrics_history is not None:
+            metrics_history.start()
         try:
             yield
         finally:
+            if metrics_history is not None:
+                await metrics_history.stop()
             await router.close()
             if on_shutdown is not None:
                 await on_shutdown()
@@ -141,6 +155,9 @@ def create_app(
     )
     app.state.router = router
     app.state.access = access
+    app.state.redaction = redaction or Redaction()
+    app.state.audit = audit
+    app.state.metrics_history = metrics_history
 
     @app.exception_handler(ConnectError)
     async def _connect_error(request: Request, exc: ConnectError) -> JSONResponse:
@@ -187,6 +204,7 @@ def create_app(
     app.include_router(build_events_router())
     app.include_router(build_flink_router())
     app.include_router(build_console_router())  # /v1/whoami, queues:stats, ...; /console
+    app.include_router(build_history_router())  # /v1/queues/{q}/metrics, /v1/audit
     app.include_router(build_engines_router())
     connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access), codecs=api_codec.codecs())
     app.mount(connect_app.path, connect_app)

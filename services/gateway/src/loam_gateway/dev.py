@@ -35,6 +35,7 @@ from loam_durable.timers import DurableTimers
 
 from loam_common import tracing
 from loam_common.blobs import DirBlobStore
+from loam_common.errors import InvalidArgument
 from loam_common.jobs import quotas
 from loam_common.loop import configure_logging
 from loam_common.serving import ServeError, run_server_main, serve
@@ -42,9 +43,12 @@ from loam_common.store.runner import open_store
 from loam_engines.credentials import NoCredentials, StoreCredentials
 from loam_engines.engines import Engines, EngineSettings
 from loam_gateway.app import DEFAULT_PORT, create_app
+from loam_gateway.audit_log import AuditLog
 from loam_gateway.auth import DevAuthenticator, StoreAuthenticator, auth_on, check_bind
 from loam_gateway.durable_mount import DurableMount
 from loam_gateway.guard import guard_flags, guard_policy
+from loam_gateway.metrics_history import MetricsHistory
+from loam_gateway.redaction import REDACT_ENV, Redaction
 from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import CoreRpc
@@ -63,6 +67,13 @@ def _durable_retry_ms() -> int:
     return int(os.environ.get("LOAM_DURABLE_RETRY_MS", "30000"))
 
 
+def _redaction(p: argparse.ArgumentParser, spec: str) -> Redaction:
+    try:
+        return Redaction.parse(spec)
+    except InvalidArgument as e:
+        p.error(f"--redact: {e}")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog="loam dev", description="Run every Loam service in one process.")
@@ -78,6 +89,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="per-namespace quotas, e.g. '*:stored_jobs=100000;alpha:enqueue_rate=50' "
                         "(enqueue_rate, stored_jobs, payload_bytes, active_leases, schedules; 0 = none)")  # fmt: skip
     guard_flags(p, env)
+    p.add_argument("--metrics-interval", type=float, default=float(env.get("LOAM_METRICS_INTERVAL_S", 10)),
+                   help="seconds between two samples of the metrics history ($LOAM_METRICS_INTERVAL_S)")  # fmt: skip
+    p.add_argument("--redact", default=env.get(REDACT_ENV, ""),
+                   help="payload fields REST hides: '[namespace=]field,a.b;...' ($LOAM_REDACT)")  # fmt: skip
     spark_port = env.get("LOAM_SPARK_PORT")
     p.add_argument("--spark-port", type=int, default=int(spark_port) if spark_port else None,
                    help="the Spark Connect endpoint's port ($LOAM_SPARK_PORT; default 15002, 0 = any free port)")  # fmt: skip
@@ -85,7 +100,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds a namespace's Sail server stays up with no open session ($LOAM_SAIL_IDLE_S)")  # fmt: skip
     p.add_argument("--sail-memory-mb", type=int, default=int(env.get("LOAM_SAIL_MEMORY_MB", 0)),
                    help="memory cap of each namespace's Sail server, MiB; it spills past it ($LOAM_SAIL_MEMORY_MB, 0 = none)")  # fmt: skip
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.redaction = _redaction(p, args.redact)
+    if not args.metrics_interval > 0:
+        p.error("--metrics-interval must be a positive number of seconds")
+    return args
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -144,6 +163,9 @@ async def run(args: argparse.Namespace) -> None:
         on_shutdown=stop,
         durable=DurableMount(durable, hub),
         guard=guard_policy(args),
+        redaction=args.redaction,
+        audit=AuditLog(store),
+        metrics_history=MetricsHistory(router.metrics_text, args.metrics_interval),
     )
     url = f"http://{args.host}:{args.port}"
 
