@@ -44,6 +44,7 @@ from loam_common.store.base import (
     Txn,
     WriteConflict,
 )
+from loam_common.store.lmdb import LmdbBackend
 from loam_common.store.memory import MemoryBackend
 from loam_common.store.sqlite import SqliteBackend
 from loam_common.store.tikv import TikvBackend
@@ -443,23 +444,34 @@ def _delete_keys(tx: Txn, keys: list[bytes]) -> None:
 
 
 _URL_FORMS = (
-    "sqlite:///abs/path.db, sqlite:relative/path.db, memory://, tikv://pd-host:2379[,pd-host2:2379...]"
+    "lmdb:///abs/dir, lmdb:relative/dir, sqlite:///abs/path.db, sqlite:relative/path.db, memory://, "
+    "tikv://pd-host:2379[,pd-host2:2379...]"
 )
 
 
+def _file_path(url: str, scheme: str) -> str:
+    """The path of `scheme:///abs/path` or `scheme:relative/path`."""
+    rest = url[len(scheme) + 1 :]
+    if rest.startswith("///"):
+        path = rest[2:]  # keep the leading "/" of the absolute path
+    elif rest.startswith("/"):
+        raise ValueError(f"bad store URL {url!r}: use one of {_URL_FORMS}")
+    else:
+        path = rest
+    if not path or path == "/":
+        raise ValueError(f"bad store URL {url!r}: no database path; use one of {_URL_FORMS}")
+    return path
+
+
 def open_store(url: str, *, durable_power_loss: bool = False, clock: Clock | None = None) -> Store:
-    """Open a Store from a URL. `durable_power_loss` applies to SQLite only."""
+    """Open a Store from a URL. `durable_power_loss` applies to the embedded stores
+    (LMDB, SQLite): an fsync before a commit is acknowledged."""
     backend: Backend
-    if url.startswith("sqlite:"):
-        rest = url[len("sqlite:") :]
-        if rest.startswith("///"):
-            path = rest[2:]  # keep the leading "/" of the absolute path
-        elif rest.startswith("/"):
-            raise ValueError(f"bad store URL {url!r}: use one of {_URL_FORMS}")
-        else:
-            path = rest
-        if not path or path == "/":
-            raise ValueError(f"bad store URL {url!r}: no database path; use one of {_URL_FORMS}")
+    if url.startswith("lmdb:"):
+        path = _file_path(url, "lmdb")
+        backend = LmdbBackend(path, durable_power_loss=durable_power_loss, clock=clock)
+    elif url.startswith("sqlite:"):
+        path = _file_path(url, "sqlite")
         backend = SqliteBackend(path, durable_power_loss=durable_power_loss, clock=clock)
     elif url == "memory://":
         backend = MemoryBackend(clock=clock)
