@@ -270,7 +270,6 @@ class LmdbTxn(Txn):
         self.clock = backend.clock
         self._backend = backend
         self._txn = txn
-        self._kv = backend._shared.kv
         self._read_only = read_only
         self._stack: list[_Savepoint] = []
         self._undo: list[tuple[bytes, bytes | None]] = []
@@ -282,7 +281,7 @@ class LmdbTxn(Txn):
     # -- reads ----------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
         if 0 < len(key) <= _MAX_KEY:
-            return self._txn.get(key, db=self._kv)
+            return self._txn.get(key)
         return self._get_spilled(key)
 
     def _get_spilled(self, key: bytes) -> bytes | None:
@@ -313,7 +312,7 @@ class LmdbTxn(Txn):
 
     def _scan_main(self, start: bytes, end: bytes, limit: int | None, reverse: bool) -> list:
         out: list[tuple[bytes, bytes]] = []
-        with self._txn.cursor(db=self._kv) as cur:
+        with self._txn.cursor() as cur:
             if not reverse:
                 if not (cur.set_range(start) if start else cur.first()):
                     return out
@@ -366,41 +365,60 @@ class LmdbTxn(Txn):
         pass
 
     # -- writes ---------------------------------------------------------------------
-    def _writable(self, key: bytes) -> None:
+    def _check_write(self, key: object, value: object = b"") -> None:
         if self._read_only:
             raise RuntimeError("write in a read-only transaction")
         if type(key) is not bytes:
             raise TypeError(f"keys are bytes, got {type(key).__name__}")
-        if self._stack:
-            seen = self._stack[-1].seen
-            if key not in seen:
-                seen.add(key)
-                self._undo.append((key, self.get(key)))
-
-    def put(self, key: bytes, value: bytes) -> None:
-        self._writable(key)
         if type(value) is not bytes:
             raise TypeError(f"values are bytes, got {type(value).__name__}")
+
+    def put(self, key: bytes, value: bytes) -> None:
+        if self._read_only or type(key) is not bytes or type(value) is not bytes:
+            self._check_write(key, value)
         self._wrote = True
         try:
             if 0 < len(key) <= _MAX_KEY:
-                self._txn.put(key, value, db=self._kv)
+                stack = self._stack
+                if stack and key not in (seen := stack[-1].seen):
+                    # The value before the savepoint, read by the write itself.
+                    seen.add(key)
+                    self._undo.append((key, self._txn.replace(key, value)))
+                else:
+                    self._txn.put(key, value)
             else:
+                self._record_undo(key)
                 self._txn.put(_spill_key(key), _spill_value(key, value), db=self._backend._shared.spill)
                 self._spill_empty = False
         except lmdb.Error as e:
             raise self._failed(e) from e
 
     def delete(self, key: bytes) -> None:
-        self._writable(key)
+        if self._read_only or type(key) is not bytes:
+            self._check_write(key)
         self._wrote = True
         try:
             if 0 < len(key) <= _MAX_KEY:
-                self._txn.delete(key, db=self._kv)
+                stack = self._stack
+                if stack and key not in (seen := stack[-1].seen):
+                    old = self._txn.pop(key)
+                    if old is not None:  # deleting nothing changes nothing: no undo yet
+                        seen.add(key)
+                        self._undo.append((key, old))
+                else:
+                    self._txn.delete(key)
             elif self._get_spilled(key) is not None:
+                self._record_undo(key)
                 self._txn.delete(_spill_key(key), db=self._backend._shared.spill)
         except lmdb.Error as e:
             raise self._failed(e) from e
+
+    def _record_undo(self, key: bytes) -> None:
+        if self._stack:
+            seen = self._stack[-1].seen
+            if key not in seen:
+                seen.add(key)
+                self._undo.append((key, self._get_spilled(key)))
 
     def _failed(self, e: lmdb.Error) -> Exception:
         """The error to raise for an LMDB failure inside the transaction. A full map
@@ -431,17 +449,17 @@ class LmdbTxn(Txn):
         sp = self._check(savepoint)
         del self._stack[sp.depth + 1 :]
         del self._after[sp.after_len :]
-        undo, txn, kv, spill = self._undo, self._txn, self._kv, self._backend._shared.spill
+        undo, txn, spill = self._undo, self._txn, self._backend._shared.spill
         try:
             for key, old in reversed(undo[sp.undo_len :]):
                 short = 0 < len(key) <= _MAX_KEY
                 if old is None:
                     if short:
-                        txn.delete(key, db=kv)
+                        txn.delete(key)
                     else:
                         txn.delete(_spill_key(key), db=spill)
                 elif short:
-                    txn.put(key, old, db=kv)
+                    txn.put(key, old)
                 else:
                     txn.put(_spill_key(key), _spill_value(key, old), db=spill)
                     self._spill_empty = False
@@ -509,7 +527,11 @@ class LmdbBackend(Backend):
         self.path = str(path)
         self.clock = clock or Clock()
         self.capabilities = Capabilities(
-            group_commit=True, unknown_commit_outcomes=False, multi_process=True, pessimistic=False
+            group_commit=True,
+            unknown_commit_outcomes=False,
+            multi_process=True,
+            pessimistic=False,
+            optimistic_batches=True,
         )
         self._shared = _acquire(self.path, durable_power_loss, map_size)
         self._closed = False
@@ -524,7 +546,7 @@ class LmdbBackend(Backend):
         while True:
             shared.gate.enter()
             try:
-                txn = shared.env.begin(write=not read_only)
+                txn = shared.env.begin(db=shared.kv, write=not read_only)
             except lmdb.MapResizedError:
                 shared.gate.leave()
                 shared.adopt()

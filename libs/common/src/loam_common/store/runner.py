@@ -11,6 +11,10 @@ raises is rolled back to its savepoint and its exception goes to its caller only
 commit fails with a retryable error, the whole batch runs again. Results go back to each
 caller's event loop with `call_soon_threadsafe`, one call per loop per batch.
 
+A backend with `capabilities.optimistic_batches` (LMDB) first runs the batch with no
+savepoints at all; if a call raises, that transaction is abandoned and the batch runs
+again the usual way. Most batches have no failing call and pay for no savepoint.
+
 Without group commit (TiKV), each call runs in its own transaction on a worker thread.
 
 Commit tokens (backends with `capabilities.unknown_commit_outcomes`): each write
@@ -390,6 +394,8 @@ class Store:
                 time.sleep(_backoff_s(attempt))
 
     def _group_attempt(self, calls: list[_Call]) -> None:
+        if self.capabilities.optimistic_batches and self._optimistic_attempt(calls):
+            return
         tx = self.backend.begin(pessimistic=any(c.pessimistic for c in calls))
         done = False
         try:
@@ -398,6 +404,30 @@ class Store:
                 self._run_in_savepoint(tx, call, after)
             self._commit(tx, self._put_token(tx) if self._tokens and tx.has_writes() else None)
             done = True
+        finally:
+            if not done:
+                tx.rollback()
+
+    def _optimistic_attempt(self, calls: list[_Call]) -> bool:
+        """Run the batch with no savepoint per call and commit; False, with nothing
+        committed, as soon as one call raises (the batch then runs with savepoints, so
+        only that call fails). Write conflicts go to the batch's retry as usual."""
+        tx = self.backend.begin(pessimistic=any(c.pessimistic for c in calls))
+        done = False
+        try:
+            after = tx.declared()
+            for call in calls:
+                mark = len(after)
+                try:
+                    call.result = call.fn(tx, *call.args)
+                except WriteConflict:
+                    raise
+                except Exception:
+                    return False
+                call.error, call.effects = None, after[mark:]
+            self._commit(tx, self._put_token(tx) if self._tokens and tx.has_writes() else None)
+            done = True
+            return True
         finally:
             if not done:
                 tx.rollback()
