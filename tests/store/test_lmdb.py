@@ -124,3 +124,20 @@ def test_lmdb_errors_are_store_errors(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(StoreUnavailable, match="cannot open"):
         LmdbBackend(tmp_path / "file" / "s.lmdb")
+
+
+def test_a_data_directory_means_its_store(tmp_path):
+    from loam_common.store.runner import store_url_of
+
+    new, old, env = tmp_path / "new", tmp_path / "old", tmp_path / "env"
+    assert store_url_of(new) == f"lmdb://{new}/loam.lmdb"  # a new directory gets LMDB
+    old.mkdir()
+    (old / "loam.db").write_bytes(b"")
+    assert store_url_of(old) == f"sqlite://{old}/loam.db"  # made before LMDB: keeps its data
+    (old / "loam.lmdb").mkdir()
+    assert store_url_of(old) == f"lmdb://{old}/loam.lmdb"
+    LmdbBackend(env).close()
+    assert store_url_of(env) == f"lmdb://{env}"  # an environment itself
+    assert store_url_of(tmp_path / "x.db") == f"sqlite://{tmp_path}/x.db"
+    assert store_url_of("memory://") == "memory://"
+    assert store_url_of("sqlite:rel.db") == "sqlite:rel.db"

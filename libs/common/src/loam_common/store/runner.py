@@ -493,6 +493,31 @@ def _file_path(url: str, scheme: str) -> str:
     return path
 
 
+#: the store inside a `loam dev` data directory: an LMDB environment (a directory)
+DATA_DIR_LMDB = "loam.lmdb"
+#: the SQLite file a data directory made before LMDB was the default holds
+DATA_DIR_SQLITE = "loam.db"
+
+
+def store_url_of(path: str | os.PathLike[str]) -> str:
+    """The store URL for a path a user typed: a URL stays as it is; `x.db` is a SQLite
+    file; a `loam dev` data directory means its store (`loam.lmdb/`, or `loam.db` when
+    only that exists: a directory made before LMDB was the default keeps its data); any
+    other path is an LMDB environment."""
+    text = os.fspath(path)
+    if "://" in text or text.startswith(("sqlite:", "lmdb:", "memory:", "tikv:")):
+        return text
+    p = os.path.abspath(text)
+    if p.endswith(".db"):
+        return f"sqlite://{p}"
+    if os.path.exists(os.path.join(p, "data.mdb")) or p.endswith(".lmdb"):
+        return f"lmdb://{p}"
+    lmdb_dir, sqlite_file = os.path.join(p, DATA_DIR_LMDB), os.path.join(p, DATA_DIR_SQLITE)
+    if os.path.exists(sqlite_file) and not os.path.exists(lmdb_dir):
+        return f"sqlite://{sqlite_file}"
+    return f"lmdb://{lmdb_dir}"
+
+
 def open_store(url: str, *, durable_power_loss: bool = False, clock: Clock | None = None) -> Store:
     """Open a Store from a URL. `durable_power_loss` applies to the embedded stores
     (LMDB, SQLite): an fsync before a commit is acknowledged."""
