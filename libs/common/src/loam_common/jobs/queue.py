@@ -63,6 +63,7 @@ class QueueTx:
         "_exists",
         "_peers",
         "_inserted_ready",
+        "memo",
     )
 
     def __init__(self, tx: Txn, ns: str, queue: str, *, create: bool = True) -> None:
@@ -83,6 +84,9 @@ class QueueTx:
         self._metas: dict[int, pb.ShardMeta] = {}
         self._dirty: set[int] = set()
         self._inserted_ready: list[str] = []  # new jobs a poll may lease, declared on flush
+        # Values derived from the config, computed once per transition (retention.py);
+        # emptied whenever the config is saved.
+        self.memo: dict = {}
         # Hooks run when a job reaches a finished state.
         self.on_finished: list[Callable[[QueueTx, pb.Job], None]] = []
         # The other queues this transition touches (flows), sharing one QueueTx per queue.
@@ -109,6 +113,7 @@ class QueueTx:
         return self._exists
 
     def save_config(self) -> None:
+        self.memo.clear()
         self.tx.put(self.k.config(), self.cfg.SerializeToString())
 
     def flush(self) -> None:
@@ -229,12 +234,13 @@ class QueueTx:
         if job is None:
             return JobEvent(event=event, queue=self.name, shard=shard, seq=seq, time_ns=self.now, **fields)
         # One constructor call: on the hot path, cheaper than setting field by field.
+        task = job.task  # each access to a sub-message builds a wrapper: take it once
         ev = JobEvent(event=event, queue=self.name, shard=shard, seq=seq, time_ns=self.now,
-                      job_id=job.id, state=job.state, name=job.task.name, attempt=job.attempt,
+                      job_id=job.id, state=job.state, name=task.name, attempt=job.attempt,
                       epoch=job.epoch, job_key=job.opts.job_key, **fields)  # fmt: skip
         if event == "delayed" and job.due_ns and not ev.detail:
             ev.detail = str(job.due_ns // 1_000_000)  # BullMQ's `delay` field: the due time, ms
-        headers = job.task.headers
+        headers = task.headers
         if headers:
             for h in EVENT_HEADERS:
                 v = headers.get(h)
@@ -330,7 +336,10 @@ class QueueTx:
         if to not in S.ALLOWED.get(frm, ()):
             raise InvalidState(job.id, S.name(frm), f"move to {S.name(to)}")
         self._index_remove(job)
-        self._count(job.shard, frm, -1)
+        shard = job.shard
+        counts = self.meta(shard).counts  # the shard's counts: one lookup for both moves
+        self._dirty.add(shard)
+        counts[frm] = counts[frm] - 1
         if unblock_subject:
             job.subject_blocked = False
         job.state = to
@@ -345,7 +354,7 @@ class QueueTx:
         if to in S.FINISHED:
             job.finished_ns = self.now
         self._index_add(job)
-        self._count(job.shard, to, 1)
+        counts[to] = counts[to] + 1
         self.put_job(job)
         if event:
             self.emit(event, job, prev_state=frm, **event_fields)

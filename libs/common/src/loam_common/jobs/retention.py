@@ -12,21 +12,32 @@ from loam_common.jobs.queue import QueueTx
 TRIM_BATCH = 1000
 
 
-def retention_policy(qt: QueueTx, job: pb.Job | None, state: int) -> tuple[int | None, int | None]:
-    """(count, age_ns) to keep for `state`; None = keep."""
-    sources = [qt.cfg.retention]
-    if job is not None and job.opts.HasField("retention"):
-        sources.insert(0, job.opts.retention)
+def _policy_of(r: pb.Retention, state: int) -> tuple[int | None, int | None]:
     count_f, age_f = (
         ("completed_count", "completed_age_ns") if state == S.COMPLETED else ("failed_count", "failed_age_ns")
     )
-    count = age = None
-    for r in sources:
-        if count is None and r.HasField(count_f):
-            count = getattr(r, count_f)
-        if age is None and r.HasField(age_f):
-            age = getattr(r, age_f)
-    return count, age
+    return (
+        getattr(r, count_f) if r.HasField(count_f) else None,
+        getattr(r, age_f) if r.HasField(age_f) else None,
+    )
+
+
+def retention_policy(qt: QueueTx, job: pb.Job | None, state: int) -> tuple[int | None, int | None]:
+    """(count, age_ns) to keep for `state`; None = keep. The queue's own policy is read
+    once per transition (`qt.memo`): a completion batch asks for it once a job."""
+    memo_key = ("retention", state)
+    queue_policy = qt.memo.get(memo_key)
+    if queue_policy is None:
+        queue_policy = qt.memo[memo_key] = _policy_of(qt.cfg.retention, state)
+    if job is not None:
+        opts = job.opts
+        if opts.HasField("retention"):
+            count, age = _policy_of(opts.retention, state)
+            return (
+                queue_policy[0] if count is None else count,
+                queue_policy[1] if age is None else age,
+            )
+    return queue_policy
 
 
 def on_finished(qt: QueueTx, job: pb.Job, clock_ns: int | None = None) -> None:
