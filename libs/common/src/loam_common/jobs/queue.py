@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from loam_common import keys
+from loam_common import keys, registry
 from loam_common.effects import Changed, Ready
 from loam_common.errors import InvalidState, NotFound, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import events_pb2
@@ -64,6 +64,8 @@ class QueueTx:
         "_peers",
         "_inserted_ready",
         "memo",
+        "_due",
+        "_stored_cfg",
     )
 
     def __init__(self, tx: Txn, ns: str, queue: str, *, create: bool = True) -> None:
@@ -81,12 +83,15 @@ class QueueTx:
         else:
             self.cfg = pb.QueueConfig.FromString(raw)
             self._exists = True
+        self._stored_cfg = raw
         self._metas: dict[int, pb.ShardMeta] = {}
         self._dirty: set[int] = set()
         self._inserted_ready: list[str] = []  # new jobs a poll may lease, declared on flush
         # Values derived from the config, computed once per transition (retention.py);
         # emptied whenever the config is saved.
         self.memo: dict = {}
+        # shard -> the earliest time this transition gave the shard sweep work (flush)
+        self._due: dict[int, int] = {}
         # Hooks run when a job reaches a finished state.
         self.on_finished: list[Callable[[QueueTx, pb.Job], None]] = []
         # The other queues this transition touches (flows), sharing one QueueTx per queue.
@@ -105,7 +110,8 @@ class QueueTx:
         if not self._exists:
             self.save_config()
             self.tx.put(keys.queue_registry(self.ns, self.name), b"")
-            self.tx.put(keys.namespace_registry(self.ns), b"")
+            registry.register_namespace(self.tx, self.ns)
+            registry.registry_changed(self.tx)  # a new queue: new shards to own
             self._exists = True
 
     @property
@@ -115,6 +121,21 @@ class QueueTx:
     def save_config(self) -> None:
         self.memo.clear()
         self.tx.put(self.k.config(), self.cfg.SerializeToString())
+        if self._stored_cfg is not None:
+            before = pb.QueueConfig.FromString(self._stored_cfg)
+            if before.retention != self.cfg.retention or before.shards != self.cfg.shards:
+                for shard in range(max(self.cfg.shards, 1)):  # new ages or shards: look now
+                    self.note_due(shard, self.now)
+            if before.shards != self.cfg.shards:
+                registry.registry_changed(self.tx)
+
+    def note_due(self, shard: int, at_ns: int) -> None:
+        """The shard may have sweep work from `at_ns` on (a lease deadline, a delayed job's
+        due time, a retention age, an idempotency expiry): on flush, the shard's place in
+        the store-wide due index moves that early if it is later."""
+        due = self._due
+        if at_ns < due.get(shard, at_ns + 1):
+            due[shard] = at_ns
 
     def flush(self) -> None:
         self._flush_own()
@@ -123,6 +144,8 @@ class QueueTx:
                 peer._flush_own()
 
     def _flush_own(self) -> None:
+        if self._due:
+            self._place_due()
         if not self._dirty:
             return
         for shard in self._dirty:
@@ -132,6 +155,26 @@ class QueueTx:
             self.tx.declare(Ready(self.ns, self.name, len(self._inserted_ready), tuple(self._inserted_ready)))
             self._inserted_ready = []
         self.tx.declare(Changed(self.ns, self.name))  # its events grew: Watch streams look
+
+    def forget_due(self) -> None:
+        """Drop the due times noted so far (the queue is going away)."""
+        self._due = {}
+
+    def _place_due(self) -> None:
+        """Move each noted shard's due-index entry earlier (one read a shard; a steady
+        lease stream finds the entry already at its oldest lease and writes nothing)."""
+        tx, k = self.tx, self.k
+        for shard, at_ns in self._due.items():
+            nd_key = k.next_due(shard)
+            raw = tx.get(nd_key)
+            if raw is not None:
+                current = keys.U64.unpack(raw)[0]
+                if current <= at_ns:
+                    continue
+                tx.delete(keys.due_entry(current, self.ns, self.name, shard))
+            tx.put(keys.due_entry(at_ns, self.ns, self.name, shard), b"")
+            tx.put(nd_key, keys.U64.pack(max(at_ns, 0)))
+        self._due = {}
 
     def peer(self, queue: str, *, create: bool = True) -> QueueTx:
         """The QueueTx of another queue in this same transition. One per queue, shared by
@@ -294,6 +337,20 @@ class QueueTx:
             st = job.state
             value = job.id.encode() if (st == S.WAITING or st == S.PRIORITIZED) else b""
             self.tx.put(key, value)
+            if st == S.ACTIVE:
+                self.note_due(job.shard, job.deadline_ns)
+            elif st == S.DELAYED:
+                self.note_due(job.shard, job.due_ns)
+            elif st == S.COMPLETED or st == S.FAILED:
+                age = self._retention_age(st)
+                if age is not None:
+                    self.note_due(job.shard, job.state_ns + age)
+
+    def _retention_age(self, state: int) -> int | None:
+        """The queue's retention age for a finished state (the sweeper applies it)."""
+        from loam_common.jobs.retention import retention_policy  # retention builds on QueueTx
+
+        return retention_policy(self, None, state)[1]
 
     def _index_remove(self, job: pb.Job) -> None:
         key = self._index_key(job)
@@ -368,6 +425,7 @@ class QueueTx:
         self.tx.delete(self.k.active(job.shard, job.deadline_ns, job.id))
         job.deadline_ns = deadline_ns
         self.tx.put(self.k.active(job.shard, deadline_ns, job.id), b"")
+        self.note_due(job.shard, deadline_ns)
 
     def remove(self, job: pb.Job, event: str | None = "removed") -> None:
         """Delete a job and everything that points at it."""
