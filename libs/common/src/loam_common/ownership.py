@@ -288,6 +288,7 @@ class ShardOwnership:
         # shard list (the object), the live members, and when its first lease renewal is
         # due. Until something of that changes, a refresh reads the members and stops.
         self._steady: tuple[list[ShardId], list[str], int] | None = None
+        self._fences: dict[ShardId, Fence] = {}  # what the last refresh returned
 
     def _due(self, expires_ns: int, now: int) -> bool:
         return expires_ns - now < self.ttl_ns * 2 // 3
@@ -302,7 +303,7 @@ class ShardOwnership:
         if steady is not None and steady[0] is given and now < steady[2]:
             members = await self.store.snapshot(members_live, self.kind)
             if members == steady[1]:
-                return {s: self._fence(s, rec) for s, rec in self.held.items()}
+                return self._fences
         shards = list(dict.fromkeys(given))
         members, records = await self.store.snapshot(_observe, self.kind, shards)
         observed_members = list(members)
@@ -360,7 +361,8 @@ class ShardOwnership:
             self._steady = (given, observed_members, renew_at)  # type: ignore[assignment]
         else:
             self._steady = None
-        return {s: self._fence(s, rec) for s, rec in self.held.items()}
+        self._fences = {s: self._fence(s, rec) for s, rec in self.held.items()}
+        return self._fences
 
     def _fence(self, shard_id: ShardId, rec: pb.OwnershipLease) -> Fence:
         return Fence(self.kind, self.owner, rec.epoch, *shard_id)
