@@ -39,6 +39,17 @@ def default_config(queue: str, now_ns: int) -> pb.QueueConfig:
     )
 
 
+def retention_of(r: pb.Retention, state: int) -> tuple[int | None, int | None]:
+    """(count, age_ns) that `r` keeps of `state` (COMPLETED, else FAILED); None = keep."""
+    count_f, age_f = (
+        ("completed_count", "completed_age_ns") if state == S.COMPLETED else ("failed_count", "failed_age_ns")
+    )
+    return (
+        getattr(r, count_f) if r.HasField(count_f) else None,
+        getattr(r, age_f) if r.HasField(age_f) else None,
+    )
+
+
 def max_stalled(cfg: pb.QueueConfig) -> int:
     """BullMQ's maxStalledCount: 1 unless set; -1 means unlimited (Celery acks_late)."""
     return cfg.max_stalled if cfg.HasField("max_stalled") else 1
@@ -342,15 +353,18 @@ class QueueTx:
             elif st == S.DELAYED:
                 self.note_due(job.shard, job.due_ns)
             elif st == S.COMPLETED or st == S.FAILED:
-                age = self._retention_age(st)
-                if age is not None:
+                age = self.queue_retention(st)[1]
+                if age is not None:  # the sweeper removes it once that age has passed
                     self.note_due(job.shard, job.state_ns + age)
 
-    def _retention_age(self, state: int) -> int | None:
-        """The queue's retention age for a finished state (the sweeper applies it)."""
-        from loam_common.jobs.retention import retention_policy  # retention builds on QueueTx
-
-        return retention_policy(self, None, state)[1]
+    def queue_retention(self, state: int) -> tuple[int | None, int | None]:
+        """The queue's own (count, age_ns) to keep of a finished state (None = keep),
+        read once per transition: a completion batch asks for it once a job."""
+        memo_key = ("retention", state)
+        policy = self.memo.get(memo_key)
+        if policy is None:
+            policy = self.memo[memo_key] = retention_of(self.cfg.retention, state)
+        return policy
 
     def _index_remove(self, job: pb.Job) -> None:
         key = self._index_key(job)

@@ -7,32 +7,19 @@ from __future__ import annotations
 from loam_common import keys
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.queue import QueueTx
+from loam_common.jobs.queue import QueueTx, retention_of
 
 TRIM_BATCH = 1000
 
 
-def _policy_of(r: pb.Retention, state: int) -> tuple[int | None, int | None]:
-    count_f, age_f = (
-        ("completed_count", "completed_age_ns") if state == S.COMPLETED else ("failed_count", "failed_age_ns")
-    )
-    return (
-        getattr(r, count_f) if r.HasField(count_f) else None,
-        getattr(r, age_f) if r.HasField(age_f) else None,
-    )
-
-
 def retention_policy(qt: QueueTx, job: pb.Job | None, state: int) -> tuple[int | None, int | None]:
-    """(count, age_ns) to keep for `state`; None = keep. The queue's own policy is read
-    once per transition (`qt.memo`): a completion batch asks for it once a job."""
-    memo_key = ("retention", state)
-    queue_policy = qt.memo.get(memo_key)
-    if queue_policy is None:
-        queue_policy = qt.memo[memo_key] = _policy_of(qt.cfg.retention, state)
+    """(count, age_ns) to keep for `state`; None = keep. A job's own retention overrides
+    its queue's, field by field."""
+    queue_policy = qt.queue_retention(state)
     if job is not None:
         opts = job.opts
         if opts.HasField("retention"):
-            count, age = _policy_of(opts.retention, state)
+            count, age = retention_of(opts.retention, state)
             return (
                 queue_policy[0] if count is None else count,
                 queue_policy[1] if age is None else age,
