@@ -59,7 +59,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
 | `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays         |
 | `sys/registry`                              | u64                  | registry version (registry.py) |
-| `sys/due/<due_ns u64><len u16><ns><len u16><queue><shard u8>` | empty | the due index: when a queue shard may next have sweep work (sweeps.py) |
+| `sys/due/<due_ns u64><len u16><ns><len u16><queue><shard u8>` | empty | the due index (decision 0032) |
 
 Durable records (`dur/`) are JSON, not protobuf: they are the Resonate protocol's own
 records, stored as they travel, so the server never transcodes them (decision 0025).
