@@ -13,7 +13,7 @@ ENGINES := .engines
 
 PACKAGES := libs/common services/durable services/queue-core services/sweeper services/relay services/gateway services/engines adapters/python adapters/celery
 
-$(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt
+$(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt adapters/celery/setup.py adapters/celery/loam_celery.pth
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt -e 'libs/common[tikv,serve]' $(addprefix -e ,$(filter-out libs/common,$(PACKAGES)))

@@ -317,6 +317,59 @@ async def test_effects_run_on_caller_loop_before_result(store, ns):
         store.remove_sink(sink)
 
 
+@pytest.mark.parametrize("seed", range(40))
+async def test_savepoints_agree_with_a_model(store, ns, seed):
+    """Random puts, deletes, reads, scans and nested savepoints (rolled back to, released)
+    in one transaction; every read and the committed result must match a plain model.
+    SQLite keeps a savepoint's writes in its buffer until a scan needs them in SQLite, so
+    this mixes both paths."""
+    if not store.capabilities.group_commit:
+        pytest.skip("savepoints are used by group commit only")
+    import random
+
+    keys = [ns + b"k%d" % i for i in range(6)]
+
+    def fn(tx):
+        rnd = random.Random(seed)  # the same operations on every attempt of a retry
+        model: dict[bytes, bytes] = {k: v for k, v in zip(keys, (b"seed",) * 3, strict=False)}
+        for k, v in model.items():
+            tx.put(k, v)
+        open_: list[tuple[object, dict]] = []  # (savepoint, the model when it was taken)
+        for step in range(60):
+            op = rnd.choice("ppddgsSSrR")
+            k = rnd.choice(keys)
+            if op == "p":
+                v = b"v%d" % step
+                tx.put(k, v)
+                model[k] = v
+            elif op == "d":
+                tx.delete(k)
+                model.pop(k, None)
+            elif op == "g":
+                assert tx.get(k) == model.get(k), (step, k)
+            elif op == "s":
+                lo, hi = sorted(rnd.sample(keys, 2))
+                want = [(kk, model[kk]) for kk in sorted(model) if lo <= kk < hi]
+                assert tx.scan(lo, hi) == want, step
+            elif op == "S":
+                open_.append((tx.savepoint(), dict(model)))
+            elif op == "r" and open_:
+                i = rnd.randrange(len(open_))
+                sp, snapshot = open_[i]
+                tx.rollback_to(sp)
+                del open_[i + 1 :]
+                model = dict(snapshot)
+            elif op == "R" and open_:
+                i = rnd.randrange(len(open_))
+                tx.release(open_[i][0])
+                del open_[i:]
+        assert tx.batch_get(keys) == {k: model[k] for k in keys if k in model}
+        return model
+
+    model = await store.transact(fn)
+    assert dict(await store.snapshot(scan, ns, end_of(ns))) == model
+
+
 class RecordingSink:
     def __init__(self) -> None:
         self.ran: list[tuple[list, int]] = []

@@ -94,7 +94,9 @@ def _common(connection: bool = True) -> argparse.ArgumentParser:
     g = p.add_argument_group("connection and output" if connection else "output")
     if connection:
         g.add_argument(
-            "--url", default=argparse.SUPPRESS, help="server URL ($LOAM_URL, default http://127.0.0.1:7720)"
+            "--url",
+            default=argparse.SUPPRESS,
+            help="server URL ($LOAM_URL or its alias $LOAM_JOBS_URL, default http://127.0.0.1:7720)",
         )
         g.add_argument("--token", default=argparse.SUPPRESS, help="bearer token ($LOAM_TOKEN)")
         g.add_argument(

@@ -48,6 +48,11 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `t/<ns>/dur/ret/<settled_ms u64><root id>`  | empty                | settled roots, for retention   |
 | `t/<ns>/dur/ob/<ns u64><8 random bytes>`    | outbound message JSON| pushes a timer process left    |
 | `t/<ns>/dur/cfg`                            | durable config JSON  | retention TTL per namespace    |
+| `t/<ns>/dur/ps/<state group>\0<promise id>` | empty                | promises by state (pending,    |
+|                                             |                      | resolved, rejected*): search   |
+| `t/<ns>/dur/pg/<len u32><tag><len u32><value><promise id>` | empty | promises by tag: search   |
+| `t/<ns>/dur/st/<start_ms u64><promise id>`  | start request JSON   | a root a Loam schedule's tick  |
+|                                             |                      | asks the durable timers to run |
 | `t/<ns>/flink/d/<deployment>`               | Deployment (JSON)    | loam_engines.flink: a Flink deployment, its versions and savepoints |
 | `t/<ns>/flink/log/<deployment>/<seq u64>`   | LogLine (JSON)       | the deployment's lifecycle log, capped |
 | `sys/flink/busy/<ns>/<deployment>`          | empty                | a Flink action in flight: what a restarted runner resumes |
@@ -57,7 +62,8 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `sys/tokens/<token id>`                     | TokenRecord          | API tokens (auth.py), hashed   |
 | `sys/engines/ns/<ns>`                       | empty                | namespaces with engine jobs    |
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
-| `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays         |
+| `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays; kind   |
+|                                             |                      | durable-push: id = a push URL  |
 | `sys/registry`                              | u64                  | registry version (registry.py) |
 | `sys/due/<due_ns u64><len u16><ns><len u16><queue><shard u8>` | empty | the due index (decision 0032) |
 
@@ -477,6 +483,47 @@ def durable_outbox(ns: str, at_ns: int, nonce: bytes) -> bytes:
 
 def durable_config(ns: str) -> bytes:
     return durable_all(ns) + b"cfg"
+
+
+def durable_promise_states(ns: str, state_group: str = "") -> bytes:
+    """`dur/ps/<group>\\0`: the state index (search); with no group, all of it."""
+    base = durable_all(ns) + b"ps/"
+    return base + state_group.encode() + b"\x00" if state_group else base
+
+
+def durable_promise_state(ns: str, state_group: str, promise_id: str) -> bytes:
+    return durable_promise_states(ns, state_group) + promise_id.encode()
+
+
+def durable_promise_tags(ns: str, tag: str | None = None, value: str | None = None) -> bytes:
+    """`dur/pg/...`: the tag index (search); `tag` and `value` narrow the prefix."""
+    base = durable_all(ns) + b"pg/"
+    if tag is None:
+        return base
+    t = tag.encode()
+    base += U32.pack(len(t)) + t
+    if value is None:
+        return base
+    v = value.encode()
+    return base + U32.pack(len(v)) + v
+
+
+def durable_promise_tag(ns: str, tag: str, value: str, promise_id: str) -> bytes:
+    return durable_promise_tags(ns, tag, value) + promise_id.encode()
+
+
+def durable_starts(ns: str) -> bytes:
+    return durable_all(ns) + b"st/"
+
+
+def durable_start(ns: str, start_ms: int, promise_id: str) -> bytes:
+    """A root promise a Loam schedule's tick asks the durable timers to create and run."""
+    return durable_starts(ns) + U64.pack(max(start_ms, 0)) + promise_id.encode()
+
+
+def durable_start_parts(ns: str, key: bytes) -> tuple[int, str]:
+    p = len(durable_starts(ns))
+    return U64.unpack_from(key, p)[0], key[p + 8 :].decode()
 
 
 # engine runs (loam_engines.runs) -----------------------------------------------------------

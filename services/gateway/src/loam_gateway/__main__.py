@@ -6,26 +6,31 @@
 The store holds the auth tokens (`--auth` / LOAM_AUTH=on; without auth the gateway
 binds loopback only) and, when given, durable mode: the gateway serves the Resonate
 protocol at `/resonate` on it and pushes what the sweepers' durable timers left in the
-store's outbox to its SSE connections (loam_durable). Calls to the cores carry LOAM_INTERNAL_TOKEN.
-Environment: LOAM_QUEUE_CORES, LOAM_STORE, LOAM_HOST, LOAM_PORT, LOAM_AUTH,
-LOAM_INTERNAL_TOKEN.
+store's outbox to its SSE connections (loam_durable). Several gateways may serve
+`/resonate` over one store: each says so in the store under `--advertise-url` (default
+`http://<host>:<port>`), and a push whose SSE stream is on another gateway is handed to
+that one (loam_durable.peers). Calls to the cores and to the other gateways carry
+LOAM_INTERNAL_TOKEN. Environment: LOAM_QUEUE_CORES, LOAM_STORE, LOAM_HOST, LOAM_PORT,
+LOAM_AUTH, LOAM_ADVERTISE_URL, LOAM_INTERNAL_TOKEN.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
+from loam_durable.peers import Peers
 from loam_durable.timers import DurableOutbox
 
 from loam_common import tracing
 from loam_common.loop import configure_logging
 from loam_common.serving import run_server_main, serve
 from loam_common.store.runner import open_store
-from loam_gateway.app import DEFAULT_PORT, create_app
+from loam_gateway.app import DEFAULT_PORT, DURABLE_BASE, create_app
 from loam_gateway.auth import StoreAuthenticator, auth_on, check_bind
 from loam_gateway.durable_mount import DurableMount
 from loam_gateway.routing import Router
@@ -43,6 +48,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=int(env.get("LOAM_PORT", DEFAULT_PORT)))
     p.add_argument("--auth", action="store_true", default=auth_on(env.get("LOAM_AUTH")),
                    help="require bearer tokens (LOAM_AUTH=on); needs --store")  # fmt: skip
+    p.add_argument("--advertise-url", default=env.get("LOAM_ADVERTISE_URL"),
+                   help="the URL other gateways reach this one at, for durable pushes (LOAM_ADVERTISE_URL; "
+                        "default http://<host>:<port>, the machine's name for a wildcard host)")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     args = p.parse_args(argv)
     args.cores = [c.strip() for c in args.queue_cores.split(",") if c.strip()]
@@ -57,19 +65,27 @@ async def run(args: argparse.Namespace) -> None:
     store = open_store(args.store) if args.store else None
     router = Router(cores=args.cores, internal_token=os.environ.get("LOAM_INTERNAL_TOKEN"))
     tracing.configure_from_env("loam-gateway")
-    durable, outbox = None, None
+    durable, outbox, peers = None, None, None
+    internal_token = os.environ.get("LOAM_INTERNAL_TOKEN")
     if store is not None:
         hub = Hub()
         core = DurableCore(store, hub)
-        durable, outbox = DurableMount(core, hub), DurableOutbox(core)
+        advertised = (args.advertise_url or _reachable_url(args.host, args.port)).rstrip("/")
+        peers = core.peers = Peers(store, advertised + DURABLE_BASE, internal_token)
+        durable, outbox = DurableMount(core, hub, internal_token), DurableOutbox(core)
 
     async def start() -> None:
+        if peers is not None:
+            await peers.run_once()  # known to the other gateways before the first request
+            peers.start()
         if outbox is not None:
             outbox.start()
 
     async def stop() -> None:
         if outbox is not None:
             await outbox.stop()
+        if peers is not None:
+            await peers.stop()
 
     authenticator = StoreAuthenticator(store) if args.auth and store is not None else None
     app = create_app(router, authenticator, on_startup=start, on_shutdown=stop, durable=durable)
@@ -84,6 +100,14 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         if store is not None:
             await store.close()
+
+
+def _reachable_url(host: str, port: int) -> str:
+    """This gateway's URL for its peers: a wildcard bind is reached by the machine's name
+    (in a container, its hostname, which the compose network resolves)."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return f"http://{host}:{port}"
 
 
 def main(argv: list[str] | None = None) -> int:

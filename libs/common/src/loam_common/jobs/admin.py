@@ -56,6 +56,7 @@ def validate_config(cfg: pb.QueueConfig, queue: str, field: str = "config") -> N
     validate.duration_ns(f"{field}.rate_limit.duration_ns", abs(cfg.rate_limit.duration_ns))
     if cfg.HasField("max_stalled") and cfg.max_stalled < -1:
         raise InvalidArgument(f"{field}.max_stalled", "must be -1 (unlimited) or more")
+    validate.duration_ns(f"{field}.stalled_interval_ns", cfg.stalled_interval_ns)
     rl = cfg.rate_limit
     if rl.duration_ns < 0 or (rl.max > 0) != (rl.duration_ns > 0):
         raise InvalidArgument(f"{field}.rate_limit", "set max and duration_ns both above 0, or both to 0")

@@ -55,6 +55,17 @@ def max_stalled(cfg: pb.QueueConfig) -> int:
     return cfg.max_stalled if cfg.HasField("max_stalled") else 1
 
 
+def stalled_cutoff(cfg: pb.QueueConfig, now_ns: int) -> int | None:
+    """The latest lease deadline the stalled sweep reclaims at `now_ns`, or None when the
+    queue's leases are never reclaimed (BullMQ's skipStalledCheck). With a stalled
+    interval (BullMQ's stalledInterval) the sweep checks only at its multiples, so a lease
+    is reclaimed at the first check after it expired, as BullMQ's periodic check finds it."""
+    if cfg.skip_stalled_check:
+        return None
+    interval = cfg.stalled_interval_ns
+    return now_ns - now_ns % interval if interval > 0 else now_ns
+
+
 #: A job moved into these states can be leased now or once due: a parked poll must look
 #: (it may sleep until a later due time).
 WAKES_A_POLL = S.READY | {S.DELAYED}

@@ -13,7 +13,7 @@ from loam_common.jobs import states as S
 from loam_common.jobs.failure import job_fail_if_live, job_record_error, job_retry_or_fail
 from loam_common.jobs.linked import LinkedQueueTx
 from loam_common.jobs.promote import promote_due
-from loam_common.jobs.queue import max_stalled
+from loam_common.jobs.queue import max_stalled, stalled_cutoff
 from loam_common.store.base import Txn
 
 BATCH = 500
@@ -21,11 +21,15 @@ STALLED_MESSAGE = "job stalled more than allowable limit"
 
 
 def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) -> int:
-    """Reclaim active jobs whose lease deadline passed. The reclaim bumps the epoch,
-    which is what fences the worker that lost the job."""
+    """Reclaim active jobs whose lease deadline passed (as the queue's stalled check
+    sees it: `stalled_cutoff`). The reclaim bumps the epoch, which is what fences the
+    worker that lost the job."""
     with LinkedQueueTx(tx, ns, queue, create=False) as qt:
+        cutoff = stalled_cutoff(qt.cfg, qt.now)
+        if cutoff is None:
+            return 0
         prefix = qt.k.active_shard(shard)
-        expired = tx.scan(prefix, prefix + keys.U64.pack(qt.now), limit=limit)
+        expired = tx.scan(prefix, prefix + keys.U64.pack(cutoff), limit=limit)
         plen = len(prefix)
         for key, _ in expired:
             job = qt.get_job(keys.index_job_id(key, plen))
@@ -123,7 +127,12 @@ def due(tx: Txn, ns: str, queue: str) -> Due | None:
     def head_before(prefix: bytes, t: int) -> bool:
         return bool(tx.scan(prefix, prefix + keys.U64.pack(max(t, 0)), limit=1))
 
-    stalled = frozenset(s for s in range(shards) if head_before(k.active_shard(s), now))
+    cutoff = stalled_cutoff(qt.cfg, now)
+    stalled = (
+        frozenset(s for s in range(shards) if head_before(k.active_shard(s), cutoff))
+        if cutoff is not None
+        else frozenset()
+    )
     delayed = frozenset(s for s in range(shards) if head_before(k.delayed_shard(s), now + 1))
     retained = False
     for state in (S.COMPLETED, S.FAILED):
