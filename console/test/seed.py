@@ -20,11 +20,11 @@ import sys
 
 from loam import Client, Outcome
 from loam_common import auth
-from loam_common.store.runner import open_store
+from loam_common.store.runner import open_store, store_url_of
 
 
 async def tokens(data: str) -> dict[str, str]:
-    store = open_store(f"sqlite:///{data}/loam.db")
+    store = open_store(store_url_of(data))  # the data directory's store, as `loam dev` opens it
     try:
         out = {}
         for label, ns, actions in (

@@ -404,7 +404,7 @@ def test_sigterm_stops_cleanly(tmp_path):
     assert server.proc.wait(15) == 0
     time.sleep(0.1)
     assert any("stopped" in line for line in server.lines), server.lines
-    assert (tmp_path / "data" / "loam.db").exists()
+    assert (tmp_path / "data" / "loam.lmdb" / "data.mdb").exists()
 
 
 def test_refuses_non_loopback_without_auth(tmp_path):

@@ -43,7 +43,7 @@ SERVICES = {
         "export a queue's events (Parquet / Arrow) or trim its event log",
     ),
 }
-DEFAULT_STORE = "./.loam/loam.db"
+DEFAULT_STORE = "./.loam"
 BULK_CHUNK = 1000
 #: `jobs add --count` above this asks first (or takes --yes); above MAX_COUNT it is refused.
 CONFIRM_COUNT = 10_000
@@ -115,7 +115,7 @@ def _common(connection: bool = True) -> argparse.ArgumentParser:
 
 def _store_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=os.environ.get("LOAM_STORE") or DEFAULT_STORE,
-                   help=f"store URL or SQLite path ($LOAM_STORE, default {DEFAULT_STORE}, the dev data dir)")  # fmt: skip
+                   help=f"store URL, or a dev data dir or store path ($LOAM_STORE, default {DEFAULT_STORE}, the dev data dir)")  # fmt: skip
 
 
 def _positive(text: str) -> int:
@@ -760,10 +760,12 @@ async def cmd_flows(args: argparse.Namespace) -> int:
 
 
 # -- tokens: directly on the store ----------------------------------------------------------
-def _store_url(value: str) -> str:
-    if "://" in value or value.startswith("sqlite:"):
-        return value
-    return f"sqlite://{Path(value).resolve()}"  # sqlite:///abs/path.db
+def _local_path(url: str) -> Path | None:
+    """The file or directory of an embedded store's URL (lmdb:///dir, sqlite:///file.db)."""
+    for scheme in ("lmdb://", "sqlite://"):
+        if url.startswith(scheme + "/"):
+            return Path(url[len(scheme) :])
+    return None
 
 
 def _token_dict(rec: Any) -> dict[str, Any]:
@@ -776,14 +778,15 @@ def _token_dict(rec: Any) -> dict[str, Any]:
 async def cmd_tokens(args: argparse.Namespace) -> int:
     try:
         from loam_common import auth
-        from loam_common.store.runner import open_store
+        from loam_common.store.runner import open_store, store_url_of
     except ImportError as e:
         raise CliError(f"tokens need loam_common.auth, which this environment lacks ({e})") from None
-    url = _store_url(args.store)
-    if url.startswith("sqlite:///") and args.cmd != "create" and not Path(url[len("sqlite://") :]).exists():
-        raise CliError(f"no store at {url[len('sqlite://') :]}: run `loam dev` there first, or pass --store")
-    if url.startswith("sqlite:///"):
-        Path(url[len("sqlite://") :]).parent.mkdir(parents=True, exist_ok=True)
+    url = store_url_of(args.store)  # a dev data dir means its store
+    local = _local_path(url)
+    if local is not None and args.cmd != "create" and not local.exists():
+        raise CliError(f"no store at {local}: run `loam dev` there first, or pass --store")
+    if local is not None:
+        local.parent.mkdir(parents=True, exist_ok=True)
     try:
         store = open_store(url)
     except ValueError as e:

@@ -30,6 +30,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `Q w/<worker id>`                           | Worker               | last seen, for Workers         |
 | `Q dep/<parent id>/<child queue>/<child id>`| Dependency           | children (dependencies.py)     |
 | `Q met/<kind>`                              | MetricsRecord        | per-minute completed / failed  |
+| `Q nd/<shard u8>`                           | u64                  | the shard's time in `sys/due/` |
 | `t/<ns>/gc/<blob ref>`                      | empty                | blobs to delete (sweeper)      |
 | `t/<ns>/res/<key>`                          | ResultRecord         | result store                   |
 | `t/<ns>/resm/<len u16><key><member>`        | empty                | incr-with-member members       |
@@ -65,6 +66,8 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
 | `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays; kind   |
 |                                             |                      | durable-push: id = a push URL  |
+| `sys/registry`                              | u64                  | registry version (registry.py) |
+| `sys/due/<due_ns u64><len u16><ns><len u16><queue><shard u8>` | empty | the due index (decision 0032) |
 
 Durable records (`dur/`) are JSON, not protobuf: they are the Resonate protocol's own
 records, stored as they travel, so the server never transcodes them (decision 0025).
@@ -156,6 +159,13 @@ class QueueKeys:
 
     def shard_metas(self) -> bytes:
         return self.q + b"m/"
+
+    def next_due(self, shard: int) -> bytes:
+        """The time under which the shard sits in the due index (`due_entry`)."""
+        return self.q + b"nd/" + bytes((shard,))
+
+    def next_dues(self) -> bytes:
+        return self.q + b"nd/"
 
     def job(self, job_id: str) -> bytes:
         return self.q + b"j/" + job_id.encode()
@@ -280,6 +290,34 @@ class QueueKeys:
 
     def workers(self) -> bytes:
         return self.q + b"w/"
+
+
+DUE_INDEX = b"sys/due/"
+
+
+def registry_version() -> bytes:
+    """Moves whenever a namespace or a queue shard appears or goes (registry.py)."""
+    return b"sys/registry"
+
+
+def due_entry(due_ns: int, ns: str, queue: str, shard: int) -> bytes:
+    """The due index: a queue shard that may have sweep work (a lease past its deadline,
+    a delayed job due, a retention age or idempotency record passing) from `due_ns` on.
+    Store-wide, so a sweeper pass reads what is due instead of every queue."""
+    return DUE_INDEX + U64.pack(max(due_ns, 0)) + _lp(ns) + _lp(queue) + bytes((shard,))
+
+
+def due_entry_parts(key: bytes) -> tuple[int, str, str, int]:
+    """(due_ns, ns, queue, shard) of a `due_entry` key."""
+    p = len(DUE_INDEX)
+    due_ns = U64.unpack_from(key, p)[0]
+    p += 8
+    n = U16.unpack_from(key, p)[0]
+    ns = key[p + 2 : p + 2 + n].decode()
+    p += 2 + n
+    n = U16.unpack_from(key, p)[0]
+    queue = key[p + 2 : p + 2 + n].decode()
+    return due_ns, ns, queue, key[p + 2 + n]
 
 
 def index_job_id(index_key: bytes, prefix_len: int) -> str:

@@ -1,6 +1,6 @@
 """`loam-durable` / `python -m loam_durable`: the durable service as its own process.
 
-    loam-durable --store sqlite:///abs/loam.db --host 127.0.0.1 --port 7730 [--auth]
+    loam-durable --store lmdb:///abs/loam.lmdb --host 127.0.0.1 --port 7730 [--auth]
 
 Serves the Resonate protocol at `http://host:port/` (`POST /`, `GET /poll/{group}/{pid}`)
 and delivers the pushes the sweepers' durable timers left in the store's outbox. The

@@ -1,7 +1,7 @@
 """`loam gateway`: the gateway as its own process, routing to queue-core processes.
 
     loam gateway --queue-cores http://127.0.0.1:7721,http://127.0.0.1:7722 \\
-                 --store sqlite:///abs/loam.db --host 127.0.0.1 --port 7720
+                 --store lmdb:///abs/loam.lmdb --host 127.0.0.1 --port 7720
 
 The store holds the auth tokens (`--auth` / LOAM_AUTH=on; without auth the gateway
 binds loopback only) and, when given, durable mode: the gateway serves the Resonate

@@ -1,7 +1,10 @@
-"""`loam dev`: every service in one process on the embedded SQLite store.
+"""`loam dev`: every service in one process on the embedded store.
 
-The data directory (default `./.loam`) holds the store (`loam.db`) and the blobs
-(`blobs/`). The gateway calls a local CoreRpc (no network hop); the sweeper (every
+The data directory (default `./.loam`) holds the store (`loam.lmdb/`, an LMDB
+environment; a directory made before LMDB was the default keeps its SQLite `loam.db`,
+and `--store sqlite:///...` picks any store) and the blobs (`blobs/`). `--durable`
+(`LOAM_DURABLE=on`) fsyncs every commit before it is acknowledged (power-loss safe); by
+default a commit survives a crash of the process, and the store flushes within ~0.25 s. The gateway calls a local CoreRpc (no network hop); the sweeper (every
 200 ms) and the relay (every 100 ms) run as in-process loops under the owner id
 `loam-dev`; they share the core's store, so the core's effect sink wakes the parked
 leases of the queues where a sweep reclaimed or promoted jobs. Durable mode
@@ -39,7 +42,7 @@ from loam_common.errors import InvalidArgument
 from loam_common.jobs import quotas
 from loam_common.loop import configure_logging
 from loam_common.serving import ServeError, run_server_main, serve
-from loam_common.store.runner import open_store
+from loam_common.store.runner import open_store, store_url_of
 from loam_engines.credentials import NoCredentials, StoreCredentials
 from loam_engines.engines import Engines, EngineSettings
 from loam_gateway.app import DEFAULT_PORT, create_app
@@ -84,6 +87,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="require bearer tokens (LOAM_AUTH=on); needed to bind a non-loopback host")  # fmt: skip
     p.add_argument("--durable-retry-ms", type=int, default=int(env.get("LOAM_DURABLE_RETRY_MS", "30000")),
                    help="ms a pending durable task waits before its execute is sent again (LOAM_DURABLE_RETRY_MS)")  # fmt: skip
+    p.add_argument("--store", default=None,
+                   help="store URL (lmdb:///dir, sqlite:///file.db); default the data directory's store")  # fmt: skip
+    p.add_argument("--durable", action="store_true", default=auth_on(env.get("LOAM_DURABLE")),
+                   help="fsync each commit before acknowledging it: survives power loss (LOAM_DURABLE=on)")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     p.add_argument("--quotas", default=env.get("LOAM_QUOTAS"),
                    help="per-namespace quotas, e.g. '*:stored_jobs=100000;alpha:enqueue_rate=50' "
@@ -110,7 +117,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def run(args: argparse.Namespace) -> None:
     data = Path(args.data).resolve()
     data.mkdir(parents=True, exist_ok=True)
-    store = open_store(f"sqlite:///{data / 'loam.db'}")
+    store = open_store(store_url_of(args.store or data), durable_power_loss=args.durable)
     blobs = DirBlobStore(data / "blobs")
     core = QueueCore(store, blobs, quotas=quotas.parse(args.quotas))
     tracing.configure_from_env("loam-dev")  # OTEL_TRACES_EXPORTER=console|otlp|...; off when unset

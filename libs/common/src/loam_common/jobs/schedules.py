@@ -39,7 +39,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from loam_common import ids, keys, validate
+from loam_common import ids, keys, registry, validate
 from loam_common.blobs import INLINE_LIMIT
 from loam_common.errors import AlreadyExists, InvalidArgument, JobsError, NotFound
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -429,7 +429,7 @@ def schedule_upsert(tx: Txn, ns: str, spec: pb.ScheduleSpec) -> Upserted:
         what = "spec.cron" if rec.cron else "spec.every_ns"
         raise InvalidArgument(what, "never fires: no tick between now, start_ns and end_ns")
     _save(tx, ns, rec)
-    tx.put(keys.namespace_registry(ns), b"")  # so the sweeper visits this namespace
+    registry.register_namespace(tx, ns)  # so the sweeper visits this namespace
     return Upserted(rec, True, out)
 
 

@@ -167,6 +167,90 @@ def due_many(tx: Txn, ns: str, queues: list[str]) -> list[Due | None]:
     return [due(tx, ns, q) for q in queues]
 
 
+# -- the due index (keys.due_entry): which queue shards to look at, store-wide -------------
+DUE_PAGE = 1000
+
+
+def due_shards(tx: Txn, after: bytes = b"", limit: int = DUE_PAGE) -> list[tuple[bytes, str, str, int]]:
+    """The queue shards whose place in the due index has come (at or before now), oldest
+    first, from past the entry `after` on: (entry key, ns, queue, shard). The only queues
+    a sweeper pass between full passes looks at."""
+    end = keys.DUE_INDEX + keys.U64.pack(tx.now_ns() + 1)
+    start = after + b"\x00" if after else keys.DUE_INDEX
+    return [(k, *keys.due_entry_parts(k)[1:]) for k, _ in tx.scan(start, end, limit=limit)]
+
+
+def next_due_ns(qt: LinkedQueueTx, shard: int) -> int | None:
+    """When the shard next has sweep work, from the head of each index a sweep reads (the
+    same heads `due` compares with now); None if nothing in it will ever be due."""
+    tx, k = qt.tx, qt.k
+    times = []
+
+    def head(prefix: bytes, shift: int = 0) -> None:
+        rows = tx.scan(prefix, keys.prefix_end(prefix), limit=1)
+        if rows:
+            times.append(keys.index_time(rows[0][0], len(prefix)) + shift)
+
+    head(k.active_shard(shard))
+    head(k.delayed_shard(shard))
+    for state in (S.COMPLETED, S.FAILED):
+        count, age = retention.retention_policy(qt, None, state)
+        if age is not None:
+            head(k.state_shard(state, shard), age)
+        if count is not None and qt.meta(shard).counts[state] > count:
+            times.append(qt.now)
+    if shard == 0:  # the queue-wide sweeps run with shard 0
+        head(k.idempotency_expiry_all())
+    return min(times) if times else None
+
+
+def _placement(tx: Txn, ns: str, queue: str, shards: list[int]) -> list[tuple[int, int | None, int | None]]:
+    """(shard, its time in the due index now, the time it should have) per shard."""
+    k = keys.QueueKeys(ns, queue)
+    qt = LinkedQueueTx(tx, ns, queue, create=False) if tx.get(k.config()) is not None else None
+    out = []
+    for shard in shards:
+        raw = tx.get(k.next_due(shard))
+        current = keys.U64.unpack(raw)[0] if raw is not None else None
+        at_ns = next_due_ns(qt, shard) if qt is not None and shard < max(qt.cfg.shards, 1) else None
+        out.append((shard, current, None if at_ns is None else max(at_ns, 0)))
+    return out
+
+
+def misplaced(tx: Txn, items: list[tuple[str, str, list[int]]]) -> list[tuple[str, str, list[int]]]:
+    """The queue shards of `items` whose place in the due index is not their next due
+    time (read-only: a pass that finds every place right writes nothing)."""
+    out = []
+    for ns, queue, shards in items:
+        wrong = [shard for shard, current, at_ns in _placement(tx, ns, queue, shards) if current != at_ns]
+        if wrong:
+            out.append((ns, queue, wrong))
+    return out
+
+
+def reschedule_due(tx: Txn, ns: str, queue: str, shards: list[int]) -> None:
+    """Put each shard at its next due time in the due index (after a sweep), or take it
+    out: in the transaction that reads the heads, so an entry added meanwhile by another
+    transition either is seen here or moves the place earlier after this commits."""
+    k = keys.QueueKeys(ns, queue)
+    for shard, current, at_ns in _placement(tx, ns, queue, shards):
+        nd_key = k.next_due(shard)
+        if at_ns == current:
+            continue
+        if current is not None:
+            tx.delete(keys.due_entry(current, ns, queue, shard))
+        if at_ns is None:
+            tx.delete(nd_key)
+        else:
+            tx.put(keys.due_entry(at_ns, ns, queue, shard), b"")
+            tx.put(nd_key, keys.U64.pack(at_ns))
+
+
+def reschedule_due_many(tx: Txn, items: list[tuple[str, str, list[int]]]) -> None:
+    for ns, queue, shards in items:
+        reschedule_due(tx, ns, queue, shards)
+
+
 def queue_shards(tx: Txn, ns: str, queue: str) -> int:
     raw = tx.get(keys.QueueKeys(ns, queue).config())
     return max(pb.QueueConfig.FromString(raw).shards, 1) if raw else 0
