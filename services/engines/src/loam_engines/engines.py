@@ -1,5 +1,6 @@
 """`Engines`: the engine runner's parts wired for one process — the run facade and its
-JobsService methods, the runner, and the Spark endpoint (Sail pool + proxy).
+JobsService methods, the runner, the Spark endpoint (Sail pool + proxy), and Flink's
+actions (the session cluster under `<data>/flink`, started on first use).
 
 `loam dev` builds it in process with the queue core's CoreRpc as `jobs`;
 `python -m loam_engines` with a Connect client of the gateway.
@@ -8,10 +9,11 @@ JobsService methods, the runner, and the Spark endpoint (Sail pool + proxy).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loam_engines.flink.actions import FlinkActions
 from loam_engines.rpc import EngineRpc
 from loam_engines.runner import EngineRunner
 from loam_engines.service import EngineRuns
@@ -38,6 +40,10 @@ class EngineSettings:
     spark_python: Path | None = None  # default: find_spark_python()
     spark_jvm_python: Path | None = None  # default: .engines/spark-jvm
     max_parallel_runs: int = 4
+    flink: bool = True  # run Flink deployments (the session cluster starts on first use)
+    flink_options: dict[str, Any] = field(
+        default_factory=dict
+    )  # FlinkLifecycle options; tests pass `cluster`
 
 
 class Engines:
@@ -75,9 +81,14 @@ class Engines:
             "spark_batch": SparkBatchExecutor(python, lambda: self.proxy.port, credentials, self.deps),
             "spark_submit": SparkSubmitExecutor(jvm_python),
         }
+        self.flink = (
+            FlinkActions(store, blobs, self.runs, data / "flink", **settings.flink_options)
+            if settings.flink
+            else None
+        )
         self.runner = EngineRunner(self.runs, jobs, blobs, executors, runner_id=settings.runner_id,
                                    work_dir=data / "runs", pid_dir=data / "pids",
-                                   max_parallel=settings.max_parallel_runs)  # fmt: skip
+                                   max_parallel=settings.max_parallel_runs, flink=self.flink)  # fmt: skip
 
     @property
     def spark_url(self) -> str:

@@ -111,7 +111,7 @@ class FlinkLifecycle:
 
     # -- actions ---------------------------------------------------------------------------------
     async def deploy(self, ns: str, name: str, spec: JobSpec, *, savepoint: str | None = None,
-                     savepoint_interval_s: int = 0) -> Deployment:  # fmt: skip
+                     savepoint_interval_s: int = 0, run_id: str = "") -> Deployment:  # fmt: skip
         """Run `spec` as version 1 of a new deployment (or the next version of a cancelled or
         failed one of the same name), from `savepoint` if given; with `savepoint_interval_s`,
         `take_due_savepoints` takes a savepoint that often while it runs."""
@@ -134,6 +134,7 @@ class FlinkLifecycle:
             d.versions.append(Version(number, spec, self._now()))
             d.state, d.pending, d.last_error = State.DEPLOYING, pending, None
             d.savepoint_interval_s = savepoint_interval_s
+            d.run_id, d.action_seq = run_id, 0
             log = f"deploy v{number} ({spec.kind}, {spec.artifact})" + (
                 f" from {savepoint}" if savepoint else ""
             )
@@ -144,10 +145,11 @@ class FlinkLifecycle:
                 await self.recorder.record(ns, d, log)
             return await self._run(ns, d)
 
-    async def savepoint(self, ns: str, name: str, *, reason: str = "savepoint") -> Savepoint:
+    async def savepoint(self, ns: str, name: str, *, reason: str = "savepoint", seq: int = 0) -> Savepoint:
         """A savepoint of the running job; it keeps running."""
         async with self._lock(ns, name):
             d = await self._for_action(ns, name, "savepoint")
+            d.action_seq = max(d.action_seq, seq)
             assert d.job_id is not None
             try:
                 trigger = await self.rest.trigger_savepoint(d.job_id, self.savepoint_dir.as_uri())
@@ -179,19 +181,21 @@ class FlinkLifecycle:
                 log.warning("periodic savepoint of %s/%s skipped: %s", ns, name, e)
         return taken
 
-    async def suspend(self, ns: str, name: str) -> Deployment:
+    async def suspend(self, ns: str, name: str, *, seq: int = 0) -> Deployment:
         """Stop the job with a savepoint; `resume` continues from it."""
         async with self._lock(ns, name):
             d = await self._for_action(ns, name, "suspend")
+            d.action_seq = max(d.action_seq, seq)
             d.state = State.SUSPENDING
             d.pending = Pending("suspend", "stop", d.version, self._now(), job_id=d.job_id)
             await self.recorder.record(ns, d, f"suspend: stop job {d.job_id} with a savepoint")
             return await self._run(ns, d)
 
-    async def resume(self, ns: str, name: str, *, savepoint: str | None = None) -> Deployment:
+    async def resume(self, ns: str, name: str, *, savepoint: str | None = None, seq: int = 0) -> Deployment:
         """Run the suspended version again from its newest savepoint (or a named one)."""
         async with self._lock(ns, name):
             d = await self._for_action(ns, name, "resume")
+            d.action_seq = max(d.action_seq, seq)
             sp = self._recorded_savepoint(d, savepoint) if savepoint else d.latest_savepoint()
             d.state = State.RESUMING
             d.pending = Pending("resume", "submit", d.version, self._now(), savepoint=sp.path if sp else None)
@@ -200,13 +204,14 @@ class FlinkLifecycle:
             )
             return await self._run(ns, d)
 
-    async def upgrade(self, ns: str, name: str, spec: JobSpec) -> Deployment:
+    async def upgrade(self, ns: str, name: str, spec: JobSpec, *, seq: int = 0) -> Deployment:
         """Stop with a savepoint, run `spec` as the next version from it; if that version is not
         ready by the readiness deadline, run the previous one again from the same savepoint
         (raises UpgradeRolledBack)."""
         await self.check_spec(ns, spec)
         async with self._lock(ns, name):
             d = await self._for_action(ns, name, "upgrade")
+            d.action_seq = max(d.action_seq, seq)
             number = max(v.number for v in d.versions) + 1
             d.versions.append(Version(number, spec, self._now()))
             d.state = State.UPGRADING
@@ -219,7 +224,7 @@ class FlinkLifecycle:
             return await self._run(ns, d)
 
     async def rollback(
-        self, ns: str, name: str, *, version: int | None = None, savepoint: str | None = None
+        self, ns: str, name: str, *, version: int | None = None, savepoint: str | None = None, seq: int = 0
     ) -> Deployment:
         """Run a recorded version again from a recorded savepoint. By default the version before
         the current one, from that version's newest savepoint; a running job is stopped with
@@ -245,6 +250,7 @@ class FlinkLifecycle:
                 if sp is None:
                     raise FlinkRefused(f"v{version} of {name!r} has no savepoint: name one to roll back from")
             _check_savepoint_dir(sp.path)
+            d.action_seq = max(d.action_seq, seq)
             stop = d.state == State.RUNNING and d.job_id is not None
             d.state = State.ROLLING_BACK
             d.pending = Pending("rollback", "stop" if stop else "submit", version, self._now(),
@@ -252,12 +258,13 @@ class FlinkLifecycle:
             await self.recorder.record(ns, d, f"rollback v{d.version} -> v{version} from {sp.path}")
             return await self._run(ns, d)
 
-    async def cancel(self, ns: str, name: str) -> Deployment:
+    async def cancel(self, ns: str, name: str, *, seq: int = 0) -> Deployment:
         """Cancel the job without a savepoint (Flink keeps its retained checkpoints)."""
         async with self._lock(ns, name):
             d = await self._load(ns, name)
             if d.state == State.CANCELLED:
                 raise FlinkRefused(f"{name!r} is already cancelled")
+            d.action_seq = max(d.action_seq, seq)
             jobs = {d.job_id, d.pending.new_job_id if d.pending else None} - {None}
             for job in jobs:
                 await self._cancel_job(job)
