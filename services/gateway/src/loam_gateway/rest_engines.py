@@ -8,7 +8,12 @@ ControlEngineJob), the same access checks (jobs:engine), mapped onto JSON.
 - `GET /v1/engines/runs` (newest first), `GET /v1/engines/runs/{run}`;
 - `GET /v1/engines/runs/{run}/logs?after=N&wait_ms=M`: the lines after N, waiting up
   to M ms for the next one;
-- `POST /v1/engines/runs/{run}/cancel`.
+- `POST /v1/engines/runs/{run}/cancel`;
+- `POST /v1/engines/flink/runs`: deploy a Flink job (a jar or PyFlink script as
+  `source_base64`, or `sql`) as a run that lasts as long as the deployment;
+- `POST /v1/engines/runs/{run}/{action}`: any other control action — `restart` of a
+  finished Spark run; `savepoint`, `suspend`, `resume`, `upgrade`, `rollback`, `cancel`,
+  `status` of a Flink run (its record's `flink` says when they are done).
 """
 
 from __future__ import annotations
@@ -63,6 +68,56 @@ class SparkRunBody(_Model):
     schedule: EngineScheduleBody | None = None
 
 
+class FlinkSpecBody(_Model):
+    entrypoint: str = Field(
+        "", max_length=128, description="the artifact's file name: job.jar, job.py or job.sql"
+    )
+    source_base64: str | None = Field(None, description="the jar, PyFlink script or SQL file, base64")
+    sql: str | None = Field(None, max_length=1_000_000, description="Flink SQL statements, instead of a file")
+    entry_class: str = Field("", max_length=512, description="a jar job's main class")
+    args: list[str] = Field(default_factory=list, max_length=256)
+    parallelism: int = Field(0, ge=0, le=256, description="0 = 1")
+    config: dict[str, str] = Field(default_factory=dict, description="Flink options of this job")
+    allow_non_restored_state: bool = False
+
+
+class FlinkDeployBody(FlinkSpecBody):
+    deployment: str = Field(max_length=128, description="the deployment's name")
+    savepoint: str = Field("", max_length=4096, description="start from this savepoint")
+    savepoint_interval_s: int = Field(
+        0, ge=0, le=366 * 86400, description="a savepoint this often (0 = none)"
+    )
+
+
+class EngineActionBody(_Model):
+    savepoint: str = Field("", max_length=4096, description="resume / rollback: a recorded savepoint")
+    version: int = Field(0, ge=0, description="rollback: the version to run (0 = the one before)")
+    upgrade: FlinkSpecBody | None = Field(None, description="upgrade: the new version")
+
+
+class FlinkSavepointView(BaseModel):
+    path: str
+    version: int
+    reason: str
+    taken_ns: int
+
+
+class FlinkStatusView(BaseModel):
+    deployment: str
+    state: str
+    version: int
+    versions: int
+    job_id: str
+    savepoints: list[FlinkSavepointView]
+    pending_action: str
+    last_error: str
+    actions_requested: int
+    actions_done: int
+    last_action: str
+    last_action_error: str
+    timings_ms: dict[str, float]
+
+
 class EngineAttemptView(BaseModel):
     attempt: int
     started_ns: int
@@ -87,6 +142,8 @@ class EngineRunView(BaseModel):
     schedule: str
     attempts: list[EngineAttemptView]
     log_count: int
+    restarted_from: str = ""
+    flink: FlinkStatusView | None = None
 
 
 class EngineSubmitResult(BaseModel):
@@ -109,6 +166,17 @@ class EngineLogLineView(BaseModel):
 class EngineLogPage(BaseModel):
     lines: list[EngineLogLineView]
     finished: bool
+
+
+def flink_view(f: E.FlinkStatus) -> FlinkStatusView:
+    return FlinkStatusView(
+        deployment=f.deployment, state=f.state, version=f.version, versions=f.versions, job_id=f.job_id,
+        savepoints=[FlinkSavepointView(path=s.path, version=s.version, reason=s.reason, taken_ns=s.taken_ns)
+                    for s in f.savepoints],
+        pending_action=f.pending_action, last_error=f.last_error, actions_requested=f.actions_requested,
+        actions_done=f.actions_done, last_action=f.last_action, last_action_error=f.last_action_error,
+        timings_ms=dict(f.timings_ms),
+    )  # fmt: skip
 
 
 def run_view(r: E.EngineRun) -> EngineRunView:
@@ -138,6 +206,8 @@ def run_view(r: E.EngineRun) -> EngineRunView:
             for a in r.attempts
         ],
         log_count=r.log_count,
+        restarted_from=r.restarted_from,
+        flink=flink_view(r.flink) if kind == "flink" else None,
     )
 
 
@@ -150,6 +220,19 @@ def _source(body: SparkRunBody) -> bytes:
         return base64.b64decode(body.source_base64, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidArgument("source_base64", "is not base64") from None
+
+
+def flink_spec(body: FlinkSpecBody) -> E.FlinkDeployment:
+    spec = E.FlinkDeployment(entrypoint=body.entrypoint, sql=body.sql or "", entry_class=body.entry_class,
+                             parallelism=body.parallelism, allow_non_restored_state=body.allow_non_restored_state)  # fmt: skip
+    if body.source_base64 is not None:
+        try:
+            spec.source = base64.b64decode(body.source_base64, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgument("source_base64", "is not base64") from None
+    spec.args.extend(body.args)
+    spec.config.update(body.config)
+    return spec
 
 
 def submit_request(body: SparkRunBody) -> J.SubmitEngineJobRequest:
@@ -202,6 +285,17 @@ def build_engines_router() -> APIRouter:
             return EngineSubmitResult(schedule=resp.schedule)
         return EngineSubmitResult(run=run_view(resp.record))
 
+    @api.post("/flink/runs", response_model=EngineRunView, summary="Deploy a Flink job as an engine run")
+    async def deploy_flink(
+        request: Request, body: Annotated[FlinkDeployBody, Body()], p: Principal = caller("submit_engine_job")
+    ) -> EngineRunView:
+        spec = flink_spec(body)
+        spec.deployment = body.deployment
+        spec.savepoint = body.savepoint
+        spec.savepoint_interval_s = body.savepoint_interval_s
+        req = J.SubmitEngineJobRequest(job=E.EngineJob(flink=spec))
+        return run_view((await call(request, p, "submit_engine_job", req)).record)
+
     @api.get("/runs", response_model=EngineRunList, summary="The namespace's engine runs, newest first")
     async def list_runs(
         request: Request,
@@ -242,6 +336,22 @@ def build_engines_router() -> APIRouter:
     ) -> EngineRunView:
         req = J.ControlEngineJobRequest(run=run, action=E.EngineAction(action="cancel"))
         resp = await call(request, p, "control_engine_job", req)
+        return run_view(resp.record)
+
+    @api.post("/runs/{run}/{action}", response_model=EngineRunView,
+              summary="A control action: restart (Spark); savepoint, suspend, resume, upgrade, rollback, status (Flink)")  # fmt: skip
+    async def control(
+        request: Request,
+        run: RunId,
+        action: Annotated[str, Path(max_length=32, description="the action")],
+        body: Annotated[EngineActionBody | None, Body()] = None,
+        p: Principal = caller("control_engine_job"),
+    ) -> EngineRunView:
+        b = body or EngineActionBody()
+        act = E.EngineAction(action=action, savepoint=b.savepoint, version=b.version)
+        if b.upgrade is not None:
+            act.flink.CopyFrom(flink_spec(b.upgrade))
+        resp = await call(request, p, "control_engine_job", J.ControlEngineJobRequest(run=run, action=act))
         return run_view(resp.record)
 
     return api
