@@ -150,6 +150,26 @@ async def test_a_schedule_fires_batch_runs(spark_dev):
         assert ("stdout", "tick") in await lines_of(c, finished[0].id)
 
 
+async def test_a_finished_run_restarts_as_a_new_run_with_its_script_and_args(spark_dev):
+    async with client(spark_dev, "delta") as c:
+        script = b"import sys\nprint('run with', *sys.argv[1:])\nsys.exit(int(sys.argv[-1]))\n"
+        first = await c.submit_spark(script, entrypoint="again.py", args=["a", "4"])
+        with pytest.raises(loam.errors.InvalidState):  # only a finished run restarts
+            await c.restart_engine_run(first.id)
+        first = await asyncio.wait_for(c.wait_engine_run(first.id), 90)
+        assert (first.state, first.exit_code) == (E.ENGINE_RUN_STATE_FAILED, 4)
+        second = await c.restart_engine_run(first.id)
+        assert second.id != first.id and second.restarted_from == first.id
+        second = await asyncio.wait_for(c.wait_engine_run(second.id), 90)
+        assert (second.state, second.exit_code) == (E.ENGINE_RUN_STATE_FAILED, 4)
+        assert ("stdout", "run with a 4") in await lines_of(c, second.id)
+        assert (
+            await c.engine_run(first.id)
+        ).state == E.ENGINE_RUN_STATE_FAILED  # the old run stays as it ended
+        with pytest.raises(loam.errors.InvalidArgument):
+            await c.flink_action(first.id, "savepoint")  # a Flink action on a Spark run
+
+
 async def test_bad_submissions_are_refused_and_change_nothing(spark_dev):
     async with client(spark_dev, "gamma") as c:
         before = await c.engine_runs()
