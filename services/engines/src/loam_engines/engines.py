@@ -37,6 +37,8 @@ class EngineSettings:
     sail_idle_s: float = 300.0
     sail_session_timeout_s: float = 900.0
     sail_memory_limit_bytes: int = 0
+    sail_spares: int = 1  # warm Sail launchers kept for the next namespace's start (made on first use)
+    sail_prewarm: bool = False  # make the first spare at start, so even the first namespace starts warm
     spark_python: Path | None = None  # default: find_spark_python()
     spark_jvm_python: Path | None = None  # default: .engines/spark-jvm
     max_parallel_runs: int = 4
@@ -64,6 +66,7 @@ class Engines:
             memory_limit_bytes=settings.sail_memory_limit_bytes,
             spill_dir=data / "spill",
             pydeps=self.deps.path,
+            spares=settings.sail_spares,
         ))  # fmt: skip
         jvm_python = settings.spark_jvm_python or find_spark_python("LOAM_SPARK_JVM_VENV", "spark-jvm")
         self.jvm_pool = JvmConnectPool(SailSettings(
@@ -106,6 +109,8 @@ class Engines:
             log.warning("port %d is taken: the Spark endpoint takes any free port", DEFAULT_SPARK_PORT)
             self.proxy.port = 0
             await self.proxy.start()
+        if self.settings.sail_prewarm:
+            self.pool.prewarm()
 
     async def stop(self) -> None:
         await self.runner.stop()
