@@ -113,10 +113,10 @@ class EngineRunner:
     async def start(self) -> None:
         processes.reap_orphans(self.pid_dir)
         if self.flink is not None:
-            try:
-                await self.flink.start()
-            except Exception:  # noqa: BLE001 - Spark runs go on; Flink actions report the cause
-                log.exception("the Flink engine could not finish the actions left in flight")
+            # In the background: a cluster to bring back takes its JVMs' start-up (10-40 s),
+            # which the server's readiness and the Spark runs need not wait for; Flink
+            # actions leased meanwhile wait for it (FlinkActions.engine).
+            self._spawn(self._start_flink())
         for ns in await self.runs.namespaces():
             await self._recover(ns)
             self.watch_namespace(ns)
@@ -134,6 +134,12 @@ class EngineRunner:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.flink is not None:
             await self.flink.close()
+
+    async def _start_flink(self) -> None:
+        try:
+            await self.flink.start()
+        except Exception:  # noqa: BLE001 - Spark runs go on; Flink actions report the cause
+            log.exception("the Flink engine could not bring back the deployments a previous runner left")
 
     def watch_namespace(self, ns: str) -> None:
         """Lease this namespace's engine queues (idempotent)."""

@@ -8,8 +8,10 @@ the runner, which hands it here. So the process that owns the Flink session clus
 every action, whether the request came in through `loam dev` or a queue core of the split
 deployment, and a runner that dies mid-action gets the job back.
 
-- The session cluster starts on first use: the first Flink job leased (or, at start-up,
-  an action a previous runner left in flight) starts it under `<data>/flink`.
+- The session cluster starts on first use: the first Flink job leased starts it under
+  `<data>/flink`; so does a runner's start when a deployment should be running (its
+  cluster died with the previous runner: `recover()` runs each again from its newest
+  retained checkpoint) or an action was left in flight (`reconcile()` finishes it).
 - One engine run per deployment lifetime: the lifecycle's recorder writes the run in the
   same transaction as the deployment (`sync_run`), so the run's state, `flink` status and
   log follow every step.
@@ -126,12 +128,28 @@ class FlinkActions:
                 self._engine = await FlinkEngine.start(self.root, self.store, self.blobs, recorder=self.recorder,
                                                        cluster=self.cluster, **self.options)  # fmt: skip
                 await self._close_reconciled_actions()
+                await self._recover_lost_jobs()
             return self._engine
 
     async def start(self) -> None:
-        """At the runner's start: an action a previous runner left in flight is finished now."""
-        if await self.recorder.in_flight():
+        """At the runner's start: an action a previous runner left in flight is finished now,
+        and a deployment that was running runs again (its cluster died with that runner)."""
+        if await self.recorder.in_flight() or await self._running():
             await self.engine()
+
+    async def _running(self) -> list[tuple[str, Deployment]]:
+        out = []
+        for ns in await self.runs.namespaces():
+            out += [(ns, d) for d in await self.recorder.list(ns) if d.state == State.RUNNING and d.job_id]
+        return out
+
+    async def _recover_lost_jobs(self) -> None:
+        lc = self._engine.lifecycle
+        for ns, d in await self._running():
+            if await lc.recover(ns, d.name) is not None:
+                log.warning(
+                    "Flink deployment %s/%s ran again after its job was lost with the cluster", ns, d.name
+                )
 
     async def close(self) -> None:
         if self._engine is not None:

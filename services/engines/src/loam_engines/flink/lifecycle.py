@@ -303,6 +303,37 @@ class FlinkLifecycle:
                 done.append((ns, name))
         return done
 
+    async def recover(self, ns: str, name: str) -> Deployment | None:
+        """A RUNNING deployment whose job the cluster does not know runs again, under a new job
+        id, from its job's newest retained checkpoint, else its newest savepoint. That is the
+        case after the runner (and with it the session cluster, whose JobManager keeps no jobs
+        across a restart) died: the deployment's state is its checkpoints on disk. None when
+        there was nothing to recover."""
+        async with self._lock(ns, name):
+            d = await self.recorder.load(ns, name)
+            if d is None or d.pending is not None or d.state != State.RUNNING or d.job_id is None:
+                return None
+            if await self.rest.job(d.job_id) is not None:
+                return None
+            sp = d.latest_savepoint()
+            restore = self._latest_checkpoint(d.job_id) or (sp.path if sp else None)
+            lost, d.state, d.job_id = d.job_id, State.RESUMING, None
+            d.pending = Pending("recover", "submit", d.version, self._now(), savepoint=restore)
+            await self.recorder.record(ns, d, f"job {lost} was lost with the previous cluster: v{d.version} runs "
+                                       f"again from {restore or 'no state'}")  # fmt: skip
+            with contextlib.suppress(FlinkRefused):  # recorded as FAILED with the reason
+                await self._run(ns, d)
+            return d
+
+    def _latest_checkpoint(self, job_id: str) -> str | None:
+        """The newest completed checkpoint a job left on disk (retained: RETAIN_ON_CANCELLATION)."""
+        if self.checkpoint_dir is None:
+            return None
+        done = [p for p in (self.checkpoint_dir / job_id).glob("chk-*") if (p / "_metadata").exists()]
+        if not done:
+            return None
+        return max(done, key=lambda p: int(p.name.split("-", 1)[1])).as_uri()
+
     # -- validation --------------------------------------------------------------------------------
     async def check_spec(self, ns: str, spec: JobSpec) -> None:
         """Refuse a spec Flink could not run, before anything changes."""
@@ -360,6 +391,13 @@ class FlinkLifecycle:
             ):
                 p.trigger_id = None  # a restarted JobManager forgot the trigger: stop again
                 return
+            lost_at = self._latest_checkpoint(job) if detail is None else None
+            if lost_at is not None:
+                # The job went with the cluster (the runner died mid-action, and its JVMs with
+                # it): its newest retained checkpoint stands in for the savepoint it was taking.
+                await self._stopped(ns, d, job, lost_at, f"job {job} was lost with the previous cluster; "
+                                    f"its newest checkpoint {lost_at} stands in for the savepoint")  # fmt: skip
+                return
             # The job did not stop, or its savepoint failed: abandon the action, and say so;
             # a job still running stays the deployment's job.
             running = detail is not None and detail.state == "RUNNING"
@@ -372,18 +410,24 @@ class FlinkLifecycle:
             await self.recorder.record(ns, d, d.last_error)
             raise FlinkRefused(d.last_error) from e
         await self._wait_stopped(job)
+        self._forget_checkpoints(job)
+        await self._stopped(ns, d, job, location, f"job {job} stopped with savepoint {location}")
+
+    async def _stopped(self, ns: str, d: Deployment, job: str, location: str, line: str) -> None:
+        """The old job is gone and `location` holds its state: the action goes on from it."""
+        p = d.pending
+        assert p is not None
         d.savepoints.append(Savepoint(location, d.version, job, self._now(), p.action))
         d.job_id = None
-        self._forget_checkpoints(job)
         if p.action == "suspend":
             d.state, d.pending = State.SUSPENDED, None
             d.timings_ms["suspend_ms"] = (self._now() - p.started_ns) / 1e6
-            await self.recorder.record(ns, d, f"suspended at {location}")
+            await self.recorder.record(ns, d, f"{line}; suspended at {location}")
         else:
             if p.action == "upgrade":
                 p.savepoint = location
             p.step, p.trigger_id = "submit", None
-            await self.recorder.record(ns, d, f"job {job} stopped with savepoint {location}")
+            await self.recorder.record(ns, d, line)
         await self._retain(ns, d)
 
     async def _step_submit(self, ns: str, d: Deployment) -> None:
