@@ -19,7 +19,7 @@ from flinktest import COUNTS_SQL, sql_counts, wait_counts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark"))
 from sparkdev import make_tokens, start_spark_dev  # noqa: E402  (the path above)
 
-pytestmark = pytest.mark.long  # a second cluster (loam dev's own): make test-engines-flink
+pytestmark = [pytest.mark.long, pytest.mark.timeout(900)]  # loam dev's own cluster: make test-engines-flink
 
 
 @pytest.fixture

@@ -443,7 +443,12 @@ class FlinkLifecycle:
             try:
                 await self.rest.run_jar(jar_id, request)
             except FlinkRestError as e:
-                if "Duplicate" not in e.detail:  # a retried submission Flink already has
+                # No answer is not a refusal: the submission may still be under way, under the
+                # job id fixed for it. A retried submission Flink already has is no refusal either.
+                if e.status == 0:
+                    if not await self._appears(p.new_job_id):
+                        raise NotReady(f"Flink did not take v{p.target_version}: {e}") from e
+                elif "Duplicate" not in e.detail:
                     raise NotReady(f"Flink refused v{p.target_version}: {e}") from e
         d.job_id = p.new_job_id
         p.step = "verify"
@@ -508,6 +513,17 @@ class FlinkLifecycle:
             await asyncio.sleep(0.25)
         raise NotReady(f"job {job_id} was not running and checkpointing within {self.readiness_timeout_s:.0f} s "
                        f"(state {state})")  # fmt: skip
+
+    async def _appears(self, job_id: str) -> bool:
+        """Whether Flink gets to know the job within the readiness deadline (asked at a short
+        interval: Flink announces nothing)."""
+        deadline = time.monotonic() + self.readiness_timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(FlinkRestError):
+                if await self.rest.job(job_id) is not None:
+                    return True
+            await asyncio.sleep(0.5)
+        return False
 
     async def _wait_stopped(self, job_id: str) -> None:
         # A savepoint completes (a cancel returns) a moment before the job reaches FINISHED
