@@ -957,6 +957,69 @@ async def test_a_poll_gets_the_job_of_an_enqueue_whose_caller_left_mid_transacti
     assert (got.state, got.worker) == (S.ACTIVE, "w2")
 
 
+# -- a worker that stops waiting ends its polls (EndLeaseWait) -------------------------------------
+async def test_ending_a_workers_wait_answers_its_sleeping_poll_at_once_and_no_other(core):
+    mine = await _parked_poll(core)
+    other = asyncio.create_task(lease(core, max_jobs=1, wait_ns=20 * SEC, worker="w3"))
+    async with asyncio.timeout(5):
+        while core.waiters.sleeping(NS, "q") < 2:
+            await asyncio.sleep(0.001)
+    assert core.jobs.end_lease_wait(NS, ["q"], "w2") == 1
+    assert await asyncio.wait_for(mine, 5) == []  # not after its 20 s
+    await asyncio.sleep(0.05)
+    assert not other.done()  # another worker's poll waits on
+    e = await enqueue(core)
+    assert [j.id for j in await asyncio.wait_for(other, 5)] == [e.job_id]
+
+
+async def test_an_ended_poll_gets_the_job_an_enqueue_is_leasing_for_it(core, monkeypatch, check_invariants):
+    # The worker stops waiting while an enqueue's transaction leases for its poll: the job
+    # must reach the worker in the answer, not stay active with nobody to run it.
+    poll = await _parked_poll(core)
+    _slow_enqueue_then_lease(monkeypatch, 0.3)
+    enqueuing = asyncio.create_task(enqueue(core))
+    await asyncio.sleep(0.1)  # claimed, in its transaction
+    core.jobs.end_lease_wait(NS, ["q"], "w2")
+    e = await asyncio.wait_for(enqueuing, 5)
+    (got,) = await asyncio.wait_for(poll, 5)
+    assert (got.id, got.state, got.worker) == (e.job_id, S.ACTIVE, "w2")
+    await check_invariants()
+
+
+async def test_an_ended_poll_reading_answers_with_what_it_read_and_does_not_wait(core, monkeypatch):
+    from loam_queue_core.facade import jobs as core_module
+
+    real = core_module.job_lease
+    reading = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def slow_lease(*args):
+        loop.call_soon_threadsafe(reading.set)
+        time.sleep(0.3)
+        return real(*args)
+
+    monkeypatch.setattr(core_module, "job_lease", slow_lease)
+    poll = asyncio.create_task(lease(core, max_jobs=1, wait_ns=20 * SEC, worker="w2"))
+    await asyncio.wait_for(reading.wait(), 5)
+    assert core.jobs.end_lease_wait(NS, ["q"], "w2") == 1  # parked, still reading
+    assert await asyncio.wait_for(poll, 5) == []  # answered after its read, no sleep
+
+
+async def test_an_end_that_arrives_before_its_poll_ends_that_poll_once(core):
+    assert core.jobs.end_lease_wait(NS, ["q"], "w2") == 0  # nothing waits yet
+    assert await asyncio.wait_for(lease(core, max_jobs=1, wait_ns=20 * SEC, worker="w2"), 5) == []
+    again = asyncio.create_task(lease(core, max_jobs=1, wait_ns=20 * SEC, worker="w2"))
+    await asyncio.sleep(0.05)
+    assert not again.done()  # only the one poll was ended
+    e = await enqueue(core)
+    assert [j.id for j in await asyncio.wait_for(again, 5)] == [e.job_id]
+
+
+async def test_ending_a_wait_needs_the_worker(core):
+    with pytest.raises(InvalidArgument):
+        core.jobs.end_lease_wait(NS, ["q"], "")
+
+
 async def test_a_refused_enqueue_leaves_the_claimed_poll_waiting(core, check_invariants):
     await enqueue(core, job_key="k")
     await lease_one(core)

@@ -275,6 +275,20 @@ async def test_long_poll_wakes_on_enqueue(make_api, kind):
     assert t_back - t_enqueue < 1
 
 
+@pytest.mark.parametrize("kind", CONSUMERS)
+async def test_a_worker_that_stops_waiting_ends_its_long_poll(make_api, kind):
+    # A closing worker asks the server to answer its Lease rather than dropping the call,
+    # which could lose jobs leased for it meanwhile; the answer comes now, not in 30 s.
+    api = make_api(kind)
+    q = qname()
+    parked = asyncio.create_task(api.lease([q], max=1, wait_ns=30 * SEC))
+    await asyncio.sleep(0.5)
+    assert not parked.done()
+    ended = await api.call("end_lease_wait", J.EndLeaseWaitRequest(queues=[q], worker="w1"))
+    assert ended.ended == 1
+    assert await asyncio.wait_for(parked, 10) == []
+
+
 @pytest.mark.parametrize("kind", ALL)
 async def test_errors_and_their_codes(make_api, kind):
     api = make_api(kind)

@@ -62,7 +62,7 @@ def test_actions_are_what_the_gateway_checked_before():
         by_action.setdefault(op.action, set()).add(op.name)
     assert by_action == {
         auth.ENQUEUE: {"enqueue", "enqueue_bulk", "flow", "get_flow", "exchange_publish"},
-        auth.CONSUME: {"lease", "extend", "complete", "complete_batch", "report", "watch"}
+        auth.CONSUME: {"lease", "extend", "complete", "complete_batch", "report", "end_lease_wait", "watch"}
         | {m for m in METHODS if m.startswith("result_")}
         | {"exchange_bind", "exchange_unbind", "exchange_bindings"}
         | {"resonate"},  # durable mode: a Resonate worker's requests and pushes
@@ -113,6 +113,7 @@ ROUTES = [
     ("complete_batch", J.CompleteBatchRequest(lease=LEASE_Q2), "q2"),
     ("complete_batch", J.CompleteBatchRequest(), ""),
     ("report", J.ReportRequest(token=TOKEN), "q1"),
+    ("end_lease_wait", J.EndLeaseWaitRequest(queues=["q1", "q2"], worker="w"), "q1"),
     ("schedule", J.ScheduleRequest(spec=pb.ScheduleSpec(id="s1", queue="q1")), "q1"),
     ("unschedule", J.UnscheduleRequest(id="s1"), "schedules/s1"),
     ("flow", J.FlowRequest(graph=pb.FlowSpec(id="f1")), "flows/f1"),

@@ -184,6 +184,21 @@ async def test_graceful_shutdown_releases_prefetched_jobs(client: Client) -> Non
     assert all(j.attempt == 1 for j in back)  # releasing spent no attempt
 
 
+async def test_an_idle_worker_stops_without_waiting_out_its_long_poll(client: Client) -> None:
+    worker = Worker(client, "idle-stop", lambda job: None, wait=30)
+    task = worker.start()
+    while not client_waits(worker):
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)  # the Lease is parked on the server
+    worker.stop()
+    await asyncio.wait_for(task, 10)  # its 30 s poll was ended, not run out
+    assert await client.lease("idle-stop", wait=0) == []
+
+
+def client_waits(worker: Worker) -> bool:
+    return any(t.get_name() == "loam-lease" and not t.done() for t in asyncio.all_tasks())
+
+
 async def test_handlers_by_name(client: Client) -> None:
     await client.enqueue_bulk("named", [("add", [1, 2]), ("mul", [3, 4]), ("other", 0)])
 

@@ -138,6 +138,9 @@ const MAX_WAIT_S = 30;
  * Prefetches leases for one worker: never more than its concurrency leased at once
  * (handed out + buffered), so a worker at concurrency 1 takes one job at a time.
  */
+/** How long an ended long poll may take to answer before its call is dropped. */
+const END_WAIT_GRACE_MS = 2_000;
+
 export class Fetcher {
   private buffer: Buffered[] = [];
   private reserved = 0; // slots asked for by a CompleteBatch in flight
@@ -284,6 +287,7 @@ export class Fetcher {
     this.blockingInflight = p;
     try {
       await p;
+      this.kicked = false;
     } catch (e) {
       if (this.kicked) {
         this.kicked = false;
@@ -303,14 +307,27 @@ export class Fetcher {
     this.buffer.unshift(...leases.map((lease) => ({ lease, at: now })));
     if (this.abort) {
       this.kicked = true; // wake a blocked wait(): there is work now
-      this.abort.abort();
+      this.interrupt();
     }
   }
 
   private kicked = false;
 
+  /**
+   * End the long poll in flight. The server is asked to answer it now rather than the
+   * call being dropped: by the time we stop waiting it may have leased jobs for us, and
+   * a dropped answer would leave them active with nobody to run them until their lock
+   * lapsed. The call is aborted only if that answer does not come.
+   */
   interrupt(): void {
-    this.abort?.abort();
+    const ac = this.abort;
+    if (!ac) return;
+    const abort = () => {
+      if (this.abort === ac) ac.abort();
+    };
+    const grace = setTimeout(abort, END_WAIT_GRACE_MS);
+    grace.unref?.();
+    void this.client.endLeaseWait({ queues: [this.o.queue], worker: this.o.worker }).catch(abort);
   }
 
   drainBuffer(): Lease[] {

@@ -305,6 +305,14 @@ class Client:
         resp = await self._call(self._rpc.lease, req, timeout=timeout)
         return [LeasedJob(lease) for lease in resp.leases]
 
+    async def end_lease_wait(self, queues: str | Iterable[str], *, worker: str | None = None) -> int:
+        """Answer `worker`'s waiting Leases of `queues` now, each with the jobs it holds:
+        how a worker stops waiting without losing a job leased for it meanwhile. Returns
+        how many were waiting (0: the worker's next waiting Lease answers at once)."""
+        qs = [queues] if isinstance(queues, str) else list(queues)
+        req = jpb.EndLeaseWaitRequest(queues=qs, worker=worker or self.worker)
+        return (await self._call(self._rpc.end_lease_wait, req)).ended
+
     async def extend(self, token: Token, by: float | dt.timedelta) -> int:
         """Move the lease deadline to now + `by` (never past the job's timeout);
         returns the new deadline (ns)."""

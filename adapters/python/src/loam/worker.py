@@ -213,7 +213,12 @@ class Worker:
     async def _shutdown(self, leaser: asyncio.Task[None]) -> None:
         self._release(list(self._buffer))
         self._buffer.clear()
-        await asyncio.gather(leaser, return_exceptions=True)  # its long-poll ends by itself
+        if not leaser.done():
+            # Its long poll is answered now, with any job leased for it meanwhile
+            # (released below), instead of running out its wait.
+            with contextlib.suppress(Exception):
+                await self.client.end_lease_wait(self.queues, worker=self.id)
+        await asyncio.gather(leaser, return_exceptions=True)
         self._release(list(self._buffer))
         self._buffer.clear()
         while self._running:

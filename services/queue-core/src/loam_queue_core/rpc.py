@@ -169,6 +169,9 @@ class CoreRpc(AnswersUnimplemented):
         )
         return J.LeaseResponse(leases=[lease_from_job(j) for j in jobs])
 
+    async def end_lease_wait(self, ns: Namespace, req: J.EndLeaseWaitRequest) -> J.EndLeaseWaitResponse:
+        return J.EndLeaseWaitResponse(ended=self.core.jobs.end_lease_wait(ns, list(req.queues), req.worker))
+
     async def extend(self, ns: Namespace, req: J.ExtendRequest) -> J.ExtendResponse:
         queue, job, epoch = _token(req.token, req.HasField("token"))
         return J.ExtendResponse(deadline_ns=await self.core.jobs.extend(ns, queue, job, epoch, req.by_ns))

@@ -197,6 +197,7 @@ JOBS_METHODS: tuple[Method, ...] = (
     _rpc("complete",           CONSUME,  WRITE, by_token,            "record a leased job's outcome"),
     _rpc("complete_batch",     CONSUME,  WRITE, by_first_completion, "many completions, and a lease, in one call"),
     _rpc("report",             CONSUME,  WRITE, by_token,            "a running job's progress or log lines"),
+    _rpc("end_lease_wait",     CONSUME,  WRITE, by_first_queue,      "answer a worker's waiting Leases now"),
     _rpc("schedule",           SCHEDULE, WRITE, by_schedule_queue,   "create or update a schedule"),
     _rpc("unschedule",         SCHEDULE, WRITE, by_schedule_id,      "delete a schedule"),
     _rpc("flow",               ENQUEUE,  WRITE, by_flow_graph,       "submit a flow of dependent jobs"),

@@ -148,13 +148,13 @@ class Jobs:
         give_up = loop.time() + wait_ns / 1e9
         while True:
             # Park before reading, so a job that arrives after the read wakes us.
-            fut = self.waiters.park(ns, queues) if wait_ns else None
+            fut = self.waiters.park(ns, queues, worker) if wait_ns else None
             try:
                 res = await self.store.transact(
                     job_lease, ns, queues, worker, max_jobs, name_set, random.randrange(64), visibility_ns
                 )
                 left = give_up - loop.time()
-                if res.jobs or fut is None or left <= 0:
+                if res.jobs or fut is None or left <= 0 or self.waiters.ended(fut):
                     return await self.payloads.inline(res.jobs)
                 if res.wake_at_ns:  # a delayed job falls due, or a rate window ends
                     left = min(left, max((res.wake_at_ns - self.store.clock.now_ns()) / 1e9, 0.0))
@@ -167,9 +167,17 @@ class Jobs:
                     # else look once more; the loop answers empty once the wait is over
                 if fut.done() and fut.result():  # jobs an enqueue leased for this poll
                     return await self.payloads.inline(fut.result())
+                if self.waiters.ended(fut):  # the worker stopped waiting
+                    return []
             finally:
                 if fut is not None:
-                    self.waiters.unpark(ns, queues, fut)
+                    self.waiters.unpark(ns, queues, fut, worker)
+
+    def end_lease_wait(self, ns: Namespace, queues: list[str], worker: str) -> int:
+        """Answer `worker`'s waiting Leases of `queues` now (Waiters.end)."""
+        if not worker:
+            raise InvalidArgument("worker", "the worker whose Leases to end is required")
+        return self.waiters.end(ns, queues, worker)
 
     async def extend(self, ns: Namespace, queue: str, job_id: str, epoch: int, by_ns: int) -> int:
         validate.in_range("by_ns", by_ns, 1, 24 * 3600 * 10**9)

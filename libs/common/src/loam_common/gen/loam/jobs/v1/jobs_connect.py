@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExchangeBindRequest, ExchangeBindResponse, ExchangeBindingsRequest, ExchangeBindingsResponse, ExchangePublishRequest, ExchangePublishResponse, ExchangeUnbindRequest, ExchangeUnbindResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetEngineRunRequest, GetEngineRunResponse, GetFlowRequest, GetFlowResponse, GetScheduleRequest, GetScheduleResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListEngineRunLogsRequest, ListEngineRunLogsResponse, ListEngineRunsRequest, ListEngineRunsResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetManyRequest, ResultSetManyResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse
+from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EndLeaseWaitRequest, EndLeaseWaitResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExchangeBindRequest, ExchangeBindResponse, ExchangeBindingsRequest, ExchangeBindingsResponse, ExchangePublishRequest, ExchangePublishResponse, ExchangeUnbindRequest, ExchangeUnbindResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetEngineRunRequest, GetEngineRunResponse, GetFlowRequest, GetFlowResponse, GetScheduleRequest, GetScheduleResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListEngineRunLogsRequest, ListEngineRunLogsResponse, ListEngineRunsRequest, ListEngineRunsResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetManyRequest, ResultSetManyResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -66,6 +66,13 @@ class JobsService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def report(self, request: ReportRequest, ctx: RequestContext[ReportRequest, ReportResponse], /) -> ReportResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def end_lease_wait(self, request: EndLeaseWaitRequest, ctx: RequestContext[EndLeaseWaitRequest, EndLeaseWaitResponse], /) -> EndLeaseWaitResponse:
+        """
+        Additive: answer a worker's waiting Leases now, each with what it holds, so a worker
+        that stops waiting receives every job leased for it instead of dropping the call.
+        """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def schedule(self, request: ScheduleRequest, ctx: RequestContext[ScheduleRequest, ScheduleResponse], /) -> ScheduleResponse:
@@ -258,6 +265,17 @@ class JobsServiceASGIApplication(ConnectASGIApplication[JobsService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.report,
+                ),
+                "/loam.jobs.v1.JobsService/EndLeaseWait": Endpoint.unary(
+                    method=MethodInfo(
+                        name="EndLeaseWait",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=EndLeaseWaitRequest,
+                        output=EndLeaseWaitResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.end_lease_wait,
                 ),
                 "/loam.jobs.v1.JobsService/Schedule": Endpoint.unary(
                     method=MethodInfo(
@@ -726,6 +744,30 @@ class JobsServiceClient(ConnectClient):
                 service_name="loam.jobs.v1.JobsService",
                 input=ReportRequest,
                 output=ReportResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def end_lease_wait(
+        self,
+        request: EndLeaseWaitRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> EndLeaseWaitResponse:
+        """
+        Additive: answer a worker's waiting Leases now, each with what it holds, so a worker
+        that stops waiting receives every job leased for it instead of dropping the call.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="EndLeaseWait",
+                service_name="loam.jobs.v1.JobsService",
+                input=EndLeaseWaitRequest,
+                output=EndLeaseWaitResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

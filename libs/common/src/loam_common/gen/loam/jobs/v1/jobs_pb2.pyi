@@ -275,6 +275,20 @@ class CompleteBatchResponse(_message.Message):
     leases: _containers.RepeatedCompositeFieldContainer[Lease]
     def __init__(self, results: _Optional[_Iterable[_Union[CompleteBatchResult, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
 
+class EndLeaseWaitRequest(_message.Message):
+    __slots__ = ("queues", "worker")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedScalarFieldContainer[str]
+    worker: str
+    def __init__(self, queues: _Optional[_Iterable[str]] = ..., worker: _Optional[str] = ...) -> None: ...
+
+class EndLeaseWaitResponse(_message.Message):
+    __slots__ = ("ended",)
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    ended: int
+    def __init__(self, ended: _Optional[int] = ...) -> None: ...
+
 class ReportRequest(_message.Message):
     __slots__ = ("token", "progress", "log_line", "data")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
