@@ -170,6 +170,39 @@ async def test_a_finished_run_restarts_as_a_new_run_with_its_script_and_args(spa
             await c.flink_action(first.id, "savepoint")  # a Flink action on a Spark run
 
 
+async def test_a_runs_log_streams_as_server_sent_events_until_it_ends(spark_dev):
+    import json
+
+    import httpx
+
+    script = b"import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.3)\n"
+    async with client(spark_dev, "delta") as c:
+        run = await c.submit_spark(script, entrypoint="ticks.py")
+    headers = {"authorization": f"Bearer {spark_dev.tokens['delta']}"}
+    events: list[tuple[str, str, str]] = []
+    async with httpx.AsyncClient(base_url=spark_dev.url, headers=headers, timeout=90) as http:
+        async with http.stream("GET", f"/v1/engines/runs/{run.id}/logs:stream") as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            event = ident = ""
+            async for line in r.aiter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("id: "):
+                    ident = line[4:]
+                elif line.startswith("data: "):
+                    events.append((event, ident, line[6:]))
+        missing = await http.get("/v1/engines/runs/01NOSUCHRUN0000000000000000/logs:stream")
+    stdout = [
+        json.loads(d)["line"] for e, _, d in events if e == "line" and json.loads(d)["stream"] == "stdout"
+    ]
+    assert stdout == ["tick 0", "tick 1", "tick 2"], events
+    assert events[-1][0] == "end"
+    assert [int(i) for e, i, _ in events if e == "line"] == sorted(
+        int(i) for e, i, _ in events if e == "line"
+    )
+    assert missing.status_code == 404
+
+
 async def test_bad_submissions_are_refused_and_change_nothing(spark_dev):
     async with client(spark_dev, "gamma") as c:
         before = await c.engine_runs()

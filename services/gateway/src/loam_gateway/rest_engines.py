@@ -8,6 +8,10 @@ ControlEngineJob), the same access checks (jobs:engine), mapped onto JSON.
 - `GET /v1/engines/runs` (newest first), `GET /v1/engines/runs/{run}`;
 - `GET /v1/engines/runs/{run}/logs?after=N&wait_ms=M`: the lines after N, waiting up
   to M ms for the next one;
+- `GET /v1/engines/runs/{run}/logs:stream`: the log as Server-Sent Events (`event: line`,
+  `id` the line's number, `data` the line as JSON), each line as it is written, then
+  `event: end` once the run is over; `Last-Event-ID` (or `?after=`) resumes. Left out of
+  `/openapi.json`, like the other event streams;
 - `POST /v1/engines/runs/{run}/cancel`;
 - `POST /v1/engines/flink/runs`: deploy a Flink job (a jar or PyFlink script as
   `source_base64`, or `sql`) as a run that lasts as long as the deployment;
@@ -20,9 +24,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from loam_common.api.methods import operation
@@ -329,6 +336,42 @@ def build_engines_router() -> APIRouter:
             lines=[EngineLogLineView(n=x.n, at_ns=x.at_ns, stream=x.stream, line=x.line) for x in resp.lines],
             finished=resp.finished,
         )
+
+    @api.get("/runs/{run}/logs:stream", response_class=StreamingResponse, include_in_schema=False,
+             summary="A run's log as Server-Sent Events, line by line, until the run is over")  # fmt: skip
+    async def stream_logs(
+        request: Request,
+        run: RunId,
+        after: Annotated[int, Query(ge=0, le=2**32 - 1)] = 0,
+        last_event_id: Annotated[str | None, Header(alias="last-event-id", max_length=16)] = None,
+        p: Principal = caller("list_engine_run_logs"),
+    ) -> StreamingResponse:
+        start = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
+        # The first page before the stream starts: a run that does not exist is a 404, not a stream.
+        first = await call(
+            request, p, "list_engine_run_logs", J.ListEngineRunLogsRequest(run=run, after=start)
+        )
+
+        async def body() -> AsyncIterator[bytes]:
+            page, n = first, start
+            while True:
+                for x in page.lines:
+                    n = x.n
+                    line = {"n": x.n, "at_ns": x.at_ns, "stream": x.stream, "line": x.line}
+                    yield f"event: line\nid: {x.n}\ndata: {json.dumps(line)}\n\n".encode()
+                if page.finished:
+                    yield b"event: end\ndata: {}\n\n"
+                    return
+                if not page.lines:
+                    yield b": waiting\n\n"  # keeps proxies from closing a quiet stream
+                if await request.is_disconnected():
+                    return
+                # Long-polls the run's log: woken by the next line, or after 25 s with none.
+                req = J.ListEngineRunLogsRequest(run=run, after=n, wait_ns=25 * 10**9)
+                page = await call(request, p, "list_engine_run_logs", req)
+
+        return StreamingResponse(body(), media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"})  # fmt: skip
 
     @api.post("/runs/{run}/cancel", response_model=EngineRunView, summary="Cancel an engine run")
     async def cancel(
