@@ -175,3 +175,20 @@ async def test_a_deploy_flink_cannot_run_fails_its_run_with_the_reason(stack):
         with pytest.raises(InvalidArgument) as e:
             await rpc.submit_engine_job(NS, J.SubmitEngineJobRequest(job=E.EngineJob(flink=job)))
         assert e.value.field == field
+
+
+async def test_a_server_without_flink_refuses_a_deploy_at_once(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path}/loam.db")
+    blobs = DirBlobStore(tmp_path / "blobs")
+    rpc = CoreRpc(QueueCore(store, blobs))
+    engine_runs = EngineRuns(store, blobs, rpc)
+    engine_runs.flink_enabled = False  # `loam dev --no-flink`
+    rpc.engines = EngineRpc(engine_runs)
+    try:
+        job = E.EngineJob(flink=E.FlinkDeployment(deployment="counts", sql="SELECT 1"))
+        with pytest.raises(JobsError) as refused:
+            await rpc.submit_engine_job(NS, J.SubmitEngineJobRequest(job=job))
+        assert refused.value.code == "failed_precondition" and "no Flink engine" in refused.value.message
+        assert (await rpc.list_engine_runs(NS, J.ListEngineRunsRequest())).runs == []
+    finally:
+        await store.close()

@@ -55,6 +55,7 @@ class Engines:
         data = settings.data_dir
         python = settings.spark_python or find_spark_python()
         self.runs = EngineRuns(store, blobs, jobs)
+        self.runs.flink_enabled = settings.flink
         self.rpc = EngineRpc(self.runs)
         self.deps = NamespaceDeps(data / "pydeps", python)
         self.pool = SailPool(SailSettings(

@@ -151,6 +151,9 @@ class EngineRuns:
         self.on_namespace: Callable[[str], None] | None = None
         self.on_cancel: Callable[[str, str], bool] | None = None
         self._log_waiters: dict[tuple[str, str], asyncio.Event] = {}
+        # False where the runner is known to run no Flink (`loam dev --no-flink`): a Flink
+        # deploy is refused at once rather than left waiting for a runner that never comes.
+        self.flink_enabled = True
 
     # -- submit --------------------------------------------------------------------------
     async def submit(
@@ -239,6 +242,8 @@ class EngineRuns:
 
     async def _submit_flink(self, ns: str, job: E.EngineJob) -> E.EngineRun:
         f = job.flink
+        if not self.flink_enabled:
+            raise FlinkRefused("this server runs no Flink engine (it was started with --no-flink)")
         _check_flink(f)
         if f.entry_class and f.sql:
             raise InvalidArgument("job.flink.entry_class", "is for jar jobs")

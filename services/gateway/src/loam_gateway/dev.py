@@ -88,6 +88,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--sail-prewarm", action="store_true", default=env.get("LOAM_SAIL_PREWARM", "") in ("1", "on", "true"),
                    help="make the warm Sail spare at start, so the first namespace starts warm too ($LOAM_SAIL_PREWARM)")  # fmt: skip
+    p.add_argument("--no-flink", action="store_true", default=env.get("LOAM_FLINK", "").lower() in ("0", "off", "false"),
+                   help="run no Flink engine: Flink deploys are refused ($LOAM_FLINK=off)")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -115,6 +117,7 @@ async def run(args: argparse.Namespace) -> None:
             sail_idle_s=args.sail_idle,
             sail_memory_limit_bytes=args.sail_memory_mb << 20,
             sail_spares=args.sail_spares,
+            flink=not args.no_flink,
             sail_prewarm=args.sail_prewarm,
         ),  # fmt: skip
     )

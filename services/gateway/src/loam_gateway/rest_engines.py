@@ -37,7 +37,7 @@ from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import engines_pb2 as E
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
-from loam_gateway.rest import ERROR_RESPONSES
+from loam_gateway.rest import ERROR_RESPONSES, _proto
 
 INT64 = 2**63 - 1
 STATES = {
@@ -98,7 +98,9 @@ class FlinkDeployBody(FlinkSpecBody):
 
 class EngineActionBody(_Model):
     savepoint: str = Field("", max_length=4096, description="resume / rollback: a recorded savepoint")
-    version: int = Field(0, ge=0, description="rollback: the version to run (0 = the one before)")
+    version: int = Field(
+        0, ge=0, le=2**32 - 1, description="rollback: the version to run (0 = the one before)"
+    )
     upgrade: FlinkSpecBody | None = Field(None, description="upgrade: the new version")
 
 
@@ -296,12 +298,14 @@ def build_engines_router() -> APIRouter:
     async def deploy_flink(
         request: Request, body: Annotated[FlinkDeployBody, Body()], p: Principal = caller("submit_engine_job")
     ) -> EngineRunView:
-        spec = flink_spec(body)
-        spec.deployment = body.deployment
-        spec.savepoint = body.savepoint
-        spec.savepoint_interval_s = body.savepoint_interval_s
-        req = J.SubmitEngineJobRequest(job=E.EngineJob(flink=spec))
-        return run_view((await call(request, p, "submit_engine_job", req)).record)
+        def build() -> J.SubmitEngineJobRequest:
+            spec = flink_spec(body)
+            spec.deployment = body.deployment
+            spec.savepoint = body.savepoint
+            spec.savepoint_interval_s = body.savepoint_interval_s
+            return J.SubmitEngineJobRequest(job=E.EngineJob(flink=spec))
+
+        return run_view((await call(request, p, "submit_engine_job", _proto(build))).record)
 
     @api.get("/runs", response_model=EngineRunList, summary="The namespace's engine runs, newest first")
     async def list_runs(
@@ -391,10 +395,14 @@ def build_engines_router() -> APIRouter:
         p: Principal = caller("control_engine_job"),
     ) -> EngineRunView:
         b = body or EngineActionBody()
-        act = E.EngineAction(action=action, savepoint=b.savepoint, version=b.version)
-        if b.upgrade is not None:
-            act.flink.CopyFrom(flink_spec(b.upgrade))
-        resp = await call(request, p, "control_engine_job", J.ControlEngineJobRequest(run=run, action=act))
+
+        def build() -> J.ControlEngineJobRequest:
+            act = E.EngineAction(action=action, savepoint=b.savepoint, version=b.version)
+            if b.upgrade is not None:
+                act.flink.CopyFrom(flink_spec(b.upgrade))
+            return J.ControlEngineJobRequest(run=run, action=act)
+
+        resp = await call(request, p, "control_engine_job", _proto(build))
         return run_view(resp.record)
 
     return api
