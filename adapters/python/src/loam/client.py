@@ -1130,6 +1130,7 @@ for _name, _fn in inspect.getmembers(
     if not _name.startswith("_") and _name not in ("close",):
         setattr(SyncClient, _name, _blocking(_name, _fn))
 del _name, _fn
+SyncClient.flink_spec = staticmethod(Client.flink_spec)  # builds a request: nothing to block on
 
 
 def _flink_spec(
