@@ -9,11 +9,11 @@ PROTO_OUT := libs/common/src/loam_common/gen
 
 ENGINES := .engines
 
-.PHONY: engines-spark engines-spark-jvm test-engines venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink console console-gen console-gen-check test-console console-screenshots chromium bench-console
+.PHONY: engines-spark engines-spark-jvm test-engines venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink console console-gen console-gen-check test-console console-screenshots chromium bench-console test-chaos test-console-scale bench-console-list
 
 PACKAGES := libs/common services/durable services/queue-core services/sweeper services/relay services/gateway services/engines adapters/python adapters/celery
 
-$(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt
+$(BIN)/.installed: $(addsuffix /pyproject.toml,$(PACKAGES)) requirements-dev.txt adapters/celery/setup.py adapters/celery/loam_celery.pth
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt -e 'libs/common[tikv,serve]' $(addprefix -e ,$(filter-out libs/common,$(PACKAGES)))
@@ -125,6 +125,12 @@ chromium:
 test-console: console chromium
 	cd $(CONSOLE) && LOAM_PYTHON=$(abspath $(BIN)/python) npm test
 
+# The console over a queue of 100,000 jobs (bulk-enqueued through the SDK): paged, searched
+# and a job opened, in Chromium (a few minutes; `make test-console` runs it with 5,000).
+test-console-scale: console chromium
+	cd $(CONSOLE) && LOAM_PYTHON=$(abspath $(BIN)/python) CONSOLE_SCALE_JOBS=$${CONSOLE_SCALE_JOBS:-100000} \
+		node --test --test-name-pattern='jobs: page by cursor' test/history.test.mjs
+
 # The same run, saving the main pages as PNGs into docs/console/ (for docs/console.md).
 console-screenshots: console chromium
 	cd $(CONSOLE) && LOAM_PYTHON=$(abspath $(BIN)/python) CONSOLE_SCREENSHOTS=$(abspath docs/console) npm test
@@ -133,6 +139,11 @@ console-screenshots: console chromium
 # page): bench/console_bench.mjs, figures into bench/results/console.json.
 bench-console: console chromium
 	LOAM_PYTHON=$(abspath $(BIN)/python) node bench/console_bench.mjs $(BENCH_ARGS)
+
+# The REST job list alone (a 50-row page over 1,000,000 jobs), this tree against another
+# checkout's with BENCH_ARGS="--before /path/to/other/.venv/bin/python": bench/console_list_bench.py.
+bench-console-list: venv
+	$(BIN)/python bench/console_list_bench.py $(BENCH_ARGS)
 
 # docker-compose.yml on paper (no Docker engine runs here): Debian's docker-compose parses
 # and checks it. The internal token only has to be set for interpolation.
@@ -150,6 +161,12 @@ test: venv engines-flink engines-spark engines-spark-jvm
 	$(MAKE) test-bullmq
 	$(MAKE) test-durable-ts
 	$(MAKE) test-console
+
+# The chaos soak (tests/chaos/soak.py): the split deployment under a steady mixed load for
+# 10 minutes with process faults on, its history checked; prints the checker's figures and
+# each process's memory and file descriptors. LOAM_SOAK_S=60 for a shorter run.
+test-chaos: venv
+	$(BIN)/python tests/chaos/soak.py
 
 # Flink (issue 21): the apache-flink wheel carries a whole Flink distribution; it gets its own
 # virtualenv, never .venv (its pins: apache-beam, pandas, numpy, pyarrow). Java 17 runs it.

@@ -1,8 +1,9 @@
-"""Benchmark of the queue core, in process, on the SQLite backend.
+"""Benchmark of the queue core, in process, on the embedded stores (LMDB, SQLite).
 
 Drives `QueueCore` the way the transport would (async calls on one event loop; the
-store's group-commit writer thread does the transactions) on a fresh SQLite file per
-scenario, and prints jobs/s (or ms, or µs per op) per scenario next to the issue's
+store's group-commit writer thread does the transactions) on a fresh store per
+scenario (`--store lmdb`, `--store sqlite`, or `--store lmdb,sqlite` for paired runs:
+each scenario runs on one store, then at once on the other, round after round), and prints jobs/s (or ms, or µs per op) per scenario next to the issue's
 target. It never asserts a target: it measures.
 
 Scenarios:
@@ -14,7 +15,7 @@ Scenarios:
                 (per-op time; it should be flat)
   raw           plain SQLite, same key layout, no job logic: the anchor for the rest
 
-Run:  .venv/bin/python bench/core_bench.py [--quick] [--big N] [--durable] [--json]
+Run:  .venv/bin/python bench/core_bench.py [--quick] [--big N] [--durable] [--json] [--store lmdb,sqlite]
       .venv/bin/python bench/core_bench.py --only bulk,lease --repeat 3
       .venv/bin/python bench/core_bench.py --only lease --profile 2> profile.txt
 
@@ -43,6 +44,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
+import lmdb
 from google.protobuf.internal import api_implementation
 
 from loam_common import ids, keys
@@ -126,6 +128,7 @@ def _machine() -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
+        "lmdb": ".".join(map(str, lmdb.version())),
         "protobuf": api_implementation.Type(),
         "loadavg_start": os.getloadavg(),
     }
@@ -196,13 +199,18 @@ class Bench:
         self.report = Report(_machine(), {k: v for k, v in vars(args).items()})
         self.profile = Profile() if args.profile else None
         self.writer: WriterStats | None = None
+        self.kind = args.store[0]
+
+    def named(self, label: str) -> str:
+        """A row or split label, with the store's name when several are compared."""
+        return f"{label} [{self.kind}]" if len(self.args.store) > 1 else label
 
     # -- plumbing -------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def fresh_core(self, tag: str):  # type: ignore[no-untyped-def]
         d = tempfile.mkdtemp(prefix=f"loam-bench-{tag}-", dir=self.args.dir)
-        path = os.path.abspath(os.path.join(d, "loam.db"))
-        store = open_store("sqlite://" + path, durable_power_loss=self.args.durable)
+        path = os.path.abspath(os.path.join(d, "loam.lmdb" if self.kind == "lmdb" else "loam.db"))
+        store = open_store(f"{self.kind}://{path}", durable_power_loss=self.args.durable)
         self.writer = WriterStats(store)
         try:
             yield QueueCore(store), store
@@ -224,6 +232,7 @@ class Bench:
                 self.profile.prof.disable()
             wall, loop_cpu = time.perf_counter() - t0, time.thread_time() - c0
             if label and self.writer and self.writer.active:
+                label = self.named(label)
                 b, c, cpu = (x - y for x, y in zip(self.writer.snap(), w0, strict=True))
                 split = Split(
                     label,
@@ -243,6 +252,8 @@ class Bench:
                 )
 
     def add(self, row: Row) -> None:
+        if not row.scenario.startswith("raw"):
+            row.scenario = self.named(row.scenario)
         row.runs = [row.value]
         same = next((r for r in self.report.rows if r.scenario == row.scenario), None)
         if same is None:
@@ -364,14 +375,10 @@ class Bench:
                 sp = self.report.splits[-1]
                 lv.cpu_ms = (sp.loop_cpu_s + sp.writer_cpu_s) * 1e3
                 path = getattr(store.backend, "path", "")
-                lv.db_mb = (
-                    sum(
-                        os.path.getsize(path + ext)
-                        for ext in ("", "-wal")
-                        if path and os.path.exists(path + ext)
-                    )
-                    / 1e6
+                files = (
+                    [path + ext for ext in ("", "-wal")] if self.kind == "sqlite" else [path + "/data.mdb"]
                 )
+                lv.db_mb = sum(os.path.getsize(f) for f in files if path and os.path.exists(f)) / 1e6
                 self.report.levels.append(lv)
                 self.log(
                     f"  {level:>10,}: enqueue {lv.enqueue_us:7.0f} us  lease(1) {lv.lease1_us:7.0f} us  "
@@ -573,7 +580,9 @@ class Bench:
         for name in SCENARIOS:
             if name in only:
                 for _ in range(1 if name == "backlog" else self.args.repeat):
-                    await getattr(self, name)()
+                    for kind in self.args.store if name != "raw" else self.args.store[:1]:
+                        self.kind = kind
+                        await getattr(self, name)()
         self.report.machine["loadavg_end"] = os.getloadavg()
         return self.report
 
@@ -602,7 +611,8 @@ def render(report: Report) -> str:
     out = [
         (
             f"loam core bench: {m['cpus']} CPUs, Python {m['python']}, SQLite {m['sqlite']}, "
-            f"protobuf {m['protobuf']}, synchronous={'FULL (--durable)' if a['durable'] else 'NORMAL'}"
+            f"LMDB {m.get('lmdb', '?')}, protobuf {m['protobuf']}, store {','.join(a['store'])}, "
+            f"{'durable (fsync per commit)' if a['durable'] else 'not durable (no fsync per commit)'}"
         ),
         (
             f"load average at start {m['loadavg_start'][0]:.2f}, at end {m['loadavg_end'][0]:.2f} "
@@ -693,7 +703,13 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="run raw/bulk/single/lease this many times and keep the best (default 1)",
     )
-    p.add_argument("--durable", action="store_true", help="power-loss durability (synchronous=FULL)")
+    p.add_argument(
+        "--store",
+        type=lambda s: s.split(","),
+        default=["lmdb"],
+        help="embedded store(s): lmdb, sqlite, or lmdb,sqlite for paired runs (default lmdb)",
+    )
+    p.add_argument("--durable", action="store_true", help="power-loss durability (an fsync per commit)")
     p.add_argument(
         "--only",
         type=lambda s: s.split(","),
@@ -710,6 +726,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = p.parse_args(argv)
+    if not args.store or any(s not in ("lmdb", "sqlite") for s in args.store):
+        p.error(f"--store: choose from lmdb, sqlite (got {args.store})")
     bad = [s for s in args.only if s not in SCENARIOS]
     if bad:
         p.error(f"unknown scenario {bad}; choose from {', '.join(SCENARIOS)}")

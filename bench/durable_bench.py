@@ -6,7 +6,11 @@ W worker processes of the stock Python SDK (resonate-sdk) against a fresh `loam 
 Reports steps/s (wall clock from the first dispatch to the last result), the server's
 CPU per step (user + system time of the `loam dev` process tree, read from /proc before
 and after, as bench/drivers/procstat.py does for jobs) and the workers' CPU per step,
-which tells whether the server or the SDK is the limit. A step is two fenced requests
+which tells whether the server or the SDK is the limit. Then, on an idle server, the
+latency a durable step adds: workflows run one at a time, alternately with 10 steps and
+with none, and the added latency per step is (p50 with 10 - p50 with 0) / 10. The same
+work in a plain job is 10 calls of a no-op function inside the handler, which add
+nothing measurable, so this difference is what durable mode adds per step. A step is two fenced requests
 (`task.fence` create, then settle); each workflow adds a task.create-or-acquire, a
 listener and a fulfil. Results are printed as JSON (and written to --out).
 """
@@ -17,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,6 +61,31 @@ asyncio.run(main())
 """
 
 
+async def step_latency(url: str, rounds: int) -> dict:
+    """Workflows one at a time, alternately of STEPS no-op steps and of none."""
+    from resonate.resonate import Resonate
+
+    r = Resonate(url=url, group="bench-latency")
+    run = uuid.uuid4().hex[:8]
+    times: dict[int, list[float]] = {STEPS: [], 0: []}
+    for i in range(rounds):
+        for steps in (STEPS, 0):
+            t0 = time.perf_counter()
+            assert (
+                await r.options(target="bench").rpc(f"lat-{run}-{i}-{steps}", "ten_steps", steps).result()
+                == steps
+            )
+            times[steps].append(time.perf_counter() - t0)
+    await r.stop()
+    p50 = {n: statistics.median(ts) for n, ts in times.items()}
+    return {
+        "latency_rounds": rounds,
+        "workflow_p50_ms_10_steps": round(p50[STEPS] * 1e3, 2),
+        "workflow_p50_ms_0_steps": round(p50[0] * 1e3, 2),
+        "added_latency_ms_per_step_p50": round((p50[STEPS] - p50[0]) / STEPS * 1e3, 3),
+    }
+
+
 async def drive(url: str, workflows: int) -> float:
     from resonate.resonate import Resonate
 
@@ -76,6 +106,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workflows", type=int, default=1000)
     p.add_argument("--workers", type=int, default=8)
+    p.add_argument(
+        "--latency-rounds", type=int, default=30, help="sequential workflows of each kind (0: skip)"
+    )
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     data = Path(tempfile.mkdtemp(prefix="loam-durable-bench-"))
@@ -107,6 +140,8 @@ def main() -> int:
             "workers_cpu_us_per_step": round(workers_cpu / steps * 1e6, 1),
             "cores": os.cpu_count(),
         }
+        if args.latency_rounds:
+            report.update(asyncio.run(step_latency(url, args.latency_rounds)))
         print(json.dumps(report, indent=2))
         if args.out:
             args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -1,8 +1,9 @@
 """Fixtures every test folder shares: each test that takes `store` runs once per
-embedded backend (memory and SQLite) on a ManualClock the test moves by hand.
+backend (memory, and LMDB, the embedded default) on a ManualClock the test moves by
+hand. SQLite, the other embedded store, runs the store's own suite (tests/store).
 
 - `clock`: the ManualClock shared by the store and the test.
-- `store`: a `Store` over the memory backend or a SQLite file in tmp_path
+- `store`: a `Store` over the memory backend or an LMDB environment in tmp_path
   (tests/store overrides it with its own list, faults and TiKV included).
 - `blobs`, `core`: a blob directory in tmp_path and `QueueCore(store, blobs)`.
 - `configure(queue, ns=..., **QueueConfig fields)`: set a queue's config the way an
@@ -17,7 +18,7 @@ from loam_common import keys
 from loam_common.blobs import DirBlobStore
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin
-from loam_common.store import ManualClock, MemoryBackend, SqliteBackend, Store
+from loam_common.store import LmdbBackend, ManualClock, MemoryBackend, Store
 from loam_queue_core import QueueCore
 
 DEFAULT_NS = "acme"
@@ -28,12 +29,12 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "lmdb"])
 async def store(request, tmp_path, clock):
     if request.param == "memory":
         backend = MemoryBackend(clock=clock)
     else:
-        backend = SqliteBackend(tmp_path / "jobs.db", clock=clock)
+        backend = LmdbBackend(tmp_path / "jobs.lmdb", clock=clock)
     s = Store(backend)
     yield s
     await s.close()

@@ -4,6 +4,23 @@
  */
 
 export interface paths {
+    "/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The audit log: who did what to which queue or job, newest first */
+        get: operations["audit_v1_audit_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/batches/{id}": {
         parameters: {
             query?: never;
@@ -669,6 +686,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/queues/{queue}/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The queue's metrics history: throughput, failures, depth, wait and run time */
+        get: operations["queue_metrics_v1_queues__queue__metrics_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/queues/{queue}/workers": {
         parameters: {
             query?: never;
@@ -864,6 +898,65 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AuditEntry */
+        AuditEntry: {
+            /**
+             * Action
+             * @description job.retry, job.remove, queue.pause, batch.retry, ...
+             */
+            action: string;
+            /** Actions */
+            actions: string[];
+            /** At Ns */
+            at_ns: number;
+            /**
+             * Count
+             * @description jobs the action touched
+             */
+            count: number;
+            /** Detail */
+            detail: string;
+            /**
+             * Id
+             * @description pass as `before` to read the entries older than this one
+             */
+            id: string;
+            /**
+             * Job
+             * @description the job id; empty for a queue or batch action
+             */
+            job: string;
+            /** Queue */
+            queue: string;
+            /**
+             * Role
+             * @description viewer, operator, admin or other, from the token's actions
+             */
+            role: string;
+            /**
+             * Token Id
+             * @description the token that acted; empty without auth
+             */
+            token_id: string;
+        };
+        /** AuditPage */
+        AuditPage: {
+            /**
+             * Enabled
+             * @description false: this gateway has no store to keep the log in
+             */
+            enabled: boolean;
+            /**
+             * Entries
+             * @description newest first
+             */
+            entries: components["schemas"]["AuditEntry"][];
+            /**
+             * Next Before
+             * @description pass as `before` for the next page; empty at the end
+             */
+            next_before: string;
+        };
         /** BatchBody */
         BatchBody: {
             /**
@@ -1831,6 +1924,87 @@ export interface components {
             /** Line */
             line: string;
         };
+        /** MetricsHistoryView */
+        MetricsHistoryView: {
+            /**
+             * Enabled
+             * @description false: this gateway keeps no history
+             */
+            enabled: boolean;
+            /**
+             * Points
+             * @description oldest first; empty until two samples were taken
+             */
+            points: components["schemas"]["MetricsPoint"][];
+            /** Queue */
+            queue: string;
+            /**
+             * Range
+             * @enum {string}
+             */
+            range: "1h" | "24h" | "7d";
+            /**
+             * Step Ns
+             * @description the time a point covers
+             */
+            step_ns: number;
+        };
+        /** MetricsPoint */
+        MetricsPoint: {
+            /**
+             * Active
+             * @description jobs held by workers at the end of the step
+             */
+            active: number;
+            /**
+             * Completed
+             * @description jobs completed (outcome ok) in the step
+             */
+            completed: number;
+            /**
+             * Depth
+             * @description jobs waiting, prioritized or delayed at the end of the step
+             */
+            depth: number;
+            /**
+             * Enqueued
+             * @description jobs created in the step
+             */
+            enqueued: number;
+            /**
+             * Failed
+             * @description attempts that failed in the step (outcomes fail and retry)
+             */
+            failed: number;
+            /**
+             * Oldest Wait S
+             * @description how long the next job to serve had waited, at the end of the step
+             */
+            oldest_wait_s: number;
+            /**
+             * Run P50 S
+             * @description leased to completed, of the jobs completed in the step
+             */
+            run_p50_s: number | null;
+            /** Run P95 S */
+            run_p95_s: number | null;
+            /** Run P99 S */
+            run_p99_s: number | null;
+            /**
+             * T Ns
+             * @description the end of the step this point covers
+             */
+            t_ns: number;
+            /**
+             * Wait P50 S
+             * @description ready to leased, of the jobs leased in the step; null: none
+             */
+            wait_p50_s: number | null;
+            /** Wait P95 S */
+            wait_p95_s: number | null;
+            /** Wait P99 S */
+            wait_p99_s: number | null;
+        };
         /** PayloadBody */
         PayloadBody: {
             /** Content Type */
@@ -2394,6 +2568,115 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    audit_v1_audit_get: {
+        parameters: {
+            query?: {
+                /** @description only this queue's entries */
+                queue?: string | null;
+                /** @description only this job's (with queue) */
+                job?: string | null;
+                /** @description an entry's id: the entries older than it */
+                before?: string;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditPage"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     get_v1_batches__id__get: {
         parameters: {
             query?: {
@@ -5477,6 +5760,8 @@ export interface operations {
                 /** @description 0: the default (100) */
                 page_size?: number;
                 page_token?: string;
+                /** @description summary: without what a list does not show (payload and result data, progress, headers, stack traces, all errors but the last) */
+                view?: "full" | "summary";
             };
             header?: never;
             path: {
@@ -6693,6 +6978,113 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SearchPage"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    queue_metrics_v1_queues__queue__metrics_get: {
+        parameters: {
+            query?: {
+                /** @description 1h (a point per sample), 24h (5 min), 7d (1 h) */
+                range?: "1h" | "24h" | "7d";
+            };
+            header?: never;
+            path: {
+                /** @description the queue name: 1-128 of A-Z a-z 0-9 . _ : @ - */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MetricsHistoryView"];
                 };
             };
             /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */

@@ -20,6 +20,25 @@ export type Dependency = Schemas["DependencyView"];
 export type StateName = Job["state"];
 export type Batch = Schemas["BatchView"];
 export type BatchBody = Schemas["BatchBody"];
+export type MetricsHistory = Schemas["MetricsHistoryView"];
+export type MetricsPoint = Schemas["MetricsPoint"];
+export type AuditPage = Schemas["AuditPage"];
+export type AuditEntry = Schemas["AuditEntry"];
+export type EngineRun = Schemas["EngineRunView"];
+/** A durable promise tree (durable mode's REST, mounted only with it, so not in the generated types). */
+export interface DurableNode { promise: Record<string, unknown>; parent?: string | null;
+  task?: Record<string, unknown> | null; timedOut?: boolean | null }
+export interface DurableTree { root: string; promises: DurableNode[] }
+/** A Flink deployment as the engine answers it (its REST routes are not typed in /openapi.json). */
+export interface FlinkDeployment {
+  name: string; state: string; version: number; kind: string; job_id: string; last_error: string;
+  created_ns: number; updated_ns: number; savepoint_interval_s: number;
+  versions: { number: number; created_ns: number; spec: Record<string, unknown> }[];
+  savepoints: { path: string; version: number; job_id: string; taken_ns: number; reason: string }[];
+  pending: { action: string; step: string } | null;
+  job?: { job_id: string; state: string; all_running: boolean; restarts: number; checkpoints: number;
+    latest_checkpoint: string; restored_from: string };
+}
 
 export const STATES: StateName[] = [
   "waiting", "prioritized", "delayed", "active", "waiting-children",
@@ -65,7 +84,9 @@ async function request<T>(method: string, path: string, body?: unknown, signal?:
   try {
     resp = await fetch(path, {
       method,
-      headers: headers(body === undefined ? {} : { "content-type": "application/json" }),
+      // x-requested-with: a write a browser sends cross-origin only after a preflight,
+      // which the server refuses to strangers (its CSRF check, docs/security.md)
+      headers: headers(body === undefined ? { "x-requested-with": "loam-console" } : { "content-type": "application/json" }),
       body: body === undefined ? undefined : JSON.stringify(body),
       signal,
     });
@@ -118,6 +139,7 @@ export const api = {
     if (opts.name) p.set("name", opts.name);
     p.set("page_size", String(opts.pageSize ?? 50));
     if (opts.pageToken) p.set("page_token", opts.pageToken);
+    p.set("view", "summary"); // a list shows no payloads: the server leaves them out
     return request<JobPage>("GET", `/v1/queues/${q(queue)}/jobs?${p}`, undefined, signal);
   },
   search: (queue: string, opts: { text: string; field: string; states: StateName[]; name?: string; pageToken?: string }, signal?: AbortSignal) => {
@@ -157,4 +179,26 @@ export const api = {
   schedules: (pageToken?: string) =>
     request<Schemas["SchedulePage"]>("GET", `/v1/schedules?page_size=100${pageToken ? `&page_token=${q(pageToken)}` : ""}`),
   workers: (queue: string) => request<Schemas["WorkerList"]>("GET", `/v1/queues/${q(queue)}/workers`),
+  metrics: (queue: string, range: string) => request<MetricsHistory>("GET", `/v1/queues/${q(queue)}/metrics?range=${q(range)}`),
+  audit: (opts: { queue?: string; job?: string; before?: string; limit?: number } = {}) => {
+    const p = new URLSearchParams({ limit: String(opts.limit ?? 50) });
+    if (opts.queue) p.set("queue", opts.queue);
+    if (opts.job) p.set("job", opts.job);
+    if (opts.before) p.set("before", opts.before);
+    return request<AuditPage>("GET", `/v1/audit?${p}`);
+  },
+  flow: (id: string) => request<Schemas["FlowView"]>("GET", `/v1/flows/${q(id)}`),
+  engineRuns: (pageToken?: string) =>
+    request<Schemas["EngineRunList"]>("GET", `/v1/engines/runs?page_size=50${pageToken ? `&page_token=${q(pageToken)}` : ""}`),
+  engineRun: (id: string) => request<EngineRun>("GET", `/v1/engines/runs/${q(id)}`),
+  engineRunLogs: (id: string, after = 0) =>
+    request<Schemas["EngineLogPage"]>("GET", `/v1/engines/runs/${q(id)}/logs?after=${after}&limit=1000&wait_ms=10000`),
+  engineRunCancel: (id: string) => request<EngineRun>("POST", `/v1/engines/runs/${q(id)}/cancel`),
+  flinkDeployments: () => request<{ deployments: FlinkDeployment[] }>("GET", "/v1/engines/flink/deployments"),
+  flinkDeployment: (name: string) => request<FlinkDeployment>("GET", `/v1/engines/flink/deployments/${q(name)}`),
+  flinkLogs: (name: string) =>
+    request<{ lines: { seq: number; at_ns: number; text: string }[] }>("GET", `/v1/engines/flink/deployments/${q(name)}/logs?limit=200`),
+  flinkAction: (name: string, verb: "savepoint" | "suspend" | "resume" | "cancel") =>
+    request<unknown>("POST", `/v1/engines/flink/deployments/${q(name)}:${verb}`, verb === "resume" ? {} : undefined),
+  durableTree: (id: string) => request<DurableTree>("GET", `/v1/durable/promises/${q(id)}`),
 };

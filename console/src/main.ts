@@ -8,6 +8,10 @@ import { jobPage } from "./views/job";
 import { failuresPage } from "./views/failures";
 import { schedulesPage } from "./views/schedules";
 import { workersPage } from "./views/workers";
+import { metricsPage } from "./views/metrics";
+import { auditPage } from "./views/audit";
+import { enginesPage, engineRunPage, flinkPage } from "./views/engines";
+import { durablePage } from "./views/durable";
 
 export const BASE = "/console";
 
@@ -29,6 +33,12 @@ const routes: [RegExp, Page, string][] = [
   [/^\/queues\/(?<queue>[^/]+)\/failures\/?$/, failuresPage, "queues"],
   [/^\/schedules\/?$/, schedulesPage, "schedules"],
   [/^\/workers\/?$/, workersPage, "workers"],
+  [/^\/queues\/(?<queue>[^/]+)\/metrics\/?$/, metricsPage, "queues"],
+  [/^\/audit\/?$/, auditPage, "audit"],
+  [/^\/engines\/?$/, enginesPage, "engines"],
+  [/^\/engines\/runs\/(?<run>[^/]+)\/?$/, engineRunPage, "engines"],
+  [/^\/engines\/flink\/(?<name>[^/]+)\/?$/, flinkPage, "engines"],
+  [/^\/durable(?:\/(?<root>[^/]+))?\/?$/, durablePage, "durable"],
 ];
 
 let me: WhoAmI | null = null;
@@ -65,6 +75,9 @@ function nav(active: string): void {
     ["queues", "Queues", "/"],
     ["schedules", "Schedules", "/schedules"],
     ["workers", "Workers", "/workers"],
+    ["engines", "Engines", "/engines"],
+    ["durable", "Durable", "/durable"],
+    ["audit", "Audit", "/audit"],
   ];
   replace(
     document.getElementById("nav")!,
@@ -232,7 +245,7 @@ document.addEventListener("keydown", (e) => {
   if (e.ctrlKey || e.metaKey || e.altKey || t.closest("input, textarea, select, [contenteditable]")) return;
   if (pendingG) {
     pendingG = false;
-    const to = { q: "/", s: "/schedules", w: "/workers" }[e.key];
+    const to = { q: "/", s: "/schedules", w: "/workers", e: "/engines", d: "/durable", a: "/audit" }[e.key];
     if (to) {
       e.preventDefault();
       navigate(link(to));
@@ -247,7 +260,7 @@ document.addEventListener("keydown", (e) => {
       filter.focus();
     }
   } else if (e.key === "?") {
-    toast("Keys: g q queues · g s schedules · g w workers · / filter · j/k move · Enter open · n/p next/first page");
+    toast("Keys: g q queues · g s schedules · g w workers · g e engines · g d durable · g a audit · / filter · j/k move · Enter open · n/p next/first page");
   }
 });
 

@@ -26,10 +26,10 @@ async function freePort() {
   });
 }
 
-export async function startServer({ auth = true } = {}) {
+export async function startServer({ auth = true, args = [] } = {}) {
   const port = await freePort();
   const data = mkdtempSync(join(tmpdir(), "loam-console-"));
-  const proc = spawn(python, ["-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", String(port), "--data", data, ...(auth ? ["--auth"] : [])], {
+  const proc = spawn(python, ["-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", String(port), "--data", data, ...(auth ? ["--auth"] : []), ...args], {
     stdio: ["ignore", "pipe", "pipe"],
     env: Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("LOAM_"))),
   });
@@ -58,6 +58,10 @@ export async function startServer({ auth = true } = {}) {
     data,
     tokens,
     seedJobs: (token, prefix) => seed("jobs", url, token, prefix),
+    /** `ok` jobs completed and `failed` failed in `queue`, by a worker through the SDK. */
+    work: (token, queue, ok, failed) => seed("work", url, token, queue, String(ok), String(failed)),
+    /** `n` jobs in `queue` through the SDK's bulk enqueue (Connect), 1,000 a call. */
+    bulk: (token, queue, n) => seed("bulk", url, token, queue, String(n)),
     async stop() {
       await new Promise((res) => {
         proc.once("exit", res);

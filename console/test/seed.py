@@ -3,6 +3,8 @@ store (as `loam tokens create` does), then the Python SDK against the running se
 
     seed.py tokens <data-dir>          -> {"admin_a", "viewer_a", "admin_b"} as JSON
     seed.py jobs <url> <token> <queue-prefix> -> the ids of the jobs it made, as JSON
+    seed.py work <url> <token> <queue> <ok> <failed> -> jobs run by a worker: {"ok", "failed"}
+    seed.py bulk <url> <token> <queue> <n>  -> n jobs by bulk enqueue: {"first", "middle", "last"}
 
 `jobs` makes, in `<prefix>emails`: waiting jobs, a prioritized one, a delayed one, a
 completed one with a result, progress and logs, a failed one (two attempts, each with
@@ -18,11 +20,11 @@ import sys
 
 from loam import Client, Outcome
 from loam_common import auth
-from loam_common.store.runner import open_store
+from loam_common.store.runner import open_store, store_url_of
 
 
 async def tokens(data: str) -> dict[str, str]:
-    store = open_store(f"sqlite:///{data}/loam.db")
+    store = open_store(store_url_of(data))  # the data directory's store, as `loam dev` opens it
     try:
         out = {}
         for label, ns, actions in (
@@ -80,9 +82,41 @@ async def jobs(url: str, token: str, prefix: str) -> dict[str, str]:
         return out
 
 
+async def work(url: str, token: str, queue: str, ok: str, failed: str) -> dict[str, int]:
+    """Jobs enqueued, leased and completed (or failed for good) by a worker: what the
+    metrics history counts."""
+    async with Client(url, token=token) as c:
+        await c.create_queue(queue, attempts=1)
+        n_ok, n_failed = int(ok), int(failed)
+        await c.enqueue_bulk(queue, [("step", {"n": i}) for i in range(n_ok + n_failed)])
+        done = 0
+        while done < n_ok + n_failed:
+            for held in await c.lease(queue, worker="metrics-worker", max=50):
+                outcome = Outcome.ok({"n": done}) if done < n_ok else Outcome.fail(boom(done))
+                await c.complete(held.token, outcome)
+                done += 1
+        return {"ok": n_ok, "failed": n_failed}
+
+
+async def bulk(url: str, token: str, queue: str, n: str) -> dict[str, str]:
+    """`n` jobs, each payload naming its number (`{"n": i, "email": "user-<i>@example.com"}`),
+    through the SDK's bulk enqueue: one Connect call and one transaction per 1,000."""
+    total, ids = int(n), []
+    async with Client(url, token=token) as c:
+        for start in range(0, total, 1000):
+            items = [
+                ("import", {"n": i, "email": f"user-{i}@example.com"})
+                for i in range(start, min(start + 1000, total))
+            ]
+            got = await c.enqueue_bulk(queue, items)
+            ids += [x.id for x in got]
+    return {"first": ids[0], "middle": ids[total // 2], "last": ids[-1]}
+
+
 def main() -> None:
     cmd, *args = sys.argv[1:]
-    result = asyncio.run(tokens(*args) if cmd == "tokens" else jobs(*args))
+    run = {"tokens": tokens, "jobs": jobs, "work": work, "bulk": bulk}[cmd]
+    result = asyncio.run(run(*args))
     print(json.dumps(result))
 
 

@@ -19,11 +19,14 @@ LOAM_CELERY = str(Path(sys.executable).with_name("loam-celery"))
 
 @pytest.fixture(autouse=True)
 def _no_schedules_left(app):
-    """The schedules fire into the shared `celery` queue: remove them after each test."""
+    """The schedules fire into the shared `celery` queue: remove them after each test, and
+    the jobs their ticks left there, which a later test's worker would otherwise run and
+    count as its own ticks' (a slow machine leaves a tick or two behind)."""
     from loam_celery.beat import sync_schedules
 
     yield
     sync_schedules(app, {})
+    app.control.purge()
 
 
 def _sync(celery_env, *args: str) -> subprocess.CompletedProcess:

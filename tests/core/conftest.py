@@ -1,5 +1,5 @@
 """Fixtures for the queue-core tests: every test that takes `core` or `store` runs once
-per backend (memory and SQLite), on a ManualClock the test moves by hand.
+per backend (memory and LMDB), on a ManualClock the test moves by hand.
 
 - `clock`, `store`, `blobs`, `core`, `configure`: from tests/conftest.py.
 - `sweep`: one `Sweeper.run_once()` pass over every queue.
@@ -24,7 +24,7 @@ from loam_common.jobs import states as S
 from loam_common.sweeper import Sweeper
 
 NS = "acme"
-BACKENDS = ["memory", "sqlite"]
+BACKENDS = ["memory", "lmdb"]
 
 
 @pytest.fixture

@@ -2,12 +2,16 @@
 every backend: job keys from a per-queue counter (BullMQ's decimal auto ids), the job
 key on events, enqueue answers and dependency records, a parent named by its job key,
 the lease length a worker asks for (lockDuration), progress and logs from any client,
-removing a job with its pending children, and a queue update that names its fields."""
+removing a job with its pending children, a queue update that names its fields, and
+the worker's stalled options as queue settings (skipStalledCheck, stalledInterval)."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
+from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, job_admin
@@ -254,6 +258,44 @@ async def test_a_deferred_stalled_failure_rides_on_the_next_lease(core, configur
     assert (job.state, job.deferred_failure) == (S.WAITING, "job stalled more than allowable limit")
     [again] = await core.jobs.lease(NS, ["q"], "w", 1)
     assert lease_from_job(again).deferred_failure == "job stalled more than allowable limit"
+
+
+async def test_skip_stalled_check_leaves_an_expired_lease_to_its_worker(
+    core, configure, clock, sweep, job_of
+):
+    """BullMQ's skipStalledCheck: the sweep never reclaims the queue's leases, so the
+    worker that was slow to renew still completes its job."""
+    await configure("q", ns=NS, skip_stalled_check=True)
+    r = await core.jobs.enqueue(NS, "q", task())
+    [job] = await core.jobs.lease(NS, ["q"], "w", 1, 0, None, SEC)
+    clock.advance(60 * SEC)
+    assert (await sweep()).stalled == 0
+    assert (await job_of(r.job_id)).state == S.ACTIVE
+    done = await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
+    assert done.state == S.COMPLETED
+
+
+async def test_a_stalled_interval_reclaims_at_the_first_check_after_expiry(
+    core, configure, clock, sweep, job_of
+):
+    """BullMQ's stalledInterval: the queue's leases are checked at multiples of it, so an
+    expired lease is reclaimed at the next check, not the moment it expires."""
+    interval = 10 * SEC
+    await configure("q", ns=NS, stalled_interval_ns=interval)
+    clock.set(clock.now_ns() - clock.now_ns() % interval + 1)  # just after a check
+    r = await core.jobs.enqueue(NS, "q", task())
+    await core.jobs.lease(NS, ["q"], "w", 1, 0, None, SEC)
+    clock.advance(5 * SEC)  # expired 4 s ago; the next check is 5 s away
+    assert (await sweep()).stalled == 0
+    assert (await job_of(r.job_id)).state == S.ACTIVE
+    clock.advance(5 * SEC)  # the check
+    assert (await sweep()).stalled == 1
+    assert (await job_of(r.job_id)).stalled == 1
+
+
+async def test_a_negative_stalled_interval_is_refused(core, store):
+    with pytest.raises(InvalidArgument, match="stalled_interval_ns"):
+        await store.transact(admin.queue_create, NS, "q", pb.QueueConfig(stalled_interval_ns=-1))
 
 
 async def test_a_retry_that_resets_the_attempts_marks_the_epoch_and_leases_carry_it(core, store):

@@ -15,7 +15,7 @@ from loam_common.errors import Fenced
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
 from loam_common.jobs.complete import Fail, Ok, Release, Retry
-from loam_common.store import SqliteBackend, Store
+from loam_common.store import Store
 from loam_queue_core import QueueCore
 
 NS = "acme"
@@ -32,11 +32,11 @@ def _value(parsed, name: str, **labels) -> float:
 
 @pytest.fixture
 async def second_core(store, tmp_path, clock, blobs):
-    """Another queue core on the same store file: a second process (SQLite only)."""
+    """Another queue core on the same store on disk: a second process (not memory)."""
     if not store.capabilities.multi_process:
         yield None
         return
-    other = Store(SqliteBackend(tmp_path / "jobs.db", clock=clock))
+    other = Store(type(store.backend)(store.backend.path, clock=clock))
     yield QueueCore(other, blobs)
     await other.close()
 

@@ -1,7 +1,9 @@
 """Random interleavings of enqueue, lease, extend, complete, worker crashes, clock moves
 and sweeps, through QueueCore on the memory backend with its fault plan on (write
 conflicts, region errors, commits whose acknowledgement is lost): the runner must hide
-every fault, and these must hold after every step:
+every fault, and these must hold after every step. The same machine runs, fewer
+examples, on a real LMDB store (no faults: what it checks there is the backend's reads,
+scans, savepoints and commits under the real state machine):
 
 - no acknowledged enqueue is lost (nothing here removes jobs);
 - no job has two outcomes: it reaches `completed` at most once, with at most one
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shutil
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 
@@ -41,7 +45,7 @@ from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
 from loam_common.jobs.complete import Fail, Ok, Release, Retry
 from loam_common.jobs.queue import QueueTx
-from loam_common.store import FaultPlan, ManualClock, MemoryBackend, Store
+from loam_common.store import FaultPlan, LmdbBackend, ManualClock, MemoryBackend, Store
 from loam_common.sweeper import Sweeper
 from loam_queue_core import QueueCore
 
@@ -155,10 +159,13 @@ class QueueMachine(RuleBasedStateMachine):
             unknown_not_committed=0.08,
         )
         self.shards = shards
-        self.store = Store(MemoryBackend(clock=self.clock, faults=self.plan))
+        self.store = Store(self.backend())
         self.core = QueueCore(self.store)
         self.sweeper = Sweeper(self.store)
         self.run(self.store.transact(configure, shards, max_stalled))
+
+    def backend(self):
+        return MemoryBackend(clock=self.clock, faults=self.plan)
 
     def teardown(self) -> None:
         if self.store is not None:
@@ -354,6 +361,17 @@ class QueueMachine(RuleBasedStateMachine):
         self.prev = snap
 
 
+class LmdbQueueMachine(QueueMachine):
+    def backend(self):
+        self.dir = tempfile.mkdtemp(prefix="loam-props-")
+        return LmdbBackend(f"{self.dir}/store.lmdb", clock=self.clock)
+
+    def teardown(self) -> None:
+        super().teardown()
+        if self.store is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def test_random_interleavings_keep_the_queue_consistent(queue_problems, monkeypatch):
     monkeypatch.setattr(ids, "new_ulid", deterministic_ulid)
     monkeypatch.setattr(ids, "new_ulids", deterministic_ulids)
@@ -371,6 +389,21 @@ def test_random_interleavings_keep_the_queue_consistent(queue_problems, monkeypa
     # The faults really happened, so the invariants above held through them.
     assert INJECTED, "the fault plan injected nothing"
     assert len(INJECTED) >= 3, f"too few kinds of fault: {dict(INJECTED)}"
+
+
+def test_random_interleavings_on_lmdb(queue_problems, monkeypatch):
+    monkeypatch.setattr(ids, "new_ulid", deterministic_ulid)
+    monkeypatch.setattr(ids, "new_ulids", deterministic_ulids)
+    LmdbQueueMachine.problems = staticmethod(queue_problems)
+    run_state_machine_as_test(
+        LmdbQueueMachine,
+        settings=settings(
+            max_examples=15,
+            stateful_step_count=50,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
 
 
 @pytest.mark.parametrize("shards", [1, 2])

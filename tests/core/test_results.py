@@ -21,7 +21,8 @@ def payload(data: bytes) -> pb.Payload:
 
 async def stored(store) -> list[bytes]:
     rows = await store.snapshot(lambda tx: tx.scan(b"", b"\xff\xff"))
-    return [k for k, _ in rows if not k.startswith(RESERVED_PREFIX) and not k.startswith(b"n/")]
+    registry = (RESERVED_PREFIX, b"n/", b"sys/registry")  # the namespace registry and its version
+    return [k for k, _ in rows if not k.startswith(registry)]
 
 
 async def get(store, key: str) -> bytes | None:

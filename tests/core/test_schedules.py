@@ -18,7 +18,7 @@ from loam_common.jobs import schedules
 from loam_common.jobs import states as S
 from loam_common.jobs.complete import Ok
 from loam_common.schedule_rules import CronRule, parse_cron, parse_tz
-from loam_common.store import RESERVED_PREFIX, Fault, FaultPlan, MemoryBackend, SqliteBackend, Store
+from loam_common.store import RESERVED_PREFIX, Fault, FaultPlan, MemoryBackend, Store
 from loam_common.sweeper import Sweeper
 from loam_queue_core import QueueCore
 
@@ -203,8 +203,8 @@ def test_rule_six_fields_macros_and_london():
 async def second_store(store, clock, tmp_path):
     """Another Store (its own writer thread) over the same data: a second sweeper process."""
     backend = store.backend
-    if isinstance(backend, SqliteBackend):
-        other = Store(SqliteBackend(tmp_path / "jobs.db", clock=clock))
+    if backend.capabilities.multi_process:  # a store on disk: open it again, as a process would
+        other = Store(type(backend)(backend.path, clock=clock))
     else:
         other = Store(backend, close_backend=False)
     yield other

@@ -79,6 +79,11 @@ def build(url: str, group: str, ttl: float) -> Resonate:
         return "ticked"
 
     @resonate.register
+    async def billed(ctx, customer: str, amount: int = 0) -> str:  # a Loam schedule's target
+        await ctx.run(step, f"bill:{customer}:{amount}", customer)
+        return f"billed {customer}"
+
+    @resonate.register
     async def hangs(ctx) -> str:
         await ctx.run(forever)
         return "never"

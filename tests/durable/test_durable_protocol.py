@@ -329,7 +329,8 @@ def test_the_base_url_answers_with_or_without_its_slash(dev_server):
     status, resp = envelope(dev_server.url + "/resonate", "promise.get", {"id": "nothing"})
     assert status == 404 and resp["kind"] == "promise.get"
     req = urllib.request.Request(dev_server.url + "/resonate", method="POST", data=json.dumps(
-        {"kind": "promise.get", "head": {"corrId": "c", "version": "2026-04-01"}, "data": {"id": "nothing"}}).encode())  # fmt: skip
+        {"kind": "promise.get", "head": {"corrId": "c", "version": "2026-04-01"}, "data": {"id": "nothing"}}).encode(),
+        headers={"content-type": "application/json"})  # fmt: skip
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=5)
     assert e.value.code == 404 and json.loads(e.value.read())["head"]["corrId"] == "c"

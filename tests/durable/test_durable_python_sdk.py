@@ -144,6 +144,42 @@ def test_schedule_ticks_until_deleted(durable_url, workers, counts):
     assert counts_of(counts)["tick"] == ticks  # deleted: no more fires
 
 
+def test_a_loam_schedule_runs_a_durable_function_once_per_tick(dev_server, durable_url, workers, counts):
+    """A Loam schedule (Connect, the loam SDK) whose options say durable mode: each tick
+    starts the function on the group's workers as a root promise of its own."""
+    from loam import Client
+
+    async def schedule():
+        async with Client(dev_server.url, retries=0, timeout=10) as c:
+            await c.schedule("billing", "workers", "billed", ["acme", 5], every=1.0, limit=3,
+                             durable_function="billed")  # fmt: skip
+            info = await c.get_schedule("billing")
+            listed = [s async for s in c.iter_schedules()]
+            return info, listed
+
+    info, listed = asyncio.run(schedule())
+    assert info.raw.opts.durable_function == "billed"
+    assert "billing" in [s.id for s in listed]
+    wait_for(lambda: counts_of(counts).get("bill:acme:5", 0) >= 3, 30, "three ticks to run")
+
+    async def read():
+        async with Client(dev_server.url, retries=0, timeout=10) as c:
+            return await c.get_schedule("billing")
+
+    info = asyncio.run(read())
+    assert info.raw.count == 3 and info.raw.next_ns == 0  # its limit: done
+    _, found = envelope(durable_url, "promise.search", {"tags": {"loam:schedule": "billing"}, "limit": 10})
+    fired = found["data"]["promises"]
+    assert len(fired) == 3 and info.raw.last_job_id in [p["id"] for p in fired]
+    for p in fired:
+        assert p["id"] == f"billing-{p['createdAt']}"  # one root promise per tick, named by it
+        assert p["tags"]["resonate:target"] == "poll://any@workers"
+    wait_for(lambda: all(envelope(durable_url, "promise.get", {"id": p["id"]})[1]["data"]["promise"]["state"] == "resolved"
+                         for p in fired), 20, "the ticks' workflows to finish")  # fmt: skip
+    time.sleep(1.5)
+    assert counts_of(counts)["bill:acme:5"] == 3  # each tick ran once, and no more ticks came
+
+
 def test_a_root_past_its_timeout_is_rejected_timedout(durable_url, workers):
     async def go(r):
         handle = r.options(target="workers", timeout=timedelta(seconds=2)).rpc("timeout-1", "hangs")

@@ -23,10 +23,10 @@ pytestmark = pytest.mark.timeout(120)
 
 
 class Service:
-    def __init__(self, name: str, args: list[str], log: Path) -> None:
+    def __init__(self, name: str, args: list[str], log: Path, extra_env: dict | None = None) -> None:
         self.log = log
         self._out = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LOAM_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOAM_")} | (extra_env or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", *args], env=env, stdout=self._out, stderr=subprocess.STDOUT
         )
@@ -91,6 +91,84 @@ def test_timers_in_the_sweeper_reach_workers_through_the_gateway(tmp_path):
     finally:
         for w in workers:
             w.stop()
+        for s in reversed(services):
+            s.stop()
+
+
+def test_a_push_reaches_a_stream_on_another_gateway(tmp_path):
+    """Two gateways serve /resonate over one store; no sweeper runs, so no retry timer can
+    stand in for a lost push. A worker streams from gateway A, a client from gateway B:
+    the client's rpc (made through B) reaches the worker as an `execute` (B hands it to
+    A), and the result reaches the client as an `unblock` (the worker's fulfil, made
+    through A, is handed to B)."""
+    store = f"sqlite:///{tmp_path / 'loam.db'}"
+    core_port, a_port, b_port = free_port(), free_port(), free_port()
+    core_url = f"http://127.0.0.1:{core_port}"
+    services = [Service("queue-core", ["loam_queue_core.server", "--store", store, "--port", str(core_port)],
+                        tmp_path / "core.log")]  # fmt: skip
+    for name, port in (("gateway-a", a_port), ("gateway-b", b_port)):
+        services.append(Service(name, ["loam_gateway", "--queue-cores", core_url, "--store", store, "--port", str(port)],
+                                tmp_path / f"{name}.log"))  # fmt: skip
+    url_a, url_b = f"http://127.0.0.1:{a_port}/resonate", f"http://127.0.0.1:{b_port}/resonate"
+    counts = tmp_path / "counts"
+    worker = Worker(url_a, "on-a", counts)
+    try:
+
+        async def go(promise_id: str):
+            r = Resonate(url=url_b, group="client-on-b-" + uuid.uuid4().hex[:6])
+            try:
+                return await asyncio.wait_for(
+                    r.options(target="on-a").rpc(promise_id, "wf", "m").result(), 30
+                )
+            finally:
+                await r.stop()
+
+        assert asyncio.run(go("across-1")) == "m+step1+step2+step3"
+        assert asyncio.run(go("across-2")) == "m+step1+step2+step3"
+        c = counts_of(counts)
+        assert (c["step1"], c["step2"], c["step3"]) == (2, 2, 2)
+        # a push for a stream nobody has is refused by no one and taken by no one
+        status, _ = envelope(url_b, "promise.create", {"id": "nobody-1", "timeoutAt": 2**50, "param": _param("wf", "q"),
+                                                       "tags": {"resonate:target": "poll://any@no-such-group"}})  # fmt: skip
+        assert status == 200
+    finally:
+        worker.stop()
+        for s in reversed(services):
+            s.stop()
+
+
+def test_the_push_hand_over_is_internal(tmp_path):
+    """`POST /resonate/internal/push` delivers to this gateway's streams only when the
+    caller has the deployment's internal token (here one is configured)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    store = f"sqlite:///{tmp_path / 'loam.db'}"
+    core_port, port = free_port(), free_port()
+    env_token = {"LOAM_INTERNAL_TOKEN": "s3cret"}
+    services = [Service("queue-core", ["loam_queue_core.server", "--store", store, "--port", str(core_port)],
+                        tmp_path / "core.log", env_token)]  # fmt: skip
+    services.append(Service("gateway", ["loam_gateway", "--queue-cores", f"http://127.0.0.1:{core_port}", "--store",
+                                        store, "--port", str(port)], tmp_path / "gateway.log", env_token))  # fmt: skip
+    try:
+        body = json.dumps(
+            {"ns": "default", "address": "poll://any@g", "message": {"kind": "execute"}}
+        ).encode()
+
+        def post(headers: dict) -> tuple[int, object]:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/resonate/internal/push", data=body,
+                                         headers={"content-type": "application/json", **headers}, method="POST")  # fmt: skip
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    return resp.status, json.loads(resp.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        assert post({})[0] == 401
+        assert post({"x-loam-internal-token": "wrong"})[0] == 401
+        assert post({"x-loam-internal-token": "s3cret"}) == (200, {"delivered": False})  # no stream of g here
+    finally:
         for s in reversed(services):
             s.stop()
 

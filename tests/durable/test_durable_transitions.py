@@ -7,7 +7,9 @@ whole settled workflows and nothing else."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
+import json
 
 import pytest
 from loam_durable import transitions as tr
@@ -17,7 +19,10 @@ from loam_durable.records import DurableError
 from loam_durable.timers import DurableTimers
 
 from loam_common import keys
+from loam_common.errors import InvalidArgument
 from loam_common.events import event_log_read
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import schedules
 from loam_common.store import FaultPlan, ManualClock, MemoryBackend, SqliteBackend, Store
 
 NS = "t1"
@@ -143,6 +148,79 @@ async def test_a_schedule_fires_every_missed_occurrence_once(env):
     assert fired == [f"tick-{base + 1000}", f"tick-{base + 2000}", f"tick-{base + 3000}"]
     _, s = await call(core, "schedule.get", {"id": "tick"})
     assert s["schedule"]["lastRunAt"] == base + 3000 and s["schedule"]["nextRunAt"] == base + 4000
+
+
+async def test_a_loam_schedule_tick_starts_its_durable_function_once(env):
+    """A Loam schedule in durable mode (loam_common.jobs.schedules): each tick leaves a
+    start for the durable timers, which create the tick's root promise and dispatch it
+    once; the same tick again (a re-created schedule firing it anew) starts nothing."""
+    core, hub, clock = env
+    clock.set(1_800_000_000 * SEC)
+    timers = DurableTimers(core, "sweeper-1")
+    spec = pb.ScheduleSpec(id="billing", every_ns=SEC, queue="Workers", task=pb.TaskSpec(
+        name="billed", payload=pb.Payload(data=b'["acme",5]', content_type="application/json")),
+        opts=pb.EnqueueOpts(mode=pb.MODE_DURABLE, durable_function="billed"))  # fmt: skip
+    schedules.check_schedule(spec)
+    await core.store.transact(schedules.schedule_upsert, NS, spec)
+    clock.advance(2 * SEC)
+    await core.store.transact(schedules.sweep_schedules, NS)
+    await timers.run_once()
+    base = 1_800_000_000_000
+    ticks = [f"billing-{base + 1000}", f"billing-{base + 2000}"]
+    assert [m["data"]["task"]["id"] for _, m in hub.sent if m["kind"] == "execute"] == ticks
+    assert {a for a, m in hub.sent if m["kind"] == "execute"} == {"poll://any@workers"}
+    _, p = await call(core, "promise.get", {"id": ticks[0]})
+    param = json.loads(base64.b64decode(p["promise"]["param"]["data"]))
+    assert param == {"func": "billed", "args": ["acme", 5], "kwargs": {}, "version": 1}
+    assert p["promise"]["createdAt"] == base + 1000 and p["promise"]["timeoutAt"] == base + 1000 + 86_400_000
+    rec = await core.store.snapshot(schedules.schedule_get, NS, "billing")
+    assert (rec.count, rec.last_job_id) == (2, ticks[1])
+
+    # the same tick asked for again (two sweepers, a schedule re-created over its past)
+    def fire_again(tx, tick_ms):
+        promise_id, request = schedules.durable_start_request(rec, tick_ms)
+        tx.put(keys.durable_start(NS, tick_ms, promise_id), json.dumps(request).encode())
+
+    await core.store.transact(fire_again, base + 1000)
+    assert (await timers.run_once()).fired == 1  # the start was taken, and found its promise
+    executes = [m["data"]["task"]["id"] for _, m in hub.sent if m["kind"] == "execute"]
+    assert executes == ticks  # nothing new
+
+
+async def test_a_resonate_schedule_is_read_and_removed_as_a_loam_schedule(env):
+    core, hub, clock = env
+    clock.set(1_800_000_000 * SEC)
+    timers = DurableTimers(core, "sweeper-1")
+    param = {
+        "data": base64.b64encode(json.dumps({"func": "ticked", "args": [], "kwargs": {}}).encode()).decode()
+    }
+    await call(core, "schedule.create", {"id": "tick", "cron": "* * * * * *", "promiseId": "{{.id}}-{{.timestamp}}",
+                                         "promiseTimeout": 60_000, "promiseParam": param, "promiseTags": TARGET})  # fmt: skip
+    rec = await core.store.snapshot(schedules.schedule_get, NS, "resonate:tick")
+    assert (rec.queue, rec.opts.mode, rec.opts.durable_function) == ("workers", pb.MODE_DURABLE, "ticked")
+    assert rec.next_ns == (1_800_000_000 + 1) * SEC
+    assert await core.store.transact(schedules.schedule_remove, NS, "resonate:tick") is True
+    assert await core.store.transact(schedules.schedule_remove, NS, "resonate:tick") is False
+    with pytest.raises(DurableError) as e:
+        await call(core, "schedule.get", {"id": "tick"})
+    assert e.value.status == 404
+    clock.advance(3 * SEC)
+    await timers.run_once()
+    assert [m for _, m in hub.sent if m["kind"] == "execute"] == []  # it fires no more
+
+
+async def test_a_durable_loam_schedule_refuses_what_cannot_start(env):
+    base = dict(
+        every_ns=SEC, queue="workers", opts=pb.EnqueueOpts(mode=pb.MODE_DURABLE, durable_function="f")
+    )
+    with pytest.raises(InvalidArgument, match="':'"):
+        schedules.check_schedule(pb.ScheduleSpec(id="a:b", task=pb.TaskSpec(name="f"), **base))
+    bad_args = pb.TaskSpec(name="f", payload=pb.Payload(data=b"{nope", content_type="application/json"))
+    with pytest.raises(InvalidArgument, match="JSON"):
+        schedules.check_schedule(pb.ScheduleSpec(id="ab", task=bad_args, **base))
+    no_function = dict(base, opts=pb.EnqueueOpts(mode=pb.MODE_DURABLE))
+    with pytest.raises(InvalidArgument, match="durable_function"):
+        schedules.check_schedule(pb.ScheduleSpec(id="ab", task=pb.TaskSpec(name="f"), **no_function))
 
 
 async def test_retention_deletes_whole_settled_workflows_only(env):

@@ -1,5 +1,5 @@
-"""`/metrics` counts what every process did: a second OS process opens the same SQLite
-file as `loam dev` and enqueues, leases and completes through its own queue core;
+"""`/metrics` counts what every process did: a second OS process opens the same store
+(the data directory's LMDB environment) as `loam dev` and enqueues, leases and completes through its own queue core;
 `loam dev`'s `/metrics` shows those counts with its own added (the counters live in the
 store, not in a process)."""
 
@@ -22,11 +22,11 @@ OTHER_PROCESS = textwrap.dedent(
     import asyncio, sys
     from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
     from loam_common.jobs.complete import Ok
-    from loam_common.store.runner import open_store
+    from loam_common.store.runner import open_store, store_url_of
     from loam_queue_core.core import QueueCore
 
-    async def main(db):
-        store = open_store("sqlite:///" + db)
+    async def main(data):
+        store = open_store(store_url_of(data))
         core = QueueCore(store)
         for i in range(5):
             await core.jobs.enqueue("{ns}", "{queue}", pb.TaskSpec(name="t"))
@@ -54,7 +54,7 @@ def test_metrics_of_loam_dev_include_another_process_work(tmp_path):
             for _ in range(2):  # loam dev's own share
                 r = http.post(f"/v1/queues/{QUEUE}/jobs", json={"name": "t"})
                 assert r.status_code == 200, r.text
-            other = subprocess.run([sys.executable, "-c", OTHER_PROCESS, str(tmp_path / "loam.db")],
+            other = subprocess.run([sys.executable, "-c", OTHER_PROCESS, str(tmp_path)],
                                    capture_output=True, text=True, timeout=60)  # fmt: skip
             assert other.returncode == 0, other.stderr
             text = http.get("/metrics").text

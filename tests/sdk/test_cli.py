@@ -141,7 +141,7 @@ def test_tokens_create_ls_revoke(tmp_path: Path) -> None:
 
 async def test_token_from_the_cli_works_on_an_auth_server(tmp_path: Path) -> None:
     with LoamServer(tmp_path / "data", auth=True) as server:
-        store = str(tmp_path / "data" / "loam.db")
+        store = str(tmp_path / "data")  # the dev data dir: the CLI opens its store
         made = json.loads(run("tokens", "create", "--namespace", "team-b", "--actions", "jobs:enqueue,jobs:admin",
                               "--store", store, "--json").stdout)  # fmt: skip
         async with Client(server.url, token=made["token"]) as c:
@@ -181,7 +181,7 @@ def test_loam_dev_serves_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert (tmp_path / "loam.db").exists()
+    assert (tmp_path / "loam.lmdb" / "data.mdb").exists()
     for service in ("gateway", "queue-core", "sweeper", "relay"):
         assert run(service, "--help").stdout.startswith(f"usage: loam {service}")
 

@@ -72,3 +72,19 @@ def test_outcomes() -> None:
     assert r.retry.error.message == "ValueError: bad" and r.retry.after_ns == 2 * 10**9
     assert Outcome.fail("x", dead_letter=True).fail.dead_letter
     assert not Outcome.release().release.HasField("after_ns")
+
+
+def test_the_server_url_comes_from_loam_url_then_its_alias(monkeypatch) -> None:
+    """$LOAM_URL is every client's name for the server; $LOAM_JOBS_URL is accepted too."""
+    from loam.client import Client
+    from loam.durable import durable_url
+
+    monkeypatch.delenv("LOAM_NAMESPACE", raising=False)
+    monkeypatch.setenv("LOAM_URL", "http://primary:7720")
+    monkeypatch.setenv("LOAM_JOBS_URL", "http://alias:7720")
+    assert (Client().url, durable_url()) == ("http://primary:7720", "http://primary:7720/resonate")
+    monkeypatch.delenv("LOAM_URL")
+    assert (Client().url, durable_url()) == ("http://alias:7720", "http://alias:7720/resonate")
+    monkeypatch.delenv("LOAM_JOBS_URL")
+    assert Client().url == "http://127.0.0.1:7720"
+    assert Client("http://explicit:1").url == "http://explicit:1"

@@ -80,4 +80,4 @@ def test_a_server_of_ones_own(tmp_path) -> None:
     with LoamServer(tmp_path / "mine") as server, server.kit("default") as kit:
         kit.client.enqueue("q", "t", "x")
         kit.assert_enqueued("q", payload="x")
-        assert (tmp_path / "mine" / "loam.db").exists()
+        assert (tmp_path / "mine" / "loam.lmdb" / "data.mdb").exists()

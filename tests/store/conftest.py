@@ -1,5 +1,6 @@
 """The one `store` fixture: every store test runs once per backend.
 
+- lmdb: an LMDB environment (a directory) in tmp_path.
 - sqlite: a file in tmp_path.
 - memory: the MVCC backend, no faults.
 - memory-faults: with a seeded FaultPlan (conflicts, region errors on reads and at
@@ -18,9 +19,9 @@ import os
 
 import pytest
 
-from loam_common.store import FaultPlan, ManualClock, MemoryBackend, SqliteBackend, Store
+from loam_common.store import FaultPlan, LmdbBackend, ManualClock, MemoryBackend, SqliteBackend, Store
 
-BACKENDS = ["sqlite", "memory", "memory-faults", "memory-txn-faults", "tikv"]
+BACKENDS = ["lmdb", "sqlite", "memory", "memory-faults", "memory-txn-faults", "tikv"]
 
 
 def fault_plan(seed: int = 1234) -> FaultPlan:
@@ -38,7 +39,9 @@ def fault_plan(seed: int = 1234) -> FaultPlan:
 async def store(request, tmp_path):
     kind = request.param
     clock = ManualClock()
-    if kind == "sqlite":
+    if kind == "lmdb":
+        backend = LmdbBackend(tmp_path / "store.lmdb", clock=clock)
+    elif kind == "sqlite":
         backend = SqliteBackend(tmp_path / "store.db", clock=clock)
     elif kind == "memory":
         backend = MemoryBackend(clock=clock)

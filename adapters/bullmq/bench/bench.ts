@@ -5,7 +5,7 @@
  *   npm run bench            # starts `loam dev` (and redis-server when installed)
  *   BENCH_JOBS=50000 npm run bench
  *
- * LOAM_JOBS_URL uses a running server instead; REDIS_URL (redis://host:port) a running
+ * LOAM_URL (or its alias LOAM_JOBS_URL) uses a running server instead; REDIS_URL (redis://host:port) a running
  * Redis; BENCH_REDIS=0 skips Redis.
  */
 import { spawn } from "node:child_process";
@@ -103,7 +103,7 @@ async function freePort(): Promise<number> {
 async function main() {
   const out: Figures[] = [];
   let dev: Awaited<ReturnType<typeof startLoamDev>> | undefined;
-  let url = process.env.LOAM_JOBS_URL;
+  let url = process.env.LOAM_URL || process.env.LOAM_JOBS_URL;
   if (!url) {
     dev = await startLoamDev();
     url = dev.url;

@@ -48,7 +48,7 @@ if [ ${#files[@]} -eq 0 ]; then
 fi
 rm -rf "$results" && mkdir -p "$results"
 export LOAM_BIN="${LOAM_BIN:-$(cd "$adapter/../.." && pwd)/.venv/bin/loam}"
-unset LOAM_JOBS_URL
+unset LOAM_URL LOAM_JOBS_URL
 printf '%s\n' "${files[@]}" | sed 's/\.test\.ts$//' | xargs -P "$jobs" -I{} sh -c \
   'cd "$0" && timeout 3600 npx vitest run --config vitest.loam.config.ts "tests/{}.test.ts" \
      --reporter=json --outputFile="$1/{}.json" > "$1/{}.log" 2>&1; echo "done {}"' "$bull" "$results"

@@ -50,7 +50,7 @@ setConnectionFactory(() => {
 });
 
 process.env.BULLMQ_TEST_BACKEND = 'loam';
-const url = process.env.LOAM_JOBS_URL;
+const url = process.env.LOAM_URL || process.env.LOAM_JOBS_URL;
 setDefaultBackendFactory((name: string, opts: any, options: any) =>
   createLoamBackend(name, { ...opts, connection: { url } }, options),
 );

@@ -130,18 +130,28 @@ export class LoamQueueBackend extends EventEmitter {
   }
 
   private async applyWorkerOptions(): Promise<void> {
-    // BullMQ's maxStalledCount is the queue's max_stalled on Loam (the server sweeps), and
-    // a job stalled past it is failed by the next worker that takes it (deferred failure).
+    // The stalled check is the server's sweep on Loam, so the worker's stalled options
+    // become the queue's (README, "Stalled jobs"): maxStalledCount → max_stalled (a job
+    // stalled past it is failed by the next worker that takes it: deferred failure),
+    // skipStalledCheck → skip_stalled_check, stalledInterval → stalled_interval_ns.
     const msc = typeof this.opts.maxStalledCount === "number" ? this.opts.maxStalledCount : undefined;
+    const skip = this.opts.skipStalledCheck === true;
+    const intervalNs = stalledIntervalNs(this.opts.stalledInterval);
     const cfg = await this.calls.config();
     const wantStalled = msc ?? (cfg?.maxStalled ?? 1);
     // A parent failed by a child (failParentOnFailure) is failed by a worker too, as
     // BullMQ does: it goes back to wait with the reason as its deferred failure.
-    if (!cfg || !cfg.deferStalledFailure || !cfg.deferChildFailure || (msc !== undefined && cfg.maxStalled !== msc)) {
+    if (
+      !cfg || !cfg.deferStalledFailure || !cfg.deferChildFailure || (msc !== undefined && cfg.maxStalled !== msc) ||
+      cfg.skipStalledCheck !== skip || cfg.stalledIntervalNs !== intervalNs
+    ) {
       // Only these fields: a whole config written back would undo a setting another
       // client changed since the read (a global rate limit set as the worker starts).
-      const config = { maxStalled: wantStalled, deferStalledFailure: true, deferChildFailure: true };
-      const fields = ["max_stalled", "defer_stalled_failure", "defer_child_failure"];
+      const config = {
+        maxStalled: wantStalled, deferStalledFailure: true, deferChildFailure: true,
+        skipStalledCheck: skip, stalledIntervalNs: intervalNs,
+      };
+      const fields = ["max_stalled", "defer_stalled_failure", "defer_child_failure", "skip_stalled_check", "stalled_interval_ns"];
       await this.calls.queueOp({ case: "update", value: { config, fields } });
     }
     const l = this.opts.limiter;
@@ -400,3 +410,11 @@ export function createLoamBackend(name: string, opts: any, options?: FactoryOpti
 }
 
 export { ConnectError };
+
+/** BullMQ's default stalledInterval: a worker that leaves it keeps Loam's sweep at lease
+ * expiry (sooner than BullMQ's next check); any other value is the queue's check period. */
+const BULLMQ_DEFAULT_STALLED_INTERVAL_MS = 30_000;
+
+function stalledIntervalNs(ms: unknown): bigint {
+  return typeof ms === "number" && ms > 0 && ms !== BULLMQ_DEFAULT_STALLED_INTERVAL_MS ? ns(ms) : 0n;
+}

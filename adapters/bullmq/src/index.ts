@@ -1,7 +1,8 @@
 /**
  * @loam/bullmq: BullMQ's own Queue, Worker, FlowProducer, QueueEvents and Job, bound to
- * Loam. Change `from "bullmq"` to `from "@loam/bullmq"`, or keep it and call
- * `setDefaultBackendFactory(loamBackend({ url, token }))` once at startup.
+ * Loam. Change `from "bullmq"` to `from "@loam/bullmq"` and set LOAM_URL in the
+ * environment (a Redis `connection` is ignored), or keep the import and call
+ * `setDefaultBackendFactory(loamBackend())` once at startup.
  */
 import { withBackend, type BackendFactory } from "bullmq";
 import { LoamQueueBackend, type FactoryOptions } from "./backend.js";
@@ -13,8 +14,9 @@ export type { LoamConnectionOptions } from "./connection.js";
 
 /**
  * A BullMQ BackendFactory on Loam. With `options` every queue uses that connection;
- * without, each class's own `connection` option (`{ url, token?, namespace? }`) is used,
- * and LOAM_JOBS_URL / LOAM_TOKEN / LOAM_NAMESPACE fill in what it leaves out.
+ * without, each class's own `connection` option (`{ url, token?, namespace? }`; a
+ * Redis-shaped one is ignored) is used, and LOAM_URL (alias LOAM_JOBS_URL) / LOAM_TOKEN /
+ * LOAM_NAMESPACE fill in what it leaves out.
  */
 export function loamBackend(options?: LoamConnectionOptions): BackendFactory<any, any> {
   return ((name: string, opts: any, fo?: FactoryOptions) =>

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { afterEach } from "vitest";
 
-export const connection = {}; // LOAM_JOBS_URL from the global setup
+export const connection = {}; // LOAM_URL from the global setup
 
 export function qname(): string {
   return `t-${randomUUID()}`;

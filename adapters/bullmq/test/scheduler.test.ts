@@ -2,7 +2,7 @@
 // pattern, read back, list, remove; the chain of iteration jobs a worker drives.
 import { describe, expect, it } from "vitest";
 import { Queue, Worker, type Job } from "../src/index.js";
-import { connect } from "../src/connection.js";
+import { connect, envUrl } from "../src/connection.js";
 import { ScheduleDriver } from "../src/gen/loam/jobs/v1/types_pb.js";
 import { closeAfterEach, connection, qname, sleep, until } from "./helpers.js";
 
@@ -78,7 +78,7 @@ describe("job schedulers", () => {
     const name = qname();
     // Two connections to the same server and namespace, as two processes would have
     // (the same process serialises its own upserts of one scheduler).
-    const url = process.env.LOAM_JOBS_URL!;
+    const url = envUrl()!;
     const a = new Queue(name, { connection: { url } });
     const b = new Queue(name, { connection: { url: url.replace("127.0.0.1", "localhost") } });
     track(a, b);

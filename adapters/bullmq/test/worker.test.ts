@@ -255,6 +255,37 @@ describe("processing", () => {
     await until(() => stalled.includes(job.id!), 3000);
   });
 
+  it("skipStalledCheck keeps the server's stalled sweep off a lapsed lock", async () => {
+    const name = qname();
+    const queue = track(new Queue(name, { connection }));
+    const job = await queue.add("slow", {});
+    const w = track(new Worker(name, null, { connection, lockDuration: 300, skipStalledCheck: true }));
+    await w.waitUntilReady();
+    const got = await w.getNextJob("t1");
+    expect(got!.id).toBe(job.id);
+    // Without skipStalledCheck the sweep (every 0.2 s in loam dev) reclaims the job once
+    // its 300 ms lock lapses (the test above); here it must still be this worker's.
+    await sleep(1500);
+    expect(await queue.getJobState(job.id!)).toBe("active");
+    await got!.moveToCompleted("done", "t1", false);
+    expect(await queue.getJobState(job.id!)).toBe("completed");
+  });
+
+  it("a worker's stalled options become its queue's settings", async () => {
+    const name = qname();
+    const w = track(new Worker(name, null, { connection, stalledInterval: 2000, maxStalledCount: 3 }));
+    await w.waitUntilReady();
+    const settings = async () =>
+      (await connect(connection).client.queueAdmin({ queue: name, op: { op: { case: "counts", value: {} } } })).config!;
+    let cfg = await settings();
+    expect([cfg.stalledIntervalNs, cfg.maxStalled, cfg.skipStalledCheck]).toEqual([2_000_000_000n, 3, false]);
+    // A worker left at BullMQ's default interval (30 s) puts the sweep back at lease expiry.
+    const w2 = track(new Worker(name, null, { connection, skipStalledCheck: true }));
+    await w2.waitUntilReady();
+    cfg = await settings();
+    expect([cfg.stalledIntervalNs, cfg.skipStalledCheck]).toEqual([0n, true]);
+  });
+
   it("respects global concurrency across workers", async () => {
     const name = qname();
     const queue = track(new Queue(name, { connection }));

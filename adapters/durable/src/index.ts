@@ -35,7 +35,7 @@ type ResonateOptions = NonNullable<ConstructorParameters<typeof Resonate>[0]>;
 export interface LoamResonateOptions extends Omit<ResonateOptions, "url" | "token" | "group"> {
   /** the Resonate group this process's workers join (targets reach it as `poll://any@<group>`) */
   group: string;
-  /** Loam's URL (default `$LOAM_URL`, then http://127.0.0.1:7720) */
+  /** Loam's URL (default `$LOAM_URL`, then its alias `$LOAM_JOBS_URL`, then http://127.0.0.1:7720) */
   url?: string;
   /** a Loam bearer token (default `$LOAM_TOKEN`); it names the namespace */
   token?: string;
@@ -45,7 +45,9 @@ export interface LoamResonateOptions extends Omit<ResonateOptions, "url" | "toke
 
 /** The Resonate base URL of a Loam server. */
 export function loamDurableUrl(url?: string, namespace?: string, env: NodeJS.ProcessEnv = process.env): string {
-  const base = (url || env.LOAM_URL || DEFAULT_LOAM_URL).replace(/\/+$/, "");
+  // LOAM_URL is every Loam client's name for the server; LOAM_JOBS_URL (@loam/bullmq's
+  // earlier name) is accepted as an alias, so one environment serves both packages.
+  const base = (url || env.LOAM_URL || env.LOAM_JOBS_URL || DEFAULT_LOAM_URL).replace(/\/+$/, "");
   const ns = namespace ?? (env.LOAM_NAMESPACE || undefined);
   return base + (ns ? `/ns/${encodeURIComponent(ns)}` : "") + DURABLE_PATH;
 }

@@ -74,6 +74,16 @@ afterAll(() => {
   }
 });
 
+describe("the server URL", () => {
+  it("comes from LOAM_URL, then its alias LOAM_JOBS_URL, then the default", () => {
+    const both = { LOAM_URL: "http://primary:7720", LOAM_JOBS_URL: "http://alias:7720" };
+    expect(loamDurableUrl(undefined, undefined, both)).toBe("http://primary:7720/resonate");
+    expect(loamDurableUrl(undefined, undefined, { LOAM_JOBS_URL: "http://alias:7720/" })).toBe("http://alias:7720/resonate");
+    expect(loamDurableUrl(undefined, "acme", {})).toBe("http://127.0.0.1:7720/ns/acme/resonate");
+    expect(loamDurableUrl("http://explicit:1", undefined, both)).toBe("http://explicit:1/resonate");
+  });
+});
+
 describe("durable mode with @resonatehq/sdk", () => {
   it("runs a workflow of three steps, each once", async () => {
     const result = await client.rpc("ts-basic-1", "wf", "x", client.options({ target: "ts-workers" }));

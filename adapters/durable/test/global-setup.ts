@@ -5,8 +5,7 @@ let dev: LoamDev | undefined;
 export async function setup() {
   if (process.env.LOAM_URL) return; // a server given by the caller
   dev = await startLoamDev("--durable-retry-ms", "3000");
-  process.env.LOAM_URL = dev.url;
-  process.env.LOAM_JOBS_URL = dev.url; // @loam/bullmq's, for the BullMQ example
+  process.env.LOAM_URL = dev.url; // read by this package and by @loam/bullmq (the BullMQ example)
 }
 
 export async function teardown() {

@@ -8,6 +8,8 @@ import { can, canAdmin, link, navigate, type Ctx } from "../main";
 import { queueStream } from "../sse";
 import { actionButton, empty, liveBadge, throttle } from "./common";
 import { jobActions } from "./queue";
+import { jobAudit } from "./audit";
+import { graphSection } from "./dag";
 
 const PAYLOAD_SHOWN = 20_000; // characters before "show all"
 
@@ -68,6 +70,11 @@ export async function jobPage(ctx: Ctx): Promise<void> {
     detail = await api.job(queue, ref);
     draw();
   };
+  // an action taken here: the job again, and its history (the push may not have arrived yet)
+  const afterAction = () => {
+    void load();
+    reloadHistory();
+  };
   const children = h("div", null, h("p", { class: "muted" }, "Loading children…"));
   void childTree(queue, detail.job.id).then((tree) => replace(children, tree));
 
@@ -78,7 +85,7 @@ export async function jobPage(ctx: Ctx): Promise<void> {
       actionButton("Change priority", async () => {
         await api.changePriority(queue, j.id, Number(input.value));
         return `Job ${j.id} now has priority ${input.value}`;
-      }, { done: () => void load() }));
+      }, { done: () => afterAction() }));
   }
 
   function editAndRetry(j: Job): HTMLElement | false {
@@ -101,7 +108,7 @@ export async function jobPage(ctx: Ctx): Promise<void> {
         }
         await api.retryWithPayload(queue, j.id, data);
         return `Job ${j.id} retried with the new payload`;
-      }, { done: () => void load() }));
+      }, { done: () => afterAction() }));
   }
 
   const seen: unknown[] = []; // the events this page received, for the bundle
@@ -118,6 +125,7 @@ export async function jobPage(ctx: Ctx): Promise<void> {
       h("h1", null, `Job ${j.id}`, h("span", { class: `badge ${j.state}`, "data-testid": "job-state" }, j.state), live.el),
       h("div", { class: "row", role: "group", "aria-label": "Job actions" },
         jobActions(queue, j, () => {
+          reloadHistory();
           if (j.state !== "active") void load().catch(() => navigate(link(`/queues/${encodeURIComponent(queue)}`)));
         }), priorityForm(j),
         can("jobs:enqueue") && j.payload.data_base64 == null && actionButton("Run again as a new job", async () => {
@@ -163,8 +171,18 @@ export async function jobPage(ctx: Ctx): Promise<void> {
       h("section", { "aria-labelledby": "h-children" }, h("h2", { id: "h-children" }, "Children"), children),
     );
   }
+  // Drawn once (not on each live reload): the graph keeps what was expanded and where it was looked at.
+  const history = h("div", null, h("p", { class: "muted" }, "Loading…"));
+  let historyAsked = 0; // the last reading asked for wins, whatever order the answers come in
+  const reloadHistory = () => {
+    const n = ++historyAsked;
+    void jobAudit(queue, detail.job.id).then((el) => n === historyAsked && replace(history, el));
+  };
+  reloadHistory();
   replace(ctx.main, h("p", { class: "muted" }, h("a", { href: link("/") }, "Queues"), " / ",
-    h("a", { href: link(`/queues/${encodeURIComponent(queue)}`) }, queue), " / ", detail.job.id), box);
+    h("a", { href: link(`/queues/${encodeURIComponent(queue)}`) }, queue), " / ", detail.job.id), box,
+    h("section", { "aria-labelledby": "h-graph" }, h("h2", { id: "h-graph" }, "Flow graph"), graphSection(queue, detail.job)),
+    h("section", { "aria-labelledby": "h-history" }, h("h2", { id: "h-history" }, "History (audit log)"), history));
   draw();
   if (!detail.job) replace(box, empty("No such job."));
 
@@ -175,6 +193,7 @@ export async function jobPage(ctx: Ctx): Promise<void> {
     seen.push(e.data);
     events.appendChild(h("li", null, h("time", null, time(Number(ev.time_ns))), " — ", ev.event));
     reload();
+    reloadHistory();
   }, live.set);
   ctx.onLeave(() => stream.stop());
 }

@@ -277,7 +277,9 @@ export async function queuePage(ctx: Ctx): Promise<void> {
     h("p", { class: "muted" }, h("a", { href: link("/") }, "Queues"), " / ", queue),
     h("h1", null, queue, pausedBadge, live.el),
     health, actionsBox, enqueueForm(queue, () => reloadAll()), h("div", { id: "redrive" }), tabs,
-    h("p", null, h("a", { href: link(`/queues/${encodeURIComponent(queue)}/failures`) }, "Failures grouped by cause")), nameForm, chips, bulkBox, batchBox, listBox, pager, exportLinks);
+    h("p", { class: "row" }, h("a", { href: link(`/queues/${encodeURIComponent(queue)}/failures`) }, "Failures grouped by cause"),
+      h("a", { href: link(`/queues/${encodeURIComponent(queue)}/metrics`) }, "Metrics history"),
+      h("a", { href: link(`/audit?queue=${encodeURIComponent(queue)}`) }, "Audit log")), nameForm, chips, bulkBox, batchBox, listBox, pager, exportLinks);
   drawRows();
   rowKeys(ctx, tbody);
   const onKey = (e: KeyboardEvent) => {

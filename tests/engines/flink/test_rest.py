@@ -126,7 +126,7 @@ async def test_a_flink_sql_job_suspended_and_resumed_over_rest_keeps_counting(ga
 
 async def test_a_server_without_the_flink_engine_says_so(engine):
     app = create_app(Router(local=CoreRpc(QueueCore(engine.lifecycle.recorder.store))))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as http:
         r = await http.get("/v1/engines/flink/deployments")
     assert r.status_code == 400 and r.json()["code"] == "failed_precondition"
     assert "no Flink engine" in r.json()["message"]

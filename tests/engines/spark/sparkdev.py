@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loam_common.auth import ADMIN, ENGINE, ENQUEUE, SCHEDULE, token_create
-from loam_common.store.runner import open_store
+from loam_common.store.runner import open_store, store_url_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "e2e"))
 from devserver import DevServer, free_port, start_dev_server  # noqa: E402  (the path above)
@@ -41,7 +41,7 @@ def start_spark_dev(
 
 
 async def make_tokens(data: Path, namespaces: list[str]) -> dict[str, str]:
-    store = open_store(f"sqlite:///{data / 'loam.db'}")
+    store = open_store(store_url_of(data))  # the store `loam dev` keeps in that data directory
     try:
         out = {}
         for ns in namespaces:

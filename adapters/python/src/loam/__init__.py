@@ -11,7 +11,8 @@ tz="Europe/Paris")` (or `every=30`). Flows: `client.flow([loam.FlowNode(...), ..
 or `loam.chain(...)`, `loam.group(...)`, `loam.chord(header, body)` (loam.flows).
 
 Durable functions: `loam.resonate(group="billing")` is Resonate's own client pointed at
-Loam (URL, token, namespace from $LOAM_URL, $LOAM_TOKEN, $LOAM_NAMESPACE).
+Loam (URL, token, namespace from $LOAM_URL, $LOAM_TOKEN, $LOAM_NAMESPACE; $LOAM_URL is every
+Loam client's name for the server, and $LOAM_JOBS_URL is accepted as an alias).
 
 `SyncClient` offers the same calls, blocking. Errors are the typed classes of
 `loam.errors` (NotFound, Fenced, ...); a handler raises `UnrecoverableError` to fail

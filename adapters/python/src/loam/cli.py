@@ -44,8 +44,13 @@ SERVICES = {
         "export a queue's events (Parquet / Arrow) or trim its event log",
     ),
 }
-DEFAULT_STORE = "./.loam/loam.db"
+DEFAULT_STORE = "./.loam"
 BULK_CHUNK = 1000
+#: `jobs add --count` above this asks first (or takes --yes); above MAX_COUNT it is refused.
+CONFIRM_COUNT = 10_000
+MAX_COUNT = 1_000_000
+#: `queues drain` removes this many per call, so each call ends quickly and shows progress.
+DRAIN_STEP = 10_000
 EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
@@ -95,7 +100,9 @@ def _common(connection: bool = True) -> argparse.ArgumentParser:
     g = p.add_argument_group("connection and output" if connection else "output")
     if connection:
         g.add_argument(
-            "--url", default=argparse.SUPPRESS, help="server URL ($LOAM_URL, default http://127.0.0.1:7720)"
+            "--url",
+            default=argparse.SUPPRESS,
+            help="server URL ($LOAM_URL or its alias $LOAM_JOBS_URL, default http://127.0.0.1:7720)",
         )
         g.add_argument("--token", default=argparse.SUPPRESS, help="bearer token ($LOAM_TOKEN)")
         g.add_argument(
@@ -109,7 +116,17 @@ def _common(connection: bool = True) -> argparse.ArgumentParser:
 
 def _store_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=os.environ.get("LOAM_STORE") or DEFAULT_STORE,
-                   help=f"store URL or SQLite path ($LOAM_STORE, default {DEFAULT_STORE}, the dev data dir)")  # fmt: skip
+                   help=f"store URL, or a dev data dir or store path ($LOAM_STORE, default {DEFAULT_STORE}, the dev data dir)")  # fmt: skip
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
 
 
 def _group(sub, name: str, help_: str):
@@ -147,7 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("queue")
     a.add_argument("name", nargs="?", help="task name (default for --file lines)")
     a.add_argument("payload", nargs="?", help="JSON (or a plain string)")
-    a.add_argument("--count", type=int, default=1, help="enqueue this many copies (in bulk calls)")
+    a.add_argument("--count", type=_positive, default=1,
+                   help=f"enqueue this many copies (in bulk calls; above {CONFIRM_COUNT:,} asks first, "
+                        f"at most {MAX_COUNT:,})")  # fmt: skip
+    a.add_argument("--yes", "-y", action="store_true", help="do not ask before a large --count")
     a.add_argument("--file", help="JSON lines to enqueue ('-' for stdin)")
     a.add_argument("--delay", type=float, help="seconds before the job may run")
     _job_options(a, "the job")
@@ -318,11 +338,15 @@ async def _bulk(
     out: list[dict[str, Any]] = []
     quiet = getattr(args, "json", False) or not sys.stderr.isatty()
     columns = [TextColumn("enqueue"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
+    # Without a terminal (a log, CI), a line per tenth of a long run instead of a bar.
+    print_lines = quiet and not getattr(args, "json", False) and (total or 0) >= CONFIRM_COUNT
+    step, next_line = max((total or 0) // 10, 1), 0
     with Progress(*columns, console=_console(stderr=True), disable=quiet) as progress:
         bar = progress.add_task("enqueue", total=total)
         chunk: list[dict[str, Any]] = []
 
         async def send() -> None:
+            nonlocal next_line
             for r in await client.enqueue_bulk(args.queue, chunk):
                 if isinstance(r, JobsError):
                     out.append({"error": {"code": r.code, "message": str(r)}})
@@ -330,6 +354,9 @@ async def _bulk(
                     out.append(r.to_dict())
             progress.advance(bar, len(chunk))
             chunk.clear()
+            if print_lines and (len(out) >= next_line or len(out) == total):
+                print(f"enqueued {len(out):,} of {total:,}", file=sys.stderr, flush=True)
+                next_line = len(out) + step
 
         for job in jobs:
             chunk.append(job)
@@ -355,6 +382,7 @@ async def cmd_jobs(args: argparse.Namespace) -> int:
             elif not args.name:
                 raise CliError("jobs add: give a task NAME (or --file)", EXIT_USAGE)
             elif args.count > 1:
+                _confirm_count(args)
                 payload = _parse_payload(args.payload)
                 jobs = ({"name": args.name, "payload": payload, **opts} for _ in range(args.count))
                 res = await _bulk(client, args, jobs, args.count)
@@ -391,7 +419,7 @@ async def cmd_jobs(args: argparse.Namespace) -> int:
                 _emit_json([j.to_dict() for j in jobs])
             else:
                 _table(f"{args.queue}: {len(jobs)} job(s)", ["id", "name", "state", "attempt", "created", "payload"],
-                       [(j.id, j.name, j.state, j.attempt, _when(j.raw.created_ns), _short(j.to_dict()["payload"])) for j in jobs])  # fmt: skip
+                       [(j.id, j.name, j.state, _attempt(j), _when(j.raw.created_ns), _short(j.to_dict()["payload"])) for j in jobs])  # fmt: skip
             return 0
         if args.cmd == "retry":
             job = await client.retry_job(args.queue, args.job)
@@ -406,11 +434,33 @@ async def cmd_jobs(args: argparse.Namespace) -> int:
     raise CliError(f"unknown jobs command {args.cmd!r}", EXIT_USAGE)
 
 
+def _attempt(job: Any) -> str:
+    """`2 of 3`: 1-based, as a worker's lease numbers it (LeasedJob.attempt)."""
+    return f"{job.attempt_number} of {job.raw.attempts_max or '?'}"
+
+
+def _confirm_count(args: argparse.Namespace) -> None:
+    """Refuse a --count over MAX_COUNT; over CONFIRM_COUNT, ask (or take --yes)."""
+    if args.count > MAX_COUNT:
+        raise CliError(
+            f"--count {args.count:,} is over the limit of {MAX_COUNT:,}; use --file for more", EXIT_USAGE
+        )
+    if args.count <= CONFIRM_COUNT or args.yes:
+        return
+    if not sys.stdin.isatty():
+        raise CliError(
+            f"--count {args.count:,} is over {CONFIRM_COUNT:,}: add --yes to enqueue that many", EXIT_USAGE
+        )
+    answer = input(f"enqueue {args.count:,} jobs into {args.queue}? [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise CliError("not enqueued", EXIT_USAGE)
+
+
 def _print_job(job: Any) -> None:
     d = job.to_dict()
     rows = [
         ("id", job.id), ("queue", job.queue), ("name", job.name), ("state", job.state),
-        ("attempt", f"{job.attempt} of {job.raw.attempts_max or '?'}"),
+        ("attempt", _attempt(job)),
         ("created", _when(job.raw.created_ns)), ("finished", _when(job.raw.finished_ns)),
         ("payload", _short(d.get("payload"), 200)),
     ]  # fmt: skip
@@ -423,7 +473,50 @@ def _print_job(job: Any) -> None:
     _table(None, ["field", "value"], rows)
 
 
-COUNT_COLUMNS = ["waiting", "prioritized", "delayed", "active", "completed", "failed", "dead_lettered"]
+#: `queues ls` columns: (count field, header). Short headers keep the table inside 80
+#: columns (a queue name over 16 characters folds).
+COUNT_COLUMNS = [("waiting", "wait"), ("prioritized", "prio"), ("delayed", "delay"), ("active", "active"),
+                 ("completed", "done"), ("failed", "failed"), ("dead_lettered", "dlq")]  # fmt: skip
+
+
+def _queue_table(queues: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{len(queues)} queue(s)", show_edge=False, header_style="bold")
+    t.add_column("queue", overflow="fold")
+    for _field, header in COUNT_COLUMNS:
+        t.add_column(header, justify="right", no_wrap=True)
+    t.add_column("paused", no_wrap=True)
+    for q in queues:
+        c = q.get("counts", {})
+        t.add_row(
+            q["name"], *(str(c.get(f, 0)) for f, _h in COUNT_COLUMNS), "yes" if c.get("paused") else "no"
+        )
+    _console().print(t)
+
+
+async def _drain(client: Any, args: argparse.Namespace) -> int:
+    """Drain in steps of DRAIN_STEP with a progress bar: each call ends well inside any
+    deadline, and the total is what the steps removed."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    counts = await client.queue_counts(args.queue)
+    total = (
+        counts.get("waiting", 0)
+        + counts.get("prioritized", 0)
+        + (counts.get("delayed", 0) if args.delayed else 0)
+    )
+    quiet = getattr(args, "json", False) or not sys.stderr.isatty()
+    removed = 0
+    columns = [TextColumn("drain"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
+    with Progress(*columns, console=_console(stderr=True), disable=quiet) as progress:
+        bar = progress.add_task("drain", total=total or None)
+        while True:
+            n = await client.drain(args.queue, delayed=args.delayed, limit=DRAIN_STEP)
+            removed += n
+            progress.update(bar, completed=removed, total=max(total, removed) or None)
+            if n < DRAIN_STEP:
+                return removed
 
 
 async def cmd_queues(args: argparse.Namespace) -> int:
@@ -434,13 +527,7 @@ async def cmd_queues(args: argparse.Namespace) -> int:
             if as_json:
                 _emit_json(queues)
             else:
-                rows = []
-                for q in queues:
-                    c = q.get("counts", {})
-                    rows.append(
-                        [q["name"], *(c.get(k, "") for k in COUNT_COLUMNS), "yes" if c.get("paused") else ""]
-                    )
-                _table(f"{len(queues)} queue(s)", ["queue", *COUNT_COLUMNS, "paused"], rows)
+                _queue_table(queues)
             return 0
         if args.cmd == "counts":
             counts = await client.queue_counts(args.queue)
@@ -457,7 +544,7 @@ async def cmd_queues(args: argparse.Namespace) -> int:
             )
             return 0
         if args.cmd == "drain":
-            n = await client.drain(args.queue, delayed=args.delayed)
+            n = await _drain(client, args)
             _emit_json({"queue": args.queue, "removed": n}) if as_json else print(
                 f"{args.queue}  removed {n} job(s)"
             )
@@ -675,10 +762,12 @@ async def cmd_flows(args: argparse.Namespace) -> int:
 
 
 # -- tokens: directly on the store ----------------------------------------------------------
-def _store_url(value: str) -> str:
-    if "://" in value or value.startswith("sqlite:"):
-        return value
-    return f"sqlite://{Path(value).resolve()}"  # sqlite:///abs/path.db
+def _local_path(url: str) -> Path | None:
+    """The file or directory of an embedded store's URL (lmdb:///dir, sqlite:///file.db)."""
+    for scheme in ("lmdb://", "sqlite://"):
+        if url.startswith(scheme + "/"):
+            return Path(url[len(scheme) :])
+    return None
 
 
 def _token_dict(rec: Any) -> dict[str, Any]:
@@ -691,14 +780,15 @@ def _token_dict(rec: Any) -> dict[str, Any]:
 async def cmd_tokens(args: argparse.Namespace) -> int:
     try:
         from loam_common import auth
-        from loam_common.store.runner import open_store
+        from loam_common.store.runner import open_store, store_url_of
     except ImportError as e:
         raise CliError(f"tokens need loam_common.auth, which this environment lacks ({e})") from None
-    url = _store_url(args.store)
-    if url.startswith("sqlite:///") and args.cmd != "create" and not Path(url[len("sqlite://") :]).exists():
-        raise CliError(f"no store at {url[len('sqlite://') :]}: run `loam dev` there first, or pass --store")
-    if url.startswith("sqlite:///"):
-        Path(url[len("sqlite://") :]).parent.mkdir(parents=True, exist_ok=True)
+    url = store_url_of(args.store)  # a dev data dir means its store
+    local = _local_path(url)
+    if local is not None and args.cmd != "create" and not local.exists():
+        raise CliError(f"no store at {local}: run `loam dev` there first, or pass --store")
+    if local is not None:
+        local.parent.mkdir(parents=True, exist_ok=True)
     try:
         store = open_store(url)
     except ValueError as e:

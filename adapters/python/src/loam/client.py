@@ -51,6 +51,14 @@ from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:7720"
+
+
+def env_url() -> str | None:
+    """The server URL from the environment: $LOAM_URL, every Loam client's name for it,
+    or $LOAM_JOBS_URL, accepted as an alias (@loam/bullmq's earlier name); None if unset."""
+    return os.environ.get("LOAM_URL") or os.environ.get("LOAM_JOBS_URL") or None
+
+
 DEV_NAMESPACE = "default"
 #: retries of a call that failed with Unavailable (enqueue, enqueue_bulk), with backoff
 RETRIES = 3
@@ -140,7 +148,7 @@ def _schedule_spec(
 class Client:
     """An asyncio client of one Loam Jobs server.
 
-    `url` defaults to $LOAM_URL, then http://127.0.0.1:7720; `token` to $LOAM_TOKEN;
+    `url` defaults to $LOAM_URL (alias $LOAM_JOBS_URL), then http://127.0.0.1:7720; `token` to $LOAM_TOKEN;
     `namespace` (dev servers without auth) to $LOAM_NAMESPACE, then "default".
     `timeout` bounds each call in seconds (a long-poll lease gets its wait on top)."""
 
@@ -156,7 +164,7 @@ class Client:
         http_transport: Any = None,
         blocking: bool = False,
     ) -> None:
-        self.url = (url or os.environ.get("LOAM_URL") or DEFAULT_URL).rstrip("/")
+        self.url = (url or env_url() or DEFAULT_URL).rstrip("/")
         self.token = token if token is not None else os.environ.get("LOAM_TOKEN") or None
         ns = namespace if namespace is not None else os.environ.get("LOAM_NAMESPACE") or None
         self.namespace = ns or (None if self.token else DEV_NAMESPACE)
@@ -441,9 +449,12 @@ class Client:
     async def resume(self, queue: str) -> None:
         await self.queue_admin(queue, jpb.QueueOp(resume=jpb.QueueOp.Resume()))
 
-    async def drain(self, queue: str, *, delayed: bool = False) -> int:
-        """Remove the waiting jobs (and the delayed ones with `delayed`); how many."""
-        return (await self.queue_admin(queue, jpb.QueueOp(drain=jpb.QueueOp.Drain(delayed=delayed)))).affected
+    async def drain(self, queue: str, *, delayed: bool = False, limit: int = 0) -> int:
+        """Remove the waiting jobs (and the delayed ones with `delayed`): at most `limit`,
+        or (0) all of them; how many went. Steps with a limit suit a big queue: each call
+        ends quickly, and the caller can show progress."""
+        op = jpb.QueueOp.Drain(delayed=delayed, limit=limit)
+        return (await self.queue_admin(queue, jpb.QueueOp(drain=op))).affected
 
     async def clean(
         self, queue: str, state: str | int = "completed", *, grace: float | dt.timedelta = 0, limit: int = 0

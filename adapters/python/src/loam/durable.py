@@ -13,14 +13,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from loam.client import DEFAULT_URL
+from loam.client import DEFAULT_URL, env_url
 
 DURABLE_PATH = "/resonate"
 
 
 def durable_url(url: str | None = None, namespace: str | None = None) -> str:
     """The Resonate base URL of a Loam server (`.../resonate`, `/ns/<ns>` first if set)."""
-    base = (url or os.environ.get("LOAM_URL") or DEFAULT_URL).rstrip("/")
+    base = (url or env_url() or DEFAULT_URL).rstrip("/")
     ns = namespace if namespace is not None else os.environ.get("LOAM_NAMESPACE") or None
     return base + (f"/ns/{ns}" if ns else "") + DURABLE_PATH
 

@@ -120,8 +120,17 @@ class JobInfo:
     name = property(lambda self: self.raw.task.name)
     headers = property(lambda self: dict(self.raw.task.headers))
     state = property(lambda self: state_name(self.raw.state))
-    attempt = property(lambda self: self.raw.attempt)
+    attempt = property(lambda self: self.raw.attempt)  # attempts spent (types.proto Job.attempt)
     errors = property(lambda self: list(self.raw.errors))
+
+    @property
+    def attempt_number(self) -> int:
+        """The attempt the job is on, or last ran, 1-based: the number a worker's lease of
+        it reports (`LeasedJob.attempt`). A job that failed for good spent its last one."""
+        spent = self.raw.attempt
+        if self.raw.state in (pb.JOB_STATE_FAILED, pb.JOB_STATE_DEAD_LETTERED) and spent:
+            return spent
+        return spent + 1
 
     @property
     def payload(self) -> Any:

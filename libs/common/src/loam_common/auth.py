@@ -40,7 +40,10 @@ ENGINE = "jobs:engine"
 # (the console's viewer role). Every read such a token may make is also open to the
 # action that method needs on its own (loam_gateway.connect.READABLE).
 READ = "jobs:read"
-ACTIONS: frozenset[str] = frozenset({ENQUEUE, CONSUME, ADMIN, SCHEDULE, ENGINE, READ})
+# The deployment's operator: what spans namespaces (every namespace's series on
+# /metrics). It grants nothing inside a namespace; a token still names one.
+DEPLOYMENT_ADMIN = "deployment:admin"
+ACTIONS: frozenset[str] = frozenset({ENQUEUE, CONSUME, ADMIN, SCHEDULE, ENGINE, READ, DEPLOYMENT_ADMIN})
 
 TOKEN_PREFIX = "loam"
 ID_BYTES = 8

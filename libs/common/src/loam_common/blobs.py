@@ -6,10 +6,13 @@ reference commits, so a committed job never points at a missing blob."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
 import uuid
 from pathlib import Path
+
+from loam_common.errors import Unavailable
 
 INLINE_LIMIT = 16 * 1024
 _SAFE = re.compile(r"^[A-Za-z0-9._:@/-]+$")
@@ -45,13 +48,23 @@ class DirBlobStore(BlobStore):
 
     def _put(self, ref: str, data: bytes) -> None:
         path = self._path(ref)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)  # a partial blob would only take the space back
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                # A full disk is the operator's to fix and the caller's to retry later:
+                # unavailable, as when the store itself cannot write.
+                raise Unavailable(
+                    f"the blob store's disk is full ({self.root}); retry once space returns"
+                ) from None
+            raise
 
     async def put(self, ref: str, data: bytes) -> None:
         await asyncio.to_thread(self._put, ref, data)

@@ -53,13 +53,23 @@ class IdempotencyConflict(JobsError):
         self.args = (key,)
 
 
+def _fenced_why(epoch: int, current_epoch: int) -> str:
+    """Why a completion's epoch does not match: only a lower epoch means the job was
+    leased again since; "is stale" stays in every case (clients match on it)."""
+    if current_epoch == 0:
+        return "the job has never been leased, so this token is not from a lease of it"
+    if epoch > current_epoch:
+        return "no lease of this job has had that epoch, so this token is not from a lease of it"
+    return "the job was reclaimed and leased again, drop this result"
+
+
 class Fenced(JobsError):
     code = "failed_precondition"
 
     def __init__(self, job_id: str, epoch: int, current_epoch: int) -> None:
         super().__init__(
             f"job {job_id}: lease epoch {epoch} is stale (current {current_epoch}); "
-            "the job was reclaimed and leased again, drop this result"
+            + _fenced_why(epoch, current_epoch)
         )
         self.job_id = job_id
         self.epoch = epoch

@@ -30,6 +30,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `Q w/<worker id>`                           | Worker               | last seen, for Workers         |
 | `Q dep/<parent id>/<child queue>/<child id>`| Dependency           | children (dependencies.py)     |
 | `Q met/<kind>`                              | MetricsRecord        | per-minute completed / failed  |
+| `Q nd/<shard u8>`                           | u64                  | the shard's time in `sys/due/` |
 | `t/<ns>/gc/<blob ref>`                      | empty                | blobs to delete (sweeper)      |
 | `t/<ns>/res/<key>`                          | ResultRecord         | result store                   |
 | `t/<ns>/resm/<len u16><key><member>`        | empty                | incr-with-member members       |
@@ -37,6 +38,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `t/<ns>/sched/<schedule id>`                | ScheduleRecord       | schedules.py                   |
 | `t/<ns>/sdue/<next_ns u64><schedule id>`    | empty                | schedules by next tick (sweep) |
 | `t/<ns>/flow/<flow id>`                     | FlowRecord           | flow ids: submit once          |
+| `t/<ns>/quota/rate`                         | u64 start s, u64 n   | enqueue_rate window (quotas.py)|
 | `t/<ns>/xb/<len u16><exchange><queue>/<rk>` | ExchangeBinding      | exchanges.py (kombu bindings)  |
 | `dn/<ns>`                                   | empty                | namespaces with durable state  |
 | `t/<ns>/dur/p/<promise id>`                 | durable promise JSON | loam_durable (Resonate)        |
@@ -47,16 +49,25 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `t/<ns>/dur/ret/<settled_ms u64><root id>`  | empty                | settled roots, for retention   |
 | `t/<ns>/dur/ob/<ns u64><8 random bytes>`    | outbound message JSON| pushes a timer process left    |
 | `t/<ns>/dur/cfg`                            | durable config JSON  | retention TTL per namespace    |
+| `t/<ns>/dur/ps/<state group>\0<promise id>` | empty                | promises by state (pending,    |
+|                                             |                      | resolved, rejected*): search   |
+| `t/<ns>/dur/pg/<len u32><tag><len u32><value><promise id>` | empty | promises by tag: search   |
+| `t/<ns>/dur/st/<start_ms u64><promise id>`  | start request JSON   | a root a Loam schedule's tick  |
+|                                             |                      | asks the durable timers to run |
 | `t/<ns>/flink/d/<deployment>`               | Deployment (JSON)    | loam_engines.flink: a Flink deployment, its versions and savepoints |
 | `t/<ns>/flink/log/<deployment>/<seq u64>`   | LogLine (JSON)       | the deployment's lifecycle log, capped |
 | `sys/flink/busy/<ns>/<deployment>`          | empty                | a Flink action in flight: what a restarted runner resumes |
 | `sys/flink/periodic/<ns>/<deployment>`      | empty                | a RUNNING Flink deployment with a savepoint policy |
 | `t/<ns>/eng/run/<run id>`                   | EngineRun            | engine runs (loam_engines)     |
 | `t/<ns>/eng/log/<run id>/<n u32>`           | EngineLogLine        | a run's output, n from 1       |
+| `t/<ns>/audit/<at_ns u64><8 random bytes>`  | AuditEntry (JSON)    | console / REST actions (audit.py) |
 | `sys/tokens/<token id>`                     | TokenRecord          | API tokens (auth.py), hashed   |
 | `sys/engines/ns/<ns>`                       | empty                | namespaces with engine jobs    |
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
-| `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays         |
+| `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays; kind   |
+|                                             |                      | durable-push: id = a push URL  |
+| `sys/registry`                              | u64                  | registry version (registry.py) |
+| `sys/due/<due_ns u64><len u16><ns><len u16><queue><shard u8>` | empty | the due index (decision 0032) |
 
 Durable records (`dur/`) are JSON, not protobuf: they are the Resonate protocol's own
 records, stored as they travel, so the server never transcodes them (decision 0025).
@@ -148,6 +159,13 @@ class QueueKeys:
 
     def shard_metas(self) -> bytes:
         return self.q + b"m/"
+
+    def next_due(self, shard: int) -> bytes:
+        """The time under which the shard sits in the due index (`due_entry`)."""
+        return self.q + b"nd/" + bytes((shard,))
+
+    def next_dues(self) -> bytes:
+        return self.q + b"nd/"
 
     def job(self, job_id: str) -> bytes:
         return self.q + b"j/" + job_id.encode()
@@ -274,6 +292,34 @@ class QueueKeys:
         return self.q + b"w/"
 
 
+DUE_INDEX = b"sys/due/"
+
+
+def registry_version() -> bytes:
+    """Moves whenever a namespace or a queue shard appears or goes (registry.py)."""
+    return b"sys/registry"
+
+
+def due_entry(due_ns: int, ns: str, queue: str, shard: int) -> bytes:
+    """The due index: a queue shard that may have sweep work (a lease past its deadline,
+    a delayed job due, a retention age or idempotency record passing) from `due_ns` on.
+    Store-wide, so a sweeper pass reads what is due instead of every queue."""
+    return DUE_INDEX + U64.pack(max(due_ns, 0)) + _lp(ns) + _lp(queue) + bytes((shard,))
+
+
+def due_entry_parts(key: bytes) -> tuple[int, str, str, int]:
+    """(due_ns, ns, queue, shard) of a `due_entry` key."""
+    p = len(DUE_INDEX)
+    due_ns = U64.unpack_from(key, p)[0]
+    p += 8
+    n = U16.unpack_from(key, p)[0]
+    ns = key[p + 2 : p + 2 + n].decode()
+    p += 2 + n
+    n = U16.unpack_from(key, p)[0]
+    queue = key[p + 2 : p + 2 + n].decode()
+    return due_ns, ns, queue, key[p + 2 + n]
+
+
 def index_job_id(index_key: bytes, prefix_len: int) -> str:
     """The job id at the end of a delayed/active/state index key: after a u64."""
     return index_key[prefix_len + 8 :].decode()
@@ -290,6 +336,15 @@ def blob_gc_all(ns: str) -> bytes:
 def blob_gc(ns: str, ref: str) -> bytes:
     """A blob whose last reference was dropped; the sweeper deletes it, then this key."""
     return blob_gc_all(ns) + ref.encode()
+
+
+# audit log (audit.py) ------------------------------------------------------------------
+def audit_all(ns: str) -> bytes:
+    return ns_prefix(ns) + b"audit/"
+
+
+def audit_entry(ns: str, at_ns: int, nonce: bytes) -> bytes:
+    return audit_all(ns) + U64.pack(at_ns) + nonce
 
 
 # result store -----------------------------------------------------------------------
@@ -320,6 +375,11 @@ def result_key_from_expiry(ns: str, expiry_key: bytes) -> tuple[int, str]:
 
 def namespaces_prefix() -> bytes:
     return b"t/"
+
+
+# quotas (jobs/quotas.py) ---------------------------------------------------------------
+def quota_rate_window(ns: str) -> bytes:
+    return ns_prefix(ns) + b"quota/rate"
 
 
 # schedules and flows (schedules.py, flows.py) ---------------------------------------
@@ -439,6 +499,47 @@ def durable_outbox(ns: str, at_ns: int, nonce: bytes) -> bytes:
 
 def durable_config(ns: str) -> bytes:
     return durable_all(ns) + b"cfg"
+
+
+def durable_promise_states(ns: str, state_group: str = "") -> bytes:
+    """`dur/ps/<group>\\0`: the state index (search); with no group, all of it."""
+    base = durable_all(ns) + b"ps/"
+    return base + state_group.encode() + b"\x00" if state_group else base
+
+
+def durable_promise_state(ns: str, state_group: str, promise_id: str) -> bytes:
+    return durable_promise_states(ns, state_group) + promise_id.encode()
+
+
+def durable_promise_tags(ns: str, tag: str | None = None, value: str | None = None) -> bytes:
+    """`dur/pg/...`: the tag index (search); `tag` and `value` narrow the prefix."""
+    base = durable_all(ns) + b"pg/"
+    if tag is None:
+        return base
+    t = tag.encode()
+    base += U32.pack(len(t)) + t
+    if value is None:
+        return base
+    v = value.encode()
+    return base + U32.pack(len(v)) + v
+
+
+def durable_promise_tag(ns: str, tag: str, value: str, promise_id: str) -> bytes:
+    return durable_promise_tags(ns, tag, value) + promise_id.encode()
+
+
+def durable_starts(ns: str) -> bytes:
+    return durable_all(ns) + b"st/"
+
+
+def durable_start(ns: str, start_ms: int, promise_id: str) -> bytes:
+    """A root promise a Loam schedule's tick asks the durable timers to create and run."""
+    return durable_starts(ns) + U64.pack(max(start_ms, 0)) + promise_id.encode()
+
+
+def durable_start_parts(ns: str, key: bytes) -> tuple[int, str]:
+    p = len(durable_starts(ns))
+    return U64.unpack_from(key, p)[0], key[p + 8 :].decode()
 
 
 # engine runs (loam_engines.runs) -----------------------------------------------------------

@@ -322,5 +322,12 @@ def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 async def render_store(store, namespaces: Iterable[str] | None = None, *, process: bool = True) -> str:
     """The whole exposition for a process with a store: store samples (+ its histograms)."""
-    samples = await store.snapshot(store_samples, list(namespaces) if namespaces is not None else None)
-    return render(samples + (PROCESS.samples() if process else []))
+    only = list(namespaces) if namespaces is not None else None
+    samples = await store.snapshot(store_samples, only)
+    if process:
+        own = PROCESS.samples()
+        if only is not None:  # a caller sees the series of its own namespaces, no others
+            allowed = set(only)
+            own = [s for s in own if dict(s.labels).get("ns") in allowed]
+        samples += own
+    return render(samples)

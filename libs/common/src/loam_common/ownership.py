@@ -28,11 +28,11 @@ store-wide one (commit tokens) like `("", "", 0)`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from loam_common import keys, rendezvous
+from loam_common import keys, registry, rendezvous
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import sweeps
 from loam_common.store.base import Txn
@@ -212,6 +212,31 @@ def list_shards(tx: Txn, *, namespace_wide: bool = False, orphans: bool = False)
     return out
 
 
+class ShardLister:
+    """`list_shards` for a service's pass, listed again only when the registry version
+    (registry.py) moved: an unchanged store costs one read, and the same list object
+    comes back (so `ShardOwnership.refresh` sees at once that nothing changed)."""
+
+    def __init__(self, store: Store, *, namespace_wide: bool = False, orphans: bool = False) -> None:
+        self.store = store
+        self.options = {"namespace_wide": namespace_wide, "orphans": orphans}
+        self._version: int | None = None
+        self._shards: list[ShardId] = []
+
+    async def shards(self) -> list[ShardId]:
+        version, listed = await self.store.snapshot(_list_if_moved, self._version, self.options)
+        if listed is not None:
+            self._version, self._shards = version, listed
+        return self._shards
+
+
+def _list_if_moved(tx: Txn, seen: int | None, options: dict) -> tuple[int, list[ShardId] | None]:
+    version = registry.registry_version(tx)
+    if version == seen:
+        return version, None
+    return version, list_shards(tx, **options)
+
+
 # -- spreading shards over live members ------------------------------------------------------
 def _observe(tx: Txn, kind: str, shards: list[ShardId]) -> tuple[list[str], dict[ShardId, pb.OwnershipLease]]:
     members = members_live(tx, kind)
@@ -259,17 +284,29 @@ class ShardOwnership:
         self.ttl_ns = ttl_ns
         self.held: dict[ShardId, pb.OwnershipLease] = {}
         self._member_expires_ns = 0
+        # The last refresh that left this process holding every shard it should: its
+        # shard list (the object), the live members, and when its first lease renewal is
+        # due. Until something of that changes, a refresh reads the members and stops.
+        self._steady: tuple[list[ShardId], list[str], int] | None = None
+        self._fences: dict[ShardId, Fence] = {}  # what the last refresh returned
 
     def _due(self, expires_ns: int, now: int) -> bool:
         return expires_ns - now < self.ttl_ns * 2 // 3
 
     async def refresh(self, shards: Iterable[ShardId]) -> dict[ShardId, Fence]:
-        shards = list(dict.fromkeys(shards))
+        given = shards
         now = self.store.clock.now_ns()
         if self._due(self._member_expires_ns, now):
             rec = await self.store.transact(member_heartbeat, self.kind, self.owner, self.ttl_ns)
             self._member_expires_ns = rec.expires_ns
+        steady = self._steady
+        if steady is not None and steady[0] is given and now < steady[2]:
+            members = await self.store.snapshot(members_live, self.kind)
+            if members == steady[1]:
+                return self._fences
+        shards = list(dict.fromkeys(given))
         members, records = await self.store.snapshot(_observe, self.kind, shards)
+        observed_members = list(members)
         if self.owner not in members:
             members.append(self.owner)
         now = self.store.clock.now_ns()
@@ -296,6 +333,12 @@ class ShardOwnership:
             elif mine is not None or (rec is not None and rec.owner == self.owner):
                 give.append((shard_id, (rec or mine).epoch))  # type: ignore[union-attr]
         wanted = set(shards)
+        mine_all = True
+        for shard_id in shards:
+            if rendezvous.owner(rendezvous.shard_key(*shard_id), members) == self.owner:
+                if shard_id not in self.held and not any(t[0] == shard_id for t in take):
+                    mine_all = False  # another live owner still holds it: look again next pass
+                    break
         for shard_id, mine in list(self.held.items()):
             if shard_id not in wanted:  # the queue is gone: let its lease go too
                 give.append((shard_id, mine.epoch))
@@ -306,7 +349,20 @@ class ShardOwnership:
                     self.held.pop(shard_id, None)
                 else:
                     self.held[shard_id] = rec
-        return {s: self._fence(s, rec) for s, rec in self.held.items()}
+        if (
+            mine_all
+            and all(rec is not None for rec in self.held.values())
+            and not isinstance(given, Iterator)
+        ):
+            renew_at = min(
+                (rec.expires_ns - self.ttl_ns * 2 // 3 for rec in self.held.values()),
+                default=now + self.ttl_ns,
+            )
+            self._steady = (given, observed_members, renew_at)  # type: ignore[assignment]
+        else:
+            self._steady = None
+        self._fences = {s: self._fence(s, rec) for s, rec in self.held.items()}
+        return self._fences
 
     def _fence(self, shard_id: ShardId, rec: pb.OwnershipLease) -> Fence:
         return Fence(self.kind, self.owner, rec.epoch, *shard_id)
@@ -321,11 +377,13 @@ class ShardOwnership:
     def lost(self, shard_id: ShardId) -> None:
         """Forget a shard whose fenced write was refused."""
         self.held.pop(shard_id, None)
+        self._steady = None
 
     async def release_all(self) -> None:
         """Give every lease up and leave the membership (graceful shutdown), so the
         others take the shards over at once instead of after the TTL."""
         held = [(s, rec.epoch) for s, rec in self.held.items()]
         self.held.clear()
+        self._steady = None
         self._member_expires_ns = 0
         await self.store.transact(_release_all, self.kind, self.owner, held)

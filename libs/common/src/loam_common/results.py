@@ -14,7 +14,7 @@ record never expires.
 
 from __future__ import annotations
 
-from loam_common import keys, validate
+from loam_common import keys, registry, validate
 from loam_common.effects import ResultChanged
 from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -82,8 +82,7 @@ def _write(tx: Txn, ns: str, key: str, rec: pb.ResultRecord, old_expires_ns: int
     tx.put(keys.result(ns, key), rec.SerializeToString())
     # The sweeper finds namespaces in the registry; read first so that every write
     # after the first one does not write (and conflict on) this one shared key.
-    if tx.get(keys.namespace_registry(ns)) is None:
-        tx.put(keys.namespace_registry(ns), b"")
+    registry.register_namespace(tx, ns)
 
 
 def result_get(tx: Txn, ns: str, key: str) -> pb.Payload | None:

@@ -2,7 +2,8 @@
 (queue core, gateway, `loam dev`): uvicorn on uvloop and httptools with one config
 (`uvicorn_config`), `serve(app, host, port)` until SIGINT/SIGTERM, the exit code of a
 service command (`run_server_main`), the JSON error body of the internal endpoints
-(`error_response`), and `is_loopback` for the bind and peer checks.
+(`error_response`), `is_loopback` for the bind and peer checks, and the access log's
+query values redacted (`RedactQuery`).
 
 Needs uvicorn and starlette (the `serve` extra of loam-common), which the serving
 services depend on.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import signal
 import sys
 import threading
@@ -62,8 +64,33 @@ class QuietServer(uvicorn.Server):
                 signal.signal(s, h)
 
 
+class RedactQuery(logging.Filter):
+    """Every query value of an access-log line replaced by `[redacted]` (names kept): a
+    token put in a URL by mistake must not land in the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (*args[:2], redact_query(args[2]), *args[3:])
+        return True
+
+
+def redact_query(path: str) -> str:
+    """`/p?token=abc&x` -> `/p?token=[redacted]&x`."""
+    base, _, query = path.partition("?")
+    parts = [(k + "=[redacted]") if sep else k for k, sep, _ in (p.partition("=") for p in query.split("&"))]
+    return base + "?" + "&".join(parts)
+
+
+def _redact_access_log() -> None:
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactQuery) for f in access.filters):
+        access.addFilter(RedactQuery())
+
+
 def uvicorn_config(app: Any, host: str, port: int, **kw: Any) -> uvicorn.Config:
     log_level = kw.pop("log_level", "warning")
+    _redact_access_log()
     return uvicorn.Config(
         app,
         host=host,

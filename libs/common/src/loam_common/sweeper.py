@@ -3,6 +3,13 @@ owns — due schedule ticks, stalled leases, due delayed jobs, retention, expire
 idempotency records and results, dropped blobs, old commit tokens. The sweeper service calls it in a loop and
 decides ownership (`owns`); tests call it directly with a manual clock.
 
+Which queues a pass looks at: the queue shards whose place in the store-wide due index
+(`keys.due_entry`) has come. Every transition that gives a shard sweep work (a lease, a
+delay, a retention age, an idempotency record) moves its place earlier, and after
+sweeping a shard the pass puts it at its next due time (`sweeps.reschedule_due`). So an
+idle queue costs a pass nothing. Every `FULL_PASS_NS` of store time (and on a process's
+first pass) a full pass reads every queue instead, as a backstop, and places each one.
+
 With `fence` (the sweeper service's fenced ownership leases, `loam_common.ownership`),
 every sweep transaction of a shard first checks that this process still holds that
 shard's lease, in the same transaction; a shard whose lease was taken over stops being
@@ -22,6 +29,8 @@ from loam_common.ownership import Fence, OwnershipLost, run_fenced
 from loam_common.store.runner import Store
 
 COMMIT_TOKEN_AGE_NS = 3600 * 1_000_000_000
+FULL_PASS_NS = 60 * 1_000_000_000
+RESCHEDULE_BATCH = 200  # queues whose due-index places one transaction recomputes
 
 
 def _owns_everything(ns: str, queue: str, shard: int) -> bool:
@@ -58,9 +67,13 @@ class Sweeper:
         self.owns = owns
         self.on_ready = on_ready
         self.fence = fence
+        self._next_full_ns = 0  # the first pass reads every queue (and places it in the index)
 
     async def run_once(self) -> SweepReport:
         rep = SweepReport()
+        now = self.store.clock.now_ns()
+        full = now >= self._next_full_ns
+        placed: list[tuple[str, str, list[int]]] = []  # queue shards to place in the due index
         namespaces = await self.store.snapshot(sweeps.namespace_list)
         for ns in namespaces:
             ns_due = await self.store.snapshot(sweeps.namespace_due, ns) if self.owns(ns, "", 0) else None
@@ -69,14 +82,18 @@ class Sweeper:
                     await self._fire_schedules(ns, rep)
                 except OwnershipLost:
                     rep.lost.add((ns, "", 0))
-            queues = await self.store.snapshot(sweeps.queue_list_registered, ns)
-            # One read for the namespace first: most queues have nothing due most passes,
-            # and a sweep transaction that finds nothing still costs a trip through the writer.
-            for queue, due in zip(
-                queues, await self.store.snapshot(sweeps.due_many, ns, queues), strict=True
-            ):
-                if due is not None:
-                    await self._sweep_queue(ns, queue, due, rep)
+            if full:
+                queues = await self.store.snapshot(sweeps.queue_list_registered, ns)
+                # One read for the namespace first: most queues have nothing due most passes,
+                # and a sweep transaction that finds nothing still costs a trip through the writer.
+                for queue, due in zip(
+                    queues, await self.store.snapshot(sweeps.due_many, ns, queues), strict=True
+                ):
+                    if due is not None:
+                        await self._sweep_queue(ns, queue, due, rep)
+                        owned = [s for s in range(due.shards) if self.owns(ns, queue, s)]
+                        if owned:
+                            placed.append((ns, queue, owned))
             if ns_due is not None:
                 try:
                     if ns_due.results:
@@ -86,12 +103,39 @@ class Sweeper:
                     rep.blobs += await self._collect_blobs(ns)
                 except OwnershipLost:
                     rep.lost.add((ns, "", 0))
+        if full:
+            self._next_full_ns = now + FULL_PASS_NS
+        else:
+            placed = await self._sweep_due_index(rep)
+        for i in range(0, len(placed), RESCHEDULE_BATCH):
+            wrong = await self.store.snapshot(sweeps.misplaced, placed[i : i + RESCHEDULE_BATCH])
+            if wrong:
+                await self.store.transact(sweeps.reschedule_due_many, wrong)
         if self.owns("", "", 0):
             await self.store.sweep_commit_tokens(COMMIT_TOKEN_AGE_NS)
         if self.on_ready is not None:
             for ns, queue in rep.woke:
                 self.on_ready(ns, queue)
         return rep
+
+    async def _sweep_due_index(self, rep: SweepReport) -> list[tuple[str, str, list[int]]]:
+        """Sweep the owned queue shards whose due-index place has come; returns them, to
+        be placed at their next due time."""
+        by_queue: dict[tuple[str, str], list[int]] = {}
+        after = b""
+        while True:
+            page = await self.store.snapshot(sweeps.due_shards, after)
+            for _key, ns, queue, shard in page:
+                if self.owns(ns, queue, shard):
+                    by_queue.setdefault((ns, queue), []).append(shard)
+            if len(page) < sweeps.DUE_PAGE:
+                break
+            after = page[-1][0]
+        for ns, queue in by_queue:
+            due = await self.store.snapshot(sweeps.due, ns, queue)
+            if due is not None:
+                await self._sweep_queue(ns, queue, due, rep)
+        return [(ns, queue, shards) for (ns, queue), shards in by_queue.items()]
 
     async def _sweep_queue(self, ns: str, queue: str, due: sweeps.Due, rep: SweepReport) -> None:
         owned_any = False

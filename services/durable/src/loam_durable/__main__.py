@@ -1,10 +1,12 @@
 """`loam-durable` / `python -m loam_durable`: the durable service as its own process.
 
-    loam-durable --store sqlite:///abs/loam.db --host 127.0.0.1 --port 7730 [--auth]
+    loam-durable --store lmdb:///abs/loam.lmdb --host 127.0.0.1 --port 7730 [--auth]
 
 Serves the Resonate protocol at `http://host:port/` (`POST /`, `GET /poll/{group}/{pid}`)
 and delivers the pushes the sweepers' durable timers left in the store's outbox. The
-timers themselves run in the sweeper processes (`loam sweeper`). Without auth it binds
+timers themselves run in the sweeper processes (`loam sweeper`). Like a gateway, it
+hands a push whose stream is on another process serving the same store to that one
+(peers.py), and says where it is reached with `--advertise-url` (LOAM_ADVERTISE_URL). Without auth it binds
 loopback only and every request is in the `default` namespace (or the one named by
 `x-loam-namespace`). Environment: LOAM_STORE, LOAM_HOST, LOAM_PORT, LOAM_AUTH.
 """
@@ -26,6 +28,7 @@ from loam_common.store.runner import open_store
 from loam_durable.app import create_durable_app
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
+from loam_durable.peers import Peers
 from loam_durable.timers import DurableOutbox
 
 
@@ -38,6 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--auth", action="store_true", default=env.get("LOAM_AUTH", "").lower() in ("1", "on", "true", "yes")
     )
+    p.add_argument("--advertise-url", default=env.get("LOAM_ADVERTISE_URL"))
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     args = p.parse_args(argv)
     if not args.store:
@@ -50,6 +54,8 @@ async def run(args: argparse.Namespace) -> None:
     hub = Hub()
     core = DurableCore(store, hub)
     outbox = DurableOutbox(core)
+    internal_token = os.environ.get("LOAM_INTERNAL_TOKEN")
+    peers = core.peers = Peers(store, args.advertise_url or f"http://{args.host}:{args.port}", internal_token)
 
     async def authenticate(headers: Mapping[str, str], action: str) -> str:
         if not args.auth:  # loopback only (main checks the bind)
@@ -67,14 +73,17 @@ async def run(args: argparse.Namespace) -> None:
             )
         return principal.namespace
 
-    app = create_durable_app(core, hub, authenticate)
+    app = create_durable_app(core, hub, authenticate, internal_token)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level)
     server = _AnnouncingServer(config, f"loam-durable: ready on http://{args.host}:{args.port}")
+    await peers.run_once()
+    peers.start()
     outbox.start()
     try:
         await server.serve()
     finally:
         await outbox.stop()
+        await peers.stop()
         await store.close()
 
 

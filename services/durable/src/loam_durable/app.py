@@ -5,6 +5,8 @@ plain ASGI app the gateway mounts (at `/resonate`) or `loam-durable` serves alon
   in, one response envelope `{kind, head: {corrId, status, version}, data}` out, with
   the HTTP status equal to `head.status` (200 on success, 300 for a suspend redirect,
   a string `data` on every refusal).
+- `POST {base}/internal/push`: a peer serving the same store hands over a push whose
+  stream may be here (peers.py); internal: the deployment's token, else loopback only.
 - `GET {base}/poll/{group}/{pid}`: the push channel, Server-Sent Events: each push one
   `data: <json>` line; a `: keepalive` comment every `KEEPALIVE_S` so proxies keep the
   stream open. Authenticated by the `Authorization` header only.
@@ -18,7 +20,6 @@ loopback the `x-loam-namespace` header that a `/ns/<ns>/` prefix sets).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -27,7 +28,8 @@ from loam_common.errors import JobsError, PermissionDenied, Unauthenticated
 from loam_common.store.base import StoreUnavailable
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
-from loam_durable.records import PROTOCOL_VERSION, DurableError, response
+from loam_durable.peers import PUSH_PATH, internal_allowed
+from loam_durable.records import PROTOCOL_VERSION, DurableError, dumps, loads, response
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +81,7 @@ async def _read_body(receive: Callable[[], Awaitable[dict]]) -> bytes | None:
 
 
 async def _send_json(send: Callable[[dict], Awaitable[None]], status: int, body: Any) -> None:
-    raw = json.dumps(body, separators=(",", ":")).encode()
+    raw = dumps(body)
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]})  # fmt: skip
     await send({"type": "http.response.body", "body": raw})
@@ -90,10 +92,13 @@ def _headers(scope: dict) -> dict[str, str]:
 
 
 class DurableApp:
-    def __init__(self, core: DurableCore, hub: Hub, authenticate: Authenticate) -> None:
+    def __init__(
+        self, core: DurableCore, hub: Hub, authenticate: Authenticate, internal_token: str | None = None
+    ) -> None:
         self.core = core
         self.hub = hub
         self.authenticate = authenticate
+        self.internal_token = internal_token or None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":  # served alone: nothing to start or stop here
@@ -113,6 +118,8 @@ class DurableApp:
         method = scope["method"]
         if path in ("", "/") and method == "POST":
             await self._envelope(scope, receive, send)
+        elif path == PUSH_PATH and method == "POST":
+            await self._push(scope, receive, send)
         elif path.startswith("/poll/") and method == "GET":
             await self._poll(scope, receive, send, path[len("/poll/") :])
         elif path in ("/promises", "/tasks", "/schedules") or path.startswith(
@@ -132,7 +139,7 @@ class DurableApp:
         kind, corr_id = "", ""
         try:
             try:
-                req = json.loads(body)
+                req = loads(body)
             except ValueError:
                 raise DurableError(400, "Request body must be a JSON object") from None
             if not isinstance(req, dict):
@@ -162,6 +169,27 @@ class DurableApp:
             await _send_json(send, status, response(kind, corr_id, status, message))
             return
         await _send_json(send, status, response(kind, corr_id, status, out))
+
+    # -- POST /internal/push ----------------------------------------------------------------
+    async def _push(self, scope: dict, receive: Any, send: Any) -> None:
+        """A push a peer could not deliver: to this process's streams only (never held
+        here and never forwarded again: the peer decides what happens if nobody takes it)."""
+        body = await _read_body(receive)
+        if body is None:
+            return
+        client = scope.get("client")
+        if not internal_allowed(_headers(scope), client[0] if client else None, self.internal_token):
+            await _send_json(send, 401, "internal calls need this deployment's internal token")
+            return
+        try:
+            req = loads(body)
+            ns, address, message = req["ns"], req["address"], req["message"]
+            if not isinstance(ns, str) or not isinstance(address, str) or not isinstance(message, dict):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            await _send_json(send, 400, "a push is {ns, address, message}")
+            return
+        await _send_json(send, 200, {"delivered": self.hub.send(ns, address, message, hold=False)})
 
     # -- GET /poll/{group}/{pid} -------------------------------------------------------------
     async def _poll(self, scope: dict, receive: Any, send: Any, rest: str) -> None:
@@ -212,5 +240,7 @@ async def _wait_disconnect(receive: Any) -> None:
         pass
 
 
-def create_durable_app(core: DurableCore, hub: Hub, authenticate: Authenticate) -> DurableApp:
-    return DurableApp(core, hub, authenticate)
+def create_durable_app(
+    core: DurableCore, hub: Hub, authenticate: Authenticate, internal_token: str | None = None
+) -> DurableApp:
+    return DurableApp(core, hub, authenticate, internal_token)

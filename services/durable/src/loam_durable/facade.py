@@ -19,6 +19,7 @@ from loam_common.schedule_rules import CronRule, parse_cron
 from loam_common.store.runner import Store
 from loam_durable import transitions as tr
 from loam_durable.hub import Hub
+from loam_durable.peers import Peers
 from loam_durable.records import (
     TAG_DELAY,
     TAG_TARGET,
@@ -33,11 +34,11 @@ from loam_durable.records import (
     parse_settle,
     response,
 )
+from loam_durable.search import SEARCH_LIMIT_MAX, parse_promise_query
 
 log = logging.getLogger(__name__)
 
 _UTC = ZoneInfo("UTC")
-SEARCH_LIMIT_MAX = 1000
 
 
 def next_cron(cron: str, after_ms: int) -> int | None:
@@ -76,6 +77,9 @@ class DurableCore:
         self.store = store
         self.hub = hub
         self.retry_ms = retry_ms
+        #: the other processes serving the push channel (a split deployment), set by the
+        #: process that starts them: a push no local stream takes is offered to them
+        self.peers: Peers | None = None
         self._handlers: dict[str, Callable[[str, dict], Awaitable[tuple[int, Any]]]] = {
             "promise.get": self._promise_get,
             "promise.create": self._promise_create,
@@ -112,9 +116,19 @@ class DurableCore:
 
     async def deliver(self, fx: tr.Effects) -> None:
         """Hand the pushes of a committed transaction to this process's connections."""
-        if self.hub is not None:
-            for address, message in fx.messages:
-                self.hub.send(fx.ns, address, message)
+        for address, message in fx.messages:
+            self.push(fx.ns, address, message)
+
+    def push(self, ns: str, address: str, message: dict) -> None:
+        """One push to this process's streams, else (in the background) to a peer's."""
+        hub = self.hub
+        if hub is None:
+            return
+        peers = self.peers
+        if peers is None:
+            hub.send(ns, address, message)
+        elif not hub.send(ns, address, message, hold=False):
+            peers.forward_later(ns, address, message, lambda: hub.hold(ns, address, message))
 
     # -- visibility (the REST facade's reads and settings) -------------------------------
     async def tree(self, ns: str, root_id: str) -> dict:
@@ -150,19 +164,7 @@ class DurableCore:
         return 200, await self.transact(ns, tr.promise_callback_if_pending, awaited, awaiter)
 
     async def _promise_search(self, ns: str, data: dict) -> tuple[int, Any]:
-        state = data.get("state")
-        if state is not None and state not in (
-            "pending",
-            "resolved",
-            "rejected",
-            "rejected_canceled",
-            "rejected_timedout",
-        ):
-            raise bad("state must be pending, resolved, rejected, rejected_canceled or rejected_timedout")
-        limit, cursor = _page(data)
-        return 200, await self.transact(
-            ns, tr.promise_search, state, check_tags(data.get("tags")), limit, cursor
-        )
+        return 200, await self.transact(ns, tr.promise_search, parse_promise_query(data))
 
     # -- tasks ---------------------------------------------------------------------------
     async def _task_create(self, ns: str, data: dict) -> tuple[int, Any]:

@@ -21,13 +21,12 @@ a worker of namespace A never receives a push of namespace B.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
 from collections import deque
 
-from loam_durable.records import DurableError, parse_address
+from loam_durable.records import DurableError, dumps, parse_address
 
 log = logging.getLogger(__name__)
 
@@ -101,14 +100,15 @@ class Hub:
             sent = c.push(frame) or sent
         return sent
 
-    def send(self, ns: str, address: str, message: dict) -> bool:
-        """Deliver one push; False when nobody could take it (held for anycast)."""
+    def send(self, ns: str, address: str, message: dict, *, hold: bool = True) -> bool:
+        """Deliver one push to this process's streams; False when none could take it (an
+        anycast one is then held here, unless `hold` is False: a peer may have a taker)."""
         try:
             addr = parse_address(address)
         except DurableError:
             self.dropped += 1
             return False
-        frame = "data: " + json.dumps(message, separators=(",", ":")) + "\n\n"
+        frame = _frame(message)
         members = self._groups.get((ns, addr.group), {})
         if addr.unicast:
             ok = self._push_pid(members.get(addr.pid or ""), frame)
@@ -118,12 +118,28 @@ class Hub:
                 live = [streams for streams in members.values() if any(c.open for c in streams)]
                 random.shuffle(live)
                 ok = any(self._push_pid(streams, frame) for streams in live)
-            if not ok:
-                held = self._held.setdefault((ns, addr.group), deque(maxlen=HOLD_MAX))
-                held.append((time.monotonic(), frame))
+            if not ok and hold:
+                self._hold(ns, addr.group, frame)
         log.debug("durable: push %s to %s: %s", message["kind"], address, "sent" if ok else "nobody there")
         if ok:
             self.delivered += 1
-        else:
+        elif hold:
             self.dropped += 1
         return ok
+
+    def hold(self, ns: str, address: str, message: dict) -> None:
+        """Keep an anycast push nobody took (here or at a peer) for the group's next member."""
+        try:
+            addr = parse_address(address)
+        except DurableError:
+            return
+        self.dropped += 1
+        if not addr.unicast:
+            self._hold(ns, addr.group, _frame(message))
+
+    def _hold(self, ns: str, group: str, frame: str) -> None:
+        self._held.setdefault((ns, group), deque(maxlen=HOLD_MAX)).append((time.monotonic(), frame))
+
+
+def _frame(message: dict) -> str:
+    return "data: " + dumps(message).decode() + "\n\n"

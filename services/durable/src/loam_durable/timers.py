@@ -5,7 +5,9 @@ ownership of them (kind "durable", one pseudo-shard `(ns, "", 0)` per namespace,
 same leases the job sweeps use, so several sweepers split the namespaces and a sweeper
 whose lease was taken writes nothing more), then fires what is due in each owned one:
 promise timeouts (durable sleeps among them), task lease expiries (how a killed worker
-is noticed) and retries (the resend of a lost `execute`), schedule fires; and every
+is noticed) and retries (the resend of a lost `execute`), schedule fires and the starts
+Loam schedules' ticks asked for; once per namespace, the search index of promises
+stored before it existed (a batch a pass until done); and every
 `RETENTION_EVERY` passes deletes the trees of roots settled longer ago than the
 namespace's retention TTL. Run by the sweeper service and, in process, by `loam dev`.
 
@@ -57,6 +59,7 @@ class DurableTimers(Loop):
         self.ownership = ShardOwnership(self.store, KIND, owner_id, ttl_ns)
         self.owner_id = owner_id
         self._runs = 0  # counted here: the sweeper service calls run_once from its own pass
+        self._indexed: set[str] = set()  # namespaces whose older promises are in the search index
 
     async def run_once(self) -> TimersReport:
         rep = TimersReport()
@@ -75,6 +78,18 @@ class DurableTimers(Loop):
                     rep.fired += timers.fired
                     if not timers.more:
                         break
+                if ns not in self._indexed:
+                    done, _ = await self.store.transact(
+                        run_fenced,
+                        fence,
+                        tr.run,
+                        ns,
+                        self.core.retry_ms,
+                        self.core.hub is None,
+                        tr.search_index_backfill,
+                    )
+                    if done:
+                        self._indexed.add(ns)
                 if sweep_retention:
                     n, fx = await self.store.transact(
                         run_fenced,
@@ -122,6 +137,6 @@ class DurableOutbox(Loop):
         sent = 0
         for ns in await self.core.store.snapshot(durable_namespaces):
             for address, message in await self.core.store.transact(outbox_take, ns):
-                self.core.hub.send(ns, address, message)  # type: ignore[union-attr]
+                self.core.push(ns, address, message)
                 sent += 1
         return sent

@@ -57,6 +57,7 @@ from loam_durable.records import (
     timeout_state,
     unblock_message,
 )
+from loam_durable.search import SEARCH_EXAMINE, PromiseQuery, index_rows, search_plan, state_group
 
 MS = 1_000_000
 #: the queue whose event log holds a namespace's durable events (`durable.<change>`, so
@@ -133,6 +134,12 @@ def _put_promise(tx: Txn, fx: Effects, p: dict) -> None:
     tx.put(keys.durable_promise(fx.ns, p["id"]), dumps(p))
 
 
+def _index(tx: Txn, fx: Effects, p: dict) -> None:
+    """A new promise's search index rows (search.py): its state and its tags."""
+    for key in index_rows(fx.ns, p):
+        tx.put(key, b"")
+
+
 def _put_task(tx: Txn, fx: Effects, t: dict) -> None:
     tx.put(keys.durable_task(fx.ns, t["id"]), dumps(t))
 
@@ -193,6 +200,9 @@ def _settle(tx: Txn, fx: Effects, p: dict, state: str, value: dict, settled_at: 
     listeners = p.pop("listeners", [])
     callbacks = p.pop("callbacks", [])
     _put_promise(tx, fx, p)
+    if state_group(state) != PENDING:  # the state index: pending -> its settled group
+        tx.delete(keys.durable_promise_state(fx.ns, PENDING, p["id"]))
+        tx.put(keys.durable_promise_state(fx.ns, state_group(state), p["id"]), b"")
     if ":" not in p["id"]:  # a root: its tree is retained, then deleted, as one
         tx.put(keys.durable_retention(fx.ns, settled_at, p["id"]), b"")
     if _visible(p):
@@ -256,23 +266,28 @@ def _create(tx: Txn, fx: Effects, req: PromiseCreate, *, task_state: str | None 
         p["state"] = timeout_state(req.tags)
         p["settledAt"] = req.timeout_at
         _put_promise(tx, fx, p)
+        _index(tx, fx, p)
         if ":" not in req.id:
             tx.put(keys.durable_retention(fx.ns, req.timeout_at, req.id), b"")
         t = None
         if target is not None:
-            t = {"id": req.id, "state": TASK_FULFILLED, "version": 0, "resumes": [], "target": target}
+            t = {"id": req.id, "state": TASK_FULFILLED, "version": 0, "resumes": [], "target": target,
+                 "timeoutAt": req.timeout_at}  # fmt: skip
             _put_task(tx, fx, t)
         if _visible(p):
             fx.changed("promise.created", req.id, state=p["state"])
         return p, t
     _put_promise(tx, fx, p)
+    _index(tx, fx, p)
     if is_awaitable(req.tags):
         tx.put(keys.durable_timer(fx.ns, req.timeout_at, keys.DURABLE_TIMER_PROMISE, req.id), b"")
     if _visible(p):
         fx.changed("promise.created", req.id, state=PENDING)
     if target is None:
         return p, None
-    t = {"id": req.id, "state": TASK_PENDING, "version": 0, "resumes": [], "target": target}
+    # the task carries its promise's timeout: a lease-guarded request then needs only the task
+    t = {"id": req.id, "state": TASK_PENDING, "version": 0, "resumes": [], "target": target,
+         "timeoutAt": req.timeout_at}  # fmt: skip
     if task_state == TASK_ACQUIRED:
         t.update(state=TASK_ACQUIRED, version=1, pid=pid, ttl=ttl)
         _arm_task_timer(tx, fx, t, now + ttl)  # type: ignore[operator]
@@ -333,43 +348,67 @@ def promise_callback_if_pending(tx: Txn, fx: Effects, awaited: str, awaiter: str
     return {"promise": promise_wire(p)}
 
 
-def promise_search(tx: Txn, fx: Effects, state: str | None, tags: dict, limit: int, cursor: str) -> dict:
-    start = keys.durable_promise(fx.ns, cursor) + b"\x00" if cursor else keys.durable_promises(fx.ns)
-    end = keys.prefix_end(keys.durable_promises(fx.ns))
+def promise_search(tx: Txn, fx: Effects, q: PromiseQuery) -> dict:
+    """One page of the promises matching `q`, in id order, read through the narrowest
+    index the query allows (search.py says which), never the whole namespace: at most
+    `SEARCH_EXAMINE` records are read per page, and a page that stops there early still
+    carries a cursor. States are the effective ones: the promise timeouts already due are
+    settled first, in this transaction, so none is reported pending past its timeout."""
+    _settle_due_timeouts(tx, fx)
     out: list[dict] = []
+    examined = 0
     last = ""
-    while len(out) < limit:
-        rows = tx.scan(start, end, limit=500)
+    plan = search_plan(fx.ns, q)
+    start = plan.start
+    while len(out) < q.limit and examined < SEARCH_EXAMINE:
+        rows = tx.scan(start, plan.end, limit=min(SEARCH_EXAMINE - examined, max(q.limit, 100)))
         if not rows:
+            last = ""
             break
-        for _, v in rows:
-            p = loads(v)
-            last = p["id"]
+        if plan.by_index:
+            ids = [k[plan.id_at :].decode() for k, _ in rows]
+            found = tx.batch_get([keys.durable_promise(fx.ns, i) for i in ids])
+            records = [(i, found.get(keys.durable_promise(fx.ns, i))) for i in ids]
+        else:
+            records = [(k[plan.id_at :].decode(), v) for k, v in rows]
+        for promise_id, raw in records:
+            examined += 1
+            last = promise_id
+            if raw is None:
+                continue
+            p = loads(raw)
             if p["state"] == PENDING and p["timeoutAt"] <= fx.now:
-                p = _promise(tx, fx, p["id"]) or p
-            if state is not None and _state_group(p["state"]) != state and p["state"] != state:
-                continue
-            if any(p["tags"].get(k2) != v2 for k2, v2 in tags.items()):
-                continue
-            out.append(promise_wire(p))
-            if len(out) == limit:
-                break
+                p = _promise(tx, fx, promise_id) or p  # its effective state
+            if q.matches(p):
+                out.append(promise_wire(p))
+                if len(out) == q.limit:
+                    break
         start = rows[-1][0] + b"\x00"
     result: dict = {"promises": out}
-    if len(out) == limit:
+    if last and (len(out) == q.limit or examined >= SEARCH_EXAMINE):
         result["cursor"] = last
     return result
 
 
-def _state_group(state: str) -> str:
-    return "rejected" if state.startswith("rejected") else state
+def _settle_due_timeouts(tx: Txn, fx: Effects, limit: int = 1000) -> None:
+    """Settle the awaitable promises whose timeout is due (what the timers would do on
+    their next pass), so a read that lists promises by state sees effective states."""
+    base = keys.durable_timers(fx.ns)
+    for key, _ in tx.scan(base, base + keys.U64.pack(fx.now + 1), limit=limit):
+        _, kind, object_id = keys.durable_timer_parts(fx.ns, key)
+        if kind == keys.DURABLE_TIMER_PROMISE:
+            _promise(tx, fx, object_id)
 
 
 # -- tasks ----------------------------------------------------------------------------------
-def _leased(tx: Txn, fx: Effects, task_id: str, version: int, *also: bytes) -> dict:
+def _leased(tx: Txn, fx: Effects, task_id: str, version: int, *also: bytes, promise: bool = True) -> dict:
     """The task, if the caller holds its lease at `version` (the fencing token). The
-    task, its promise and `also` are read in one round trip (a step is two of these)."""
-    tx.prefetch([keys.durable_task(fx.ns, task_id), keys.durable_promise(fx.ns, task_id), *also])
+    task, its promise (unless `promise` is False) and `also` are read in one round trip."""
+    tx.prefetch(
+        [keys.durable_task(fx.ns, task_id), keys.durable_promise(fx.ns, task_id), *also]
+        if promise
+        else [keys.durable_task(fx.ns, task_id), *also]
+    )
     t = _task(tx, fx, task_id)
     if t is None:
         raise DurableError(404, "Task not found")
@@ -380,12 +419,18 @@ def _leased(tx: Txn, fx: Effects, task_id: str, version: int, *also: bytes) -> d
     return t
 
 
-def _leased_live(tx: Txn, fx: Effects, task_id: str, version: int, *also: bytes) -> tuple[dict, dict]:
-    t = _leased(tx, fx, task_id, version, *also)
-    p = _promise(tx, fx, task_id)
+def _leased_live(tx: Txn, fx: Effects, task_id: str, version: int, *also: bytes) -> dict:
+    """The task, leased at `version`, whose promise is still pending and unexpired. A
+    task is acquired only while its promise is pending (a settle fulfils the task in the
+    same transaction), and it carries its promise's `timeoutAt`, so before that time
+    the task alone answers and the promise is not read: the hot path of every step."""
+    t = _leased(tx, fx, task_id, version, *also, promise=False)
+    if t.get("timeoutAt", 0) > fx.now:
+        return t
+    p = _promise(tx, fx, task_id)  # settles it by its timeout, if that has passed
     if p is None or p["state"] != PENDING:
         raise DurableError(409, "Task's promise is already settled")
-    return t, p
+    return _task(tx, fx, task_id) or t
 
 
 def task_create_if_absent(tx: Txn, fx: Effects, req: PromiseCreate, pid: str, ttl: int) -> dict:
@@ -468,7 +513,7 @@ def task_fence_settle_if_acquired(tx: Txn, fx: Effects, task_id: str, version: i
 def task_suspend_if_acquired(
     tx: Txn, fx: Effects, task_id: str, version: int, awaited: list[str]
 ) -> tuple[int, dict]:
-    t, _ = _leased_live(tx, fx, task_id, version)
+    t = _leased_live(tx, fx, task_id, version)
     promises = []
     for promise_id in awaited:
         p = _promise(tx, fx, promise_id)
@@ -620,7 +665,31 @@ def timers_fire_due(tx: Txn, fx: Effects, next_cron: Any, limit: int = 200) -> T
             _task_timer(tx, fx, object_id, due)
         elif kind == keys.DURABLE_TIMER_SCHEDULE:
             _schedule_timer(tx, fx, object_id, due, next_cron)
+    if len(rows) < limit:
+        started = _start_requested(tx, fx, limit - len(rows))
+        rep.fired += started
+        rep.more = started == limit - len(rows)
     return rep
+
+
+def _start_requested(tx: Txn, fx: Effects, limit: int) -> int:
+    """Create (if absent) and dispatch the root promises Loam schedules' ticks asked for
+    (loam_common.jobs.schedules: a `dur/st/` row each, holding its promise.create data
+    and the tick as `createdAt`). Idempotent per tick: the promise id is the tick's own."""
+    base = keys.durable_starts(fx.ns)
+    rows = tx.scan(base, keys.prefix_end(base), limit=limit)
+    for key, value in rows:
+        tx.delete(key)
+        data = loads(value)
+        try:
+            req = parse_promise_create(data)
+        except DurableError:
+            continue  # built by the schedule's tick from a checked spec; never expected
+        if _promise(tx, fx, req.id) is not None:
+            continue
+        _create(tx, fx, req, created_at=int(data.get("createdAt", fx.now)))
+        fx.changed("schedule.fired", req.tags.get("loam:schedule", ""), promise=req.id)
+    return len(rows)
 
 
 def _task_timer(tx: Txn, fx: Effects, task_id: str, due: int) -> None:
@@ -698,6 +767,9 @@ def retention_sweep(tx: Txn, fx: Effects, limit: int = 50) -> int:
                 tx.delete(
                     keys.durable_timer(fx.ns, child["timeoutAt"], keys.DURABLE_TIMER_PROMISE, promise_id)
                 )
+            if child is not None:
+                for index_key in index_rows(fx.ns, child):
+                    tx.delete(index_key)
             t = _task(tx, fx, promise_id)
             if t is not None:
                 _arm_task_timer(tx, fx, t, None)
@@ -705,6 +777,26 @@ def retention_sweep(tx: Txn, fx: Effects, limit: int = 50) -> int:
             tx.delete(keys.durable_promise(fx.ns, promise_id))
         fx.changed("promise.deleted", root, promises=len(ids))
     return len(rows)
+
+
+def search_index_backfill(tx: Txn, fx: Effects, limit: int = 500) -> bool:
+    """Write the search index rows (search.py) of promises stored before the index
+    existed, `limit` a transaction, resuming after the last id done (kept in the
+    namespace's config). True once the namespace is done; rows that exist are rewritten
+    unchanged, so running it again is harmless."""
+    cfg = _get(tx, keys.durable_config(fx.ns)) or {}
+    after = cfg.get("searchIndexedAfter", "")
+    if after is None:
+        return True
+    base = keys.durable_promises(fx.ns)
+    start = keys.durable_promise(fx.ns, after) + b"\x00" if after else base
+    rows = tx.scan(start, keys.prefix_end(base), limit=limit)
+    for _, raw in rows:
+        for key in index_rows(fx.ns, loads(raw)):
+            tx.put(key, b"")
+    cfg["searchIndexedAfter"] = rows[-1][0][len(base) :].decode() if len(rows) == limit else None
+    tx.put(keys.durable_config(fx.ns), dumps(cfg))
+    return cfg["searchIndexedAfter"] is None
 
 
 def check_create(data: Any) -> PromiseCreate:

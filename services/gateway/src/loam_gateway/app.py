@@ -6,7 +6,8 @@
 - `/console/`: the web console (console/, built by `make console`)
 - `/healthz` (the process is up), `/readyz` (it can serve: the store or the cores answer)
 - `/metrics`: Prometheus text (loam_common.metrics); without auth every namespace, with
-  auth a token with jobs:admin sees its own namespace
+  auth a token with jobs:admin sees its own namespace's series only, and a token with
+  deployment:admin every namespace's
 - with OTEL_TRACES_EXPORTER set, the app is instrumented (loam_common.tracing)
 - `/ns/<ns>/...`: any of the above in a dev namespace (connect.NamespacePrefix)
 
@@ -27,18 +28,24 @@ from fastapi.responses import JSONResponse, Response
 from google.protobuf import json_format
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from loam_common import metrics, tracing
+from loam_common import auth, metrics, tracing
+from loam_common.api import codec as api_codec
 from loam_common.api.methods import operation
 from loam_common.connect_errors import HTTP_STATUS, error_detail, to_connect
 from loam_common.errors import JobsError
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
+from loam_gateway.audit_log import AuditLog
 from loam_gateway.auth import Authenticator
 from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix, strip_namespace
+from loam_gateway.guard import GuardPolicy, RequestGuard
+from loam_gateway.metrics_history import MetricsHistory
+from loam_gateway.redaction import Redaction
 from loam_gateway.rest import build_router
 from loam_gateway.rest_console import build_console_router
 from loam_gateway.rest_engines import build_engines_router
 from loam_gateway.rest_events import build_events_router
 from loam_gateway.rest_flink import build_flink_router
+from loam_gateway.rest_history import build_history_router
 from loam_gateway.routing import Router
 from loam_gateway.unary_lane import UnaryLane
 
@@ -47,7 +54,7 @@ DEFAULT_PORT = 7720
 DURABLE_BASE = "/resonate"
 DURABLE_PREFIX = DURABLE_BASE + "/"
 _STATUS_CODES = {404: "not_found", 405: "unimplemented", 401: "unauthenticated", 403: "permission_denied",
-                 413: "resource_exhausted", 415: "invalid_argument"}  # fmt: skip
+                 413: "invalid_argument", 415: "invalid_argument"}  # fmt: skip
 
 
 def error_json(err: ConnectError) -> JSONResponse:
@@ -76,7 +83,16 @@ class GatewayApp(FastAPI):
     #: small requests, and FastAPI's routing and middleware would cost more than the step
     durable_app: Any = None
 
+    #: the browser, size and auth-first checks every HTTP request passes first (guard.py)
+    guard: RequestGuard | None = None
+
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.guard is not None:
+            await self.guard(scope, receive, send, self._serve)
+            return
+        await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and (self.unary_lane is not None or self.durable_app is not None):
             lane_scope = strip_namespace(scope) if scope["path"].startswith("/ns/") else scope
             path = lane_scope["path"]
@@ -96,10 +112,18 @@ def create_app(
     on_startup: Callable[[], Awaitable[None]] | None = None,
     on_shutdown: Callable[[], Awaitable[None]] | None = None,
     durable: Any = None,
+    guard: GuardPolicy | None = None,
+    redaction: Redaction | None = None,
+    audit: AuditLog | None = None,
+    metrics_history: MetricsHistory | None = None,
 ) -> FastAPI:
     """The gateway app. `on_startup` / `on_shutdown` run in its lifespan (dev starts its
     sweeper there and closes the store). `durable` (a durable_mount.DurableMount) adds
-    durable mode: the Resonate-protocol app at `/resonate` and `/v1/durable/...`."""
+    durable mode: the Resonate-protocol app at `/resonate` and `/v1/durable/...`. `guard`
+    is the request policy (guard.py); by default a loopback server's. `redaction`: the
+    payload fields REST hides (loam_gateway.redaction); `audit`: where REST writes are
+    recorded (loam_gateway.audit_log); `metrics_history`: the sampler behind
+    `/v1/queues/{q}/metrics`, started and stopped with the app."""
     access = Access(authenticator)
     metrics_operation = operation("metrics")
 
@@ -107,9 +131,13 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if on_startup is not None:
             await on_startup()
+        if metrics_history is not None:
+            metrics_history.start()
         try:
             yield
         finally:
+            if metrics_history is not None:
+                await metrics_history.stop()
             await router.close()
             if on_shutdown is not None:
                 await on_shutdown()
@@ -127,6 +155,9 @@ def create_app(
     )
     app.state.router = router
     app.state.access = access
+    app.state.redaction = redaction or Redaction()
+    app.state.audit = audit
+    app.state.metrics_history = metrics_history
 
     @app.exception_handler(ConnectError)
     async def _connect_error(request: Request, exc: ConnectError) -> JSONResponse:
@@ -160,8 +191,10 @@ def create_app(
     @app.get("/metrics", include_in_schema=False)
     async def prometheus(request: Request) -> Response:
         ns = None
-        if access.authenticator is not None:  # auth on: the token's namespace only
-            ns = (await access.check(request.headers, metrics_operation)).namespace
+        if access.authenticator is not None:  # auth on: the token's namespace only,
+            principal = await access.identify(request.headers)
+            if not principal.can(auth.DEPLOYMENT_ADMIN):  # but the operator's sees them all
+                ns = (await access.check(request.headers, metrics_operation)).namespace
         return Response(await router.metrics_text(ns), media_type=metrics.CONTENT_TYPE)
 
     if durable is not None:
@@ -171,9 +204,16 @@ def create_app(
     app.include_router(build_events_router())
     app.include_router(build_flink_router())
     app.include_router(build_console_router())  # /v1/whoami, queues:stats, ...; /console
+    app.include_router(build_history_router())  # /v1/queues/{q}/metrics, /v1/audit
     app.include_router(build_engines_router())
-    connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access))
+    connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access), codecs=api_codec.codecs())
     app.mount(connect_app.path, connect_app)
     app.add_middleware(NamespacePrefix, connect_app=connect_app)
     app.unary_lane = UnaryLane(connect_app)
+    # By default: with auth, any Host (an in-process app knows no bind address); without,
+    # the loopback names. The commands pass their bind address and flags.
+    policy = guard or GuardPolicy.for_server(
+        "0.0.0.0" if authenticator else "127.0.0.1", authenticator is not None
+    )
+    app.guard = RequestGuard(policy, authenticator)
     return tracing.instrument_asgi(app)

@@ -1,7 +1,10 @@
-"""`loam dev`: every service in one process on the embedded SQLite store.
+"""`loam dev`: every service in one process on the embedded store.
 
-The data directory (default `./.loam`) holds the store (`loam.db`) and the blobs
-(`blobs/`). The gateway calls a local CoreRpc (no network hop); the sweeper (every
+The data directory (default `./.loam`) holds the store (`loam.lmdb/`, an LMDB
+environment; a directory made before LMDB was the default keeps its SQLite `loam.db`,
+and `--store sqlite:///...` picks any store) and the blobs (`blobs/`). `--durable`
+(`LOAM_DURABLE=on`) fsyncs every commit before it is acknowledged (power-loss safe); by
+default a commit survives a crash of the process, and the store flushes within ~0.25 s. The gateway calls a local CoreRpc (no network hop); the sweeper (every
 200 ms) and the relay (every 100 ms) run as in-process loops under the owner id
 `loam-dev`; they share the core's store, so the core's effect sink wakes the parked
 leases of the queues where a sweep reclaimed or promoted jobs. Durable mode
@@ -35,14 +38,20 @@ from loam_durable.timers import DurableTimers
 
 from loam_common import tracing
 from loam_common.blobs import DirBlobStore
+from loam_common.errors import InvalidArgument
+from loam_common.jobs import quotas
 from loam_common.loop import configure_logging
 from loam_common.serving import ServeError, run_server_main, serve
-from loam_common.store.runner import open_store
+from loam_common.store.runner import open_store, store_url_of
 from loam_engines.credentials import NoCredentials, StoreCredentials
 from loam_engines.engines import Engines, EngineSettings
 from loam_gateway.app import DEFAULT_PORT, create_app
+from loam_gateway.audit_log import AuditLog
 from loam_gateway.auth import DevAuthenticator, StoreAuthenticator, auth_on, check_bind
 from loam_gateway.durable_mount import DurableMount
+from loam_gateway.guard import guard_flags, guard_policy
+from loam_gateway.metrics_history import MetricsHistory
+from loam_gateway.redaction import REDACT_ENV, Redaction
 from loam_gateway.routing import Router
 from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import CoreRpc
@@ -61,6 +70,13 @@ def _durable_retry_ms() -> int:
     return int(os.environ.get("LOAM_DURABLE_RETRY_MS", "30000"))
 
 
+def _redaction(p: argparse.ArgumentParser, spec: str) -> Redaction:
+    try:
+        return Redaction.parse(spec)
+    except InvalidArgument as e:
+        p.error(f"--redact: {e}")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog="loam dev", description="Run every Loam service in one process.")
@@ -71,7 +87,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="require bearer tokens (LOAM_AUTH=on); needed to bind a non-loopback host")  # fmt: skip
     p.add_argument("--durable-retry-ms", type=int, default=int(env.get("LOAM_DURABLE_RETRY_MS", "30000")),
                    help="ms a pending durable task waits before its execute is sent again (LOAM_DURABLE_RETRY_MS)")  # fmt: skip
+    p.add_argument("--store", default=None,
+                   help="store URL (lmdb:///dir, sqlite:///file.db); default the data directory's store")  # fmt: skip
+    p.add_argument("--durable", action="store_true", default=auth_on(env.get("LOAM_DURABLE")),
+                   help="fsync each commit before acknowledging it: survives power loss (LOAM_DURABLE=on)")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
+    p.add_argument("--quotas", default=env.get("LOAM_QUOTAS"),
+                   help="per-namespace quotas, e.g. '*:stored_jobs=100000;alpha:enqueue_rate=50' "
+                        "(enqueue_rate, stored_jobs, payload_bytes, active_leases, schedules; 0 = none)")  # fmt: skip
+    guard_flags(p, env)
+    p.add_argument("--metrics-interval", type=float, default=float(env.get("LOAM_METRICS_INTERVAL_S", 10)),
+                   help="seconds between two samples of the metrics history ($LOAM_METRICS_INTERVAL_S)")  # fmt: skip
+    p.add_argument("--redact", default=env.get(REDACT_ENV, ""),
+                   help="payload fields REST hides: '[namespace=]field,a.b;...' ($LOAM_REDACT)")  # fmt: skip
     spark_port = env.get("LOAM_SPARK_PORT")
     p.add_argument("--spark-port", type=int, default=int(spark_port) if spark_port else None,
                    help="the Spark Connect endpoint's port ($LOAM_SPARK_PORT; default 15002, 0 = any free port)")  # fmt: skip
@@ -90,15 +118,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="make the warm Sail spare at start, so the first namespace starts warm too ($LOAM_SAIL_PREWARM)")  # fmt: skip
     p.add_argument("--no-flink", action="store_true", default=env.get("LOAM_FLINK", "").lower() in ("0", "off", "false"),
                    help="run no Flink engine: Flink deploys are refused ($LOAM_FLINK=off)")  # fmt: skip
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.redaction = _redaction(p, args.redact)
+    if not args.metrics_interval > 0:
+        p.error("--metrics-interval must be a positive number of seconds")
+    return args
 
 
 async def run(args: argparse.Namespace) -> None:
     data = Path(args.data).resolve()
     data.mkdir(parents=True, exist_ok=True)
-    store = open_store(f"sqlite:///{data / 'loam.db'}")
+    store = open_store(store_url_of(args.store or data), durable_power_loss=args.durable)
     blobs = DirBlobStore(data / "blobs")
-    core = QueueCore(store, blobs)
+    core = QueueCore(store, blobs, quotas=quotas.parse(args.quotas))
     tracing.configure_from_env("loam-dev")  # OTEL_TRACES_EXPORTER=console|otlp|...; off when unset
     hub = Hub()
     durable = DurableCore(store, hub, retry_ms=args.durable_retry_ms)
@@ -146,7 +178,15 @@ async def run(args: argparse.Namespace) -> None:
                 log.exception("stopping %s failed", loop.name)
 
     app = create_app(
-        router, authenticator, on_startup=start, on_shutdown=stop, durable=DurableMount(durable, hub)
+        router,
+        authenticator,
+        on_startup=start,
+        on_shutdown=stop,
+        durable=DurableMount(durable, hub),
+        guard=guard_policy(args),
+        redaction=args.redaction,
+        audit=AuditLog(store),
+        metrics_history=MetricsHistory(router.metrics_text, args.metrics_interval),
     )
     url = f"http://{args.host}:{args.port}"
 

@@ -52,9 +52,10 @@ class DurableRetention(BaseModel):
 
 
 class DurableMount:
-    def __init__(self, core: DurableCore, hub: Hub) -> None:
+    def __init__(self, core: DurableCore, hub: Hub, internal_token: str | None = None) -> None:
         self.core = core
         self.hub = hub
+        self.internal_token = internal_token
 
     def asgi(self, access: Access) -> DurableApp:
         consume, schedule = operation("resonate"), operation("resonate_schedule")
@@ -62,7 +63,7 @@ class DurableMount:
         async def authenticate(headers: Mapping[str, str], action: str) -> str:
             return (await access.check(headers, schedule if action == SCHEDULE else consume)).namespace
 
-        return create_durable_app(self.core, self.hub, authenticate)
+        return create_durable_app(self.core, self.hub, authenticate, self.internal_token)
 
     def rest_router(self) -> APIRouter:
         api = APIRouter(prefix="/v1/durable", tags=["durable"], responses=ERROR_RESPONSES)

@@ -5,21 +5,34 @@ selected by either (rest_console.py, rest_batches.py)."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Literal
 
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_gateway.redaction import Redactor
 
 SearchField = Literal["any", "id", "name", "payload", "result", "error"]
 
 
-def job_matches(job: pb.Job, needle: str, field: str) -> bool:
-    """Does `needle` (lower case) occur in the job's `field` (case-insensitive)?"""
+def job_matches(job: pb.Job, needle: str, field: str, redact: Redactor | None = None) -> bool:
+    """Does `needle` (lower case) occur in the job's `field` (case-insensitive)? With
+    `redact`, a JSON payload or result is matched as REST shows it, redacted: a search
+    cannot find a job by a value it hides."""
 
     def has(text: str | bytes) -> bool:
         if isinstance(text, bytes):
-            text = text.decode("utf-8", "replace")
+            text = shown(text)
         return needle in text.lower()
+
+    def shown(raw: bytes) -> str:
+        text = raw.decode("utf-8", "replace")
+        if redact is None:
+            return text
+        try:
+            return json.dumps(redact(json.loads(text)), ensure_ascii=False)
+        except ValueError:  # not JSON: no fields to hide
+            return text
 
     checks = {
         "id": lambda: has(job.id) or has(job.opts.job_key),

@@ -22,21 +22,27 @@ import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
+from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic_core import to_json
 
+from loam_common import validate
 from loam_common.api.methods import operation
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
+from loam_gateway.audit_log import audited
+from loam_gateway.redaction import Redaction, Redactor
 
 INT64 = 2**63 - 1
 UINT32 = 2**32 - 1
 PRIORITY_MAX = 2**21 - 1
 
+JobListView = Literal["full", "summary"]
 StateName = Literal[
     "waiting", "prioritized", "delayed", "active", "waiting-children",
     "completed", "failed", "dead-lettered", "canceled",
@@ -45,7 +51,8 @@ StateName = Literal[
 
 # -- models ------------------------------------------------------------------------------------
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "3" is not 3 and true is not 1 (the Connect JSON decoder agrees)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ErrorBody(BaseModel):
@@ -217,7 +224,7 @@ class EnqueueBody(_Model):
     delay_ns: int = Field(0, ge=0, le=INT64)
     job_key: str | None = Field(None, max_length=1024)
     idempotency_key: str | None = Field(None, max_length=1024)
-    attempts: int = Field(0, ge=0, le=UINT32, description="0: the queue's default")
+    attempts: int = Field(0, ge=0, le=validate.MAX_ATTEMPTS, description="0: the queue's default")
     subject: str | None = Field(None, max_length=1024)
 
 
@@ -317,7 +324,7 @@ class ScheduleBody(_Model):
     misfire_grace_ns: int = Field(0, ge=0, le=INT64, description="a tick this late is still on time; 0: 60 s")
     priority: int = Field(0, ge=0, le=PRIORITY_MAX, description="0: the FIFO band; 1.. lower first")
     lifo: bool = False
-    attempts: int = Field(0, ge=0, le=UINT32, description="0: the queue's default")
+    attempts: int = Field(0, ge=0, le=validate.MAX_ATTEMPTS, description="0: the queue's default")
     subject: str | None = Field(None, max_length=1024)
 
 
@@ -383,7 +390,7 @@ class FlowNodeBody(_Model):
     lifo: bool = False
     delay_ns: int = Field(0, ge=0, le=DURATION_MAX_NS)
     job_key: str | None = Field(None, max_length=1024)
-    attempts: int = Field(0, ge=0, le=UINT32)
+    attempts: int = Field(0, ge=0, le=validate.MAX_ATTEMPTS)
     subject: str | None = Field(None, max_length=1024)
 
 
@@ -428,27 +435,36 @@ class ChildrenList(BaseModel):
 
 # -- mapping -----------------------------------------------------------------------------------
 def _json_or_none(raw: bytes) -> tuple[bool, Any]:
+    """(True, the value) for JSON a response can carry; (False, None) otherwise. A
+    stored value nested past the limit (stored before the limit, or by a path that does
+    not check it) is shown as bytes: a stored payload never breaks a read."""
+    if validate.json_depth(raw) > validate.MAX_JSON_DEPTH:
+        return False, None
     try:
         return True, json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         return False, None
 
 
-def payload_view(p: pb.Payload) -> PayloadView:
+def payload_view(p: pb.Payload, redact: Redactor | None = None) -> PayloadView:
+    """`redact` (the namespace's redaction rules, loam_gateway.redaction) hides fields of
+    a JSON payload."""
     view = PayloadView(content_type=p.content_type, size=p.size or len(p.data), blob_ref=p.blob_ref or None)
     if p.data:
         is_json, value = (False, None)
         if p.content_type.startswith("application/json") or not p.content_type:
             is_json, value = _json_or_none(p.data)
         if is_json:
-            view.data = value
+            view.data = redact(value) if redact is not None else value
         else:
             view.data_base64 = base64.b64encode(p.data).decode()
     return view
 
 
-def job_view(j: pb.Job) -> JobView:
+def job_view(j: pb.Job, redact: Redactor | None = None) -> JobView:
     ok, progress = _json_or_none(j.progress) if j.progress else (False, None)
+    if ok and redact is not None:
+        progress = redact(progress)
     return JobView(
         id=j.id,
         queue=j.queue,
@@ -469,8 +485,8 @@ def job_view(j: pb.Job) -> JobView:
         due_ns=j.due_ns,
         deadline_ns=j.deadline_ns,
         state_ns=j.state_ns,
-        payload=payload_view(j.task.payload),
-        result=payload_view(j.result) if j.HasField("result") else None,
+        payload=payload_view(j.task.payload, redact),
+        result=payload_view(j.result, redact) if j.HasField("result") else None,
         errors=[_error_view(e) for e in j.errors],
         progress=progress if ok else None,
         log_count=j.log_count,
@@ -481,6 +497,59 @@ def job_view(j: pb.Job) -> JobView:
         children=j.children,
         pending_children=j.pending_children,
     )
+
+
+_STATE_NAMES = {st: S.name(st) for st in S.NAMES}
+
+
+def _payload_row(p: pb.Payload, redact: Redactor | None, summary: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {"content_type": p.content_type, "size": p.size or len(p.data), "data": None,
+                           "data_base64": None, "blob_ref": p.blob_ref or None}  # fmt: skip
+    if p.data and not summary:  # as payload_view shows it
+        is_json, value = False, None
+        if p.content_type.startswith("application/json") or not p.content_type:
+            is_json, value = _json_or_none(p.data)
+        if is_json:
+            row["data"] = redact(value) if redact is not None else value
+        else:
+            row["data_base64"] = base64.b64encode(p.data).decode()
+    return row
+
+
+def job_row(j: pb.Job, redact: Redactor | None = None, summary: bool = False) -> dict[str, Any]:
+    """`job_view(j, redact).model_dump()`, built straight as a dict: a page of 50 rows
+    is then serialized once, without a model per row (the list's cost per row). With
+    `summary`, what a list does not show is left out: payload and result data (their
+    content type and size stay), the progress, the headers, and every error but the
+    last, without its stack trace."""
+    errors = j.errors[-1:] if summary else j.errors
+    progress = None
+    if j.progress and not summary:
+        ok, value = _json_or_none(j.progress)
+        if ok:
+            progress = redact(value) if redact is not None else value
+    opts = j.opts
+    return {
+        "id": j.id, "queue": j.queue, "name": j.task.name, "state": _STATE_NAMES.get(j.state, "waiting"),
+        "priority": opts.priority, "lifo": opts.lifo, "job_key": opts.job_key, "subject": opts.subject,
+        "attempt": j.attempt, "attempts_max": j.attempts_max, "stalled": j.stalled, "epoch": j.epoch,
+        "worker": j.worker, "created_ns": j.created_ns, "processed_ns": j.processed_ns,
+        "finished_ns": j.finished_ns, "due_ns": j.due_ns, "deadline_ns": j.deadline_ns, "state_ns": j.state_ns,
+        "payload": _payload_row(j.task.payload, redact, summary),
+        "result": _payload_row(j.result, redact, summary) if j.HasField("result") else None,
+        "errors": [{"code": e.code, "message": e.message, "stacktrace": "" if summary else e.stacktrace,
+                    "at_ns": e.at_ns, "attempt": e.attempt} for e in errors],
+        "progress": progress, "log_count": j.log_count, "origin_queue": j.origin_queue,
+        "headers": {} if summary else dict(j.task.headers),
+        "parents": [{"queue": x.queue, "job_id": x.job_id} for x in j.parents],
+        "flow": j.flow, "children": j.children, "pending_children": j.pending_children,
+    }  # fmt: skip
+
+
+def json_response(body: Any) -> Response:
+    """A body already in its documented shape, serialized once (pydantic-core's encoder,
+    no model validation on the way out)."""
+    return Response(to_json(body), media_type="application/json")
 
 
 def counts_view(c: pb.QueueCounts) -> BaseModel:
@@ -518,9 +587,13 @@ def payload_in(data: Any, data_base64: str | None, content_type: str | None) -> 
         return pb.Payload(content_type=content_type or "")
     try:
         raw = json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
+    except RecursionError:
+        raise InvalidArgument("data", f"JSON nests deeper than {validate.MAX_JSON_DEPTH} levels") from None
     except (ValueError, UnicodeEncodeError):
         raise InvalidArgument("data", "is not JSON that can be encoded as UTF-8") from None
-    return pb.Payload(data=raw, content_type=content_type or "application/json")
+    payload = pb.Payload(data=raw, content_type=content_type or "application/json")
+    validate.json_payload("data", payload)
+    return payload
 
 
 def _proto(build):
@@ -530,6 +603,12 @@ def _proto(build):
         return build()
     except (ValueError, TypeError, UnicodeError) as e:
         raise InvalidArgument("body", f"cannot be encoded: {e}") from None
+
+
+def redactor(request: Request, p: Principal) -> Redactor | None:
+    """The caller's namespace's redaction rules (None: nothing is hidden)."""
+    rules: Redaction | None = getattr(request.app.state, "redaction", None)
+    return rules.for_namespace(p.namespace) if rules is not None else None
 
 
 def _state(name: str) -> int:
@@ -561,9 +640,9 @@ def schedule_spec(schedule_id: str, body: ScheduleBody) -> pb.ScheduleSpec:
     return spec
 
 
-def schedule_view(r: pb.ScheduleRecord) -> ScheduleView:
+def schedule_view(r: pb.ScheduleRecord, redact: Redactor | None = None) -> ScheduleView:
     return ScheduleView(
-        id=r.id, queue=r.queue, name=r.task.name, payload=payload_view(r.task.payload), headers=dict(r.task.headers),
+        id=r.id, queue=r.queue, name=r.task.name, payload=payload_view(r.task.payload, redact), headers=dict(r.task.headers),
         cron=r.cron, tz=r.tz, every_ns=r.every_ns, limit=r.limit, start_ns=r.start_ns, end_ns=r.end_ns,
         offset_ns=r.offset_ns, immediately=r.immediately,
         misfire=_MISFIRE_NAME.get(r.misfire, "fire_latest"), misfire_grace_ns=r.misfire_grace_ns,
@@ -591,11 +670,11 @@ def flow_view(f: pb.FlowRecord) -> FlowView:
                     jobs=[FlowJobView(node=j.node, queue=j.queue, job_id=j.job_id) for j in f.jobs])  # fmt: skip
 
 
-def dependency_view(d: pb.Dependency) -> DependencyView:
+def dependency_view(d: pb.Dependency, redact: Redactor | None = None) -> DependencyView:
     return DependencyView(
         queue=d.queue, job_id=d.job_id, node=d.node, job_key=d.job_key,
         state=_DEP_STATE_NAME.get(d.state, "pending"), policy=_POLICY_NAME.get(d.policy, "fail_parent"),
-        value=payload_view(d.value) if d.HasField("value") else None,
+        value=payload_view(d.value, redact) if d.HasField("value") else None,
         error=_error_view(d.error) if d.HasField("error") else None,
         finished_ns=d.finished_ns,
     )  # fmt: skip
@@ -668,6 +747,9 @@ def build_router() -> APIRouter:
 
     async def queue_op(request: Request, p: Principal, queue: str, op: J.QueueOp) -> QueueActionResult:
         r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=op)))
+        kind = op.WhichOneof("op")
+        await audited(request, p, f"queue.{kind}", queue, count=r.affected,
+                      detail=json_format.MessageToJson(getattr(op, kind), indent=None))  # fmt: skip
         return QueueActionResult(
             affected=r.affected, counts=counts_view(r.counts) if r.HasField("counts") else None
         )
@@ -762,8 +844,11 @@ def build_router() -> APIRouter:
         name: Annotated[str | None, Query(max_length=256, description="only this task name")] = None,
         page_size: Annotated[int, Query(ge=0, le=1000, description="0: the default (100)")] = 0,
         page_token: Annotated[str, Query(max_length=4096)] = "",
+        view: Annotated[JobListView, Query(description=(
+            "summary: without what a list does not show (payload and result data, progress, headers, "
+            "stack traces, all errors but the last)"))] = "full",
         p: Principal = caller("query"),
-    ) -> JobPage:
+    ) -> Response:  # fmt: skip
         req = _proto(
             lambda: J.QueryRequest(
                 queue=queue, states=[_state(s) for s in state or ()], name=name or "",
@@ -771,7 +856,10 @@ def build_router() -> APIRouter:
             )
         )  # fmt: skip
         r = await call(request, p, "query", req)
-        return JobPage(jobs=[job_view(j) for j in r.jobs], next_page_token=r.next_page_token)
+        redact, summary = redactor(request, p), view == "summary"
+        return json_response(
+            {"jobs": [job_row(j, redact, summary) for j in r.jobs], "next_page_token": r.next_page_token}
+        )
 
     async def job_op(request: Request, p: Principal, queue: str, job: str, op: J.JobOp) -> J.JobAdminResponse:
         return await call(
@@ -786,7 +874,7 @@ def build_router() -> APIRouter:
         got = await job_op(request, p, queue, job, J.JobOp(get={}))
         logs = await job_op(request, p, queue, got.job.id, J.JobOp(logs={}))
         return JobDetail(
-            job=job_view(got.job),
+            job=job_view(got.job, redactor(request, p)),
             logs=[LogLineView(at_ns=x.at_ns, line=x.line) for x in logs.logs],
             log_count=logs.log_count,
         )
@@ -796,7 +884,9 @@ def build_router() -> APIRouter:
             request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")
         ) -> JobActionResult:
             r = await job_op(request, p, queue, job, J.JobOp(**{op_field: {}}))
-            return JobActionResult(job=job_view(r.job) if r.HasField("job") else None, removed=r.removed)
+            await audited(request, p, f"job.{verb}", queue, r.job.id or job)
+            view = job_view(r.job, redactor(request, p)) if r.HasField("job") else None
+            return JobActionResult(job=view, removed=r.removed)
 
         action.__name__ = f"job_{verb}"
         api.post(f"/queues/{{queue}}/jobs/{{job}}:{verb}", response_model=JobActionResult, tags=["jobs"],
@@ -861,7 +951,7 @@ def build_router() -> APIRouter:
     ) -> ScheduleResult:
         req = _proto(lambda: J.ScheduleRequest(spec=schedule_spec(id, body)))
         r = await call(request, p, "schedule", req)
-        return ScheduleResult(schedule=schedule_view(r.schedule), changed=r.changed)
+        return ScheduleResult(schedule=schedule_view(r.schedule, redactor(request, p)), changed=r.changed)
 
     @api.get("/schedules", response_model=SchedulePage, tags=["schedules"], summary="Schedules, in id order")
     async def schedule_list(
@@ -872,8 +962,9 @@ def build_router() -> APIRouter:
     ) -> SchedulePage:
         req = _proto(lambda: J.ListSchedulesRequest(page_size=page_size, page_token=page_token))
         r = await call(request, p, "list_schedules", req)
+        redact = redactor(request, p)
         return SchedulePage(
-            schedules=[schedule_view(x) for x in r.schedules], next_page_token=r.next_page_token
+            schedules=[schedule_view(x, redact) for x in r.schedules], next_page_token=r.next_page_token
         )
 
     @api.get("/schedules/{id}", response_model=ScheduleView, tags=["schedules"],
@@ -882,7 +973,7 @@ def build_router() -> APIRouter:
         request: Request, id: ScheduleId, p: Principal = caller("get_schedule")
     ) -> ScheduleView:
         r = await call(request, p, "get_schedule", _proto(lambda: J.GetScheduleRequest(id=id)))
-        return schedule_view(r.schedule)
+        return schedule_view(r.schedule, redactor(request, p))
 
     @api.delete("/schedules/{id}", response_model=UnscheduleResult, tags=["schedules"],
                 summary="Remove a schedule (the jobs its ticks enqueued stay)")  # fmt: skip
@@ -910,6 +1001,7 @@ def build_router() -> APIRouter:
         request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_get")
     ) -> ChildrenList:
         r = await job_op(request, p, queue, job, J.JobOp(children={}))
-        return ChildrenList(children=[dependency_view(d) for d in r.children])
+        redact = redactor(request, p)
+        return ChildrenList(children=[dependency_view(d, redact) for d in r.children])
 
     return api

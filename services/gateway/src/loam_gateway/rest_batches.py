@@ -25,6 +25,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from connectrpc.errors import ConnectError
@@ -37,8 +38,10 @@ from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
+from loam_gateway.audit_log import audited
 from loam_gateway.job_search import SearchField, error_signature, job_matches
-from loam_gateway.rest import ERROR_RESPONSES, QueueName, StateName, _Model, _proto
+from loam_gateway.redaction import Redactor
+from loam_gateway.rest import ERROR_RESPONSES, QueueName, StateName, _Model, _proto, redactor
 
 log = logging.getLogger("loam.gateway.batches")
 
@@ -112,7 +115,7 @@ _OPS = {"retry": lambda: J.JobOp(retry={}), "remove": lambda: J.JobOp(remove={})
         "cancel": lambda: J.JobOp(cancel={}), "promote": lambda: J.JobOp(promote={})}  # fmt: skip
 
 
-async def _selected(router, ns: str, queue: str, body: BatchBody):
+async def _selected(router, ns: str, queue: str, body: BatchBody, redact: Redactor | None = None):
     """The job ids to act on, a chunk at a time."""
     if body.ids is not None:
         for i in range(0, len(body.ids), PAGE):
@@ -129,7 +132,7 @@ async def _selected(router, ns: str, queue: str, body: BatchBody):
         yield [
             j.id
             for j in r.jobs
-            if (needle is None or job_matches(j, needle, f.field))
+            if (needle is None or job_matches(j, needle, f.field, redact))
             and (f.signature is None or error_signature(j) == f.signature)
         ]
         token = r.next_page_token
@@ -146,10 +149,13 @@ async def _save(router, ns: str, view: BatchView) -> None:
     )
 
 
-async def run_batch(router, ns: str, view: BatchView, body: BatchBody) -> None:
+async def run_batch(
+    router, ns: str, view: BatchView, body: BatchBody, redact: Redactor | None = None,
+    on_done: Callable[[BatchView], Awaitable[None]] | None = None,
+) -> None:  # fmt: skip
     last_write = time.monotonic()
     try:
-        async for chunk in _selected(router, ns, view.queue, body):
+        async for chunk in _selected(router, ns, view.queue, body, redact):
             for job in chunk:
                 try:
                     await router.call(
@@ -171,6 +177,8 @@ async def run_batch(router, ns: str, view: BatchView, body: BatchBody) -> None:
     view.total = view.done if view.total is None else view.total
     view.finished_ns = time.time_ns()
     await _save(router, ns, view)
+    if on_done is not None:
+        await on_done(view)
 
 
 def build_batches_router() -> APIRouter:
@@ -202,7 +210,17 @@ def build_batches_router() -> APIRouter:
             failed=0, failures=[], started_ns=time.time_ns(), finished_ns=0, by=p.token_id,
         )  # fmt: skip
         await _save(router, p.namespace, view)
-        task = asyncio.create_task(run_batch(router, p.namespace, view.model_copy(deep=True), body))
+
+        async def record(done: BatchView) -> None:  # in the audit log once it is done: how many
+            what = f"batch {done.id}: {done.succeeded} succeeded, {done.failed} failed"
+            if done.filter is not None:
+                what += f"; filter {done.filter.model_dump_json(exclude_none=True)}"
+            await audited(request, p, f"batch.{done.action}", queue, count=done.succeeded, detail=what)
+
+        runner = run_batch(
+            router, p.namespace, view.model_copy(deep=True), body, redactor(request, p), record
+        )
+        task = asyncio.create_task(runner)
         _running.add(task)
         task.add_done_callback(_running.discard)
         return view

@@ -56,6 +56,7 @@ from loam_common.errors import InvalidArgument, InvalidState
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.jobs import states as S
 from loam_common.jobs.dlq import ORIGIN_QUEUE
+from loam_gateway.audit_log import audited
 from loam_gateway.rest import (
     ERROR_RESPONSES,
     PRIORITY_MAX,
@@ -68,6 +69,7 @@ from loam_gateway.rest import (
     counts_view,
     job_view,
     payload_in,
+    redactor,
 )
 from loam_gateway.rest_batches import build_batches_router
 from loam_gateway.rest_events import (
@@ -77,6 +79,7 @@ from loam_gateway.rest_events import (
     LastEventId,
     Limit,
     cloud_event_json,
+    redact_event,
     sse,
 )
 from loam_gateway.rest_search import build_search_router
@@ -288,6 +291,8 @@ def build_console_router() -> APIRouter:
         cursors = decode_cursors(given) if given else {}
         items = await merged_watch(request.app.state.router, p.namespace, queues, cursors)
 
+        redact = redactor(request, p)
+
         async def body() -> AsyncIterator[bytes]:
             n = 0
             try:
@@ -296,7 +301,8 @@ def build_console_router() -> APIRouter:
                         cursors[q] = item.cursor
                     kind = item.WhichOneof("item")
                     if kind == "event":
-                        doc = cloud_event_json(p.namespace, item.event, data)
+                        ev = redact_event(item.event, redact) if redact is not None else item.event
+                        doc = cloud_event_json(p.namespace, ev, data)
                         yield sse(
                             cloudevents.event_type(item.event.event), json.dumps(doc), encode_cursors(cursors)
                         )
@@ -344,7 +350,10 @@ def build_console_router() -> APIRouter:
             raise InvalidState(job, state, "retry", f"job {job!r} is {state}: only a finished job is retried")
         await op(J.JobOp(update_data=J.JobOp.UpdateData(data=payload)))
         r = await op(J.JobOp(retry={}))
-        return JobActionResult(job=job_view(r.job) if r.HasField("job") else None, removed=r.removed)
+        await audited(request, p, "job.retry-with-payload", queue, r.job.id or job,
+                      detail=f"new payload, {len(payload.data)} bytes")  # fmt: skip
+        view = job_view(r.job, redactor(request, p)) if r.HasField("job") else None
+        return JobActionResult(job=view, removed=r.removed)
 
     @api.get("/v1/queues/{queue}/dead-letters:preview", response_model=RedrivePreview, tags=["queues"],
              responses=ERROR_RESPONSES, summary="What a redrive of this dead-letter queue would move, and where")  # fmt: skip
@@ -358,8 +367,9 @@ def build_console_router() -> APIRouter:
                                     _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))))).counts  # fmt: skip
         req = _proto(lambda: J.QueryRequest(queue=queue, states=[S.WAITING, S.PRIORITIZED], page_size=limit))
         jobs = (await router.call(p.namespace, "query", req)).jobs
+        redact = redactor(request, p)
         sample = [
-            RedriveMove(job=job_view(j), to_queue=j.task.headers.get(ORIGIN_QUEUE) or j.origin_queue)
+            RedriveMove(job=job_view(j, redact), to_queue=j.task.headers.get(ORIGIN_QUEUE) or j.origin_queue)
             for j in jobs
         ]
         to_queues: dict[str, int] = {}
@@ -376,7 +386,10 @@ def build_console_router() -> APIRouter:
         op = J.JobOp(change_priority=J.JobOp.ChangePriority(priority=body.priority, lifo=body.lifo))
         req = _proto(lambda: J.JobAdminRequest(queue=queue, job=job, op=op))
         r = await request.app.state.router.call(p.namespace, "job_admin", req)
-        return JobActionResult(job=job_view(r.job) if r.HasField("job") else None, removed=r.removed)
+        await audited(request, p, "job.change-priority", queue, r.job.id or job,
+                      detail=f"priority {body.priority}{' lifo' if body.lifo else ''}")  # fmt: skip
+        view = job_view(r.job, redactor(request, p)) if r.HasField("job") else None
+        return JobActionResult(job=view, removed=r.removed)
 
     api.include_router(build_search_router())
     api.include_router(build_batches_router())

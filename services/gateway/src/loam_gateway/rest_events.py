@@ -36,6 +36,7 @@ from loam_common.api.methods import operation
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_gateway.redaction import Redactor
 from loam_gateway.rest import (
     ERROR_RESPONSES,
     INT64,
@@ -45,6 +46,7 @@ from loam_gateway.rest import (
     _proto,
     counts_view,
     job_view,
+    redactor,
 )
 
 SSE_MEDIA_TYPE = "text/event-stream"
@@ -108,17 +110,32 @@ def cloud_event_json(ns: str, ev, data_mode: str) -> dict:
     return cloudevents.to_structured(ns, ev)
 
 
-def render(ns: str, item: J.WatchResponse, data_mode: str) -> bytes:
+def redact_event(ev, redact: Redactor):
+    """The event with its JSON data (progress, a return value) redacted."""
+    if not ev.data:
+        return ev
+    try:
+        shown = json.dumps(redact(json.loads(ev.data)), ensure_ascii=False).encode()
+    except (ValueError, UnicodeDecodeError):  # not JSON: no fields to hide
+        return ev
+    out = type(ev)()
+    out.CopyFrom(ev)
+    out.data = shown
+    return out
+
+
+def render(ns: str, item: J.WatchResponse, data_mode: str, redact: Redactor | None = None) -> bytes:
     cursor = encode_cursor(item.cursor) if item.cursor else None
     kind = item.WhichOneof("item")
     if kind == "event":
+        ev = redact_event(item.event, redact) if redact is not None else item.event
         return sse(
             cloudevents.event_type(item.event.event),
-            json.dumps(cloud_event_json(ns, item.event, data_mode)),
+            json.dumps(cloud_event_json(ns, ev, data_mode)),
             cursor,
         )
     if kind == "snapshot":
-        return sse("snapshot", json.dumps({"job": job_view(item.snapshot).model_dump()}))
+        return sse("snapshot", json.dumps({"job": job_view(item.snapshot, redact).model_dump()}))
     if item.HasField("counts"):
         return sse("snapshot", json.dumps({"counts": counts_view(item.counts).model_dump()}))
     if item.HasField("schedule") or item.HasField("flow"):
@@ -150,10 +167,11 @@ def build_events_router() -> APIRouter:
 
         async def body() -> AsyncIterator[bytes]:
             n = 0
+            redact = redactor(request, p)
             try:
                 item = first
                 while True:
-                    yield render(p.namespace, item, data_mode)
+                    yield render(p.namespace, item, data_mode, redact)
                     if item.HasField("event"):
                         n += 1
                         if limit and n >= limit:

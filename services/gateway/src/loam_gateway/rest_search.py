@@ -32,7 +32,7 @@ from loam_common.auth import Principal
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.jobs import states as S
 from loam_gateway.job_search import SearchField, error_signature, job_matches
-from loam_gateway.rest import ERROR_RESPONSES, JobView, QueueName, StateName, _proto, job_view
+from loam_gateway.rest import ERROR_RESPONSES, JobView, QueueName, StateName, _proto, job_view, redactor
 
 SEARCH_EXAMINED = 20_000  # jobs one search call looks at, at most
 SEARCH_BUDGET_S = 0.3  # and about this long
@@ -98,6 +98,7 @@ def build_search_router() -> APIRouter:
         p: Principal = caller("query"),
     ) -> SearchPage:
         needle, token, examined, found = text.lower(), page_token, 0, []
+        redact = redactor(request, p)
         deadline = time.monotonic() + SEARCH_BUDGET_S
         states = [S.BY_NAME[x] for x in state or ()]
 
@@ -112,7 +113,7 @@ def build_search_router() -> APIRouter:
             req = page(token)
             r = await request.app.state.router.call(p.namespace, "query", req)
             examined += len(r.jobs)
-            found += [j for j in r.jobs if job_matches(j, needle, field)]
+            found += [j for j in r.jobs if job_matches(j, needle, field, redact)]
             token = r.next_page_token
             if (
                 not token
@@ -121,7 +122,7 @@ def build_search_router() -> APIRouter:
                 or time.monotonic() > deadline
             ):
                 break
-        return SearchPage(jobs=[job_view(j) for j in found], next_page_token=token, examined=examined)
+        return SearchPage(jobs=[job_view(j, redact) for j in found], next_page_token=token, examined=examined)
 
     @api.get("/v1/queues/{queue}/failures", response_model=FailureGroups, tags=["jobs"], responses=ERROR_RESPONSES,
              summary="Failed jobs grouped by error signature: count, first and last seen")  # fmt: skip
@@ -177,6 +178,7 @@ def build_search_router() -> APIRouter:
         states = [S.BY_NAME[x] for x in state or ()]
         needle = text.lower() if text else None
         cap = limit or EXPORT_MAX
+        redact = redactor(request, p)
 
         def query(token: str) -> J.QueryRequest:
             return _proto(
@@ -204,9 +206,9 @@ def build_search_router() -> APIRouter:
                 for j in r.jobs:
                     if n >= cap:
                         break
-                    if needle is not None and not job_matches(j, needle, field):
+                    if needle is not None and not job_matches(j, needle, field, redact):
                         continue
-                    view = job_view(j)
+                    view = job_view(j, redact)
                     if format == "csv":
                         yield row(view)
                     else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from loam_common.blobs import BlobStore
 from loam_common.jobs.queue import DEFAULT_PAYLOAD_LIMIT
+from loam_common.jobs.quotas import QuotaTable
 from loam_common.store.runner import Store
 from loam_queue_core.effects import CoreEffects
 from loam_queue_core.facade.exchanges import Exchanges
@@ -23,8 +24,14 @@ from loam_queue_core.watch import EventHub
 
 class QueueCore:
     def __init__(
-        self, store: Store, blobs: BlobStore | None = None, *, payload_limit: int = DEFAULT_PAYLOAD_LIMIT
+        self,
+        store: Store,
+        blobs: BlobStore | None = None,
+        *,
+        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        quotas: QuotaTable | None = None,
     ) -> None:
+        """`quotas`: each namespace's limits (loam_common.jobs.quotas); none by default."""
         self.store = store
         self.blobs = blobs
         self.waiters = Waiters()  # parked leases and result long-polls of this process
@@ -33,11 +40,12 @@ class QueueCore:
         self.effects = CoreEffects(self.waiters, self.hub)
         store.add_sink(self.effects)
         payloads = Payloads(blobs, payload_limit)
-        self.jobs = Jobs(store, payloads, self.waiters)
+        self.quotas = quotas or QuotaTable()
+        self.jobs = Jobs(store, payloads, self.waiters, self.quotas)
         self.job_admin = JobAdmin(store, self.jobs)
         self.queues = Queues(store)
         self.results = Results(store, self.waiters)
-        self.schedules = Schedules(store)
+        self.schedules = Schedules(store, self.quotas)
         self.flows = Flows(store, payloads)
         self.exchanges = Exchanges(store, payloads, self.jobs)
 

@@ -19,9 +19,9 @@ import os
 import sys
 
 from loam_common import events
-from loam_common.store.runner import open_store
+from loam_common.store.runner import open_store, store_url_of
 
-DEFAULT_STORE = "./.loam/loam.db"
+DEFAULT_STORE = "./.loam"
 
 
 def parse_time(text: str) -> int:
@@ -34,7 +34,7 @@ def parse_time(text: str) -> int:
 
 
 def _store_url(value: str) -> str:
-    return value if ":" in value.split("/", 1)[0] else f"sqlite:///{os.path.abspath(value)}"
+    return store_url_of(value)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

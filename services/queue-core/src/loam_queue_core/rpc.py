@@ -436,7 +436,7 @@ async def _q_resume(core: QueueCore, ns: Namespace, queue: str, op: Any) -> J.Qu
 
 
 async def _q_drain(core: QueueCore, ns: Namespace, queue: str, op: J.QueueOp.Drain) -> J.QueueAdminResponse:
-    return J.QueueAdminResponse(affected=await core.queues.drain(ns, queue, op.delayed))
+    return J.QueueAdminResponse(affected=await core.queues.drain(ns, queue, op.delayed, op.limit))
 
 
 async def _q_clean(core: QueueCore, ns: Namespace, queue: str, op: J.QueueOp.Clean) -> J.QueueAdminResponse:

@@ -42,6 +42,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from loam_common import metrics, tracing, validate
+from loam_common.api import codec as api_codec
 from loam_common.api.headers import NAMESPACE_HEADER, TOKEN_HEADER
 from loam_common.api.methods import Method
 from loam_common.api.service import JobsServiceHandlers
@@ -49,6 +50,7 @@ from loam_common.blobs import open_blobs
 from loam_common.errors import InvalidArgument, JobsError, Unauthenticated
 from loam_common.event_export import export_bytes
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
+from loam_common.jobs import quotas
 from loam_common.loop import configure_logging
 from loam_common.serving import error_response, is_loopback, run_server_main, serve
 from loam_common.store.runner import open_store
@@ -137,7 +139,7 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
     rpc = CoreRpc(core)
     rpc.engines = _engine_rpc(core, rpc)
     auth = InternalAuth(internal_token)
-    connect_app = JobsServiceASGIApplication(CoreService(rpc, auth))
+    connect_app = JobsServiceASGIApplication(CoreService(rpc, auth), codecs=api_codec.codecs())
 
     def peer(request: Request) -> str | None:
         return request.client.host if request.client else None
@@ -229,7 +231,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog="loam queue-core", description="Run a Loam queue-core process.")
     p.add_argument(
-        "--store", default=env.get("LOAM_STORE"), help="store URL, e.g. sqlite:///abs/path.db (LOAM_STORE)"
+        "--store",
+        default=env.get("LOAM_STORE"),
+        help="store URL, e.g. lmdb:///abs/dir or sqlite:///abs/path.db (LOAM_STORE)",
     )
     p.add_argument(
         "--blobs", default=env.get("LOAM_BLOBS"), help="blob directory or s3://bucket/prefix (LOAM_BLOBS)"
@@ -237,6 +241,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--host", default=env.get("LOAM_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(env.get("LOAM_PORT", DEFAULT_PORT)))
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
+    p.add_argument("--quotas", default=env.get("LOAM_QUOTAS"),
+                   help="per-namespace quotas, e.g. '*:stored_jobs=100000;alpha:enqueue_rate=50' "
+                        "(enqueue_rate, stored_jobs, payload_bytes, active_leases, schedules; 0 = none)")  # fmt: skip
     args = p.parse_args(argv)
     if not args.store:
         p.error("--store (or LOAM_STORE) is required")
@@ -253,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     async def run() -> None:
         store = open_store(args.store)
         blobs = open_blobs(args.blobs) if args.blobs else None
-        core = QueueCore(store, blobs)
+        core = QueueCore(store, blobs, quotas=quotas.parse(args.quotas))
         tracing.configure_from_env("loam-queue-core")
         app = create_app(core, internal_token=token)
 

@@ -32,7 +32,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="loam relay", description="Run a Loam relay process (outbox → event log)."
     )
     p.add_argument(
-        "--store", default=env.get("LOAM_STORE"), help="store URL, e.g. sqlite:///abs/path.db (LOAM_STORE)"
+        "--store",
+        default=env.get("LOAM_STORE"),
+        help="store URL, e.g. lmdb:///abs/dir or sqlite:///abs/path.db (LOAM_STORE)",
     )
     p.add_argument(
         "--id",

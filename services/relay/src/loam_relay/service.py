@@ -31,8 +31,8 @@ from loam_common.ownership import (
     Fence,
     OwnershipLost,
     ShardId,
+    ShardLister,
     ShardOwnership,
-    list_shards,
     run_fenced,
 )
 from loam_common.store.runner import Store
@@ -47,10 +47,6 @@ class RelayReport:
     copied: int = 0
     trimmed: int = 0
     lost: set[ShardId] = field(default_factory=set)
-
-
-def _relay_shards(tx) -> list[ShardId]:
-    return list_shards(tx, orphans=True)
 
 
 class RelayService(Loop):
@@ -79,6 +75,7 @@ class RelayService(Loop):
         self.store = store
         self.owner_id = owner_id
         self.ownership = ShardOwnership(store, KIND, owner_id, ttl_ns)
+        self.lister = ShardLister(store, orphans=True)  # lists again only when queues change
         self.retention_ns = retention_ns
         self.trim_every_ns = int(trim_every_s * 1e9)
         self.batch = batch
@@ -88,7 +85,7 @@ class RelayService(Loop):
 
     async def run_once(self) -> RelayReport:
         rep = RelayReport()
-        shards = await self.store.snapshot(_relay_shards)
+        shards = await self.lister.shards()
         fences = await self.ownership.refresh(shards)
         pending = await self.store.snapshot(events.outbox_pending, sorted(fences))
         for shard_id in pending:

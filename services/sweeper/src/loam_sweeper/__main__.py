@@ -35,7 +35,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog="loam sweeper", description="Run a Loam sweeper process.")
     p.add_argument(
-        "--store", default=env.get("LOAM_STORE"), help="store URL, e.g. sqlite:///abs/path.db (LOAM_STORE)"
+        "--store",
+        default=env.get("LOAM_STORE"),
+        help="store URL, e.g. lmdb:///abs/dir or sqlite:///abs/path.db (LOAM_STORE)",
     )
     p.add_argument(
         "--blobs", default=env.get("LOAM_BLOBS"), help="blob directory or s3://bucket/prefix (LOAM_BLOBS)"

@@ -32,7 +32,7 @@ from loam_common.api.headers import TOKEN_HEADER
 from loam_common.blobs import BlobStore
 from loam_common.effects import Effect, ready_counts
 from loam_common.loop import Loop
-from loam_common.ownership import DEFAULT_TTL_NS, ShardOwnership, list_shards
+from loam_common.ownership import DEFAULT_TTL_NS, ShardLister, ShardOwnership
 from loam_common.store.runner import Store
 from loam_common.sweeper import Sweeper, SweepReport
 
@@ -41,10 +41,6 @@ log = logging.getLogger(__name__)
 KIND = "sweeper"
 WAKE_PATH = "/internal/v1/wake"
 WAKE_TIMEOUT_S = 2.0
-
-
-def _sweeper_shards(tx) -> list:
-    return list_shards(tx, namespace_wide=True)
 
 
 class SweeperService(Loop):
@@ -74,13 +70,14 @@ class SweeperService(Loop):
         if self.queue_cores:
             store.add_sink(self.remote_wake)
         self.ownership = ShardOwnership(store, KIND, owner_id, ttl_ns)
+        self.lister = ShardLister(store, namespace_wide=True)  # lists again only when queues change
         self.sweeper = Sweeper(store, blobs, owns=self.ownership.owns, fence=self.ownership.fence)
         self._http = None
         self.wakes_sent = 0
         self.wakes_failed = 0
 
     async def run_once(self) -> SweepReport:
-        shards = await self.store.snapshot(_sweeper_shards)
+        shards = await self.lister.shards()
         await self.ownership.refresh(shards)
         rep = await self.sweeper.run_once()
         for shard_id in rep.lost:

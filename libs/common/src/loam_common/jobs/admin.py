@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loam_common import keys, validate
+from loam_common import keys, registry, validate
 from loam_common.effects import ALL
 from loam_common.errors import AlreadyExists, InvalidArgument, InvalidState
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -56,6 +56,7 @@ def validate_config(cfg: pb.QueueConfig, queue: str, field: str = "config") -> N
     validate.duration_ns(f"{field}.rate_limit.duration_ns", abs(cfg.rate_limit.duration_ns))
     if cfg.HasField("max_stalled") and cfg.max_stalled < -1:
         raise InvalidArgument(f"{field}.max_stalled", "must be -1 (unlimited) or more")
+    validate.duration_ns(f"{field}.stalled_interval_ns", cfg.stalled_interval_ns)
     rl = cfg.rate_limit
     if rl.duration_ns < 0 or (rl.max > 0) != (rl.duration_ns > 0):
         raise InvalidArgument(f"{field}.rate_limit", "set max and duration_ns both above 0, or both to 0")
@@ -520,6 +521,7 @@ def queue_obliterate(
             meta.counts.clear()
             tx.put(qt.k.shard_meta(shard), meta.SerializeToString())
         k, cfg_key, jobs_prefix, deleted = qt.k, qt.k.config(), qt.k.jobs(), 0
+        due_prefix = k.next_dues()
         metas, outbox = k.shard_metas(), k.outboxes()
         ranges = [
             (k.all(), metas),
@@ -536,11 +538,15 @@ def queue_obliterate(
                         return Obliterated(deleted, False)
                     if key.startswith(jobs_prefix):
                         _drop_blobs(qt, pb.Job.FromString(value))
+                    elif key.startswith(due_prefix):  # its entry in the store-wide due index too
+                        tx.delete(keys.due_entry(keys.U64.unpack(value)[0], ns, queue, key[-1]))
                     tx.delete(key)
                     deleted += 1
                 if len(rows) < 500:
                     break
                 start = rows[-1][0] + b"\x00"
         tx.delete(cfg_key)
+        registry.registry_changed(tx)  # its shards are orphans now (the relay's to finish)
+        qt.forget_due()
         qt.emit("obliterated")
         return Obliterated(deleted, True)

@@ -134,4 +134,5 @@ def _remember(qt: QueueTx, nj: NewJob, result: Enqueued) -> Enqueued:
         qt.ensure_exists()
         qt.tx.put(qt.k.idempotency(opts.idempotency.key), rec.SerializeToString())
         qt.tx.put(qt.k.idempotency_expiry(expires, opts.idempotency.key), b"")
+        qt.note_due(0, expires)  # the idempotency sweep runs with shard 0
     return result

@@ -37,10 +37,12 @@ def _note_wake(res: LeaseResult, at_ns: int) -> None:
 
 def lease_deadline(qt: QueueTx, job: pb.Job, visibility_ns: int = 0) -> int:
     """`visibility_ns`: the lease length the worker asked for (BullMQ's lockDuration)."""
-    visibility = visibility_ns or job.opts.visibility_ns or qt.cfg.visibility_ns or DEFAULT_VISIBILITY_NS
+    opts = job.opts  # one sub-message wrapper, not three
+    visibility = visibility_ns or opts.visibility_ns or qt.cfg.visibility_ns or DEFAULT_VISIBILITY_NS
     deadline = qt.now + visibility
-    if job.opts.timeout_ns:
-        deadline = min(deadline, job.lease_started_ns + job.opts.timeout_ns)
+    timeout_ns = opts.timeout_ns
+    if timeout_ns:
+        deadline = min(deadline, job.lease_started_ns + timeout_ns)
     return deadline
 
 

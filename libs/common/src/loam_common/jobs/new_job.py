@@ -56,6 +56,8 @@ def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
     """Refuse contradictory or out-of-range options before any transaction."""
     if opts.priority > validate.PRIORITY_LIMIT:
         raise InvalidArgument(f"{field}.priority", f"must be at most {validate.PRIORITY_LIMIT}")
+    validate.attempts(f"{field}.attempts", opts.attempts)
+    validate.enum(f"{field}.mode", opts.mode, pb.Mode)
     if opts.priority and opts.lifo:
         raise InvalidArgument(f"{field}.lifo", "LIFO applies to the FIFO band only; drop priority or lifo")
     if opts.HasField("not_before"):
@@ -71,6 +73,7 @@ def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
         raise InvalidArgument(f"{field}.visibility_ns", "is longer than timeout_ns")
     if opts.HasField("backoff"):
         b = opts.backoff
+        validate.enum(f"{field}.backoff.kind", b.kind, pb.BackoffKind)
         validate.duration_ns(f"{field}.backoff.base_ns", b.base_ns)
         validate.duration_ns(f"{field}.backoff.max_ns", b.max_ns)
         validate.in_range(f"{field}.backoff.jitter", b.jitter, 0.0, 1.0)
@@ -83,6 +86,7 @@ def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
         d = opts.dedup
         validate.text(f"{field}.dedup.id", d.id, 1024, allow_empty=False)
         validate.duration_ns(f"{field}.dedup.ttl_ns", d.ttl_ns)
+        validate.enum(f"{field}.dedup.mode", d.mode, pb.DedupMode)
         if d.mode in (pb.DEDUP_MODE_THROTTLE, pb.DEDUP_MODE_DEBOUNCE) and d.ttl_ns <= 0:
             raise InvalidArgument(f"{field}.dedup.ttl_ns", "throttle and debounce need a ttl")
         if d.replace and d.mode != pb.DEDUP_MODE_DEBOUNCE:

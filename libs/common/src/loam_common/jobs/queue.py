@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from loam_common import keys
+from loam_common import keys, registry
 from loam_common.effects import Changed, Ready
 from loam_common.errors import InvalidState, NotFound, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import events_pb2
@@ -39,9 +39,31 @@ def default_config(queue: str, now_ns: int) -> pb.QueueConfig:
     )
 
 
+def retention_of(r: pb.Retention, state: int) -> tuple[int | None, int | None]:
+    """(count, age_ns) that `r` keeps of `state` (COMPLETED, else FAILED); None = keep."""
+    count_f, age_f = (
+        ("completed_count", "completed_age_ns") if state == S.COMPLETED else ("failed_count", "failed_age_ns")
+    )
+    return (
+        getattr(r, count_f) if r.HasField(count_f) else None,
+        getattr(r, age_f) if r.HasField(age_f) else None,
+    )
+
+
 def max_stalled(cfg: pb.QueueConfig) -> int:
     """BullMQ's maxStalledCount: 1 unless set; -1 means unlimited (Celery acks_late)."""
     return cfg.max_stalled if cfg.HasField("max_stalled") else 1
+
+
+def stalled_cutoff(cfg: pb.QueueConfig, now_ns: int) -> int | None:
+    """The latest lease deadline the stalled sweep reclaims at `now_ns`, or None when the
+    queue's leases are never reclaimed (BullMQ's skipStalledCheck). With a stalled
+    interval (BullMQ's stalledInterval) the sweep checks only at its multiples, so a lease
+    is reclaimed at the first check after it expired, as BullMQ's periodic check finds it."""
+    if cfg.skip_stalled_check:
+        return None
+    interval = cfg.stalled_interval_ns
+    return now_ns - now_ns % interval if interval > 0 else now_ns
 
 
 #: A job moved into these states can be leased now or once due: a parked poll must look
@@ -63,6 +85,9 @@ class QueueTx:
         "_exists",
         "_peers",
         "_inserted_ready",
+        "memo",
+        "_due",
+        "_stored_cfg",
     )
 
     def __init__(self, tx: Txn, ns: str, queue: str, *, create: bool = True) -> None:
@@ -80,9 +105,15 @@ class QueueTx:
         else:
             self.cfg = pb.QueueConfig.FromString(raw)
             self._exists = True
+        self._stored_cfg = raw
         self._metas: dict[int, pb.ShardMeta] = {}
         self._dirty: set[int] = set()
         self._inserted_ready: list[str] = []  # new jobs a poll may lease, declared on flush
+        # Values derived from the config, computed once per transition (retention.py);
+        # emptied whenever the config is saved.
+        self.memo: dict = {}
+        # shard -> the earliest time this transition gave the shard sweep work (flush)
+        self._due: dict[int, int] = {}
         # Hooks run when a job reaches a finished state.
         self.on_finished: list[Callable[[QueueTx, pb.Job], None]] = []
         # The other queues this transition touches (flows), sharing one QueueTx per queue.
@@ -101,7 +132,8 @@ class QueueTx:
         if not self._exists:
             self.save_config()
             self.tx.put(keys.queue_registry(self.ns, self.name), b"")
-            self.tx.put(keys.namespace_registry(self.ns), b"")
+            registry.register_namespace(self.tx, self.ns)
+            registry.registry_changed(self.tx)  # a new queue: new shards to own
             self._exists = True
 
     @property
@@ -109,7 +141,23 @@ class QueueTx:
         return self._exists
 
     def save_config(self) -> None:
+        self.memo.clear()
         self.tx.put(self.k.config(), self.cfg.SerializeToString())
+        if self._stored_cfg is not None:
+            before = pb.QueueConfig.FromString(self._stored_cfg)
+            if before.retention != self.cfg.retention or before.shards != self.cfg.shards:
+                for shard in range(max(self.cfg.shards, 1)):  # new ages or shards: look now
+                    self.note_due(shard, self.now)
+            if before.shards != self.cfg.shards:
+                registry.registry_changed(self.tx)
+
+    def note_due(self, shard: int, at_ns: int) -> None:
+        """The shard may have sweep work from `at_ns` on (a lease deadline, a delayed job's
+        due time, a retention age, an idempotency expiry): on flush, the shard's place in
+        the store-wide due index moves that early if it is later."""
+        due = self._due
+        if at_ns < due.get(shard, at_ns + 1):
+            due[shard] = at_ns
 
     def flush(self) -> None:
         self._flush_own()
@@ -118,6 +166,8 @@ class QueueTx:
                 peer._flush_own()
 
     def _flush_own(self) -> None:
+        if self._due:
+            self._place_due()
         if not self._dirty:
             return
         for shard in self._dirty:
@@ -127,6 +177,26 @@ class QueueTx:
             self.tx.declare(Ready(self.ns, self.name, len(self._inserted_ready), tuple(self._inserted_ready)))
             self._inserted_ready = []
         self.tx.declare(Changed(self.ns, self.name))  # its events grew: Watch streams look
+
+    def forget_due(self) -> None:
+        """Drop the due times noted so far (the queue is going away)."""
+        self._due = {}
+
+    def _place_due(self) -> None:
+        """Move each noted shard's due-index entry earlier (one read a shard; a steady
+        lease stream finds the entry already at its oldest lease and writes nothing)."""
+        tx, k = self.tx, self.k
+        for shard, at_ns in self._due.items():
+            nd_key = k.next_due(shard)
+            raw = tx.get(nd_key)
+            if raw is not None:
+                current = keys.U64.unpack(raw)[0]
+                if current <= at_ns:
+                    continue
+                tx.delete(keys.due_entry(current, self.ns, self.name, shard))
+            tx.put(keys.due_entry(at_ns, self.ns, self.name, shard), b"")
+            tx.put(nd_key, keys.U64.pack(max(at_ns, 0)))
+        self._due = {}
 
     def peer(self, queue: str, *, create: bool = True) -> QueueTx:
         """The QueueTx of another queue in this same transition. One per queue, shared by
@@ -229,12 +299,13 @@ class QueueTx:
         if job is None:
             return JobEvent(event=event, queue=self.name, shard=shard, seq=seq, time_ns=self.now, **fields)
         # One constructor call: on the hot path, cheaper than setting field by field.
+        task = job.task  # each access to a sub-message builds a wrapper: take it once
         ev = JobEvent(event=event, queue=self.name, shard=shard, seq=seq, time_ns=self.now,
-                      job_id=job.id, state=job.state, name=job.task.name, attempt=job.attempt,
+                      job_id=job.id, state=job.state, name=task.name, attempt=job.attempt,
                       epoch=job.epoch, job_key=job.opts.job_key, **fields)  # fmt: skip
         if event == "delayed" and job.due_ns and not ev.detail:
             ev.detail = str(job.due_ns // 1_000_000)  # BullMQ's `delay` field: the due time, ms
-        headers = job.task.headers
+        headers = task.headers
         if headers:
             for h in EVENT_HEADERS:
                 v = headers.get(h)
@@ -288,6 +359,23 @@ class QueueTx:
             st = job.state
             value = job.id.encode() if (st == S.WAITING or st == S.PRIORITIZED) else b""
             self.tx.put(key, value)
+            if st == S.ACTIVE:
+                self.note_due(job.shard, job.deadline_ns)
+            elif st == S.DELAYED:
+                self.note_due(job.shard, job.due_ns)
+            elif st == S.COMPLETED or st == S.FAILED:
+                age = self.queue_retention(st)[1]
+                if age is not None:  # the sweeper removes it once that age has passed
+                    self.note_due(job.shard, job.state_ns + age)
+
+    def queue_retention(self, state: int) -> tuple[int | None, int | None]:
+        """The queue's own (count, age_ns) to keep of a finished state (None = keep),
+        read once per transition: a completion batch asks for it once a job."""
+        memo_key = ("retention", state)
+        policy = self.memo.get(memo_key)
+        if policy is None:
+            policy = self.memo[memo_key] = retention_of(self.cfg.retention, state)
+        return policy
 
     def _index_remove(self, job: pb.Job) -> None:
         key = self._index_key(job)
@@ -330,7 +418,10 @@ class QueueTx:
         if to not in S.ALLOWED.get(frm, ()):
             raise InvalidState(job.id, S.name(frm), f"move to {S.name(to)}")
         self._index_remove(job)
-        self._count(job.shard, frm, -1)
+        shard = job.shard
+        counts = self.meta(shard).counts  # the shard's counts: one lookup for both moves
+        self._dirty.add(shard)
+        counts[frm] = counts[frm] - 1
         if unblock_subject:
             job.subject_blocked = False
         job.state = to
@@ -345,7 +436,7 @@ class QueueTx:
         if to in S.FINISHED:
             job.finished_ns = self.now
         self._index_add(job)
-        self._count(job.shard, to, 1)
+        counts[to] = counts[to] + 1
         self.put_job(job)
         if event:
             self.emit(event, job, prev_state=frm, **event_fields)
@@ -359,6 +450,7 @@ class QueueTx:
         self.tx.delete(self.k.active(job.shard, job.deadline_ns, job.id))
         job.deadline_ns = deadline_ns
         self.tx.put(self.k.active(job.shard, deadline_ns, job.id), b"")
+        self.note_due(job.shard, deadline_ns)
 
     def remove(self, job: pb.Job, event: str | None = "removed") -> None:
         """Delete a job and everything that points at it."""

@@ -7,26 +7,24 @@ from __future__ import annotations
 from loam_common import keys
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_common.jobs.queue import QueueTx
+from loam_common.jobs.queue import QueueTx, retention_of
 
 TRIM_BATCH = 1000
 
 
 def retention_policy(qt: QueueTx, job: pb.Job | None, state: int) -> tuple[int | None, int | None]:
-    """(count, age_ns) to keep for `state`; None = keep."""
-    sources = [qt.cfg.retention]
-    if job is not None and job.opts.HasField("retention"):
-        sources.insert(0, job.opts.retention)
-    count_f, age_f = (
-        ("completed_count", "completed_age_ns") if state == S.COMPLETED else ("failed_count", "failed_age_ns")
-    )
-    count = age = None
-    for r in sources:
-        if count is None and r.HasField(count_f):
-            count = getattr(r, count_f)
-        if age is None and r.HasField(age_f):
-            age = getattr(r, age_f)
-    return count, age
+    """(count, age_ns) to keep for `state`; None = keep. A job's own retention overrides
+    its queue's, field by field."""
+    queue_policy = qt.queue_retention(state)
+    if job is not None:
+        opts = job.opts
+        if opts.HasField("retention"):
+            count, age = retention_of(opts.retention, state)
+            return (
+                queue_policy[0] if count is None else count,
+                queue_policy[1] if age is None else age,
+            )
+    return queue_policy
 
 
 def on_finished(qt: QueueTx, job: pb.Job, clock_ns: int | None = None) -> None:

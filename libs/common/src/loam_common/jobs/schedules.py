@@ -21,7 +21,16 @@ with the iteration's job, enqueued in the same transaction; the job of one itera
 once a worker takes it, advances the chain by one (`advance` with `if_next_ns`, so two
 workers finishing the same iteration advance it once). `last_job_id` is the current
 iteration, which drain and clean leave alone and `schedule_remove` takes away while it is
-still delayed, as BullMQ does."""
+still delayed, as BullMQ does.
+
+A schedule whose options say `mode = MODE_DURABLE` targets a durable function instead of
+a queue: `queue` is the Resonate group whose workers run it, `opts.durable_function` the
+registered function, the payload its arguments (a JSON array, or an object of keyword
+arguments). Each tick asks the durable timers (loam_durable) to create the root
+promise `<schedule id>-<tick ms>` and dispatch it to `poll://any@<group>`, exactly as a
+Resonate schedule's fire does: the request is a row `dur/st/...` written in the tick's
+transaction, and a tick's promise id is its own, so a tick runs the function once
+(docs/decisions/0035-loam-schedules-run-durable-functions.md)."""
 
 from __future__ import annotations
 
@@ -30,7 +39,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from loam_common import ids, keys, validate
+from loam_common import ids, keys, registry, validate
 from loam_common.blobs import INLINE_LIMIT
 from loam_common.errors import AlreadyExists, InvalidArgument, JobsError, NotFound
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -55,6 +64,10 @@ _REFUSED_OPTS = {
     "parent": "a scheduled job cannot join a flow",
     "not_before": "ticks are enqueued when due; use offset_ns to shift them",
 }
+
+
+DURABLE_PROMISE_TIMEOUT_MS = 24 * 3600 * 1000  # as a Resonate schedule's default
+DURABLE_FUNCTION_VERSION = 1  # the SDKs' registry version of a function registered plainly
 
 
 def idempotency_key(schedule_id: str, tick_ns: int) -> str:
@@ -109,6 +122,8 @@ def check_schedule(spec: pb.ScheduleSpec, field: str = "spec") -> None:
     if spec.task.payload.blob_ref:
         raise InvalidArgument(f"{field}.task.payload.blob_ref", "is set by the server; send the data")
     check_opts(spec.opts, f"{field}.opts")
+    if spec.opts.mode == pb.MODE_DURABLE:
+        _check_durable(spec, field)
     for name, why in _REFUSED_OPTS.items():
         if (
             spec.opts.HasField(name)
@@ -116,6 +131,84 @@ def check_schedule(spec: pb.ScheduleSpec, field: str = "spec") -> None:
             else getattr(spec.opts, name)
         ):
             raise InvalidArgument(f"{field}.opts.{name}", why)
+
+
+def _check_durable(spec: pb.ScheduleSpec, field: str) -> None:
+    """A schedule that runs a durable function: its ticks are Resonate root promises
+    `<id>-<tick ms>`, so the id may not hold the origin separator `:`, and the payload
+    must be the function's arguments in JSON."""
+    if ":" in spec.id:
+        raise InvalidArgument(
+            f"{field}.id", "a durable schedule's id may not contain ':' (it starts promise ids)"
+        )
+    durable_arguments(spec.task.payload, f"{field}.task.payload")
+
+
+def durable_arguments(payload: pb.Payload, field: str = "task.payload") -> tuple[list, dict]:
+    """(args, kwargs) of a durable function from a schedule's payload: empty -> no
+    arguments, a JSON array -> positional, a JSON object -> keyword, any other JSON
+    value or text -> one positional argument."""
+    if not payload.data:
+        return [], {}
+    if payload.content_type.startswith("text/"):
+        return [payload.data.decode("utf-8", "replace")], {}
+    try:
+        value = json.loads(payload.data)
+    except ValueError:
+        raise InvalidArgument(
+            field, "a durable function's arguments must be JSON (an array or an object)"
+        ) from None
+    if isinstance(value, list):
+        return value, {}
+    if isinstance(value, dict):
+        return [], value
+    return [value], {}
+
+
+def durable_start_request(rec: pb.ScheduleRecord, tick_ms: int) -> tuple[str, dict]:
+    """(promise id, its `promise.create` data) for one tick of a durable schedule, as a
+    Resonate schedule's fire builds it (`{{.id}}-{{.timestamp}}`, targeted at any worker
+    of the group, the SDK's param encoding `{func, args, kwargs, version}` in base64)."""
+    promise_id = f"{rec.id}-{tick_ms}"
+    args, kwargs = durable_arguments(rec.task.payload)
+    param = {
+        "func": rec.opts.durable_function,
+        "args": args,
+        "kwargs": kwargs,
+        "version": DURABLE_FUNCTION_VERSION,
+    }
+    data = base64.b64encode(json.dumps(param, separators=(",", ":")).encode()).decode()
+    tags = {
+        "resonate:target": f"poll://any@{rec.queue.lower()}",
+        "resonate:scope": "global",
+        "resonate:origin": promise_id,
+        "resonate:branch": promise_id,
+        "resonate:parent": promise_id,
+        "resonate:prefix": promise_id,
+        "loam:schedule": rec.id,
+    }
+    return promise_id, {
+        "id": promise_id,
+        "timeoutAt": tick_ms + DURABLE_PROMISE_TIMEOUT_MS,
+        "param": {"data": data},
+        "tags": tags,
+        "createdAt": tick_ms,
+    }
+
+
+def _fire_durable(tx: Txn, ns: str, rec: pb.ScheduleRecord, tick_ns: int, out: Fired) -> None:
+    """One tick of a durable schedule: leave the start of its root promise for the
+    durable timers (loam_durable.timers), which create it if it is not there yet and
+    dispatch it to the group's workers."""
+    tick_ms = tick_ns // 1_000_000
+    promise_id, request = durable_start_request(rec, tick_ms)
+    tx.put(keys.durable_start(ns, tick_ms, promise_id), json.dumps(request, separators=(",", ":")).encode())
+    tx.put(keys.durable_namespaces(ns), b"")  # so the durable timers visit this namespace
+    rec.count += 1
+    rec.last_tick_ns = tick_ns
+    rec.last_job_id = promise_id
+    rec.last_error = ""
+    out.ticks += 1
 
 
 def _check_iterated(spec: pb.ScheduleSpec, field: str) -> None:
@@ -219,6 +312,9 @@ def _fire(tx: Txn, ns: str, rec: pb.ScheduleRecord, tick_ns: int, out: Fired) ->
     """Enqueue the job of one tick and record it. A tick the enqueue refuses (its key was
     used by an earlier schedule of the same id with another template) is skipped with
     `last_error` set; the schedule goes on."""
+    if rec.opts.mode == pb.MODE_DURABLE:
+        _fire_durable(tx, ns, rec, tick_ns, out)
+        return
     task = pb.TaskSpec()
     task.CopyFrom(rec.task)
     task.headers[HEADER_SCHEDULE] = rec.id
@@ -333,7 +429,7 @@ def schedule_upsert(tx: Txn, ns: str, spec: pb.ScheduleSpec) -> Upserted:
         what = "spec.cron" if rec.cron else "spec.every_ns"
         raise InvalidArgument(what, "never fires: no tick between now, start_ns and end_ns")
     _save(tx, ns, rec)
-    tx.put(keys.namespace_registry(ns), b"")  # so the sweeper visits this namespace
+    registry.register_namespace(tx, ns)  # so the sweeper visits this namespace
     return Upserted(rec, True, out)
 
 
@@ -344,7 +440,7 @@ def schedule_remove(tx: Txn, ns: str, schedule_id: str) -> bool:
     key = keys.schedule(ns, schedule_id)
     raw = tx.get(key)
     if raw is None:
-        return False
+        return _remove_durable(tx, ns, schedule_id)
     rec = pb.ScheduleRecord.FromString(raw)
     if iterated(rec):
         _remove_if(tx, ns, rec, rec.last_job_id, (S.DELAYED,))
@@ -459,9 +555,13 @@ def schedule_iterate(tx: Txn, ns: str, req: Iteration) -> Iterated:
 
 def schedule_get(tx: Txn, ns: str, schedule_id: str) -> pb.ScheduleRecord:
     raw = tx.get(keys.schedule(ns, schedule_id))
-    if raw is None:
-        raise NotFound(f"schedule {schedule_id!r} not found")
-    return pb.ScheduleRecord.FromString(raw)
+    if raw is not None:
+        return pb.ScheduleRecord.FromString(raw)
+    if schedule_id.startswith(DURABLE_PREFIX):
+        raw = tx.get(keys.durable_schedule(ns, schedule_id[len(DURABLE_PREFIX) :]))
+        if raw is not None:
+            return _durable_record(json.loads(raw))
+    raise NotFound(f"schedule {schedule_id!r} not found")
 
 
 def schedule_list(tx: Txn, ns: str, after: str = "", limit: int = 100) -> tuple[list[pb.ScheduleRecord], str]:
@@ -488,21 +588,42 @@ DURABLE_PREFIX = "resonate:"
 
 
 def _durable_schedules(tx: Txn, ns: str, after: str, limit: int) -> tuple[list[pb.ScheduleRecord], str]:
-    """A page of the namespace's Resonate schedules as ScheduleRecords (read-only here)."""
+    """A page of the namespace's Resonate schedules as ScheduleRecords."""
     prefix = keys.durable_schedules(ns)
     start = keys.durable_schedule(ns, after) + b"\x00" if after else prefix
     rows = tx.scan(start, keys.prefix_end(prefix), limit=limit + 1)
-    out = []
-    for _, v in rows[:limit]:
-        s = json.loads(v)
-        task = pb.TaskSpec(name=_durable_func(s.get("promiseParam") or {}))
-        out.append(pb.ScheduleRecord(
-            id=DURABLE_PREFIX + s["id"], cron=s["cron"], tz="UTC", task=task,
-            next_ns=s["nextRunAt"] * 1_000_000 if s["nextRunAt"] < 2**53 else 0,
-            last_tick_ns=s.get("lastRunAt", 0) * 1_000_000, created_ns=s["createdAt"] * 1_000_000,
-            driver=pb.SCHEDULE_DRIVER_SERVER,
-        ))  # fmt: skip
+    out = [_durable_record(json.loads(v)) for _, v in rows[:limit]]
     return out, (out[-1].id if len(rows) > limit else "")
+
+
+def _durable_record(s: dict) -> pb.ScheduleRecord:
+    """A Resonate schedule (its protocol record) as a ScheduleRecord: `resonate:<id>`, the
+    group it targets as the queue, the function it runs in durable mode."""
+    func = _durable_func(s.get("promiseParam") or {})
+    target = (s.get("promiseTags") or {}).get("resonate:target", "")
+    group = target.partition("@")[2].partition("/")[0] if target.startswith("poll://") else ""
+    return pb.ScheduleRecord(
+        id=DURABLE_PREFIX + s["id"], cron=s["cron"], tz="UTC", task=pb.TaskSpec(name=func), queue=group,
+        opts=pb.EnqueueOpts(mode=pb.MODE_DURABLE, durable_function=func),
+        next_ns=s["nextRunAt"] * 1_000_000 if s["nextRunAt"] < 2**53 else 0,
+        last_tick_ns=s.get("lastRunAt", 0) * 1_000_000, created_ns=s["createdAt"] * 1_000_000,
+        driver=pb.SCHEDULE_DRIVER_SERVER,
+    )  # fmt: skip
+
+
+def _remove_durable(tx: Txn, ns: str, schedule_id: str) -> bool:
+    """Unschedule `resonate:<id>`: as the protocol's `schedule.delete` does, the record
+    and its next fire go; promises it fired stay."""
+    if not schedule_id.startswith(DURABLE_PREFIX):
+        return False
+    durable_id = schedule_id[len(DURABLE_PREFIX) :]
+    raw = tx.get(keys.durable_schedule(ns, durable_id))
+    if raw is None:
+        return False
+    s = json.loads(raw)
+    tx.delete(keys.durable_schedule(ns, durable_id))
+    tx.delete(keys.durable_timer(ns, s["nextRunAt"], keys.DURABLE_TIMER_SCHEDULE, durable_id))
+    return True
 
 
 def _has_durable(tx: Txn, ns: str) -> bool:

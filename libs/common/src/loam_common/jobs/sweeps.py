@@ -13,7 +13,7 @@ from loam_common.jobs import states as S
 from loam_common.jobs.failure import job_fail_if_live, job_record_error, job_retry_or_fail
 from loam_common.jobs.linked import LinkedQueueTx
 from loam_common.jobs.promote import promote_due
-from loam_common.jobs.queue import max_stalled
+from loam_common.jobs.queue import max_stalled, stalled_cutoff
 from loam_common.store.base import Txn
 
 BATCH = 500
@@ -21,11 +21,15 @@ STALLED_MESSAGE = "job stalled more than allowable limit"
 
 
 def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) -> int:
-    """Reclaim active jobs whose lease deadline passed. The reclaim bumps the epoch,
-    which is what fences the worker that lost the job."""
+    """Reclaim active jobs whose lease deadline passed (as the queue's stalled check
+    sees it: `stalled_cutoff`). The reclaim bumps the epoch, which is what fences the
+    worker that lost the job."""
     with LinkedQueueTx(tx, ns, queue, create=False) as qt:
+        cutoff = stalled_cutoff(qt.cfg, qt.now)
+        if cutoff is None:
+            return 0
         prefix = qt.k.active_shard(shard)
-        expired = tx.scan(prefix, prefix + keys.U64.pack(qt.now), limit=limit)
+        expired = tx.scan(prefix, prefix + keys.U64.pack(cutoff), limit=limit)
         plen = len(prefix)
         for key, _ in expired:
             job = qt.get_job(keys.index_job_id(key, plen))
@@ -123,7 +127,12 @@ def due(tx: Txn, ns: str, queue: str) -> Due | None:
     def head_before(prefix: bytes, t: int) -> bool:
         return bool(tx.scan(prefix, prefix + keys.U64.pack(max(t, 0)), limit=1))
 
-    stalled = frozenset(s for s in range(shards) if head_before(k.active_shard(s), now))
+    cutoff = stalled_cutoff(qt.cfg, now)
+    stalled = (
+        frozenset(s for s in range(shards) if head_before(k.active_shard(s), cutoff))
+        if cutoff is not None
+        else frozenset()
+    )
     delayed = frozenset(s for s in range(shards) if head_before(k.delayed_shard(s), now + 1))
     retained = False
     for state in (S.COMPLETED, S.FAILED):
@@ -156,6 +165,90 @@ def namespace_due(tx: Txn, ns: str) -> NamespaceDue:
 def due_many(tx: Txn, ns: str, queues: list[str]) -> list[Due | None]:
     """`due` for several queues in one snapshot (a sweeper pass over a namespace)."""
     return [due(tx, ns, q) for q in queues]
+
+
+# -- the due index (keys.due_entry): which queue shards to look at, store-wide -------------
+DUE_PAGE = 1000
+
+
+def due_shards(tx: Txn, after: bytes = b"", limit: int = DUE_PAGE) -> list[tuple[bytes, str, str, int]]:
+    """The queue shards whose place in the due index has come (at or before now), oldest
+    first, from past the entry `after` on: (entry key, ns, queue, shard). The only queues
+    a sweeper pass between full passes looks at."""
+    end = keys.DUE_INDEX + keys.U64.pack(tx.now_ns() + 1)
+    start = after + b"\x00" if after else keys.DUE_INDEX
+    return [(k, *keys.due_entry_parts(k)[1:]) for k, _ in tx.scan(start, end, limit=limit)]
+
+
+def next_due_ns(qt: LinkedQueueTx, shard: int) -> int | None:
+    """When the shard next has sweep work, from the head of each index a sweep reads (the
+    same heads `due` compares with now); None if nothing in it will ever be due."""
+    tx, k = qt.tx, qt.k
+    times = []
+
+    def head(prefix: bytes, shift: int = 0) -> None:
+        rows = tx.scan(prefix, keys.prefix_end(prefix), limit=1)
+        if rows:
+            times.append(keys.index_time(rows[0][0], len(prefix)) + shift)
+
+    head(k.active_shard(shard))
+    head(k.delayed_shard(shard))
+    for state in (S.COMPLETED, S.FAILED):
+        count, age = retention.retention_policy(qt, None, state)
+        if age is not None:
+            head(k.state_shard(state, shard), age)
+        if count is not None and qt.meta(shard).counts[state] > count:
+            times.append(qt.now)
+    if shard == 0:  # the queue-wide sweeps run with shard 0
+        head(k.idempotency_expiry_all())
+    return min(times) if times else None
+
+
+def _placement(tx: Txn, ns: str, queue: str, shards: list[int]) -> list[tuple[int, int | None, int | None]]:
+    """(shard, its time in the due index now, the time it should have) per shard."""
+    k = keys.QueueKeys(ns, queue)
+    qt = LinkedQueueTx(tx, ns, queue, create=False) if tx.get(k.config()) is not None else None
+    out = []
+    for shard in shards:
+        raw = tx.get(k.next_due(shard))
+        current = keys.U64.unpack(raw)[0] if raw is not None else None
+        at_ns = next_due_ns(qt, shard) if qt is not None and shard < max(qt.cfg.shards, 1) else None
+        out.append((shard, current, None if at_ns is None else max(at_ns, 0)))
+    return out
+
+
+def misplaced(tx: Txn, items: list[tuple[str, str, list[int]]]) -> list[tuple[str, str, list[int]]]:
+    """The queue shards of `items` whose place in the due index is not their next due
+    time (read-only: a pass that finds every place right writes nothing)."""
+    out = []
+    for ns, queue, shards in items:
+        wrong = [shard for shard, current, at_ns in _placement(tx, ns, queue, shards) if current != at_ns]
+        if wrong:
+            out.append((ns, queue, wrong))
+    return out
+
+
+def reschedule_due(tx: Txn, ns: str, queue: str, shards: list[int]) -> None:
+    """Put each shard at its next due time in the due index (after a sweep), or take it
+    out: in the transaction that reads the heads, so an entry added meanwhile by another
+    transition either is seen here or moves the place earlier after this commits."""
+    k = keys.QueueKeys(ns, queue)
+    for shard, current, at_ns in _placement(tx, ns, queue, shards):
+        nd_key = k.next_due(shard)
+        if at_ns == current:
+            continue
+        if current is not None:
+            tx.delete(keys.due_entry(current, ns, queue, shard))
+        if at_ns is None:
+            tx.delete(nd_key)
+        else:
+            tx.put(keys.due_entry(at_ns, ns, queue, shard), b"")
+            tx.put(nd_key, keys.U64.pack(at_ns))
+
+
+def reschedule_due_many(tx: Txn, items: list[tuple[str, str, list[int]]]) -> None:
+    for ns, queue, shards in items:
+        reschedule_due(tx, ns, queue, shards)
 
 
 def queue_shards(tx: Txn, ns: str, queue: str) -> int:

@@ -1,5 +1,5 @@
-"""The store: an ordered transactional key-value seam (`base`), its backends (`sqlite`,
-`memory`, `tikv`) and the one async runner over them (`runner.Store`, `open_store`).
+"""The store: an ordered transactional key-value seam (`base`), its backends (`lmdb`,
+`sqlite`, `memory`, `tikv`) and the one async runner over them (`runner.Store`, `open_store`).
 The TiKV client itself is imported only when a TikvBackend is constructed.
 """
 
@@ -15,6 +15,7 @@ from loam_common.store.base import (
     Txn,
     WriteConflict,
 )
+from loam_common.store.lmdb import LmdbBackend
 from loam_common.store.memory import Fault, FaultPlan, MemoryBackend
 from loam_common.store.runner import COMMIT_TOKEN_PREFIX, RESERVED_PREFIX, Store, open_store
 from loam_common.store.sqlite import SqliteBackend
@@ -29,6 +30,7 @@ __all__ = [
     "CommitUnknown",
     "Fault",
     "FaultPlan",
+    "LmdbBackend",
     "ManualClock",
     "MemoryBackend",
     "RegionError",

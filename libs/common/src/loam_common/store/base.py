@@ -164,6 +164,11 @@ class Capabilities:
     multi_process: bool
     #: pessimistic locks exist (lock_for_update blocks other writers)
     pessimistic: bool
+    #: a group-commit batch first runs without a savepoint per call; if a call fails, the
+    #: batch's transaction is abandoned and the batch runs again with them (for a backend
+    #: whose savepoints cost something per write, and whose abandoned transaction costs
+    #: nothing but the work done in it)
+    optimistic_batches: bool = False
 
 
 class Backend(abc.ABC):

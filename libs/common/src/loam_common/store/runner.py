@@ -11,6 +11,10 @@ raises is rolled back to its savepoint and its exception goes to its caller only
 commit fails with a retryable error, the whole batch runs again. Results go back to each
 caller's event loop with `call_soon_threadsafe`, one call per loop per batch.
 
+A backend with `capabilities.optimistic_batches` (LMDB) first runs the batch with no
+savepoints at all; if a call raises, that transaction is abandoned and the batch runs
+again the usual way. Most batches have no failing call and pay for no savepoint.
+
 Without group commit (TiKV), each call runs in its own transaction on a worker thread.
 
 Commit tokens (backends with `capabilities.unknown_commit_outcomes`): each write
@@ -44,6 +48,7 @@ from loam_common.store.base import (
     Txn,
     WriteConflict,
 )
+from loam_common.store.lmdb import LmdbBackend
 from loam_common.store.memory import MemoryBackend
 from loam_common.store.sqlite import SqliteBackend
 from loam_common.store.tikv import TikvBackend
@@ -389,6 +394,8 @@ class Store:
                 time.sleep(_backoff_s(attempt))
 
     def _group_attempt(self, calls: list[_Call]) -> None:
+        if self.capabilities.optimistic_batches and self._optimistic_attempt(calls):
+            return
         tx = self.backend.begin(pessimistic=any(c.pessimistic for c in calls))
         done = False
         try:
@@ -397,6 +404,30 @@ class Store:
                 self._run_in_savepoint(tx, call, after)
             self._commit(tx, self._put_token(tx) if self._tokens and tx.has_writes() else None)
             done = True
+        finally:
+            if not done:
+                tx.rollback()
+
+    def _optimistic_attempt(self, calls: list[_Call]) -> bool:
+        """Run the batch with no savepoint per call and commit; False, with nothing
+        committed, as soon as one call raises (the batch then runs with savepoints, so
+        only that call fails). Write conflicts go to the batch's retry as usual."""
+        tx = self.backend.begin(pessimistic=any(c.pessimistic for c in calls))
+        done = False
+        try:
+            after = tx.declared()
+            for call in calls:
+                mark = len(after)
+                try:
+                    call.result = call.fn(tx, *call.args)
+                except WriteConflict:
+                    raise
+                except Exception:
+                    return False
+                call.error, call.effects = None, after[mark:]
+            self._commit(tx, self._put_token(tx) if self._tokens and tx.has_writes() else None)
+            done = True
+            return True
         finally:
             if not done:
                 tx.rollback()
@@ -443,23 +474,59 @@ def _delete_keys(tx: Txn, keys: list[bytes]) -> None:
 
 
 _URL_FORMS = (
-    "sqlite:///abs/path.db, sqlite:relative/path.db, memory://, tikv://pd-host:2379[,pd-host2:2379...]"
+    "lmdb:///abs/dir, lmdb:relative/dir, sqlite:///abs/path.db, sqlite:relative/path.db, memory://, "
+    "tikv://pd-host:2379[,pd-host2:2379...]"
 )
 
 
+def _file_path(url: str, scheme: str) -> str:
+    """The path of `scheme:///abs/path` or `scheme:relative/path`."""
+    rest = url[len(scheme) + 1 :]
+    if rest.startswith("///"):
+        path = rest[2:]  # keep the leading "/" of the absolute path
+    elif rest.startswith("/"):
+        raise ValueError(f"bad store URL {url!r}: use one of {_URL_FORMS}")
+    else:
+        path = rest
+    if not path or path == "/":
+        raise ValueError(f"bad store URL {url!r}: no database path; use one of {_URL_FORMS}")
+    return path
+
+
+#: the store inside a `loam dev` data directory: an LMDB environment (a directory)
+DATA_DIR_LMDB = "loam.lmdb"
+#: the SQLite file a data directory made before LMDB was the default holds
+DATA_DIR_SQLITE = "loam.db"
+
+
+def store_url_of(path: str | os.PathLike[str]) -> str:
+    """The store URL for a path a user typed: a URL stays as it is; `x.db` is a SQLite
+    file; a `loam dev` data directory means its store (`loam.lmdb/`, or `loam.db` when
+    only that exists: a directory made before LMDB was the default keeps its data); any
+    other path is an LMDB environment."""
+    text = os.fspath(path)
+    if "://" in text or text.startswith(("sqlite:", "lmdb:", "memory:", "tikv:")):
+        return text
+    p = os.path.abspath(text)
+    if p.endswith(".db"):
+        return f"sqlite://{p}"
+    if os.path.exists(os.path.join(p, "data.mdb")) or p.endswith(".lmdb"):
+        return f"lmdb://{p}"
+    lmdb_dir, sqlite_file = os.path.join(p, DATA_DIR_LMDB), os.path.join(p, DATA_DIR_SQLITE)
+    if os.path.exists(sqlite_file) and not os.path.exists(lmdb_dir):
+        return f"sqlite://{sqlite_file}"
+    return f"lmdb://{lmdb_dir}"
+
+
 def open_store(url: str, *, durable_power_loss: bool = False, clock: Clock | None = None) -> Store:
-    """Open a Store from a URL. `durable_power_loss` applies to SQLite only."""
+    """Open a Store from a URL. `durable_power_loss` applies to the embedded stores
+    (LMDB, SQLite): an fsync before a commit is acknowledged."""
     backend: Backend
-    if url.startswith("sqlite:"):
-        rest = url[len("sqlite:") :]
-        if rest.startswith("///"):
-            path = rest[2:]  # keep the leading "/" of the absolute path
-        elif rest.startswith("/"):
-            raise ValueError(f"bad store URL {url!r}: use one of {_URL_FORMS}")
-        else:
-            path = rest
-        if not path or path == "/":
-            raise ValueError(f"bad store URL {url!r}: no database path; use one of {_URL_FORMS}")
+    if url.startswith("lmdb:"):
+        path = _file_path(url, "lmdb")
+        backend = LmdbBackend(path, durable_power_loss=durable_power_loss, clock=clock)
+    elif url.startswith("sqlite:"):
+        path = _file_path(url, "sqlite")
         backend = SqliteBackend(path, durable_power_loss=durable_power_loss, clock=clock)
     elif url == "memory://":
         backend = MemoryBackend(clock=clock)

@@ -11,9 +11,13 @@ What it owns: the connection pool, the transaction mapping onto SQLite, and the 
   conflict; the runner's group commit keeps that one writer busy. `busy_timeout` is long
   because several processes may share the file and wait for each other's commits.
 - BLOB keys compare with memcmp, which is the byte order the seam promises.
-- Savepoints are SQL savepoints named by depth (`sp0`, `sp1`...) so their statements stay
-  in the statement cache, and they are taken lazily: a transition that writes nothing costs
-  no SQL at all for its savepoint.
+- Savepoints cost no SQL until they must: writes are buffered anyway, so while a
+  savepoint's writes are all still in the buffer it is rolled back by undoing them there
+  (an undo log of each buffered write's previous buffered value) and released by doing
+  nothing; a group commit's transitions, each in its own savepoint, then reach SQLite as
+  one flush at the commit. Only a flush while a savepoint is open (a scan needs the
+  writes in SQLite) turns it into an SQL savepoint, named by depth (`sp0`, `sp1`...) so
+  the statements stay in the statement cache.
 - Checkpoints run on a thread of the backend (`_Checkpointer`), not inside a COMMIT: the
   writer's own threshold would copy ~1000 WAL pages into the database file during
   whichever call's commit crossed it, a few milliseconds on that one call.
@@ -60,15 +64,22 @@ def _sql(table: list[str], verb: str, depth: int) -> str:
     return table[depth] if depth < len(table) else f"{verb} sp{depth}"
 
 
-class _Savepoint:
-    __slots__ = ("txn", "depth", "after_len", "live")
+_ABSENT = object()  # in the undo log: the key was not in the write buffer
 
-    def __init__(self, txn: SqliteTxn, depth: int, after_len: int) -> None:
+
+class _Savepoint:
+    """Either live (its SQL SAVEPOINT was issued by a flush) or buffered: every write
+    since it was taken is still in the write buffer, and undo-log entries from `mark` on
+    undo them."""
+
+    __slots__ = ("txn", "depth", "after_len", "live", "mark")
+
+    def __init__(self, txn: SqliteTxn, depth: int, after_len: int, mark: int) -> None:
         self.txn = txn
         self.depth = depth
         self.after_len = after_len
-        #: the SQL SAVEPOINT has been issued (done on the first write after it)
         self.live = False
+        self.mark = mark
 
 
 class SqliteTxn(Txn):
@@ -84,7 +95,9 @@ class SqliteTxn(Txn):
         self._cache: dict[bytes, bytes | None] = {}
         self._buf: dict[bytes, bytes | None] = {}  # writes not yet sent to SQLite (None: delete)
         self._stack: list[_Savepoint] = []
-        self._pending = 0  # savepoints at the top of the stack not yet issued to SQLite
+        #: (key, its previous buffered value or _ABSENT) per write while a buffered
+        #: savepoint is open: how such a savepoint is rolled back without SQL
+        self._undo: list[tuple[bytes, object]] = []
         self._after: list = []
         self._open = True
 
@@ -133,8 +146,8 @@ class SqliteTxn(Txn):
             raise RuntimeError("write in a read-only transaction")
         if type(key) is not bytes:
             raise TypeError(f"keys are bytes, got {type(key).__name__}")
-        if self._pending:
-            self._issue_pending_savepoints()
+        if self._stack and not self._stack[-1].live:  # a buffered savepoint is open
+            self._undo.append((key, self._buf.get(key, _ABSENT)))
 
     def put(self, key: bytes, value: bytes) -> None:
         self._writable(key)
@@ -148,31 +161,44 @@ class SqliteTxn(Txn):
         self._buf[key] = None
         self._cache[key] = None
 
-    def _flush(self) -> None:
-        buf, self._buf = self._buf, {}
+    def _write(self, buf: dict[bytes, bytes | None]) -> None:
         puts = [kv for kv in buf.items() if kv[1] is not None]
         if puts:
             self._conn.executemany(_PUT, puts)
         if len(puts) < len(buf):
             self._conn.executemany(_DEL, [(k,) for k, v in buf.items() if v is None])
 
+    def _flush(self) -> None:
+        """Send the buffer to SQLite. Each buffered savepoint becomes an SQL savepoint
+        first, between the writes made before it and those made after it."""
+        buffered = [sp for sp in self._stack if not sp.live]
+        if buffered:
+            # The buffer as it was at each savepoint, newest first, by undoing the log.
+            state, states, undo = dict(self._buf), [], self._undo
+            for sp in reversed(buffered):
+                for i in range(len(undo) - 1, sp.mark - 1, -1):
+                    key, prev = undo[i]
+                    if prev is _ABSENT:
+                        state.pop(key, None)
+                    else:
+                        state[key] = prev  # type: ignore[assignment]
+                del undo[sp.mark :]
+                states.append(dict(state))
+            for sp, before in zip(buffered, reversed(states), strict=True):
+                self._write(before)
+                self._conn.execute(_sql(_SAVEPOINT, "SAVEPOINT", sp.depth))
+                sp.live = True
+            self._undo = []
+        buf, self._buf = self._buf, {}
+        self._write(buf)
+
     # -- savepoints -----------------------------------------------------------------
     def savepoint(self) -> object:
         if self._read_only:
             raise RuntimeError("savepoint in a read-only transaction")
-        sp = _Savepoint(self, len(self._stack), len(self._after))
+        sp = _Savepoint(self, len(self._stack), len(self._after), len(self._undo))
         self._stack.append(sp)
-        self._pending += 1
         return sp
-
-    def _issue_pending_savepoints(self) -> None:
-        if self._buf:  # writes made before the savepoint belong outside it
-            self._flush()
-        execute = self._conn.execute
-        for sp in self._stack[len(self._stack) - self._pending :]:
-            execute(_sql(_SAVEPOINT, "SAVEPOINT", sp.depth))
-            sp.live = True
-        self._pending = 0
 
     def _check(self, sp: object) -> _Savepoint:
         if not isinstance(sp, _Savepoint) or sp.txn is not self:
@@ -186,13 +212,23 @@ class SqliteTxn(Txn):
         del self._stack[sp.depth + 1 :]  # SQLite cancels the later savepoints the same way
         del self._after[sp.after_len :]
         if sp.live:
-            # Every buffered write came after the newest live savepoint (issuing one
-            # flushes), so after this one too: drop them unsent.
+            # Every buffered write came after the newest live savepoint (a flush makes
+            # every open savepoint live), so after this one too: drop them unsent.
             self._buf = {}
+            self._undo = []
             self._conn.execute(_sql(_ROLLBACK_TO, "ROLLBACK TO", sp.depth))
             self._cache.clear()
-        # else nothing was written since it was taken, so there is nothing to undo.
-        self._pending = sum(1 for s in self._stack if not s.live)
+            return
+        # Nothing since it reached SQLite: undo the buffered writes made after it.
+        buf, cache, undo = self._buf, self._cache, self._undo
+        for i in range(len(undo) - 1, sp.mark - 1, -1):
+            key, prev = undo[i]
+            if prev is _ABSENT:
+                buf.pop(key, None)
+                cache.pop(key, None)  # read again from SQLite, which never saw the write
+            else:
+                buf[key] = cache[key] = prev  # type: ignore[assignment]
+        del undo[sp.mark :]
 
     def release(self, savepoint: object) -> None:
         sp = self._check(savepoint)
@@ -201,7 +237,9 @@ class SqliteTxn(Txn):
             if self._buf:
                 self._flush()
             self._conn.execute(_sql(_RELEASE, "RELEASE", sp.depth))
-        self._pending = sum(1 for s in self._stack if not s.live)
+        # a buffered savepoint's writes stay in the buffer: they now belong to its parent
+        if not self._stack or self._stack[-1].live:
+            self._undo = []  # no buffered savepoint is left to undo to
 
     # -- end ------------------------------------------------------------------------
     def commit(self) -> None:
@@ -211,7 +249,8 @@ class SqliteTxn(Txn):
         conn = self._conn
         try:
             if self._buf:
-                self._flush()
+                self._write(self._buf)  # open savepoints end with the transaction
+                self._buf = {}
             conn.execute("ROLLBACK" if self._read_only else "COMMIT")
         except sqlite3.Error as e:
             # SQLite is local: a failed COMMIT is a known failure, not an unknown outcome.

@@ -28,7 +28,9 @@ DEFAULT_URL = "http://127.0.0.1:7720"
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="loam flink", description="Flink deployments on Loam")
-    p.add_argument("--url", default=os.environ.get("LOAM_URL", DEFAULT_URL))
+    # $LOAM_URL, or its alias $LOAM_JOBS_URL, as every Loam client reads them
+    url = os.environ.get("LOAM_URL") or os.environ.get("LOAM_JOBS_URL") or DEFAULT_URL
+    p.add_argument("--url", default=url)
     p.add_argument("--token", default=os.environ.get("LOAM_TOKEN"))
     p.add_argument("--namespace", "-n", default=os.environ.get("LOAM_NAMESPACE"))
     sub = p.add_subparsers(dest="command", required=True)

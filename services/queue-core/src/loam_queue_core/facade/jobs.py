@@ -15,7 +15,7 @@ import random
 from loam_common import tracing, validate
 from loam_common.errors import Fenced, InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import job_admin
+from loam_common.jobs import job_admin, quotas
 from loam_common.jobs.complete import (
     Completed,
     Outcome,
@@ -29,6 +29,7 @@ from loam_common.jobs.complete import (
 from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import job_lease
 from loam_common.jobs.new_job import Enqueued, NewJob
+from loam_common.jobs.quotas import QuotaTable
 from loam_common.metrics import count_fenced
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
@@ -45,10 +46,13 @@ Completion = tuple[str, str, int, Outcome]
 
 
 class Jobs:
-    def __init__(self, store: Store, payloads: Payloads, waiters: Waiters) -> None:
+    def __init__(
+        self, store: Store, payloads: Payloads, waiters: Waiters, quotas: QuotaTable | None = None
+    ) -> None:
         self.store = store
         self.payloads = payloads
         self.waiters = waiters
+        self.quotas = quotas or QuotaTable()
 
     # -- producing -------------------------------------------------------------------
     async def enqueue(
@@ -98,6 +102,10 @@ class Jobs:
         leases for it and the poll gets the jobs without reading again (decision 0023)."""
         claim = self.waiters.claim(ns, queue) if any(_may_be_ready(n) for n in news) else None
         if claim is None:
+            if quota := self.quotas.of(ns):
+                return await self.store.transact(
+                    quotas.job_enqueue_within_quota, ns, queue, news, bulk, quota
+                )
             return await self.store.transact(job_enqueue, ns, queue, news, bulk)
         # Shielded: if the caller leaves, the transaction may still commit, and the poll
         # must then get the jobs leased for it, not be told to read again.
@@ -111,9 +119,14 @@ class Jobs:
         poll, lease_args = claim
         leased = None
         try:
-            results, leased = await self.store.transact(
-                job_enqueue_then_lease, ns, queue, news, bulk, lease_args
-            )
+            if quota := self.quotas.of(ns):
+                results, leased = await self.store.transact(
+                    quotas.job_enqueue_then_lease_within_quota, ns, queue, news, bulk, lease_args, quota
+                )
+            else:
+                results, leased = await self.store.transact(
+                    job_enqueue_then_lease, ns, queue, news, bulk, lease_args
+                )
         finally:  # the claimed poll always gets an answer, if only "read again"
             jobs = leased.jobs if leased is not None else []
             answered = self.waiters.hand(poll, jobs or None)
@@ -150,9 +163,13 @@ class Jobs:
             # Park before reading, so a job that arrives after the read wakes us.
             fut = self.waiters.park(ns, queues, worker) if wait_ns else None
             try:
-                res = await self.store.transact(
-                    job_lease, ns, queues, worker, max_jobs, name_set, random.randrange(64), visibility_ns
-                )
+                if quota := self.quotas.of(ns):
+                    res = await self.store.transact(quotas.job_lease_within_quota, ns, queues, worker, max_jobs,
+                                                    name_set, random.randrange(64), visibility_ns, quota)  # fmt: skip
+                else:
+                    res = await self.store.transact(
+                        job_lease, ns, queues, worker, max_jobs, name_set, random.randrange(64), visibility_ns
+                    )
                 left = give_up - loop.time()
                 if res.jobs or fut is None or left <= 0 or self.waiters.ended(fut):
                     return await self.payloads.inline(res.jobs)

@@ -35,6 +35,7 @@ class Payloads:
                 raise PayloadTooLarge(size, self.payload_limit)
             if task.payload.blob_ref:
                 raise InvalidArgument(f"{field}.payload.blob_ref", "is set by the server; send the data")
+            validate.json_payload(f"{field}.payload.data", task.payload)
         news = []
         for (task, opts, _field), job_id in zip(items, ids.new_ulids(len(items)), strict=True):
             task.payload.size = len(task.payload.data)
@@ -76,6 +77,7 @@ class Payloads:
             raise InvalidArgument("data.blob_ref", "is set by the server; send the data")
         if len(data.data) > self.payload_limit:
             raise PayloadTooLarge(len(data.data), self.payload_limit)
+        validate.json_payload("data.data", data)
         if len(data.data) <= INLINE_LIMIT or self.blobs is None:
             return data
         ref = blob_ref(ns, queue, job_id, f"payload-{ids.new_ulid()}")

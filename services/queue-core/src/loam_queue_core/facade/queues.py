@@ -83,8 +83,18 @@ class Queues:
         return await self.store.transact(admin.queue_set_concurrency, ns, _queue(queue), concurrency)
 
     # -- ops over the queue's jobs -------------------------------------------------------
-    async def drain(self, ns: Namespace, queue: str, delayed: bool) -> int:
-        return await self._repeat(admin.queue_drain, ns, _queue(queue), delayed, admin.BATCH)
+    async def drain(self, ns: Namespace, queue: str, delayed: bool, limit: int = 0) -> int:
+        """Remove waiting (and with `delayed`, delayed) jobs: up to `limit`, or (0) all."""
+        if not limit:
+            return await self._repeat(admin.queue_drain, ns, _queue(queue), delayed, admin.BATCH)
+        total = 0
+        while total < limit:
+            batch = min(admin.BATCH, limit - total)
+            n = await self.store.transact(admin.queue_drain, ns, _queue(queue), delayed, batch)
+            total += n
+            if n < batch:
+                break
+        return total
 
     async def clean(self, ns: Namespace, queue: str, state: int, grace_ns: int, limit: int) -> int:
         """Remove finished jobs older than `grace_ns`: up to `limit`, or (0) all of them."""

@@ -579,10 +579,12 @@ class QueueOp(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
     class Drain(_message.Message):
-        __slots__ = ("delayed",)
+        __slots__ = ("delayed", "limit")
         DELAYED_FIELD_NUMBER: _ClassVar[int]
+        LIMIT_FIELD_NUMBER: _ClassVar[int]
         delayed: bool
-        def __init__(self, delayed: _Optional[bool] = ...) -> None: ...
+        limit: int
+        def __init__(self, delayed: _Optional[bool] = ..., limit: _Optional[int] = ...) -> None: ...
     class Clean(_message.Message):
         __slots__ = ("state", "grace_ns", "limit")
         STATE_FIELD_NUMBER: _ClassVar[int]

@@ -372,7 +372,7 @@ class RateLimit(_message.Message):
     def __init__(self, max: _Optional[int] = ..., duration_ns: _Optional[int] = ..., sharded: _Optional[bool] = ...) -> None: ...
 
 class QueueConfig(_message.Message):
-    __slots__ = ("name", "visibility_ns", "attempts", "backoff", "max_stalled", "rate_limit", "concurrency", "retention", "dead_letter_queue", "dead_letter_on_exhausted", "shards", "paused", "created_ns", "log_cap", "payload_limit", "defer_stalled_failure", "defer_child_failure")
+    __slots__ = ("name", "visibility_ns", "attempts", "backoff", "max_stalled", "rate_limit", "concurrency", "retention", "dead_letter_queue", "dead_letter_on_exhausted", "shards", "paused", "created_ns", "log_cap", "payload_limit", "defer_stalled_failure", "defer_child_failure", "skip_stalled_check", "stalled_interval_ns")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VISIBILITY_NS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -390,6 +390,8 @@ class QueueConfig(_message.Message):
     PAYLOAD_LIMIT_FIELD_NUMBER: _ClassVar[int]
     DEFER_STALLED_FAILURE_FIELD_NUMBER: _ClassVar[int]
     DEFER_CHILD_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    SKIP_STALLED_CHECK_FIELD_NUMBER: _ClassVar[int]
+    STALLED_INTERVAL_NS_FIELD_NUMBER: _ClassVar[int]
     name: str
     visibility_ns: int
     attempts: int
@@ -407,7 +409,9 @@ class QueueConfig(_message.Message):
     payload_limit: int
     defer_stalled_failure: bool
     defer_child_failure: bool
-    def __init__(self, name: _Optional[str] = ..., visibility_ns: _Optional[int] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., max_stalled: _Optional[int] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., concurrency: _Optional[int] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., dead_letter_queue: _Optional[str] = ..., dead_letter_on_exhausted: _Optional[bool] = ..., shards: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ns: _Optional[int] = ..., log_cap: _Optional[int] = ..., payload_limit: _Optional[int] = ..., defer_stalled_failure: _Optional[bool] = ..., defer_child_failure: _Optional[bool] = ...) -> None: ...
+    skip_stalled_check: bool
+    stalled_interval_ns: int
+    def __init__(self, name: _Optional[str] = ..., visibility_ns: _Optional[int] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., max_stalled: _Optional[int] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., concurrency: _Optional[int] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., dead_letter_queue: _Optional[str] = ..., dead_letter_on_exhausted: _Optional[bool] = ..., shards: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ns: _Optional[int] = ..., log_cap: _Optional[int] = ..., payload_limit: _Optional[int] = ..., defer_stalled_failure: _Optional[bool] = ..., defer_child_failure: _Optional[bool] = ..., skip_stalled_check: _Optional[bool] = ..., stalled_interval_ns: _Optional[int] = ...) -> None: ...
 
 class ShardMeta(_message.Message):
     __slots__ = ("next_seq", "outbox_seq", "counts", "enqueued_total", "leased_total", "stalled_total", "fenced_total", "completed_total")

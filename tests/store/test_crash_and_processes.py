@@ -1,5 +1,5 @@
-"""SQLite across processes: acknowledged writes survive SIGKILL, and two OS processes
-sharing one file through `transact` lose no updates."""
+"""The embedded stores (LMDB, SQLite) across processes: acknowledged writes survive
+SIGKILL, and two OS processes sharing one store through `transact` lose no updates."""
 
 from __future__ import annotations
 
@@ -8,7 +8,20 @@ import subprocess
 import sys
 import textwrap
 
-from loam_common.store import SqliteBackend
+import pytest
+
+from loam_common.store import LmdbBackend, SqliteBackend
+
+EMBEDDED = {"lmdb": (LmdbBackend, "store.lmdb"), "sqlite": (SqliteBackend, "store.db")}
+
+
+@pytest.fixture(params=sorted(EMBEDDED))
+def embedded(request, tmp_path):
+    """(url, path, backend class) of a fresh embedded store."""
+    cls, name = EMBEDDED[request.param]
+    path = str(tmp_path / name)
+    return f"{request.param}:///{path}", path, cls
+
 
 WRITER = textwrap.dedent(
     """
@@ -18,8 +31,8 @@ WRITER = textwrap.dedent(
     def put(tx, key):
         tx.put(key, b"acked")
 
-    async def main(path):
-        store = open_store("sqlite:///" + path)
+    async def main(url):
+        store = open_store(url)
         next_id = 0
 
         async def writer():
@@ -45,8 +58,8 @@ INCREMENTER = textwrap.dedent(
         v = tx.get(b"counter")
         tx.put(b"counter", ((int.from_bytes(v, "big") if v else 0) + 1).to_bytes(8, "big"))
 
-    async def main(path, n, concurrency):
-        async with open_store("sqlite:///" + path) as store:
+    async def main(url, n, concurrency):
+        async with open_store(url) as store:
             print("ready", flush=True)
             sys.stdin.readline()  # start together
 
@@ -73,9 +86,9 @@ def spawn(script: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def test_acknowledged_writes_survive_sigkill(tmp_path):
-    path = str(tmp_path / "kill.db")
-    child = spawn(WRITER, path)
+def test_acknowledged_writes_survive_sigkill(embedded):
+    url, path, backend_class = embedded
+    child = spawn(WRITER, url)
     acked: list[int] = []
     try:
         assert child.stdout is not None
@@ -93,7 +106,7 @@ def test_acknowledged_writes_survive_sigkill(tmp_path):
         child.wait()
     assert child.returncode == -signal.SIGKILL
 
-    backend = SqliteBackend(path)
+    backend = backend_class(path)
     try:
         tx = backend.begin(read_only=True)
         stored = {k for k, _ in tx.scan(b"k/", b"k0")}
@@ -104,10 +117,10 @@ def test_acknowledged_writes_survive_sigkill(tmp_path):
     assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:5]}"
 
 
-def test_two_processes_increment_one_counter(tmp_path):
-    path = str(tmp_path / "shared.db")
-    SqliteBackend(path).close()  # create the file once, before the race
-    children = [spawn(INCREMENTER, path, "1000", "20") for _ in range(2)]
+def test_two_processes_increment_one_counter(embedded):
+    url, path, backend_class = embedded
+    backend_class(path).close()  # create the store once, before the race
+    children = [spawn(INCREMENTER, url, "1000", "20") for _ in range(2)]
     try:
         for child in children:
             assert child.stdout.readline().strip() == "ready"  # type: ignore[union-attr]
@@ -123,7 +136,7 @@ def test_two_processes_increment_one_counter(tmp_path):
             child.kill()
             child.wait()
 
-    backend = SqliteBackend(path)
+    backend = backend_class(path)
     try:
         tx = backend.begin(read_only=True)
         assert tx.get(b"counter") == (2000).to_bytes(8, "big")
@@ -132,7 +145,7 @@ def test_two_processes_increment_one_counter(tmp_path):
         backend.close()
 
 
-def test_pragmas(tmp_path):
+def test_sqlite_pragmas(tmp_path):
     for durable, expected in ((False, 1), (True, 2)):  # synchronous: 1 = NORMAL, 2 = FULL
         backend = SqliteBackend(tmp_path / f"p{durable}.db", durable_power_loss=durable)
         try:

@@ -1,0 +1,170 @@
+"""The checker: what a run's history and the store's final state must satisfy.
+
+- no acknowledged enqueue lost: every job an enqueue was told about exists and, after
+  the drain, is completed;
+- no job with two outcomes: at most one terminal event per job in the event log, and at
+  most one completion acknowledged per job;
+- no completion by a fenced lease: an acknowledged completion's epoch is the epoch the
+  job's `completed` event records;
+- at most one active job per subject: no two jobs of one subject held by workers at
+  once, judged by client times (a lease's answer arrived before the other's completion
+  was sent, both completions acknowledged);
+- counts equal to the records: each state's counter is the number of job records in it;
+- the event log per shard is 1..head with no gap or repeat, and a Watch that reconnected
+  along the way received a gapless, repeat-free run of it up to the head.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+from history import History
+
+from loam_common import keys
+from loam_common.gen.loam.jobs.v1 import events_pb2
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import admin
+from loam_common.jobs import states as S
+
+TERMINAL_EVENTS = ("completed", "failed", "dead-lettered")
+
+
+@dataclass
+class FinalState:
+    jobs: dict[str, pb.Job]
+    log: list[events_pb2.JobEvent]
+    heads: dict[int, int]
+    counts: pb.QueueCounts
+
+
+def read_final_state(tx, ns: str, queue: str) -> FinalState:
+    k = keys.QueueKeys(ns, queue)
+    jobs = {}
+    for _k, v in tx.scan(k.jobs(), keys.prefix_end(k.jobs())):
+        j = pb.Job.FromString(v)
+        jobs[j.id] = j
+    log, heads = [], {}
+    cfg = admin.queue_config(tx, ns, queue)
+    for shard in range(max(cfg.shards, 1)):
+        p = k.event_log_shard(shard)
+        log += [events_pb2.JobEvent.FromString(v) for _k, v in tx.scan(p, keys.prefix_end(p))]
+        raw = tx.get(k.shard_meta(shard))
+        heads[shard] = pb.ShardMeta.FromString(raw).outbox_seq if raw else 0
+    return FinalState(jobs, log, heads, admin.queue_counts(tx, ns, queue))
+
+
+@dataclass
+class Report:
+    operations: int = 0
+    ok: int = 0
+    acknowledged_jobs: int = 0
+    completions: int = 0
+    fenced: int = 0
+    events_watched: int = 0
+    watch_reconnects: int = 0
+    lost: list[str] = field(default_factory=list)
+    doubled: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    def text(self, history: History) -> str:
+        faults = ", ".join(f"{k} {v}" for k, v in sorted(history.faults.items())) or "none"
+        return (
+            f"operations checked {self.operations} ({self.ok} ok); jobs acknowledged {self.acknowledged_jobs}, "
+            f"completions acknowledged {self.completions}, fenced {self.fenced}; events watched "
+            f"{self.events_watched} over {self.watch_reconnects} reconnects; faults: {faults}; bad inputs tried "
+            f"{history.bad_inputs} ({len(history.bad_input_failures)} answered wrongly); violations {len(self.violations)}; "
+            f"lost {len(self.lost)}, doubled {len(self.doubled)}"
+        )
+
+
+def check(history: History, final: FinalState) -> Report:
+    r = Report(operations=len(history.ops), ok=sum(1 for o in history.ops if o.status == "ok"))
+    v = r.violations
+
+    acked = {o.value for o in history.of("enqueue", "ok")}
+    r.acknowledged_jobs = len(acked)
+    for job_id in sorted(acked):
+        job = final.jobs.get(job_id)
+        if job is None or job.state != S.COMPLETED:
+            r.lost.append(job_id)
+            v.append(
+                f"lost: job {job_id} acknowledged, {'missing' if job is None else S.name(job.state)} at the end"
+            )
+
+    terminal = collections.Counter(e.job_id for e in final.log if e.event in TERMINAL_EVENTS)
+    completed_epoch = {e.job_id: e.epoch for e in final.log if e.event == "completed"}
+    acked_completions = collections.Counter()
+    for op in history.of("complete", "ok"):
+        acked_completions[op.args["job"]] += 1
+        if completed_epoch.get(op.args["job"]) != op.args["epoch"]:
+            v.append(f"fenced lease completed: job {op.args['job']} epoch {op.args['epoch']}, "
+                     f"recorded {completed_epoch.get(op.args['job'])}")  # fmt: skip
+    r.completions = sum(acked_completions.values())
+    r.fenced = sum(1 for o in history.of("complete", "fail") if "stale" in o.error)
+    for job_id in sorted(set(terminal) | set(acked_completions)):
+        if terminal[job_id] > 1 or acked_completions[job_id] > 1:
+            r.doubled.append(job_id)
+            v.append(f"two outcomes: job {job_id}: {terminal[job_id]} terminal events, "
+                     f"{acked_completions[job_id]} acknowledged completions")  # fmt: skip
+
+    _check_subjects(history, v)
+    _check_counts(final, v)
+    _check_event_log(history, final, r)
+    for bad in history.bad_input_failures:
+        v.append(f"a bad input was answered wrongly: {bad}")
+    return r
+
+
+def _check_subjects(history: History, v: list[str]) -> None:
+    leased_at: dict[tuple[str, int], tuple[float, str]] = {}
+    for op in history.of("lease", "ok"):
+        for job, epoch, subject in op.value:
+            if subject:
+                leased_at[(job, epoch)] = (op.completed, subject)
+    held: dict[str, list[tuple[float, float, str]]] = collections.defaultdict(list)
+    for op in history.of("complete", "ok"):
+        got = leased_at.get((op.args["job"], op.args["epoch"]))
+        if got is not None:
+            held[got[1]].append((got[0], op.invoked, op.args["job"]))
+    for subject, spans in held.items():
+        spans.sort()
+        for (a0, a1, a), (b0, _b1, b) in zip(spans, spans[1:], strict=False):
+            if b0 < a1 and a != b:
+                v.append(f"subject {subject}: jobs {a} and {b} held at once ({a0:.3f}-{a1:.3f}, {b0:.3f}-)")
+
+
+def _check_counts(final: FinalState, v: list[str]) -> None:
+    by_state = collections.Counter(S.name(j.state) for j in final.jobs.values())
+    counted = admin.counts_by_state_name(final.counts)
+    for state, n in counted.items():
+        if n != by_state.get(state, 0):
+            v.append(f"counts: {state} counter {n}, records {by_state.get(state, 0)}")
+
+
+def _check_event_log(history: History, final: FinalState, r: Report) -> None:
+    v = r.violations
+    for shard, head in final.heads.items():
+        seqs = [e.seq for e in final.log if e.shard == shard]
+        if seqs != list(range(1, head + 1)):
+            v.append(f"event log shard {shard}: not 1..{head} (got {len(seqs)} entries)")
+    watched: dict[int, list[int]] = collections.defaultdict(list)
+    for op in history.of("watch"):
+        for shard, seq in op.value or ():
+            watched[shard].append(seq)
+    r.watch_reconnects = max(len(history.of("watch")) - 1, 0)
+    r.events_watched = sum(len(s) for s in watched.values())
+    for shard, seqs in watched.items():
+        if not seqs:
+            continue
+        # Safety: what the Watch delivered is one run of the log, no gap, no repeat...
+        if seqs != list(range(seqs[0], seqs[-1] + 1)):
+            dups = len(seqs) - len(set(seqs))
+            gaps = len(set(range(seqs[0], max(seqs) + 1)) - set(seqs))
+            v.append(
+                f"watch shard {shard}: {len(seqs)} events from {seqs[0]}: {dups} repeated, {gaps} skipped"
+            )
+        # ...and liveness: it caught up with the head once the load stopped.
+        head = final.heads.get(shard, 0)
+        if seqs[-1] < head:
+            v.append(f"watch shard {shard}: stopped at {seqs[-1]}, the log's head is {head}")

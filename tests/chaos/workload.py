@@ -1,0 +1,204 @@
+"""The clients of a chaos run, each recording into the History: producers (some jobs
+with a subject), workers, a worker that stalls past its lease (a GC pause), a Watch
+that reconnects from its cursor every few seconds, and a vandal sending malformed and
+hostile requests (none may get a 500)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+import time
+from dataclasses import dataclass, field
+
+import httpx
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from history import History
+
+from loam_common.connect_client import jobs_client
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+
+SEC = 1_000_000_000
+#: outcomes a client cannot know: the call may or may not have happened
+UNKNOWN = {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.UNKNOWN, Code.INTERNAL, Code.CANCELED, Code.ABORTED}
+SUBJECTS = [f"customer-{i}" for i in range(4)]
+
+
+@dataclass
+class Workload:
+    url: str
+    ns: str
+    queue: str
+    history: History
+    seed: int = 0
+    stop_producing: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_working: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_watching: asyncio.Event = field(default_factory=asyncio.Event)
+    clients: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.headers = {"x-loam-namespace": self.ns}
+
+    def client(self):
+        c = jobs_client(self.url, timeout_ms=10_000)
+        self.clients.append(c)
+        return c
+
+    async def close(self) -> None:
+        for c in self.clients:
+            try:
+                await c.close()
+            except Exception:  # noqa: BLE001 - closing after a kill may fail; nothing to keep
+                pass
+
+    # -- producers -------------------------------------------------------------------------
+    async def producer(self, i: int) -> None:
+        c, n = self.client(), 0
+        while not self.stop_producing.is_set():
+            n += 1
+            subject = self.rng.choice(SUBJECTS) if n % 3 == 0 else ""
+            req = J.EnqueueRequest(queue=self.queue, task=pb.TaskSpec(name="noop", payload=pb.Payload(data=b"%d-%d" % (i, n))),
+                                   opts=pb.EnqueueOpts(subject=subject))  # fmt: skip
+            op = self.history.invoke("enqueue", f"producer-{i}", subject=subject)
+            try:
+                resp = await c.enqueue(req, headers=self.headers)
+                self.history.ok(op, resp.enqueued.job)
+            except ConnectError as e:
+                (self.history.info if e.code in UNKNOWN else self.history.fail)(
+                    op, f"{e.code.name}: {e.message}"
+                )
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.01)
+
+    # -- workers ---------------------------------------------------------------------------
+    async def complete(self, c, process: str, lease: J.Lease, retry_s: float = 20.0) -> None:
+        job, epoch = lease.token.job, lease.token.epoch
+        deadline = time.monotonic() + retry_s
+        while True:
+            op = self.history.invoke("complete", process, job=job, epoch=epoch)
+            try:
+                await c.complete(J.CompleteRequest(token=lease.token, outcome=J.Outcome(ok=J.Outcome.Ok())),
+                                 headers=self.headers)  # fmt: skip
+                self.history.ok(op)
+                return
+            except ConnectError as e:
+                if e.code in UNKNOWN:
+                    self.history.info(op, f"{e.code.name}: {e.message}")
+                    if time.monotonic() < deadline:
+                        await asyncio.sleep(0.1)
+                        continue
+                    return
+                self.history.fail(op, f"{e.code.name}: {e.message}")
+                return
+
+    async def lease(self, c, process: str, max_jobs: int) -> list[J.Lease]:
+        op = self.history.invoke("lease", process, max=max_jobs)
+        try:
+            resp = await c.lease(J.LeaseRequest(queues=[self.queue], worker=process, max=max_jobs, wait_ns=SEC // 2),
+                                 headers=self.headers)  # fmt: skip
+        except ConnectError as e:
+            (self.history.info if e.code in UNKNOWN else self.history.fail)(op, f"{e.code.name}: {e.message}")
+            await asyncio.sleep(0.05)
+            return []
+        self.history.ok(op, [(x.token.job, x.token.epoch, x.opts.subject) for x in resp.leases])
+        return list(resp.leases)
+
+    async def worker(self, i: int) -> None:
+        c, name = self.client(), f"worker-{i}"
+        while not self.stop_working.is_set():
+            for lease in await self.lease(c, name, 4):
+                await asyncio.sleep(self.rng.random() * 0.003)  # the "work"
+                await self.complete(c, name, lease)
+
+    async def stalling_worker(self, pause_s: float) -> None:
+        """Leases a few jobs, stalls longer than their lease (a GC or network pause), then
+        completes them: each completion is either fenced or, if nobody reclaimed the job
+        meanwhile, accepted; never both for one job."""
+        c = self.client()
+        while not self.stop_producing.is_set():
+            leases = await self.lease(c, "stalling", 2)
+            if leases:
+                await asyncio.sleep(pause_s)
+                for lease in leases:
+                    await self.complete(c, "stalling", lease, retry_s=5)
+            await asyncio.sleep(1)
+
+    # -- the Watch -------------------------------------------------------------------------
+    async def watcher(self, ready: asyncio.Event, heads) -> None:
+        """Watches the queue, dropping the stream every 1-3 s and resuming from its cursor;
+        ends once it has seen each shard's head (`await heads()`) after stop_watching."""
+        c, cursor = self.client(), b""
+        last: dict[int, int] = {}
+        while True:
+            if self.stop_watching.is_set():
+                want = await heads()
+                if all(last.get(s, 0) >= h for s, h in want.items()):
+                    return
+            op = self.history.invoke("watch", "watcher", cursor=cursor.hex())
+            got: list[tuple[int, int]] = []
+            op.value = got
+            loop = asyncio.get_running_loop()
+            drop_at = loop.time() + self.rng.uniform(1.0, 3.0)
+            try:
+                async with asyncio.timeout_at(drop_at):
+                    req = J.WatchRequest(selector=J.Selector(queue=self.queue), cursor=cursor)
+                    async for msg in c.watch(req, headers=self.headers):
+                        if msg.HasField("event"):
+                            got.append((msg.event.shard, msg.event.seq))
+                            last[msg.event.shard] = msg.event.seq
+                        if msg.cursor:
+                            cursor = msg.cursor
+                        if msg.ready:
+                            ready.set()
+                self.history.ok(op, got)
+            except (TimeoutError, ConnectError) as e:
+                if loop.time() >= drop_at:  # the planned reconnect (the client reports it as cancelled)
+                    self.history.ok(op, got)
+                    continue
+                self.history.info(
+                    op, f"{e.code.name}: {e.message}" if isinstance(e, ConnectError) else "timeout"
+                )
+                op.value = got
+                await asyncio.sleep(0.2)
+
+    # -- the vandal ------------------------------------------------------------------------
+    def bad_requests(self) -> list[tuple[str, str, bytes, dict]]:
+        svc = "/loam.jobs.v1.JobsService/"
+        deep = json.dumps({"name": "t", "data": json.loads("[" * 300 + "]" * 300)})
+        junk = bytes(self.rng.randrange(256) for _ in range(self.rng.randrange(1, 200)))
+        proto = {"content-type": "application/proto"}
+        js = {"content-type": "application/json"}
+        return [
+            ("POST", svc + "Enqueue", junk, proto),
+            ("POST", svc + "Enqueue", junk, js),
+            ("POST", svc + "Enqueue", b"null", js),
+            ("POST", svc + "Enqueue", json.dumps({"queue": self.queue, "task": {"name": "t"}, "opt": {}}).encode(), js),
+            ("POST", svc + "Enqueue", json.dumps({"queue": self.queue, "task": {"name": "t", "payload": {"data": "!!!"}}}).encode(), js),
+            ("POST", svc + "Lease", json.dumps({"queues": [".."], "worker": "v"}).encode(), js),
+            ("POST", svc + "Complete", json.dumps({"token": {"queue": self.queue, "job": "x" * 5000, "epoch": "1"}}).encode(), js),
+            ("POST", f"/v1/queues/{self.queue}/jobs", deep.encode(), js),
+            ("POST", f"/v1/queues/{self.queue}/jobs", json.dumps({"name": "t", "priority": "3"}).encode(), js),
+            ("POST", f"/v1/queues/{self.queue}/jobs", base64.b64encode(junk), js),
+            ("POST", f"/v1/queues/{self.queue}:pause", b"", {"content-type": "text/plain", "origin": "http://evil.example"}),
+            ("GET", f"/v1/queues/{self.queue}/jobs?page_size=-1", b"", {}),
+            ("GET", "/v1/queues", b"", {"host": "attacker.example"}),
+        ]  # fmt: skip
+
+    async def vandal(self) -> None:
+        async with httpx.AsyncClient(base_url=self.url, timeout=10) as http:
+            while not self.stop_producing.is_set():
+                method, path, body, headers = self.rng.choice(self.bad_requests())
+                self.history.bad_inputs += 1
+                try:
+                    r = await http.request(
+                        method, path, content=body or None, headers={**self.headers, **headers}
+                    )
+                except httpx.HTTPError:
+                    continue  # the gateway is down (a fault): nothing answered
+                if r.status_code == 500 or r.status_code < 400:
+                    self.history.bad_input_failures.append(f"{method} {path}: {r.status_code} {r.text[:200]}")
+                await asyncio.sleep(0.02)
