@@ -1,7 +1,9 @@
 """docker-compose.yml on paper: no Docker engine runs here, so the compose file is checked
 by Debian's `docker-compose config` (when it is on PATH; `make compose-check` installs
-it) and by reading the YAML: every Loam service is built from the one Dockerfile, runs a
-real `loam` service command against TiKV, and the gateway is the only published port."""
+it) and by reading the YAML: every Loam service is built from the one Dockerfile (the
+engine runner from Dockerfile.engines, which adds Java and the engine environments), runs
+a real `loam` service command against TiKV, and the gateway is the only published port
+besides the engine runner's Spark Connect endpoint."""
 
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 
-#: the `loam` subcommands (DESIGN.md, issue 3); the compose services use the first four
-SERVICE_COMMANDS = {"gateway", "queue-core", "sweeper", "relay"}
+#: the `loam` subcommands (DESIGN.md, issue 3); the compose services use the first five
+SERVICE_COMMANDS = {"gateway", "queue-core", "sweeper", "relay", "engines"}
 LOAM_COMMANDS = SERVICE_COMMANDS | {"dev", "jobs", "queues", "tokens"}
 STORE = "tikv://pd:2379"
 
@@ -68,9 +70,11 @@ def test_every_service_runs_a_loam_command(compose):
 
 def test_one_dockerfile_and_tikv_for_all(compose):
     services = loam_services(compose)
-    builds = {(s["build"]["context"], s["build"]["dockerfile"]) for s in services.values()}
-    assert builds == {(".", "Dockerfile")}
-    assert re.findall(r"^FROM (\S+)", DOCKERFILE.read_text(), re.M) == ["python:3.12-slim"]
+    builds = {n: (s["build"]["context"], s["build"]["dockerfile"]) for n, s in services.items()}
+    assert builds.pop("engines") == (".", "Dockerfile.engines")
+    assert set(builds.values()) == {(".", "Dockerfile")}
+    for dockerfile in (DOCKERFILE, ROOT / "Dockerfile.engines"):
+        assert re.findall(r"^FROM (\S+)", dockerfile.read_text(), re.M) == ["python:3.12-slim"]
     tokens = set()
     for name, svc in services.items():
         env = svc["environment"]
@@ -83,15 +87,17 @@ def test_one_dockerfile_and_tikv_for_all(compose):
 def test_gateway_is_the_only_public_port_and_has_auth(compose):
     services = compose["services"]
     published = {n for n, s in services.items() if s.get("ports")}
-    assert published == {"gateway"}
+    assert published == {"gateway", "engines"}
+    assert services["engines"]["ports"] == ["15002:15002"]  # Spark Connect; the proxy checks tokens
     gw = services["gateway"]
     f = flags(gw["command"])
     assert f["--host"] == "0.0.0.0"
     assert str(gw["environment"]["LOAM_AUTH"]).lower() == "on"
     core_port = flags(services["queue-core"]["command"])["--port"]
     assert f["--queue-cores"] == f"http://queue-core:{core_port}"
+    assert str(services["engines"]["environment"]["LOAM_AUTH"]).lower() == "on"
     for name, svc in services.items():
-        if name != "gateway" and "build" in svc:
+        if name not in ("gateway", "engines") and "build" in svc:
             assert "LOAM_AUTH" not in svc["environment"], name
 
 

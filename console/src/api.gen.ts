@@ -209,6 +209,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/engines/flink/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Deploy a Flink job as an engine run */
+        post: operations["deploy_flink_v1_engines_flink_runs_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/engines/runs": {
         parameters: {
             query?: never;
@@ -271,6 +288,23 @@ export interface paths {
         get: operations["logs_v1_engines_runs__run__logs_get"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/engines/runs/{run}/{action}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A control action: restart (Spark); savepoint, suspend, resume, upgrade, rollback, status (Flink) */
+        post: operations["control_v1_engines_runs__run___action__post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1197,6 +1231,23 @@ export interface components {
              */
             delayed: boolean;
         };
+        /** EngineActionBody */
+        EngineActionBody: {
+            /**
+             * Savepoint
+             * @description resume / rollback: a recorded savepoint
+             * @default
+             */
+            savepoint: string;
+            /** @description upgrade: the new version */
+            upgrade?: components["schemas"]["FlinkSpecBody"] | null;
+            /**
+             * Version
+             * @description rollback: the version to run (0 = the one before)
+             * @default 0
+             */
+            version: number;
+        };
         /** EngineAttemptView */
         EngineAttemptView: {
             /** Attempt */
@@ -1253,6 +1304,7 @@ export interface components {
             exit_code: number | null;
             /** Finished Ns */
             finished_ns: number;
+            flink?: components["schemas"]["FlinkStatusView"] | null;
             /** Id */
             id: string;
             /** Kind */
@@ -1261,6 +1313,11 @@ export interface components {
             log_count: number;
             /** Name */
             name: string;
+            /**
+             * Restarted From
+             * @default
+             */
+            restarted_from: string;
             /** Schedule */
             schedule: string;
             /** Started Ns */
@@ -1404,6 +1461,155 @@ export interface components {
              * @description largest first
              */
             groups: components["schemas"]["FailureGroup"][];
+        };
+        /** FlinkDeployBody */
+        FlinkDeployBody: {
+            /**
+             * Allow Non Restored State
+             * @default false
+             */
+            allow_non_restored_state: boolean;
+            /** Args */
+            args?: string[];
+            /**
+             * Config
+             * @description Flink options of this job
+             */
+            config?: {
+                [key: string]: string;
+            };
+            /**
+             * Deployment
+             * @description the deployment's name
+             */
+            deployment: string;
+            /**
+             * Entry Class
+             * @description a jar job's main class
+             * @default
+             */
+            entry_class: string;
+            /**
+             * Entrypoint
+             * @description the artifact's file name: job.jar, job.py or job.sql
+             * @default
+             */
+            entrypoint: string;
+            /**
+             * Parallelism
+             * @description 0 = 1
+             * @default 0
+             */
+            parallelism: number;
+            /**
+             * Savepoint
+             * @description start from this savepoint
+             * @default
+             */
+            savepoint: string;
+            /**
+             * Savepoint Interval S
+             * @description a savepoint this often (0 = none)
+             * @default 0
+             */
+            savepoint_interval_s: number;
+            /**
+             * Source Base64
+             * @description the jar, PyFlink script or SQL file, base64
+             */
+            source_base64?: string | null;
+            /**
+             * Sql
+             * @description Flink SQL statements, instead of a file
+             */
+            sql?: string | null;
+        };
+        /** FlinkSavepointView */
+        FlinkSavepointView: {
+            /** Path */
+            path: string;
+            /** Reason */
+            reason: string;
+            /** Taken Ns */
+            taken_ns: number;
+            /** Version */
+            version: number;
+        };
+        /** FlinkSpecBody */
+        FlinkSpecBody: {
+            /**
+             * Allow Non Restored State
+             * @default false
+             */
+            allow_non_restored_state: boolean;
+            /** Args */
+            args?: string[];
+            /**
+             * Config
+             * @description Flink options of this job
+             */
+            config?: {
+                [key: string]: string;
+            };
+            /**
+             * Entry Class
+             * @description a jar job's main class
+             * @default
+             */
+            entry_class: string;
+            /**
+             * Entrypoint
+             * @description the artifact's file name: job.jar, job.py or job.sql
+             * @default
+             */
+            entrypoint: string;
+            /**
+             * Parallelism
+             * @description 0 = 1
+             * @default 0
+             */
+            parallelism: number;
+            /**
+             * Source Base64
+             * @description the jar, PyFlink script or SQL file, base64
+             */
+            source_base64?: string | null;
+            /**
+             * Sql
+             * @description Flink SQL statements, instead of a file
+             */
+            sql?: string | null;
+        };
+        /** FlinkStatusView */
+        FlinkStatusView: {
+            /** Actions Done */
+            actions_done: number;
+            /** Actions Requested */
+            actions_requested: number;
+            /** Deployment */
+            deployment: string;
+            /** Job Id */
+            job_id: string;
+            /** Last Action */
+            last_action: string;
+            /** Last Action Error */
+            last_action_error: string;
+            /** Last Error */
+            last_error: string;
+            /** Pending Action */
+            pending_action: string;
+            /** Savepoints */
+            savepoints: components["schemas"]["FlinkSavepointView"][];
+            /** State */
+            state: string;
+            /** Timings Ms */
+            timings_ms: {
+                [key: string]: number;
+            };
+            /** Version */
+            version: number;
+            /** Versions */
+            versions: number;
         };
         /** FlowBody */
         FlowBody: {
@@ -3749,6 +3955,111 @@ export interface operations {
             };
         };
     };
+    deploy_flink_v1_engines_flink_runs_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FlinkDeployBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EngineRunView"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     list_runs_v1_engines_runs_get: {
         parameters: {
             query?: {
@@ -4084,6 +4395,116 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["EngineLogPage"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    control_v1_engines_runs__run___action__post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the run id */
+                run: string;
+                /** @description the action */
+                action: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["EngineActionBody"] | null;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EngineRunView"];
                 };
             };
             /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */

@@ -150,6 +150,59 @@ async def test_a_schedule_fires_batch_runs(spark_dev):
         assert ("stdout", "tick") in await lines_of(c, finished[0].id)
 
 
+async def test_a_finished_run_restarts_as_a_new_run_with_its_script_and_args(spark_dev):
+    async with client(spark_dev, "delta") as c:
+        script = b"import sys\nprint('run with', *sys.argv[1:])\nsys.exit(int(sys.argv[-1]))\n"
+        first = await c.submit_spark(script, entrypoint="again.py", args=["a", "4"])
+        with pytest.raises(loam.errors.InvalidState):  # only a finished run restarts
+            await c.restart_engine_run(first.id)
+        first = await asyncio.wait_for(c.wait_engine_run(first.id), 90)
+        assert (first.state, first.exit_code) == (E.ENGINE_RUN_STATE_FAILED, 4)
+        second = await c.restart_engine_run(first.id)
+        assert second.id != first.id and second.restarted_from == first.id
+        second = await asyncio.wait_for(c.wait_engine_run(second.id), 90)
+        assert (second.state, second.exit_code) == (E.ENGINE_RUN_STATE_FAILED, 4)
+        assert ("stdout", "run with a 4") in await lines_of(c, second.id)
+        assert (
+            await c.engine_run(first.id)
+        ).state == E.ENGINE_RUN_STATE_FAILED  # the old run stays as it ended
+        with pytest.raises(loam.errors.InvalidArgument):
+            await c.flink_action(first.id, "savepoint")  # a Flink action on a Spark run
+
+
+async def test_a_runs_log_streams_as_server_sent_events_until_it_ends(spark_dev):
+    import json
+
+    import httpx
+
+    script = b"import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.3)\n"
+    async with client(spark_dev, "delta") as c:
+        run = await c.submit_spark(script, entrypoint="ticks.py")
+    headers = {"authorization": f"Bearer {spark_dev.tokens['delta']}"}
+    events: list[tuple[str, str, str]] = []
+    async with httpx.AsyncClient(base_url=spark_dev.url, headers=headers, timeout=90) as http:
+        async with http.stream("GET", f"/v1/engines/runs/{run.id}/logs:stream") as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            event = ident = ""
+            async for line in r.aiter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("id: "):
+                    ident = line[4:]
+                elif line.startswith("data: "):
+                    events.append((event, ident, line[6:]))
+        missing = await http.get("/v1/engines/runs/01NOSUCHRUN0000000000000000/logs:stream")
+    stdout = [
+        json.loads(d)["line"] for e, _, d in events if e == "line" and json.loads(d)["stream"] == "stdout"
+    ]
+    assert stdout == ["tick 0", "tick 1", "tick 2"], events
+    assert events[-1][0] == "end"
+    assert [int(i) for e, i, _ in events if e == "line"] == sorted(
+        int(i) for e, i, _ in events if e == "line"
+    )
+    assert missing.status_code == 404
+
+
 async def test_bad_submissions_are_refused_and_change_nothing(spark_dev):
     async with client(spark_dev, "gamma") as c:
         before = await c.engine_runs()

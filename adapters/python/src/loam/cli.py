@@ -6,7 +6,8 @@
     loam schedules add|ls|get|rm ...                                     cron and interval schedules
     loam flows add|get ...                                               job graphs (chain, group, chord, trees)
     loam tokens create|ls|revoke ...                                     API tokens (on the store)
-    loam spark submit|runs|get|logs|cancel|check ...                     PySpark runs (loam.cli_spark)
+    loam spark submit|runs|get|logs|cancel|restart|check ...             PySpark runs (loam.cli_spark)
+    loam flink deploy|savepoint|upgrade|rollback|suspend|resume|cancel|status|ls   Flink (loam.cli_flink)
 
 Client commands take `--url`, `--token`, `--namespace` (or $LOAM_URL, $LOAM_TOKEN,
 $LOAM_NAMESPACE) and `--json` (machine output on stdout), before or after the command.
@@ -255,9 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("id")
     _store_flag(r)
 
-    from loam import cli_spark
+    from loam import cli_flink, cli_spark
 
     cli_spark.add_parser(sub, common, _group)
+    cli_flink.add_parser(sub, common, _group)
     return p
 
 
@@ -859,10 +861,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.group:
             parser.print_help()
             return EXIT_USAGE
+        from loam.cli_flink import cmd_flink
         from loam.cli_spark import cmd_spark
 
         handler = {"jobs": cmd_jobs, "queues": cmd_queues, "schedules": cmd_schedules, "flows": cmd_flows,
-                   "tokens": cmd_tokens, "spark": cmd_spark}[args.group]  # fmt: skip
+                   "tokens": cmd_tokens, "spark": cmd_spark, "flink": cmd_flink}[args.group]  # fmt: skip
         return asyncio.run(handler(args))
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPTED)

@@ -2,7 +2,7 @@
 
     loam spark submit SCRIPT [ARGS...] [--jvm] [--attempts N] [--timeout S] [--conf K=V]
                       [--schedule ID (--cron EXPR | --every S)] [--follow]
-    loam spark runs | get RUN | logs RUN [--follow] | cancel RUN
+    loam spark runs | get RUN | logs RUN [--follow] | cancel RUN | restart RUN [--follow]
     loam spark check SCRIPT [ARGS...] [--spark-url sc://...] [--python PATH]
 
 `submit --follow` prints the run's output as it comes and exits with the run's exit
@@ -38,9 +38,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser, group: Any) -> None:
     s.add_argument("--every", type=float, help="the schedule's interval in seconds")
     s.add_argument("--follow", "-f", action="store_true", help="print the output; exit with the run's status")
     spark.add_parser("runs", parents=[common], help="the namespace's engine runs, newest first")
-    for verb, help_ in (("get", "one run with its attempts"), ("cancel", "cancel a run")):
+    for verb, help_ in (("get", "one run with its attempts"), ("cancel", "cancel a run"),
+                        ("restart", "run a finished run's script again, as a new run")):  # fmt: skip
         v = spark.add_parser(verb, parents=[common], help=help_)
         v.add_argument("run")
+        if verb == "restart":
+            v.add_argument(
+                "--follow", "-f", action="store_true", help="print the output; exit with its status"
+            )
     lg = spark.add_parser("logs", parents=[common], help="a run's output")
     lg.add_argument("run")
     lg.add_argument("--follow", "-f", action="store_true", help="until the run is over")
@@ -114,6 +119,16 @@ async def cmd_spark(args: argparse.Namespace) -> int:
                        [(r.id, run_dict(r)["entrypoint"], STATES.get(r.state), len(r.attempts),
                          r.exit_code if r.HasField("exit_code") else "", _when(r.created_ns)) for r in runs])  # fmt: skip
             return 0
+        if args.cmd == "restart":
+            out = await client.restart_engine_run(args.run)
+            if not args.follow:
+                _emit_json(run_dict(out)) if as_json else print(f"run {out.id}  {STATES.get(out.state)}")
+                return 0
+            done = await _follow(client, out.id, as_json)
+            print(f"run {done.id}  {STATES.get(done.state)}  {done.error}".rstrip(), file=sys.stderr)
+            return (
+                done.exit_code if done.HasField("exit_code") and done.exit_code > 0 else int(done.state != 4)
+            )
         if args.cmd in ("get", "cancel"):
             r = await (
                 client.engine_run(args.run) if args.cmd == "get" else client.cancel_engine_run(args.run)

@@ -29,7 +29,7 @@ from pyqwest import HTTPTransport
 
 from loam import options, payloads
 from loam.blocking import BlockingJobsClient
-from loam.errors import JobsError, Unavailable, from_connect, from_item
+from loam.errors import JobsError, NotFound, Unavailable, from_connect, from_item
 from loam.flows import Flow, FlowNode, flow_spec
 from loam.views import (
     Child,
@@ -825,6 +825,111 @@ class Client:
         req = jpb.ControlEngineJobRequest(run=run, action=epb.EngineAction(action="cancel"))
         return (await self._call(self._rpc.control_engine_job, req)).record
 
+    async def restart_engine_run(self, run: str) -> epb.EngineRun:
+        """Run a finished Spark run's script again, with the same args, conf and policy, as
+        a new run (its `restarted_from` names the old one)."""
+        req = jpb.ControlEngineJobRequest(run=run, action=epb.EngineAction(action="restart"))
+        return (await self._call(self._rpc.control_engine_job, req)).record
+
+    # -- Flink -----------------------------------------------------------------------
+    async def deploy_flink(
+        self,
+        deployment: str,
+        artifact: str | os.PathLike[str] | bytes | None = None,
+        *,
+        entrypoint: str = "",
+        sql: str | None = None,
+        entry_class: str = "",
+        args: Iterable[str] = (),
+        parallelism: int = 0,
+        config: Mapping[str, str] | None = None,
+        savepoint: str = "",
+        savepoint_interval: float | dt.timedelta = 0,
+        allow_non_restored_state: bool = False,
+        wait: bool = True,
+    ) -> epb.EngineRun:
+        """Deploy a Flink job as an engine run: a jar (with `entry_class`), a PyFlink
+        script, or Flink SQL (`sql`, statements) on the local Flink session cluster. The
+        run lasts as long as the deployment: RUNNING through savepoints, upgrades,
+        suspend and resume; CANCELED by cancel. With `wait` (default), returns once the
+        deploy is done (the record's `flink.state` says how it went)."""
+        spec = _flink_spec(deployment, artifact, entrypoint=entrypoint, sql=sql, entry_class=entry_class,
+                           args=args, parallelism=parallelism, config=config)  # fmt: skip
+        spec.savepoint = savepoint
+        interval = (
+            savepoint_interval.total_seconds()
+            if isinstance(savepoint_interval, dt.timedelta)
+            else savepoint_interval
+        )
+        spec.savepoint_interval_s = int(interval)
+        spec.allow_non_restored_state = allow_non_restored_state
+        req = jpb.SubmitEngineJobRequest(job=epb.EngineJob(flink=spec))
+        run = (await self._call(self._rpc.submit_engine_job, req)).record
+        return await self.wait_flink(run.id) if wait else run
+
+    async def flink_action(
+        self,
+        run: str,
+        action: str,
+        *,
+        savepoint: str = "",
+        version: int = 0,
+        upgrade: epb.FlinkDeployment | None = None,
+        wait: bool = True,
+    ) -> epb.EngineRun:
+        """A control action on a Flink run: savepoint, suspend, resume (`savepoint`: a
+        recorded one, default the newest), upgrade (`upgrade`: the new version, see
+        `flink_spec`), rollback (`version`, `savepoint`: default the previous version from
+        its newest savepoint), cancel, status. Refused at once (nothing changes) when the
+        deployment's state does not allow it; with `wait`, returns once it is done, the
+        record's `flink.last_action_error` empty if it went well."""
+        action_ = epb.EngineAction(action=action, savepoint=savepoint, version=version)
+        if upgrade is not None:
+            action_.flink.CopyFrom(upgrade)
+        req = jpb.ControlEngineJobRequest(run=run, action=action_)
+        record = (await self._call(self._rpc.control_engine_job, req)).record
+        return await self.wait_flink(run) if wait and action != "status" else record
+
+    @staticmethod
+    def flink_spec(
+        artifact: str | os.PathLike[str] | bytes | None = None,
+        *,
+        entrypoint: str = "",
+        sql: str | None = None,
+        entry_class: str = "",
+        args: Iterable[str] = (),
+        parallelism: int = 0,
+        config: Mapping[str, str] | None = None,
+    ) -> epb.FlinkDeployment:
+        """A Flink job version (for `flink_action(run, "upgrade", upgrade=...)`)."""
+        return _flink_spec("", artifact, entrypoint=entrypoint, sql=sql, entry_class=entry_class, args=args,
+                           parallelism=parallelism, config=config)  # fmt: skip
+
+    async def flink_run(self, deployment: str) -> epb.EngineRun:
+        """The newest engine run of the Flink deployment of that name; NotFound if none."""
+        token = ""
+        while True:
+            resp = await self._call(self._rpc.list_engine_runs, jpb.ListEngineRunsRequest(page_size=500,
+                                                                                            page_token=token))  # fmt: skip
+            for r in resp.runs:
+                if r.job.WhichOneof("spec") == "flink" and r.job.flink.deployment == deployment:
+                    return r
+            if not resp.next_page_token:
+                raise NotFound(f"no Flink deployment {deployment!r} in this namespace")
+            token = resp.next_page_token
+
+    async def wait_flink(self, run: str) -> epb.EngineRun:
+        """The Flink run once its deploy and every action asked of it are done; woken by
+        the run's log, which each step of an action writes to."""
+        after = 0
+        while True:
+            record = await self.engine_run(run)
+            deployed = record.state != epb.ENGINE_RUN_STATE_QUEUED and not record.flink.pending_action
+            if deployed and record.flink.actions_done >= record.flink.actions_requested:
+                return record
+            lines, _ = await self.engine_run_logs(run, after=after, wait=25)
+            after = lines[-1].n if lines else after
+
     # -- flows -----------------------------------------------------------------------
     async def flow(
         self,
@@ -1036,3 +1141,38 @@ for _name, _fn in inspect.getmembers(
     if not _name.startswith("_") and _name not in ("close",):
         setattr(SyncClient, _name, _blocking(_name, _fn))
 del _name, _fn
+SyncClient.flink_spec = staticmethod(Client.flink_spec)  # builds a request: nothing to block on
+
+
+def _flink_spec(
+    deployment: str,
+    artifact: str | os.PathLike[str] | bytes | None,
+    *,
+    entrypoint: str,
+    sql: str | None,
+    entry_class: str,
+    args: Iterable[str],
+    parallelism: int,
+    config: Mapping[str, str] | None,
+) -> epb.FlinkDeployment:
+    spec = epb.FlinkDeployment(deployment=deployment, entry_class=entry_class, parallelism=parallelism)
+    spec.args.extend(args)
+    spec.config.update(config or {})
+    if sql is not None:
+        if artifact is not None:
+            raise TypeError("give the artifact or sql, not both")
+        spec.sql = sql
+        spec.entrypoint = entrypoint
+    elif isinstance(artifact, bytes):
+        if not entrypoint:
+            raise TypeError(
+                "an artifact given as bytes needs entrypoint=, its file name (job.jar, job.py, job.sql)"
+            )
+        spec.source, spec.entrypoint = artifact, entrypoint
+    elif artifact is not None:
+        with open(artifact, "rb") as f:
+            spec.source = f.read()
+        spec.entrypoint = entrypoint or os.path.basename(os.fspath(artifact))
+    else:
+        raise TypeError("give the artifact (a path or bytes) or sql")
+    return spec

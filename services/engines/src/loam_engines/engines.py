@@ -1,5 +1,6 @@
 """`Engines`: the engine runner's parts wired for one process — the run facade and its
-JobsService methods, the runner, and the Spark endpoint (Sail pool + proxy).
+JobsService methods, the runner, the Spark endpoint (Sail pool + proxy), and Flink's
+actions (the session cluster under `<data>/flink`, started on first use).
 
 `loam dev` builds it in process with the queue core's CoreRpc as `jobs`;
 `python -m loam_engines` with a Connect client of the gateway.
@@ -8,10 +9,11 @@ JobsService methods, the runner, and the Spark endpoint (Sail pool + proxy).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loam_engines.flink.actions import FlinkActions
 from loam_engines.rpc import EngineRpc
 from loam_engines.runner import EngineRunner
 from loam_engines.service import EngineRuns
@@ -35,9 +37,15 @@ class EngineSettings:
     sail_idle_s: float = 300.0
     sail_session_timeout_s: float = 900.0
     sail_memory_limit_bytes: int = 0
+    sail_spares: int = 1  # warm Sail launchers kept for the next namespace's start (made on first use)
+    sail_prewarm: bool = False  # make the first spare at start, so even the first namespace starts warm
     spark_python: Path | None = None  # default: find_spark_python()
     spark_jvm_python: Path | None = None  # default: .engines/spark-jvm
     max_parallel_runs: int = 4
+    flink: bool = True  # run Flink deployments (the session cluster starts on first use)
+    flink_options: dict[str, Any] = field(
+        default_factory=dict
+    )  # FlinkLifecycle options; tests pass `cluster`
 
 
 class Engines:
@@ -47,6 +55,7 @@ class Engines:
         data = settings.data_dir
         python = settings.spark_python or find_spark_python()
         self.runs = EngineRuns(store, blobs, jobs)
+        self.runs.flink_enabled = settings.flink
         self.rpc = EngineRpc(self.runs)
         self.deps = NamespaceDeps(data / "pydeps", python)
         self.pool = SailPool(SailSettings(
@@ -58,6 +67,7 @@ class Engines:
             memory_limit_bytes=settings.sail_memory_limit_bytes,
             spill_dir=data / "spill",
             pydeps=self.deps.path,
+            spares=settings.sail_spares,
         ))  # fmt: skip
         jvm_python = settings.spark_jvm_python or find_spark_python("LOAM_SPARK_JVM_VENV", "spark-jvm")
         self.jvm_pool = JvmConnectPool(SailSettings(
@@ -75,9 +85,14 @@ class Engines:
             "spark_batch": SparkBatchExecutor(python, lambda: self.proxy.port, credentials, self.deps),
             "spark_submit": SparkSubmitExecutor(jvm_python),
         }
+        self.flink = (
+            FlinkActions(store, blobs, self.runs, data / "flink", **settings.flink_options)
+            if settings.flink
+            else None
+        )
         self.runner = EngineRunner(self.runs, jobs, blobs, executors, runner_id=settings.runner_id,
                                    work_dir=data / "runs", pid_dir=data / "pids",
-                                   max_parallel=settings.max_parallel_runs)  # fmt: skip
+                                   max_parallel=settings.max_parallel_runs, flink=self.flink)  # fmt: skip
 
     @property
     def spark_url(self) -> str:
@@ -95,6 +110,8 @@ class Engines:
             log.warning("port %d is taken: the Spark endpoint takes any free port", DEFAULT_SPARK_PORT)
             self.proxy.port = 0
             await self.proxy.start()
+        if self.settings.sail_prewarm:
+            self.pool.prewarm()
 
     async def stop(self) -> None:
         await self.runner.stop()

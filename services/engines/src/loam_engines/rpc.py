@@ -9,8 +9,6 @@ from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_engines.service import EngineRuns
 
-ACTIONS = ("cancel",)
-
 
 class EngineRpc:
     def __init__(self, engine_runs: EngineRuns) -> None:
@@ -29,13 +27,10 @@ class EngineRpc:
 
     async def control_engine_job(self, ns: str, req: J.ControlEngineJobRequest) -> J.ControlEngineJobResponse:
         validate.name("run", req.run)
-        action = req.action.action if req.HasField("action") else ""
-        if action not in ACTIONS:
-            raise InvalidArgument(
-                "action.action", f"{action!r} is not an action of a Spark run: use {', '.join(ACTIONS)}"
-            )
-        run = await self.runs.cancel(ns, req.run)
-        return J.ControlEngineJobResponse(action=action, record=run)
+        if not req.HasField("action") or not req.action.action:
+            raise InvalidArgument("action.action", "is required")
+        run = await self.runs.control(ns, req.run, req.action)
+        return J.ControlEngineJobResponse(action=req.action.action, record=run)
 
     async def get_engine_run(self, ns: str, req: J.GetEngineRunRequest) -> J.GetEngineRunResponse:
         return J.GetEngineRunResponse(record=await self.runs.get(ns, req.run))

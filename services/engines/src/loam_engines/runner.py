@@ -14,6 +14,11 @@ never starve each other). A leased job:
    with the error, so the queue core applies the run's attempts and backoff (its answer
    says whether the run is RETRYING or FAILED).
 
+Jobs on `engines.flink` are not child processes: each is a Flink deploy or control
+action, handed to `FlinkActions` (loam_engines.flink.actions) with its lease kept alive
+while the action runs; it completes Ok, or Fail with the reason (a refused action is not
+retried; a runner that dies mid-action gets the job back when its lease runs out).
+
 A runner keeps its id across restarts. Started again after a crash, it kills what the
 crash left (pid files), and for every run its id was running it closes the attempt and
 hands the job back to the queue core as a Retry, so the run's state is right at once
@@ -85,6 +90,7 @@ class EngineRunner:
         pid_dir: Path,
         max_parallel: int = 4,
         visibility_ns: int = VISIBILITY_NS,
+        flink: Any = None,
     ) -> None:
         self.runs = engine_runs
         self.jobs = jobs
@@ -95,6 +101,7 @@ class EngineRunner:
         self.pid_dir = pid_dir
         self.visibility_ns = visibility_ns
         self.max_parallel = max_parallel
+        self.flink = flink  # FlinkActions, or None: this runner runs no Flink
         self._loops: dict[tuple[str, str], asyncio.Task] = {}
         self._attempts: dict[tuple[str, str], _Attempt] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -105,6 +112,11 @@ class EngineRunner:
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         processes.reap_orphans(self.pid_dir)
+        if self.flink is not None:
+            # In the background: a cluster to bring back takes its JVMs' start-up (10-40 s),
+            # which the server's readiness and the Spark runs need not wait for; Flink
+            # actions leased meanwhile wait for it (FlinkActions.engine).
+            self._spawn(self._start_flink())
         for ns in await self.runs.namespaces():
             await self._recover(ns)
             self.watch_namespace(ns)
@@ -120,13 +132,22 @@ class EngineRunner:
             if attempt.child is not None:
                 attempt.child.kill()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.flink is not None:
+            await self.flink.close()
+
+    async def _start_flink(self) -> None:
+        try:
+            await self.flink.start()
+        except Exception:  # noqa: BLE001 - Spark runs go on; Flink actions report the cause
+            log.exception("the Flink engine could not bring back the deployments a previous runner left")
 
     def watch_namespace(self, ns: str) -> None:
         """Lease this namespace's engine queues (idempotent)."""
         if self._stopping:
             return
         for kind, queue in QUEUES.items():
-            if kind in self.executors and (ns, queue) not in self._loops:
+            runs_here = kind in self.executors or (kind == "flink" and self.flink is not None)
+            if runs_here and (ns, queue) not in self._loops:
                 self._loops[(ns, queue)] = asyncio.create_task(self._lease_loop(ns, queue))
 
     def cancel(self, ns: str, run_id: str) -> bool:
@@ -169,11 +190,39 @@ class EngineRunner:
 
     async def _run_then_free(self, ns: str, lease: J.Lease, slots: asyncio.Semaphore) -> None:
         try:
-            await self._run(ns, lease)
+            if lease.token.queue == QUEUES["flink"]:
+                await self._run_flink(ns, lease)
+            else:
+                await self._run(ns, lease)
         except Exception:  # noqa: BLE001 - one run's failure must not stop the runner
             log.exception("engine run %s/%s failed in the runner", ns, lease.token.job)
         finally:
             slots.release()
+
+    # -- a Flink action ------------------------------------------------------------------
+    async def _run_flink(self, ns: str, lease: J.Lease) -> None:
+        keep = asyncio.create_task(self._keep_lease(ns, lease.token))
+        try:
+            error = await self.flink.handle(ns, lease)
+        except Exception as e:  # noqa: BLE001 - the action's job says what went wrong
+            log.exception("Flink action %s/%s failed in the runner", ns, lease.token.job)
+            error = f"the runner failed: {e}"
+        finally:
+            keep.cancel()
+        if error:
+            await self._complete(ns, lease.token, J.Outcome(fail=J.Outcome.Fail(
+                error=pb.JobError(code="flink", message=error))))  # fmt: skip
+        else:
+            await self._complete(ns, lease.token, J.Outcome(ok=J.Outcome.Ok()))
+
+    async def _keep_lease(self, ns: str, token: J.LeaseToken) -> None:
+        req = J.ExtendRequest(token=token, by_ns=self.visibility_ns)
+        while True:
+            await asyncio.sleep(self.visibility_ns / 3e9)
+            try:
+                await self.jobs.extend(ns, req)
+            except Exception as e:  # noqa: BLE001 - the action goes on; its job may come back
+                log.warning("extending the lease of Flink action %s/%s: %s", ns, token.job, e)
 
     # -- one attempt ---------------------------------------------------------------------
     async def _run(self, ns: str, lease: J.Lease) -> None:

@@ -215,3 +215,71 @@ def run_logs(
     start = keys.engine_log(ns, run_id, after + 1)
     end = keys.prefix_end(keys.engine_logs(ns, run_id))
     return [E.EngineLogLine.FromString(v) for _, v in tx.scan(start, end, limit)], run
+
+
+# -- Flink runs: one run per deployment lifetime, kept in step by the lifecycle's recorder --
+def _append_loam_line(tx: Txn, ns: str, run: E.EngineRun, line: str) -> None:
+    run.log_count += 1
+    rec = E.EngineLogLine(n=run.log_count, at_ns=tx.now_ns(), stream="loam", line=line[:MAX_LINE_CHARS])
+    tx.put(keys.engine_log(ns, run.id, run.log_count), rec.SerializeToString())
+
+
+def run_flink_sync(
+    tx: Txn, ns: str, run_id: str, status: E.FlinkStatus, state: int, error: str, log: str | None
+) -> None:
+    """Copy the deployment's view onto its run (the action counters stay the run's own),
+    with the lifecycle's log line. A run that no longer exists is left alone."""
+    run = _load(tx, ns, run_id)
+    if run is None:
+        return
+    keep = (run.flink.actions_requested, run.flink.actions_done, run.flink.last_action,
+            run.flink.last_action_error)  # fmt: skip
+    run.flink.CopyFrom(status)
+    (run.flink.actions_requested, run.flink.actions_done, run.flink.last_action,
+     run.flink.last_action_error) = keep  # fmt: skip
+    now = tx.now_ns()
+    if state == RUNNING and not run.started_ns:
+        run.started_ns = now
+    if state in FINISHED and run.state not in FINISHED:
+        run.finished_ns = now
+    elif state not in FINISHED:
+        run.finished_ns = 0
+    run.state = state
+    run.error = error
+    if log:
+        _append_loam_line(tx, ns, run, log)
+    _put(tx, ns, run)
+
+
+def run_flink_request_action(tx: Txn, ns: str, run_id: str, action: str) -> tuple[E.EngineRun, int]:
+    """Count a control action in: (the run, the action's sequence number)."""
+    run = _must(tx, ns, run_id)
+    if run.state == CANCELED:
+        raise InvalidState(run_id, state_name(run.state), action,
+                           f"engine run {run_id} is canceled: deploy the job again as a new run")  # fmt: skip
+    run.flink.actions_requested += 1
+    _append_loam_line(tx, ns, run, f"{action} requested (action {run.flink.actions_requested})")
+    _put(tx, ns, run)
+    return run, run.flink.actions_requested
+
+
+def run_flink_action_done(tx: Txn, ns: str, run_id: str, seq: int, action: str, error: str) -> E.EngineRun:
+    run = _must(tx, ns, run_id)
+    run.flink.actions_done = max(run.flink.actions_done, seq)
+    run.flink.last_action = action
+    run.flink.last_action_error = error
+    _append_loam_line(tx, ns, run, f"{action} {'failed: ' + error if error else 'done'} (action {seq})")
+    _put(tx, ns, run)
+    return run
+
+
+def run_flink_refused(tx: Txn, ns: str, run_id: str, error: str) -> E.EngineRun:
+    """A deploy the lifecycle refused before any deployment was written: the run ends FAILED."""
+    run = _must(tx, ns, run_id)
+    if run.state not in FINISHED:
+        run.state = FAILED
+        run.finished_ns = tx.now_ns()
+    run.error = error
+    _append_loam_line(tx, ns, run, f"deploy refused: {error}")
+    _put(tx, ns, run)
+    return run

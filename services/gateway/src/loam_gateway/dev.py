@@ -107,6 +107,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds a namespace's Sail server stays up with no open session ($LOAM_SAIL_IDLE_S)")  # fmt: skip
     p.add_argument("--sail-memory-mb", type=int, default=int(env.get("LOAM_SAIL_MEMORY_MB", 0)),
                    help="memory cap of each namespace's Sail server, MiB; it spills past it ($LOAM_SAIL_MEMORY_MB, 0 = none)")  # fmt: skip
+    p.add_argument(
+        "--sail-spares",
+        type=int,
+        choices=(0, 1),
+        default=int(env.get("LOAM_SAIL_SPARES", 1)),
+        help="keep a warm Sail launcher for the next namespace's start, made on first use ($LOAM_SAIL_SPARES, default 1)",
+    )
+    p.add_argument("--sail-prewarm", action="store_true", default=env.get("LOAM_SAIL_PREWARM", "") in ("1", "on", "true"),
+                   help="make the warm Sail spare at start, so the first namespace starts warm too ($LOAM_SAIL_PREWARM)")  # fmt: skip
+    p.add_argument("--no-flink", action="store_true", default=env.get("LOAM_FLINK", "").lower() in ("0", "off", "false"),
+                   help="run no Flink engine: Flink deploys are refused ($LOAM_FLINK=off)")  # fmt: skip
     args = p.parse_args(argv)
     args.redaction = _redaction(p, args.redact)
     if not args.metrics_interval > 0:
@@ -137,6 +148,9 @@ async def run(args: argparse.Namespace) -> None:
             spark_port=args.spark_port,
             sail_idle_s=args.sail_idle,
             sail_memory_limit_bytes=args.sail_memory_mb << 20,
+            sail_spares=args.sail_spares,
+            flink=not args.no_flink,
+            sail_prewarm=args.sail_prewarm,
         ),  # fmt: skip
     )
     rpc.engines = engines.rpc

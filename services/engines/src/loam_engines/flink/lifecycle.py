@@ -111,7 +111,7 @@ class FlinkLifecycle:
 
     # -- actions ---------------------------------------------------------------------------------
     async def deploy(self, ns: str, name: str, spec: JobSpec, *, savepoint: str | None = None,
-                     savepoint_interval_s: int = 0) -> Deployment:  # fmt: skip
+                     savepoint_interval_s: int = 0, run_id: str = "") -> Deployment:  # fmt: skip
         """Run `spec` as version 1 of a new deployment (or the next version of a cancelled or
         failed one of the same name), from `savepoint` if given; with `savepoint_interval_s`,
         `take_due_savepoints` takes a savepoint that often while it runs."""
@@ -134,6 +134,7 @@ class FlinkLifecycle:
             d.versions.append(Version(number, spec, self._now()))
             d.state, d.pending, d.last_error = State.DEPLOYING, pending, None
             d.savepoint_interval_s = savepoint_interval_s
+            d.run_id, d.action_seq = run_id, 0
             log = f"deploy v{number} ({spec.kind}, {spec.artifact})" + (
                 f" from {savepoint}" if savepoint else ""
             )
@@ -144,10 +145,11 @@ class FlinkLifecycle:
                 await self.recorder.record(ns, d, log)
             return await self._run(ns, d)
 
-    async def savepoint(self, ns: str, name: str, *, reason: str = "savepoint") -> Savepoint:
+    async def savepoint(self, ns: str, name: str, *, reason: str = "savepoint", seq: int = 0) -> Savepoint:
         """A savepoint of the running job; it keeps running."""
         async with self._lock(ns, name):
             d = await self._for_action(ns, name, "savepoint")
+            d.action_seq = max(d.action_seq, seq)
             assert d.job_id is not None
             try:
                 trigger = await self.rest.trigger_savepoint(d.job_id, self.savepoint_dir.as_uri())
@@ -179,19 +181,21 @@ class FlinkLifecycle:
                 log.warning("periodic savepoint of %s/%s skipped: %s", ns, name, e)
         return taken
 
-    async def suspend(self, ns: str, name: str) -> Deployment:
+    async def suspend(self, ns: str, name: str, *, seq: int = 0) -> Deployment:
         """Stop the job with a savepoint; `resume` continues from it."""
         async with self._lock(ns, name):
             d = await self._for_action(ns, name, "suspend")
+            d.action_seq = max(d.action_seq, seq)
             d.state = State.SUSPENDING
             d.pending = Pending("suspend", "stop", d.version, self._now(), job_id=d.job_id)
             await self.recorder.record(ns, d, f"suspend: stop job {d.job_id} with a savepoint")
             return await self._run(ns, d)
 
-    async def resume(self, ns: str, name: str, *, savepoint: str | None = None) -> Deployment:
+    async def resume(self, ns: str, name: str, *, savepoint: str | None = None, seq: int = 0) -> Deployment:
         """Run the suspended version again from its newest savepoint (or a named one)."""
         async with self._lock(ns, name):
             d = await self._for_action(ns, name, "resume")
+            d.action_seq = max(d.action_seq, seq)
             sp = self._recorded_savepoint(d, savepoint) if savepoint else d.latest_savepoint()
             d.state = State.RESUMING
             d.pending = Pending("resume", "submit", d.version, self._now(), savepoint=sp.path if sp else None)
@@ -200,13 +204,14 @@ class FlinkLifecycle:
             )
             return await self._run(ns, d)
 
-    async def upgrade(self, ns: str, name: str, spec: JobSpec) -> Deployment:
+    async def upgrade(self, ns: str, name: str, spec: JobSpec, *, seq: int = 0) -> Deployment:
         """Stop with a savepoint, run `spec` as the next version from it; if that version is not
         ready by the readiness deadline, run the previous one again from the same savepoint
         (raises UpgradeRolledBack)."""
         await self.check_spec(ns, spec)
         async with self._lock(ns, name):
             d = await self._for_action(ns, name, "upgrade")
+            d.action_seq = max(d.action_seq, seq)
             number = max(v.number for v in d.versions) + 1
             d.versions.append(Version(number, spec, self._now()))
             d.state = State.UPGRADING
@@ -219,7 +224,7 @@ class FlinkLifecycle:
             return await self._run(ns, d)
 
     async def rollback(
-        self, ns: str, name: str, *, version: int | None = None, savepoint: str | None = None
+        self, ns: str, name: str, *, version: int | None = None, savepoint: str | None = None, seq: int = 0
     ) -> Deployment:
         """Run a recorded version again from a recorded savepoint. By default the version before
         the current one, from that version's newest savepoint; a running job is stopped with
@@ -245,6 +250,7 @@ class FlinkLifecycle:
                 if sp is None:
                     raise FlinkRefused(f"v{version} of {name!r} has no savepoint: name one to roll back from")
             _check_savepoint_dir(sp.path)
+            d.action_seq = max(d.action_seq, seq)
             stop = d.state == State.RUNNING and d.job_id is not None
             d.state = State.ROLLING_BACK
             d.pending = Pending("rollback", "stop" if stop else "submit", version, self._now(),
@@ -252,12 +258,13 @@ class FlinkLifecycle:
             await self.recorder.record(ns, d, f"rollback v{d.version} -> v{version} from {sp.path}")
             return await self._run(ns, d)
 
-    async def cancel(self, ns: str, name: str) -> Deployment:
+    async def cancel(self, ns: str, name: str, *, seq: int = 0) -> Deployment:
         """Cancel the job without a savepoint (Flink keeps its retained checkpoints)."""
         async with self._lock(ns, name):
             d = await self._load(ns, name)
             if d.state == State.CANCELLED:
                 raise FlinkRefused(f"{name!r} is already cancelled")
+            d.action_seq = max(d.action_seq, seq)
             jobs = {d.job_id, d.pending.new_job_id if d.pending else None} - {None}
             for job in jobs:
                 await self._cancel_job(job)
@@ -295,6 +302,37 @@ class FlinkLifecycle:
                     await self._run(ns, d)
                 done.append((ns, name))
         return done
+
+    async def recover(self, ns: str, name: str) -> Deployment | None:
+        """A RUNNING deployment whose job the cluster does not know runs again, under a new job
+        id, from its job's newest retained checkpoint, else its newest savepoint. That is the
+        case after the runner (and with it the session cluster, whose JobManager keeps no jobs
+        across a restart) died: the deployment's state is its checkpoints on disk. None when
+        there was nothing to recover."""
+        async with self._lock(ns, name):
+            d = await self.recorder.load(ns, name)
+            if d is None or d.pending is not None or d.state != State.RUNNING or d.job_id is None:
+                return None
+            if await self.rest.job(d.job_id) is not None:
+                return None
+            sp = d.latest_savepoint()
+            restore = self._latest_checkpoint(d.job_id) or (sp.path if sp else None)
+            lost, d.state, d.job_id = d.job_id, State.RESUMING, None
+            d.pending = Pending("recover", "submit", d.version, self._now(), savepoint=restore)
+            await self.recorder.record(ns, d, f"job {lost} was lost with the previous cluster: v{d.version} runs "
+                                       f"again from {restore or 'no state'}")  # fmt: skip
+            with contextlib.suppress(FlinkRefused):  # recorded as FAILED with the reason
+                await self._run(ns, d)
+            return d
+
+    def _latest_checkpoint(self, job_id: str) -> str | None:
+        """The newest completed checkpoint a job left on disk (retained: RETAIN_ON_CANCELLATION)."""
+        if self.checkpoint_dir is None:
+            return None
+        done = [p for p in (self.checkpoint_dir / job_id).glob("chk-*") if (p / "_metadata").exists()]
+        if not done:
+            return None
+        return max(done, key=lambda p: int(p.name.split("-", 1)[1])).as_uri()
 
     # -- validation --------------------------------------------------------------------------------
     async def check_spec(self, ns: str, spec: JobSpec) -> None:
@@ -353,6 +391,13 @@ class FlinkLifecycle:
             ):
                 p.trigger_id = None  # a restarted JobManager forgot the trigger: stop again
                 return
+            lost_at = self._latest_checkpoint(job) if detail is None else None
+            if lost_at is not None:
+                # The job went with the cluster (the runner died mid-action, and its JVMs with
+                # it): its newest retained checkpoint stands in for the savepoint it was taking.
+                await self._stopped(ns, d, job, lost_at, f"job {job} was lost with the previous cluster; "
+                                    f"its newest checkpoint {lost_at} stands in for the savepoint")  # fmt: skip
+                return
             # The job did not stop, or its savepoint failed: abandon the action, and say so;
             # a job still running stays the deployment's job.
             running = detail is not None and detail.state == "RUNNING"
@@ -365,18 +410,24 @@ class FlinkLifecycle:
             await self.recorder.record(ns, d, d.last_error)
             raise FlinkRefused(d.last_error) from e
         await self._wait_stopped(job)
+        self._forget_checkpoints(job)
+        await self._stopped(ns, d, job, location, f"job {job} stopped with savepoint {location}")
+
+    async def _stopped(self, ns: str, d: Deployment, job: str, location: str, line: str) -> None:
+        """The old job is gone and `location` holds its state: the action goes on from it."""
+        p = d.pending
+        assert p is not None
         d.savepoints.append(Savepoint(location, d.version, job, self._now(), p.action))
         d.job_id = None
-        self._forget_checkpoints(job)
         if p.action == "suspend":
             d.state, d.pending = State.SUSPENDED, None
             d.timings_ms["suspend_ms"] = (self._now() - p.started_ns) / 1e6
-            await self.recorder.record(ns, d, f"suspended at {location}")
+            await self.recorder.record(ns, d, f"{line}; suspended at {location}")
         else:
             if p.action == "upgrade":
                 p.savepoint = location
             p.step, p.trigger_id = "submit", None
-            await self.recorder.record(ns, d, f"job {job} stopped with savepoint {location}")
+            await self.recorder.record(ns, d, line)
         await self._retain(ns, d)
 
     async def _step_submit(self, ns: str, d: Deployment) -> None:
@@ -392,7 +443,12 @@ class FlinkLifecycle:
             try:
                 await self.rest.run_jar(jar_id, request)
             except FlinkRestError as e:
-                if "Duplicate" not in e.detail:  # a retried submission Flink already has
+                # No answer is not a refusal: the submission may still be under way, under the
+                # job id fixed for it. A retried submission Flink already has is no refusal either.
+                if e.status == 0:
+                    if not await self._appears(p.new_job_id):
+                        raise NotReady(f"Flink did not take v{p.target_version}: {e}") from e
+                elif "Duplicate" not in e.detail:
                     raise NotReady(f"Flink refused v{p.target_version}: {e}") from e
         d.job_id = p.new_job_id
         p.step = "verify"
@@ -457,6 +513,17 @@ class FlinkLifecycle:
             await asyncio.sleep(0.25)
         raise NotReady(f"job {job_id} was not running and checkpointing within {self.readiness_timeout_s:.0f} s "
                        f"(state {state})")  # fmt: skip
+
+    async def _appears(self, job_id: str) -> bool:
+        """Whether Flink gets to know the job within the readiness deadline (asked at a short
+        interval: Flink announces nothing)."""
+        deadline = time.monotonic() + self.readiness_timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(FlinkRestError):
+                if await self.rest.job(job_id) is not None:
+                    return True
+            await asyncio.sleep(0.5)
+        return False
 
     async def _wait_stopped(self, job_id: str) -> None:
         # A savepoint completes (a cancel returns) a moment before the job reaches FINISHED

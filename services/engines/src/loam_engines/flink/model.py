@@ -129,6 +129,8 @@ class Deployment:
     log_seq: int = 0
     savepoint_interval_s: int = 0  # policy: a periodic savepoint this often while RUNNING (0: none)
     running_since_ns: int = 0
+    run_id: str = ""  # the engine run that carries this deployment (the shared runner's record)
+    action_seq: int = 0  # the run's control action this deployment's last action carried out
 
     @property
     def periodic(self) -> bool:
@@ -170,6 +172,7 @@ class Deployment:
             last_error=d.get("last_error"), created_ns=d.get("created_ns", 0), updated_ns=d.get("updated_ns", 0),
             timings_ms=dict(d.get("timings_ms", {})), log_seq=d.get("log_seq", 0),
             savepoint_interval_s=d.get("savepoint_interval_s", 0), running_since_ns=d.get("running_since_ns", 0),
+            run_id=d.get("run_id", ""), action_seq=d.get("action_seq", 0),
         )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ running ones with a savepoint policy, for `PeriodicSavepoints`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Protocol
 
 from loam_common import keys
@@ -94,11 +95,17 @@ def flink_periodic_list(tx: Txn) -> list[tuple[str, str]]:
     return [keys.flink_periodic_from_key(k) for k, _ in tx.scan(prefix, keys.prefix_end(prefix))]
 
 
+# Called inside the transaction that writes a deployment: the shared engine runner keeps
+# the deployment's engine run in step with it (loam_engines.flink.actions.sync_run).
+Linked = Callable[[Txn, str, Deployment, str | None], None]
+
+
 class StoreRunRecorder:
     """`RunRecorder` over Loam's store (keys `t/<ns>/flink/...`, `sys/flink/busy/...`)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, linked: Linked | None = None) -> None:
         self.store = store
+        self.linked = linked
 
     async def load(self, ns: str, name: str) -> Deployment | None:
         raw = await self.store.snapshot(flink_deployment_get, ns, name)
@@ -113,6 +120,8 @@ class StoreRunRecorder:
         def attempt(tx: Txn) -> Deployment:
             copy = Deployment.from_json(deployment.to_json())
             flink_deployment_put(tx, ns, copy, log)
+            if self.linked is not None:
+                self.linked(tx, ns, copy, log)
             return copy
 
         done = await self.store.transact(attempt)
@@ -121,7 +130,11 @@ class StoreRunRecorder:
     async def create(self, ns: str, deployment: Deployment, log: str) -> bool:
         def attempt(tx: Txn) -> Deployment | None:
             copy = Deployment.from_json(deployment.to_json())
-            return copy if flink_deployment_create_if_absent(tx, ns, copy, log) else None
+            if not flink_deployment_create_if_absent(tx, ns, copy, log):
+                return None
+            if self.linked is not None:
+                self.linked(tx, ns, copy, log)
+            return copy
 
         done = await self.store.transact(attempt)
         if done is None:

@@ -247,8 +247,10 @@ class FlinkRest:
         d = await self._call("POST", "/jars/upload", files=files)
         return d["filename"].rsplit("/", 1)[-1]
 
-    async def run_jar(self, jar_id: str, request: RunRequest) -> str:
-        d = await self._call("POST", f"/jars/{jar_id}/run", json=request.body())
+    async def run_jar(self, jar_id: str, request: RunRequest, timeout_s: float = 120.0) -> str:
+        # The JobManager runs the program's main() before it answers (a PyFlink script or
+        # the SQL runner starts a Python interpreter there): seconds, more on a busy machine.
+        d = await self._call("POST", f"/jars/{jar_id}/run", json=request.body(), timeout=timeout_s)
         return d["jobid"]
 
     # -- savepoints ----------------------------------------------------------------------------

@@ -14,7 +14,9 @@ Each call to `/spark.connect.SparkConnectService/<Method>`:
 4. is relayed as raw bytes both ways, any shape (unary and streams look alike on the
    wire), with the upstream's status, details and trailing metadata (Spark's ErrorInfo
    in `grpc-status-details-bin`, from which PySpark rebuilds `AnalysisException`), and
-   cancelled upstream when the client goes away.
+   cancelled upstream when the client goes away. The methods Spark Connect defines as
+   unary (`UNARY`) take a unary path on both sides, which spares the per-call cost of
+   the stream machinery; any other method, known or not, is relayed as a stream.
 
 Nothing of the client's credentials goes upstream: the metadata is filtered and the
 namespace added as `x-loam-namespace`.
@@ -37,6 +39,8 @@ log = logging.getLogger("loam.engines.spark.proxy")
 
 SERVICE = "/spark.connect.SparkConnectService/"
 RELEASE_SESSION = SERVICE + "ReleaseSession"
+UNARY = frozenset(SERVICE + m for m in ("Config", "AnalyzePlan", "Interrupt", "ReleaseExecute", "ReleaseSession",
+                                        "ArtifactStatus", "FetchErrorDetails", "CloneSession", "GetStatus"))  # fmt: skip
 NAMESPACE_HEADER = "x-loam-namespace"
 ENGINE_HEADER = "x-loam-engine"
 DEFAULT_ENGINE = "sail"
@@ -198,9 +202,11 @@ class SparkConnectProxy:
             await context.abort(_ERROR_CODES.get(e.code, grpc.StatusCode.UNAUTHENTICATED), e.message)
         return principal
 
-    async def relay(
-        self, method: str, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[bytes]:
+    async def _route(
+        self, context: grpc.aio.ServicerContext, first: bytes | None
+    ) -> tuple[SailPool, Any, str | None, list[tuple[str, Any]]]:
+        """Authenticate the call and find its server: (pool, backend acquired for the call,
+        session id, upstream metadata). Aborts the call with the code PySpark expects."""
         headers = {k.lower(): v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
         principal = await self._principal(context, headers)
         ns = principal.namespace
@@ -209,10 +215,6 @@ class SparkConnectProxy:
         if pool is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"{ENGINE_HEADER}: {engine!r} is not an engine here: use {', '.join(self.pools)}")  # fmt: skip
-        try:
-            first = await anext(requests)
-        except StopAsyncIteration:
-            first = None
         session = session_id(first) if first is not None else None
         try:
             backend = await pool.acquire(ns, session)
@@ -224,6 +226,36 @@ class SparkConnectProxy:
         except (OSError, RuntimeError) as e:  # spawning failed: still not a code PySpark retries
             log.exception("namespace %s: starting its %s server failed", ns, engine)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the {engine} server cannot start: {e}")
+        metadata = upstream_metadata(context.invocation_metadata(), ns)
+        if backend.authorization:
+            metadata.append(("authorization", backend.authorization))
+        return pool, backend, session, metadata
+
+    async def relay_unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        pool, backend, session, metadata = await self._route(context, request)
+        call = backend.channel.unary_unary(method)(request, metadata=metadata)
+        closed = False
+        try:
+            reply = await call
+            trailers = downstream_trailers(await call.trailing_metadata())
+            if trailers:
+                context.set_trailing_metadata(trailers)
+            closed = method == RELEASE_SESSION
+            return reply
+        except grpc.aio.AioRpcError as e:
+            await context.abort(e.code(), e.details() or "", downstream_trailers(e.trailing_metadata()))
+        finally:
+            call.cancel()  # the client went away first: so does the upstream call
+            pool.release(backend, session, closed)
+
+    async def relay(
+        self, method: str, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        try:
+            first = await anext(requests)
+        except StopAsyncIteration:
+            first = None
+        pool, backend, session, metadata = await self._route(context, first)
 
         async def upstream_requests() -> AsyncIterator[bytes]:
             if first is not None:
@@ -231,9 +263,6 @@ class SparkConnectProxy:
             async for item in requests:
                 yield item
 
-        metadata = upstream_metadata(context.invocation_metadata(), ns)
-        if backend.authorization:
-            metadata.append(("authorization", backend.authorization))
         call = backend.channel.stream_stream(method)(upstream_requests(), metadata=metadata)
         closed = False
         try:
@@ -259,6 +288,12 @@ class _Handler(grpc.GenericRpcHandler):
         if not method.startswith(SERVICE):
             return None  # UNIMPLEMENTED
         proxy = self.proxy
+        if method in UNARY:
+
+            async def unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+                return await proxy.relay_unary(method, request, context)
+
+            return grpc.unary_unary_rpc_method_handler(unary)
 
         # grpc.aio wants an async generator function here, not a callable returning one.
         async def relay(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext):

@@ -14,6 +14,14 @@ call moved that moment), never on a polling loop.
 
 A call naming a session that a stopped or crashed server held is refused
 (`SessionLost`) instead of being sent to a fresh server that would re-create it empty.
+
+Warm spares (`spares`, default none here; the engine runner keeps one): a launcher that
+has imported pysail and warmed a throwaway server (sail_launcher.py `--spare`) waits,
+unassigned; a namespace's start claims it with the namespace's settings, so the start
+costs the server's own ~50 ms instead of the import and the first request's process-wide
+initialisation. The first spare is made when the pool first starts a server (or by
+`prewarm()`), and another after each claim, so a process that never serves Spark never
+runs one.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ class SailSettings:
     extra_env: dict[str, str] = field(default_factory=dict)
     # ns -> a directory of the namespace's own Python packages, on its server's PYTHONPATH
     pydeps: Callable[[str], Path] | None = None
+    spares: int = 0  # warm launchers kept ready for the next namespace's start (0 or 1)
 
 
 def find_spark_python(env_var: str = "LOAM_SPARK_VENV", name: str = "spark") -> Path | None:
@@ -112,7 +121,10 @@ class SailPool:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task] = set()
         self.starts = 0  # servers started, for tests and the bench
+        self.spare_claims = 0  # of those, started from a warm spare
         self._closed = False
+        self._spare: asyncio.Task | None = None  # -> (child, stderr tail, stderr task): a ready spare
+        self._spare_count = 0
 
     def backend(self, ns: str) -> SailBackend | None:
         b = self._backends.get(ns)
@@ -192,9 +204,10 @@ class SailPool:
             await self._stop(backend)
 
     # -- lifecycle -----------------------------------------------------------------------
-    def _env(self, ns: str) -> dict[str, str]:
+    def _base_env(self) -> dict[str, str]:
+        """The server's environment, what every namespace's has alike: Loam's minus anything
+        Spark- or Loam-credential-shaped, plus the pool's Sail settings."""
         s = self.settings
-        # The server's environment is Loam's minus anything Spark- or Loam-credential-shaped.
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("SPARK_", "PYSPARK_", "LOAM_TOKEN", "SAIL_"))}  # fmt: skip
         env["SAIL_SPARK__SESSION_TIMEOUT_SECS"] = str(max(1, int(s.session_timeout_s)))
@@ -202,14 +215,93 @@ class SailPool:
         if s.memory_limit_bytes:
             env["SAIL_RUNTIME__MEMORY_POOL__TYPE"] = "greedy"
             env["SAIL_RUNTIME__MEMORY_POOL__GREEDY__MAX_SIZE"] = str(s.memory_limit_bytes)
+        env.update(s.extra_env)
+        return env
+
+    def _ns_env(self, ns: str) -> dict[str, str]:
+        """The namespace's own settings: its spill directory (Sail reads it at start)."""
+        s = self.settings
+        env = {}
         if s.spill_dir is not None:
             spill = s.spill_dir / processes.path_part(ns)
             spill.mkdir(parents=True, exist_ok=True)
             env["SAIL_RUNTIME__TEMPORARY_FILES__PATHS"] = json.dumps([str(spill)])  # a list
-        if s.pydeps is not None:
-            env["PYTHONPATH"] = str(s.pydeps(ns))
-        env.update(s.extra_env)
         return env
+
+    def _env(self, ns: str) -> dict[str, str]:
+        env = self._base_env()
+        env.update(self._ns_env(ns))
+        if self.settings.pydeps is not None:
+            env["PYTHONPATH"] = str(self.settings.pydeps(ns))
+        return env
+
+    # -- warm spares ---------------------------------------------------------------------
+    def prewarm(self) -> None:
+        """Have a spare ready before the first namespace asks (no-op without `spares`)."""
+        if self.settings.spares and self._spare is None and not self._closed:
+            self._spare = asyncio.create_task(self._make_spare())
+
+    async def _make_spare(self) -> tuple[processes.Child, deque[str], asyncio.Task]:
+        s = self.settings
+        self._spare_count += 1
+        s.work_dir.mkdir(parents=True, exist_ok=True)
+        child = await processes.spawn(
+            f"sail-spare-{self._spare_count}",
+            [str(s.python), str(LAUNCHER), "--ip", "127.0.0.1", "--port", "0", "--spare"],
+            env=self._base_env(), cwd=s.work_dir, pid_dir=s.pid_dir, stop_signal=signal.SIGTERM,
+            stdin=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        tail: deque[str] = deque(maxlen=40)
+        stderr_task = asyncio.create_task(self._drain_stderr("(spare)", child, tail))
+        try:
+            line = await asyncio.wait_for(child.proc.stdout.readline(), s.start_timeout_s)
+            ready = json.loads(line).get("spare") == "ready" if line else False
+        except (TimeoutError, ValueError, AttributeError):
+            ready = False
+        except asyncio.CancelledError:  # the pool is closing while the spare warms up
+            await child.stop(grace_s=1.0)
+            raise
+        if not ready:
+            await child.stop(grace_s=1.0)
+            raise BackendUnavailable(
+                "the spare Sail server did not get ready: " + " | ".join(list(tail)[-3:])
+            )
+        return child, tail, stderr_task
+
+    async def _claim_spare(
+        self, ns: str, cwd: Path
+    ) -> tuple[processes.Child, int, deque[str], asyncio.Task] | None:
+        """The ready spare, started as `ns`'s server; None if there is none (a cold start follows)."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        try:
+            child, tail, stderr_task = await spare
+        except Exception as e:  # noqa: BLE001 - a spare that failed: start cold, and say why
+            log.warning("no warm Sail spare for namespace %s: %s", ns, e)
+            return None
+        claim = {"cwd": str(cwd), "env": self._ns_env(ns),
+                 "sys_path": [str(self.settings.pydeps(ns))] if self.settings.pydeps is not None else []}  # fmt: skip
+        try:
+            child.proc.stdin.write((json.dumps(claim) + "\n").encode())
+            await child.proc.stdin.drain()
+            line = await asyncio.wait_for(child.proc.stdout.readline(), self.settings.start_timeout_s)
+            port = int(json.loads(line)["port"])
+        except (OSError, TimeoutError, ValueError, KeyError, TypeError):
+            await child.stop(grace_s=1.0)
+            log.warning("the warm Sail spare failed to start namespace %s's server: cold start", ns)
+            return None
+        self.spare_claims += 1
+        return child, port, tail, stderr_task
+
+    async def _close_spare(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return
+        spare.cancel()
+        with contextlib.suppress(BaseException):
+            child, _, _ = await spare
+            await child.stop(grace_s=1.0)
 
     #: what the logs and errors call this pool's servers
     label = "Sail"
@@ -260,7 +352,9 @@ class SailPool:
         self._generation += 1
         gen = self._generation
         started = time.monotonic()
-        child, port, tail, stderr_task = await self._launch(ns, cwd)
+        claimed = await self._claim_spare(ns, cwd) if self.settings.spares else None
+        child, port, tail, stderr_task = claimed or await self._launch(ns, cwd)
+        self.prewarm()  # the next namespace's spare, made now that Spark is in use
         backend = SailBackend(ns, gen, child, port)
         backend.stderr_tail = tail
         backend.authorization = self._upstream_auth()
@@ -321,5 +415,6 @@ class SailPool:
             timer.cancel()
         self._timers.clear()
         await asyncio.gather(*(self._stop(b) for b in list(self._backends.values())), return_exceptions=True)
+        await self._close_spare()
         for task in list(self._tasks):
             task.cancel()

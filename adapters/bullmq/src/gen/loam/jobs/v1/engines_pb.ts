@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file loam/jobs/v1/engines.proto.
  */
 export const file_loam_jobs_v1_engines: GenFile = /*@__PURE__*/
-  fileDesc("Chpsb2FtL2pvYnMvdjEvZW5naW5lcy5wcm90bxIMbG9hbS5qb2JzLnYxIvMCCglFbmdpbmVKb2ISKAoGZW5naW5lGAEgASgOMhgubG9hbS5qb2JzLnYxLkVuZ2luZUtpbmQSDAoEbmFtZRgCIAEoCRIQCghhcnRpZmFjdBgDIAEoCRIzCgZjb25maWcYBCADKAsyIy5sb2FtLmpvYnMudjEuRW5naW5lSm9iLkNvbmZpZ0VudHJ5EhAKCGF0dGVtcHRzGBQgASgNEiYKB2JhY2tvZmYYFSABKAsyFS5sb2FtLmpvYnMudjEuQmFja29mZhISCgp0aW1lb3V0X25zGBYgASgDEi8KC3NwYXJrX2JhdGNoGB4gASgLMhgubG9hbS5qb2JzLnYxLlNwYXJrQmF0Y2hIABIxCgxzcGFya19zdWJtaXQYHyABKAsyGS5sb2FtLmpvYnMudjEuU3BhcmtTdWJtaXRIABotCgtDb25maWdFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgYKBHNwZWMisgEKClNwYXJrQmF0Y2gSEgoKZW50cnlwb2ludBgBIAEoCRIOCgZzb3VyY2UYAiABKAwSDAoEYXJncxgDIAMoCRIwCgRjb25mGAQgAygLMiIubG9hbS5qb2JzLnYxLlNwYXJrQmF0Y2guQ29uZkVudHJ5EhMKC3B5dGhvbl9kZXBzGAUgAygJGisKCUNvbmZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIq8BCgtTcGFya1N1Ym1pdBISCgplbnRyeXBvaW50GAEgASgJEg4KBnNvdXJjZRgCIAEoDBIMCgRhcmdzGAMgAygJEjEKBGNvbmYYBCADKAsyIy5sb2FtLmpvYnMudjEuU3BhcmtTdWJtaXQuQ29uZkVudHJ5Eg4KBm1hc3RlchgFIAEoCRorCglDb25mRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIeCgxFbmdpbmVBY3Rpb24SDgoGYWN0aW9uGAEgASgJIp4BChBFbmdpbmVSdW5BdHRlbXB0Eg8KB2F0dGVtcHQYASABKA0SEgoKc3RhcnRlZF9ucxgCIAEoAxITCgtmaW5pc2hlZF9ucxgDIAEoAxIWCglleGl0X2NvZGUYBCABKAVIAIgBARINCgVlcnJvchgFIAEoCRIOCgZydW5uZXIYBiABKAkSCwoDcGlkGAcgASgFQgwKCl9leGl0X2NvZGUi6wIKCUVuZ2luZVJ1bhIKCgJpZBgBIAEoCRIkCgNqb2IYAiABKAsyFy5sb2FtLmpvYnMudjEuRW5naW5lSm9iEisKBXN0YXRlGAMgASgOMhwubG9hbS5qb2JzLnYxLkVuZ2luZVJ1blN0YXRlEhIKCmNyZWF0ZWRfbnMYBCABKAMSEgoKc3RhcnRlZF9ucxgFIAEoAxITCgtmaW5pc2hlZF9ucxgGIAEoAxIwCghhdHRlbXB0cxgHIAMoCzIeLmxvYW0uam9icy52MS5FbmdpbmVSdW5BdHRlbXB0EhYKCWV4aXRfY29kZRgIIAEoBUgAiAEBEg0KBWVycm9yGAkgASgJEg0KBXF1ZXVlGAogASgJEhAKCHNjaGVkdWxlGAsgASgJEhEKCWxvZ19jb3VudBgMIAEoDRIYChBjYW5jZWxfcmVxdWVzdGVkGA0gASgIEg0KBWVwb2NoGA4gASgEQgwKCl9leGl0X2NvZGUiRwoNRW5naW5lTG9nTGluZRIJCgFuGAEgASgNEg0KBWF0X25zGAIgASgDEg4KBnN0cmVhbRgDIAEoCRIMCgRsaW5lGAQgASgJKnEKCkVuZ2luZUtpbmQSGwoXRU5HSU5FX0tJTkRfVU5TUEVDSUZJRUQQABIUChBFTkdJTkVfS0lORF9TQUlMEAESFQoRRU5HSU5FX0tJTkRfRkxJTksQAhIZChVFTkdJTkVfS0lORF9TUEFSS19KVk0QAyroAQoORW5naW5lUnVuU3RhdGUSIAocRU5HSU5FX1JVTl9TVEFURV9VTlNQRUNJRklFRBAAEhsKF0VOR0lORV9SVU5fU1RBVEVfUVVFVUVEEAESHAoYRU5HSU5FX1JVTl9TVEFURV9SVU5OSU5HEAISHQoZRU5HSU5FX1JVTl9TVEFURV9SRVRSWUlORxADEh4KGkVOR0lORV9SVU5fU1RBVEVfU1VDQ0VFREVEEAQSGwoXRU5HSU5FX1JVTl9TVEFURV9GQUlMRUQQBRIdChlFTkdJTkVfUlVOX1NUQVRFX0NBTkNFTEVEEAZiBnByb3RvMw", [file_loam_jobs_v1_types]);
+  fileDesc("Chpsb2FtL2pvYnMvdjEvZW5naW5lcy5wcm90bxIMbG9hbS5qb2JzLnYxIqMDCglFbmdpbmVKb2ISKAoGZW5naW5lGAEgASgOMhgubG9hbS5qb2JzLnYxLkVuZ2luZUtpbmQSDAoEbmFtZRgCIAEoCRIQCghhcnRpZmFjdBgDIAEoCRIzCgZjb25maWcYBCADKAsyIy5sb2FtLmpvYnMudjEuRW5naW5lSm9iLkNvbmZpZ0VudHJ5EhAKCGF0dGVtcHRzGBQgASgNEiYKB2JhY2tvZmYYFSABKAsyFS5sb2FtLmpvYnMudjEuQmFja29mZhISCgp0aW1lb3V0X25zGBYgASgDEi8KC3NwYXJrX2JhdGNoGB4gASgLMhgubG9hbS5qb2JzLnYxLlNwYXJrQmF0Y2hIABIxCgxzcGFya19zdWJtaXQYHyABKAsyGS5sb2FtLmpvYnMudjEuU3BhcmtTdWJtaXRIABIuCgVmbGluaxggIAEoCzIdLmxvYW0uam9icy52MS5GbGlua0RlcGxveW1lbnRIABotCgtDb25maWdFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgYKBHNwZWMisgEKClNwYXJrQmF0Y2gSEgoKZW50cnlwb2ludBgBIAEoCRIOCgZzb3VyY2UYAiABKAwSDAoEYXJncxgDIAMoCRIwCgRjb25mGAQgAygLMiIubG9hbS5qb2JzLnYxLlNwYXJrQmF0Y2guQ29uZkVudHJ5EhMKC3B5dGhvbl9kZXBzGAUgAygJGisKCUNvbmZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIq8BCgtTcGFya1N1Ym1pdBISCgplbnRyeXBvaW50GAEgASgJEg4KBnNvdXJjZRgCIAEoDBIMCgRhcmdzGAMgAygJEjEKBGNvbmYYBCADKAsyIy5sb2FtLmpvYnMudjEuU3BhcmtTdWJtaXQuQ29uZkVudHJ5Eg4KBm1hc3RlchgFIAEoCRorCglDb25mRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLzAgoPRmxpbmtEZXBsb3ltZW50EhIKCmRlcGxveW1lbnQYASABKAkSEgoKZW50cnlwb2ludBgCIAEoCRIOCgZzb3VyY2UYAyABKAwSCwoDc3FsGAQgASgJEhMKC2VudHJ5X2NsYXNzGAUgASgJEgwKBGFyZ3MYBiADKAkSEwoLcGFyYWxsZWxpc20YByABKA0SOQoGY29uZmlnGAggAygLMikubG9hbS5qb2JzLnYxLkZsaW5rRGVwbG95bWVudC5Db25maWdFbnRyeRIUCgx1cGdyYWRlX21vZGUYCSABKAkSIAoYYWxsb3dfbm9uX3Jlc3RvcmVkX3N0YXRlGAogASgIEhEKCXNhdmVwb2ludBgLIAEoCRIcChRzYXZlcG9pbnRfaW50ZXJ2YWxfcxgMIAEoDRIQCghhcnRpZmFjdBgNIAEoCRotCgtDb25maWdFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBInAKDEVuZ2luZUFjdGlvbhIOCgZhY3Rpb24YASABKAkSEQoJc2F2ZXBvaW50GAIgASgJEg8KB3ZlcnNpb24YAyABKA0SLAoFZmxpbmsYBCABKAsyHS5sb2FtLmpvYnMudjEuRmxpbmtEZXBsb3ltZW50ImcKFEZsaW5rU2F2ZXBvaW50UmVjb3JkEgwKBHBhdGgYASABKAkSDwoHdmVyc2lvbhgCIAEoDRIOCgZqb2JfaWQYAyABKAkSEAoIdGFrZW5fbnMYBCABKAMSDgoGcmVhc29uGAUgASgJIq4DCgtGbGlua1N0YXR1cxISCgpkZXBsb3ltZW50GAEgASgJEg0KBXN0YXRlGAIgASgJEg8KB3ZlcnNpb24YAyABKA0SEAoIdmVyc2lvbnMYBCABKA0SDgoGam9iX2lkGAUgASgJEjYKCnNhdmVwb2ludHMYBiADKAsyIi5sb2FtLmpvYnMudjEuRmxpbmtTYXZlcG9pbnRSZWNvcmQSFgoOcGVuZGluZ19hY3Rpb24YByABKAkSFAoMcGVuZGluZ19zdGVwGAggASgJEhIKCmxhc3RfZXJyb3IYCSABKAkSPAoKdGltaW5nc19tcxgKIAMoCzIoLmxvYW0uam9icy52MS5GbGlua1N0YXR1cy5UaW1pbmdzTXNFbnRyeRIZChFhY3Rpb25zX3JlcXVlc3RlZBgLIAEoBBIUCgxhY3Rpb25zX2RvbmUYDCABKAQSEwoLbGFzdF9hY3Rpb24YDSABKAkSGQoRbGFzdF9hY3Rpb25fZXJyb3IYDiABKAkaMAoOVGltaW5nc01zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgBOgI4ASKeAQoQRW5naW5lUnVuQXR0ZW1wdBIPCgdhdHRlbXB0GAEgASgNEhIKCnN0YXJ0ZWRfbnMYAiABKAMSEwoLZmluaXNoZWRfbnMYAyABKAMSFgoJZXhpdF9jb2RlGAQgASgFSACIAQESDQoFZXJyb3IYBSABKAkSDgoGcnVubmVyGAYgASgJEgsKA3BpZBgHIAEoBUIMCgpfZXhpdF9jb2RlIq0DCglFbmdpbmVSdW4SCgoCaWQYASABKAkSJAoDam9iGAIgASgLMhcubG9hbS5qb2JzLnYxLkVuZ2luZUpvYhIrCgVzdGF0ZRgDIAEoDjIcLmxvYW0uam9icy52MS5FbmdpbmVSdW5TdGF0ZRISCgpjcmVhdGVkX25zGAQgASgDEhIKCnN0YXJ0ZWRfbnMYBSABKAMSEwoLZmluaXNoZWRfbnMYBiABKAMSMAoIYXR0ZW1wdHMYByADKAsyHi5sb2FtLmpvYnMudjEuRW5naW5lUnVuQXR0ZW1wdBIWCglleGl0X2NvZGUYCCABKAVIAIgBARINCgVlcnJvchgJIAEoCRINCgVxdWV1ZRgKIAEoCRIQCghzY2hlZHVsZRgLIAEoCRIRCglsb2dfY291bnQYDCABKA0SGAoQY2FuY2VsX3JlcXVlc3RlZBgNIAEoCBINCgVlcG9jaBgOIAEoBBIoCgVmbGluaxgPIAEoCzIZLmxvYW0uam9icy52MS5GbGlua1N0YXR1cxIWCg5yZXN0YXJ0ZWRfZnJvbRgQIAEoCUIMCgpfZXhpdF9jb2RlIkcKDUVuZ2luZUxvZ0xpbmUSCQoBbhgBIAEoDRINCgVhdF9ucxgCIAEoAxIOCgZzdHJlYW0YAyABKAkSDAoEbGluZRgEIAEoCSpxCgpFbmdpbmVLaW5kEhsKF0VOR0lORV9LSU5EX1VOU1BFQ0lGSUVEEAASFAoQRU5HSU5FX0tJTkRfU0FJTBABEhUKEUVOR0lORV9LSU5EX0ZMSU5LEAISGQoVRU5HSU5FX0tJTkRfU1BBUktfSlZNEAMq6AEKDkVuZ2luZVJ1blN0YXRlEiAKHEVOR0lORV9SVU5fU1RBVEVfVU5TUEVDSUZJRUQQABIbChdFTkdJTkVfUlVOX1NUQVRFX1FVRVVFRBABEhwKGEVOR0lORV9SVU5fU1RBVEVfUlVOTklORxACEh0KGUVOR0lORV9SVU5fU1RBVEVfUkVUUllJTkcQAxIeChpFTkdJTkVfUlVOX1NUQVRFX1NVQ0NFRURFRBAEEhsKF0VOR0lORV9SVU5fU1RBVEVfRkFJTEVEEAUSHQoZRU5HSU5FX1JVTl9TVEFURV9DQU5DRUxFRBAGYgZwcm90bzM", [file_loam_jobs_v1_types]);
 
 /**
  * @generated from message loam.jobs.v1.EngineJob
@@ -76,6 +76,12 @@ export type EngineJob = Message<"loam.jobs.v1.EngineJob"> & {
      */
     value: SparkSubmit;
     case: "sparkSubmit";
+  } | {
+    /**
+     * @generated from field: loam.jobs.v1.FlinkDeployment flink = 32;
+     */
+    value: FlinkDeployment;
+    case: "flink";
   } | { case: undefined; value?: undefined };
 };
 
@@ -178,15 +184,142 @@ export const SparkSubmitSchema: GenMessage<SparkSubmit> = /*@__PURE__*/
   messageDesc(file_loam_jobs_v1_engines, 2);
 
 /**
+ * A long-running job on the local Flink session cluster (spec §10.2): a jar, a PyFlink
+ * script or Flink SQL statements. One engine run per deployment lifetime: it is RUNNING
+ * while the deployment is deployed (through upgrades, savepoints, suspend and resume)
+ * and ends CANCELED by `cancel` or FAILED when a deploy cannot start.
+ *
+ * @generated from message loam.jobs.v1.FlinkDeployment
+ */
+export type FlinkDeployment = Message<"loam.jobs.v1.FlinkDeployment"> & {
+  /**
+   * the deployment's name in the namespace
+   *
+   * @generated from field: string deployment = 1;
+   */
+  deployment: string;
+
+  /**
+   * the artifact's file name: job.jar, job.py or job.sql
+   *
+   * @generated from field: string entrypoint = 2;
+   */
+  entrypoint: string;
+
+  /**
+   * the artifact on submit; the server keeps it as `EngineJob.artifact`
+   *
+   * @generated from field: bytes source = 3;
+   */
+  source: Uint8Array;
+
+  /**
+   * instead of source: Flink SQL statements (entrypoint may be empty)
+   *
+   * @generated from field: string sql = 4;
+   */
+  sql: string;
+
+  /**
+   * a jar job's main class (default: the jar's manifest)
+   *
+   * @generated from field: string entry_class = 5;
+   */
+  entryClass: string;
+
+  /**
+   * @generated from field: repeated string args = 6;
+   */
+  args: string[];
+
+  /**
+   * 0 = 1
+   *
+   * @generated from field: uint32 parallelism = 7;
+   */
+  parallelism: number;
+
+  /**
+   * Flink options of this job
+   *
+   * @generated from field: map<string, string> config = 8;
+   */
+  config: { [key: string]: string };
+
+  /**
+   * How an upgrade carries state: "savepoint" (default: stop with a savepoint, start
+   * the new version from it) or "stateless" (cancel, start the new version empty).
+   *
+   * @generated from field: string upgrade_mode = 9;
+   */
+  upgradeMode: string;
+
+  /**
+   * @generated from field: bool allow_non_restored_state = 10;
+   */
+  allowNonRestoredState: boolean;
+
+  /**
+   * deploy: start from this savepoint
+   *
+   * @generated from field: string savepoint = 11;
+   */
+  savepoint: string;
+
+  /**
+   * a periodic savepoint this often while running (0 = none)
+   *
+   * @generated from field: uint32 savepoint_interval_s = 12;
+   */
+  savepointIntervalS: number;
+
+  /**
+   * set by the server: where `source` (or `sql`) is kept
+   *
+   * @generated from field: string artifact = 13;
+   */
+  artifact: string;
+};
+
+/**
+ * Describes the message loam.jobs.v1.FlinkDeployment.
+ * Use `create(FlinkDeploymentSchema)` to create a new message.
+ */
+export const FlinkDeploymentSchema: GenMessage<FlinkDeployment> = /*@__PURE__*/
+  messageDesc(file_loam_jobs_v1_engines, 3);
+
+/**
  * @generated from message loam.jobs.v1.EngineAction
  */
 export type EngineAction = Message<"loam.jobs.v1.EngineAction"> & {
   /**
-   * savepoint, suspend, resume, upgrade, rollback, cancel
+   * Spark runs: cancel, restart (a finished run runs again as a new run).
+   * Flink runs: savepoint, suspend, resume, upgrade, rollback, cancel, status.
    *
    * @generated from field: string action = 1;
    */
   action: string;
+
+  /**
+   * resume / rollback: a recorded savepoint (default the newest)
+   *
+   * @generated from field: string savepoint = 2;
+   */
+  savepoint: string;
+
+  /**
+   * rollback: the version to run (default the one before)
+   *
+   * @generated from field: uint32 version = 3;
+   */
+  version: number;
+
+  /**
+   * upgrade: the new version (its deployment name is the run's)
+   *
+   * @generated from field: loam.jobs.v1.FlinkDeployment flink = 4;
+   */
+  flink?: FlinkDeployment | undefined;
 };
 
 /**
@@ -194,7 +327,146 @@ export type EngineAction = Message<"loam.jobs.v1.EngineAction"> & {
  * Use `create(EngineActionSchema)` to create a new message.
  */
 export const EngineActionSchema: GenMessage<EngineAction> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_engines, 3);
+  messageDesc(file_loam_jobs_v1_engines, 4);
+
+/**
+ * @generated from message loam.jobs.v1.FlinkSavepointRecord
+ */
+export type FlinkSavepointRecord = Message<"loam.jobs.v1.FlinkSavepointRecord"> & {
+  /**
+   * @generated from field: string path = 1;
+   */
+  path: string;
+
+  /**
+   * @generated from field: uint32 version = 2;
+   */
+  version: number;
+
+  /**
+   * @generated from field: string job_id = 3;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: int64 taken_ns = 4;
+   */
+  takenNs: bigint;
+
+  /**
+   * savepoint, periodic, suspend, upgrade, rollback
+   *
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message loam.jobs.v1.FlinkSavepointRecord.
+ * Use `create(FlinkSavepointRecordSchema)` to create a new message.
+ */
+export const FlinkSavepointRecordSchema: GenMessage<FlinkSavepointRecord> = /*@__PURE__*/
+  messageDesc(file_loam_jobs_v1_engines, 5);
+
+/**
+ * What a Flink run adds to its record: the deployment as the lifecycle left it.
+ *
+ * @generated from message loam.jobs.v1.FlinkStatus
+ */
+export type FlinkStatus = Message<"loam.jobs.v1.FlinkStatus"> & {
+  /**
+   * @generated from field: string deployment = 1;
+   */
+  deployment: string;
+
+  /**
+   * DEPLOYING, RUNNING, SUSPENDING, SUSPENDED, RESUMING, UPGRADING, ROLLING_BACK, CANCELLED, FAILED
+   *
+   * @generated from field: string state = 2;
+   */
+  state: string;
+
+  /**
+   * the version running (or to resume)
+   *
+   * @generated from field: uint32 version = 3;
+   */
+  version: number;
+
+  /**
+   * how many versions it has
+   *
+   * @generated from field: uint32 versions = 4;
+   */
+  versions: number;
+
+  /**
+   * Flink's job id
+   *
+   * @generated from field: string job_id = 5;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: repeated loam.jobs.v1.FlinkSavepointRecord savepoints = 6;
+   */
+  savepoints: FlinkSavepointRecord[];
+
+  /**
+   * the action in flight, if any
+   *
+   * @generated from field: string pending_action = 7;
+   */
+  pendingAction: string;
+
+  /**
+   * @generated from field: string pending_step = 8;
+   */
+  pendingStep: string;
+
+  /**
+   * @generated from field: string last_error = 9;
+   */
+  lastError: string;
+
+  /**
+   * @generated from field: map<string, double> timings_ms = 10;
+   */
+  timingsMs: { [key: string]: number };
+
+  /**
+   * control actions accepted for this run
+   *
+   * @generated from field: uint64 actions_requested = 11;
+   */
+  actionsRequested: bigint;
+
+  /**
+   * of those, finished (ok or not); equal = none in flight
+   *
+   * @generated from field: uint64 actions_done = 12;
+   */
+  actionsDone: bigint;
+
+  /**
+   * @generated from field: string last_action = 13;
+   */
+  lastAction: string;
+
+  /**
+   * empty: the last action succeeded
+   *
+   * @generated from field: string last_action_error = 14;
+   */
+  lastActionError: string;
+};
+
+/**
+ * Describes the message loam.jobs.v1.FlinkStatus.
+ * Use `create(FlinkStatusSchema)` to create a new message.
+ */
+export const FlinkStatusSchema: GenMessage<FlinkStatus> = /*@__PURE__*/
+  messageDesc(file_loam_jobs_v1_engines, 6);
 
 /**
  * @generated from message loam.jobs.v1.EngineRunAttempt
@@ -245,7 +517,7 @@ export type EngineRunAttempt = Message<"loam.jobs.v1.EngineRunAttempt"> & {
  * Use `create(EngineRunAttemptSchema)` to create a new message.
  */
 export const EngineRunAttemptSchema: GenMessage<EngineRunAttempt> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_engines, 4);
+  messageDesc(file_loam_jobs_v1_engines, 7);
 
 /**
  * One engine run, a Loam object in the namespace (`t/<ns>/eng/run/<id>`). Its id is the
@@ -334,6 +606,20 @@ export type EngineRun = Message<"loam.jobs.v1.EngineRun"> & {
    * @generated from field: uint64 epoch = 14;
    */
   epoch: bigint;
+
+  /**
+   * Flink runs only
+   *
+   * @generated from field: loam.jobs.v1.FlinkStatus flink = 15;
+   */
+  flink?: FlinkStatus | undefined;
+
+  /**
+   * a run made by `restart`: the run it repeats
+   *
+   * @generated from field: string restarted_from = 16;
+   */
+  restartedFrom: string;
 };
 
 /**
@@ -341,7 +627,7 @@ export type EngineRun = Message<"loam.jobs.v1.EngineRun"> & {
  * Use `create(EngineRunSchema)` to create a new message.
  */
 export const EngineRunSchema: GenMessage<EngineRun> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_engines, 5);
+  messageDesc(file_loam_jobs_v1_engines, 8);
 
 /**
  * @generated from message loam.jobs.v1.EngineLogLine
@@ -375,7 +661,7 @@ export type EngineLogLine = Message<"loam.jobs.v1.EngineLogLine"> & {
  * Use `create(EngineLogLineSchema)` to create a new message.
  */
 export const EngineLogLineSchema: GenMessage<EngineLogLine> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_engines, 6);
+  messageDesc(file_loam_jobs_v1_engines, 9);
 
 /**
  * @generated from enum loam.jobs.v1.EngineKind

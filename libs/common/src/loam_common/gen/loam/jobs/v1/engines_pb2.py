@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from loam_common.gen.loam.jobs.v1 import types_pb2 as loam_dot_jobs_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aloam/jobs/v1/engines.proto\x12\x0cloam.jobs.v1\x1a\x18loam/jobs/v1/types.proto\"\xf3\x02\n\tEngineJob\x12(\n\x06\x65ngine\x18\x01 \x01(\x0e\x32\x18.loam.jobs.v1.EngineKind\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08\x61rtifact\x18\x03 \x01(\t\x12\x33\n\x06\x63onfig\x18\x04 \x03(\x0b\x32#.loam.jobs.v1.EngineJob.ConfigEntry\x12\x10\n\x08\x61ttempts\x18\x14 \x01(\r\x12&\n\x07\x62\x61\x63koff\x18\x15 \x01(\x0b\x32\x15.loam.jobs.v1.Backoff\x12\x12\n\ntimeout_ns\x18\x16 \x01(\x03\x12/\n\x0bspark_batch\x18\x1e \x01(\x0b\x32\x18.loam.jobs.v1.SparkBatchH\x00\x12\x31\n\x0cspark_submit\x18\x1f \x01(\x0b\x32\x19.loam.jobs.v1.SparkSubmitH\x00\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04spec\"\xb2\x01\n\nSparkBatch\x12\x12\n\nentrypoint\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\x0c\x12\x0c\n\x04\x61rgs\x18\x03 \x03(\t\x12\x30\n\x04\x63onf\x18\x04 \x03(\x0b\x32\".loam.jobs.v1.SparkBatch.ConfEntry\x12\x13\n\x0bpython_deps\x18\x05 \x03(\t\x1a+\n\tConfEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xaf\x01\n\x0bSparkSubmit\x12\x12\n\nentrypoint\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\x0c\x12\x0c\n\x04\x61rgs\x18\x03 \x03(\t\x12\x31\n\x04\x63onf\x18\x04 \x03(\x0b\x32#.loam.jobs.v1.SparkSubmit.ConfEntry\x12\x0e\n\x06master\x18\x05 \x01(\t\x1a+\n\tConfEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1e\n\x0c\x45ngineAction\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\"\x9e\x01\n\x10\x45ngineRunAttempt\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\r\x12\x12\n\nstarted_ns\x18\x02 \x01(\x03\x12\x13\n\x0b\x66inished_ns\x18\x03 \x01(\x03\x12\x16\n\texit_code\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x0e\n\x06runner\x18\x06 \x01(\t\x12\x0b\n\x03pid\x18\x07 \x01(\x05\x42\x0c\n\n_exit_code\"\xeb\x02\n\tEngineRun\x12\n\n\x02id\x18\x01 \x01(\t\x12$\n\x03job\x18\x02 \x01(\x0b\x32\x17.loam.jobs.v1.EngineJob\x12+\n\x05state\x18\x03 \x01(\x0e\x32\x1c.loam.jobs.v1.EngineRunState\x12\x12\n\ncreated_ns\x18\x04 \x01(\x03\x12\x12\n\nstarted_ns\x18\x05 \x01(\x03\x12\x13\n\x0b\x66inished_ns\x18\x06 \x01(\x03\x12\x30\n\x08\x61ttempts\x18\x07 \x03(\x0b\x32\x1e.loam.jobs.v1.EngineRunAttempt\x12\x16\n\texit_code\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05\x65rror\x18\t \x01(\t\x12\r\n\x05queue\x18\n \x01(\t\x12\x10\n\x08schedule\x18\x0b \x01(\t\x12\x11\n\tlog_count\x18\x0c \x01(\r\x12\x18\n\x10\x63\x61ncel_requested\x18\r \x01(\x08\x12\r\n\x05\x65poch\x18\x0e \x01(\x04\x42\x0c\n\n_exit_code\"G\n\rEngineLogLine\x12\t\n\x01n\x18\x01 \x01(\r\x12\r\n\x05\x61t_ns\x18\x02 \x01(\x03\x12\x0e\n\x06stream\x18\x03 \x01(\t\x12\x0c\n\x04line\x18\x04 \x01(\t*q\n\nEngineKind\x12\x1b\n\x17\x45NGINE_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45NGINE_KIND_SAIL\x10\x01\x12\x15\n\x11\x45NGINE_KIND_FLINK\x10\x02\x12\x19\n\x15\x45NGINE_KIND_SPARK_JVM\x10\x03*\xe8\x01\n\x0e\x45ngineRunState\x12 \n\x1c\x45NGINE_RUN_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45NGINE_RUN_STATE_QUEUED\x10\x01\x12\x1c\n\x18\x45NGINE_RUN_STATE_RUNNING\x10\x02\x12\x1d\n\x19\x45NGINE_RUN_STATE_RETRYING\x10\x03\x12\x1e\n\x1a\x45NGINE_RUN_STATE_SUCCEEDED\x10\x04\x12\x1b\n\x17\x45NGINE_RUN_STATE_FAILED\x10\x05\x12\x1d\n\x19\x45NGINE_RUN_STATE_CANCELED\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aloam/jobs/v1/engines.proto\x12\x0cloam.jobs.v1\x1a\x18loam/jobs/v1/types.proto\"\xa3\x03\n\tEngineJob\x12(\n\x06\x65ngine\x18\x01 \x01(\x0e\x32\x18.loam.jobs.v1.EngineKind\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08\x61rtifact\x18\x03 \x01(\t\x12\x33\n\x06\x63onfig\x18\x04 \x03(\x0b\x32#.loam.jobs.v1.EngineJob.ConfigEntry\x12\x10\n\x08\x61ttempts\x18\x14 \x01(\r\x12&\n\x07\x62\x61\x63koff\x18\x15 \x01(\x0b\x32\x15.loam.jobs.v1.Backoff\x12\x12\n\ntimeout_ns\x18\x16 \x01(\x03\x12/\n\x0bspark_batch\x18\x1e \x01(\x0b\x32\x18.loam.jobs.v1.SparkBatchH\x00\x12\x31\n\x0cspark_submit\x18\x1f \x01(\x0b\x32\x19.loam.jobs.v1.SparkSubmitH\x00\x12.\n\x05\x66link\x18  \x01(\x0b\x32\x1d.loam.jobs.v1.FlinkDeploymentH\x00\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04spec\"\xb2\x01\n\nSparkBatch\x12\x12\n\nentrypoint\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\x0c\x12\x0c\n\x04\x61rgs\x18\x03 \x03(\t\x12\x30\n\x04\x63onf\x18\x04 \x03(\x0b\x32\".loam.jobs.v1.SparkBatch.ConfEntry\x12\x13\n\x0bpython_deps\x18\x05 \x03(\t\x1a+\n\tConfEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xaf\x01\n\x0bSparkSubmit\x12\x12\n\nentrypoint\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\x0c\x12\x0c\n\x04\x61rgs\x18\x03 \x03(\t\x12\x31\n\x04\x63onf\x18\x04 \x03(\x0b\x32#.loam.jobs.v1.SparkSubmit.ConfEntry\x12\x0e\n\x06master\x18\x05 \x01(\t\x1a+\n\tConfEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xf3\x02\n\x0f\x46linkDeployment\x12\x12\n\ndeployment\x18\x01 \x01(\t\x12\x12\n\nentrypoint\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\x0c\x12\x0b\n\x03sql\x18\x04 \x01(\t\x12\x13\n\x0b\x65ntry_class\x18\x05 \x01(\t\x12\x0c\n\x04\x61rgs\x18\x06 \x03(\t\x12\x13\n\x0bparallelism\x18\x07 \x01(\r\x12\x39\n\x06\x63onfig\x18\x08 \x03(\x0b\x32).loam.jobs.v1.FlinkDeployment.ConfigEntry\x12\x14\n\x0cupgrade_mode\x18\t \x01(\t\x12 \n\x18\x61llow_non_restored_state\x18\n \x01(\x08\x12\x11\n\tsavepoint\x18\x0b \x01(\t\x12\x1c\n\x14savepoint_interval_s\x18\x0c \x01(\r\x12\x10\n\x08\x61rtifact\x18\r \x01(\t\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"p\n\x0c\x45ngineAction\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\x12\x11\n\tsavepoint\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\r\x12,\n\x05\x66link\x18\x04 \x01(\x0b\x32\x1d.loam.jobs.v1.FlinkDeployment\"g\n\x14\x46linkSavepointRecord\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\r\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x10\n\x08taken_ns\x18\x04 \x01(\x03\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\xae\x03\n\x0b\x46linkStatus\x12\x12\n\ndeployment\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\r\x12\x10\n\x08versions\x18\x04 \x01(\r\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\x36\n\nsavepoints\x18\x06 \x03(\x0b\x32\".loam.jobs.v1.FlinkSavepointRecord\x12\x16\n\x0epending_action\x18\x07 \x01(\t\x12\x14\n\x0cpending_step\x18\x08 \x01(\t\x12\x12\n\nlast_error\x18\t \x01(\t\x12<\n\ntimings_ms\x18\n \x03(\x0b\x32(.loam.jobs.v1.FlinkStatus.TimingsMsEntry\x12\x19\n\x11\x61\x63tions_requested\x18\x0b \x01(\x04\x12\x14\n\x0c\x61\x63tions_done\x18\x0c \x01(\x04\x12\x13\n\x0blast_action\x18\r \x01(\t\x12\x19\n\x11last_action_error\x18\x0e \x01(\t\x1a\x30\n\x0eTimingsMsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x9e\x01\n\x10\x45ngineRunAttempt\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\r\x12\x12\n\nstarted_ns\x18\x02 \x01(\x03\x12\x13\n\x0b\x66inished_ns\x18\x03 \x01(\x03\x12\x16\n\texit_code\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x0e\n\x06runner\x18\x06 \x01(\t\x12\x0b\n\x03pid\x18\x07 \x01(\x05\x42\x0c\n\n_exit_code\"\xad\x03\n\tEngineRun\x12\n\n\x02id\x18\x01 \x01(\t\x12$\n\x03job\x18\x02 \x01(\x0b\x32\x17.loam.jobs.v1.EngineJob\x12+\n\x05state\x18\x03 \x01(\x0e\x32\x1c.loam.jobs.v1.EngineRunState\x12\x12\n\ncreated_ns\x18\x04 \x01(\x03\x12\x12\n\nstarted_ns\x18\x05 \x01(\x03\x12\x13\n\x0b\x66inished_ns\x18\x06 \x01(\x03\x12\x30\n\x08\x61ttempts\x18\x07 \x03(\x0b\x32\x1e.loam.jobs.v1.EngineRunAttempt\x12\x16\n\texit_code\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05\x65rror\x18\t \x01(\t\x12\r\n\x05queue\x18\n \x01(\t\x12\x10\n\x08schedule\x18\x0b \x01(\t\x12\x11\n\tlog_count\x18\x0c \x01(\r\x12\x18\n\x10\x63\x61ncel_requested\x18\r \x01(\x08\x12\r\n\x05\x65poch\x18\x0e \x01(\x04\x12(\n\x05\x66link\x18\x0f \x01(\x0b\x32\x19.loam.jobs.v1.FlinkStatus\x12\x16\n\x0erestarted_from\x18\x10 \x01(\tB\x0c\n\n_exit_code\"G\n\rEngineLogLine\x12\t\n\x01n\x18\x01 \x01(\r\x12\r\n\x05\x61t_ns\x18\x02 \x01(\x03\x12\x0e\n\x06stream\x18\x03 \x01(\t\x12\x0c\n\x04line\x18\x04 \x01(\t*q\n\nEngineKind\x12\x1b\n\x17\x45NGINE_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45NGINE_KIND_SAIL\x10\x01\x12\x15\n\x11\x45NGINE_KIND_FLINK\x10\x02\x12\x19\n\x15\x45NGINE_KIND_SPARK_JVM\x10\x03*\xe8\x01\n\x0e\x45ngineRunState\x12 \n\x1c\x45NGINE_RUN_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45NGINE_RUN_STATE_QUEUED\x10\x01\x12\x1c\n\x18\x45NGINE_RUN_STATE_RUNNING\x10\x02\x12\x1d\n\x19\x45NGINE_RUN_STATE_RETRYING\x10\x03\x12\x1e\n\x1a\x45NGINE_RUN_STATE_SUCCEEDED\x10\x04\x12\x1b\n\x17\x45NGINE_RUN_STATE_FAILED\x10\x05\x12\x1d\n\x19\x45NGINE_RUN_STATE_CANCELED\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,28 +38,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SPARKBATCH_CONFENTRY']._serialized_options = b'8\001'
   _globals['_SPARKSUBMIT_CONFENTRY']._loaded_options = None
   _globals['_SPARKSUBMIT_CONFENTRY']._serialized_options = b'8\001'
-  _globals['_ENGINEKIND']._serialized_start=1435
-  _globals['_ENGINEKIND']._serialized_end=1548
-  _globals['_ENGINERUNSTATE']._serialized_start=1551
-  _globals['_ENGINERUNSTATE']._serialized_end=1783
+  _globals['_FLINKDEPLOYMENT_CONFIGENTRY']._loaded_options = None
+  _globals['_FLINKDEPLOYMENT_CONFIGENTRY']._serialized_options = b'8\001'
+  _globals['_FLINKSTATUS_TIMINGSMSENTRY']._loaded_options = None
+  _globals['_FLINKSTATUS_TIMINGSMSENTRY']._serialized_options = b'8\001'
+  _globals['_ENGINEKIND']._serialized_start=2543
+  _globals['_ENGINEKIND']._serialized_end=2656
+  _globals['_ENGINERUNSTATE']._serialized_start=2659
+  _globals['_ENGINERUNSTATE']._serialized_end=2891
   _globals['_ENGINEJOB']._serialized_start=71
-  _globals['_ENGINEJOB']._serialized_end=442
-  _globals['_ENGINEJOB_CONFIGENTRY']._serialized_start=389
-  _globals['_ENGINEJOB_CONFIGENTRY']._serialized_end=434
-  _globals['_SPARKBATCH']._serialized_start=445
-  _globals['_SPARKBATCH']._serialized_end=623
-  _globals['_SPARKBATCH_CONFENTRY']._serialized_start=580
-  _globals['_SPARKBATCH_CONFENTRY']._serialized_end=623
-  _globals['_SPARKSUBMIT']._serialized_start=626
-  _globals['_SPARKSUBMIT']._serialized_end=801
-  _globals['_SPARKSUBMIT_CONFENTRY']._serialized_start=580
-  _globals['_SPARKSUBMIT_CONFENTRY']._serialized_end=623
-  _globals['_ENGINEACTION']._serialized_start=803
-  _globals['_ENGINEACTION']._serialized_end=833
-  _globals['_ENGINERUNATTEMPT']._serialized_start=836
-  _globals['_ENGINERUNATTEMPT']._serialized_end=994
-  _globals['_ENGINERUN']._serialized_start=997
-  _globals['_ENGINERUN']._serialized_end=1360
-  _globals['_ENGINELOGLINE']._serialized_start=1362
-  _globals['_ENGINELOGLINE']._serialized_end=1433
+  _globals['_ENGINEJOB']._serialized_end=490
+  _globals['_ENGINEJOB_CONFIGENTRY']._serialized_start=437
+  _globals['_ENGINEJOB_CONFIGENTRY']._serialized_end=482
+  _globals['_SPARKBATCH']._serialized_start=493
+  _globals['_SPARKBATCH']._serialized_end=671
+  _globals['_SPARKBATCH_CONFENTRY']._serialized_start=628
+  _globals['_SPARKBATCH_CONFENTRY']._serialized_end=671
+  _globals['_SPARKSUBMIT']._serialized_start=674
+  _globals['_SPARKSUBMIT']._serialized_end=849
+  _globals['_SPARKSUBMIT_CONFENTRY']._serialized_start=628
+  _globals['_SPARKSUBMIT_CONFENTRY']._serialized_end=671
+  _globals['_FLINKDEPLOYMENT']._serialized_start=852
+  _globals['_FLINKDEPLOYMENT']._serialized_end=1223
+  _globals['_FLINKDEPLOYMENT_CONFIGENTRY']._serialized_start=437
+  _globals['_FLINKDEPLOYMENT_CONFIGENTRY']._serialized_end=482
+  _globals['_ENGINEACTION']._serialized_start=1225
+  _globals['_ENGINEACTION']._serialized_end=1337
+  _globals['_FLINKSAVEPOINTRECORD']._serialized_start=1339
+  _globals['_FLINKSAVEPOINTRECORD']._serialized_end=1442
+  _globals['_FLINKSTATUS']._serialized_start=1445
+  _globals['_FLINKSTATUS']._serialized_end=1875
+  _globals['_FLINKSTATUS_TIMINGSMSENTRY']._serialized_start=1827
+  _globals['_FLINKSTATUS_TIMINGSMSENTRY']._serialized_end=1875
+  _globals['_ENGINERUNATTEMPT']._serialized_start=1878
+  _globals['_ENGINERUNATTEMPT']._serialized_end=2036
+  _globals['_ENGINERUN']._serialized_start=2039
+  _globals['_ENGINERUN']._serialized_end=2468
+  _globals['_ENGINELOGLINE']._serialized_start=2470
+  _globals['_ENGINELOGLINE']._serialized_end=2541
 # @@protoc_insertion_point(module_scope)

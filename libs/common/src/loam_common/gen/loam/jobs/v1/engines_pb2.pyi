@@ -37,7 +37,7 @@ ENGINE_RUN_STATE_FAILED: EngineRunState
 ENGINE_RUN_STATE_CANCELED: EngineRunState
 
 class EngineJob(_message.Message):
-    __slots__ = ("engine", "name", "artifact", "config", "attempts", "backoff", "timeout_ns", "spark_batch", "spark_submit")
+    __slots__ = ("engine", "name", "artifact", "config", "attempts", "backoff", "timeout_ns", "spark_batch", "spark_submit", "flink")
     class ConfigEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,7 @@ class EngineJob(_message.Message):
     TIMEOUT_NS_FIELD_NUMBER: _ClassVar[int]
     SPARK_BATCH_FIELD_NUMBER: _ClassVar[int]
     SPARK_SUBMIT_FIELD_NUMBER: _ClassVar[int]
+    FLINK_FIELD_NUMBER: _ClassVar[int]
     engine: EngineKind
     name: str
     artifact: str
@@ -63,7 +64,8 @@ class EngineJob(_message.Message):
     timeout_ns: int
     spark_batch: SparkBatch
     spark_submit: SparkSubmit
-    def __init__(self, engine: _Optional[_Union[EngineKind, str]] = ..., name: _Optional[str] = ..., artifact: _Optional[str] = ..., config: _Optional[_Mapping[str, str]] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[_types_pb2.Backoff, _Mapping]] = ..., timeout_ns: _Optional[int] = ..., spark_batch: _Optional[_Union[SparkBatch, _Mapping]] = ..., spark_submit: _Optional[_Union[SparkSubmit, _Mapping]] = ...) -> None: ...
+    flink: FlinkDeployment
+    def __init__(self, engine: _Optional[_Union[EngineKind, str]] = ..., name: _Optional[str] = ..., artifact: _Optional[str] = ..., config: _Optional[_Mapping[str, str]] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[_types_pb2.Backoff, _Mapping]] = ..., timeout_ns: _Optional[int] = ..., spark_batch: _Optional[_Union[SparkBatch, _Mapping]] = ..., spark_submit: _Optional[_Union[SparkSubmit, _Mapping]] = ..., flink: _Optional[_Union[FlinkDeployment, _Mapping]] = ...) -> None: ...
 
 class SparkBatch(_message.Message):
     __slots__ = ("entrypoint", "source", "args", "conf", "python_deps")
@@ -107,11 +109,107 @@ class SparkSubmit(_message.Message):
     master: str
     def __init__(self, entrypoint: _Optional[str] = ..., source: _Optional[bytes] = ..., args: _Optional[_Iterable[str]] = ..., conf: _Optional[_Mapping[str, str]] = ..., master: _Optional[str] = ...) -> None: ...
 
+class FlinkDeployment(_message.Message):
+    __slots__ = ("deployment", "entrypoint", "source", "sql", "entry_class", "args", "parallelism", "config", "upgrade_mode", "allow_non_restored_state", "savepoint", "savepoint_interval_s", "artifact")
+    class ConfigEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_CLASS_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    UPGRADE_MODE_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_NON_RESTORED_STATE_FIELD_NUMBER: _ClassVar[int]
+    SAVEPOINT_FIELD_NUMBER: _ClassVar[int]
+    SAVEPOINT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    deployment: str
+    entrypoint: str
+    source: bytes
+    sql: str
+    entry_class: str
+    args: _containers.RepeatedScalarFieldContainer[str]
+    parallelism: int
+    config: _containers.ScalarMap[str, str]
+    upgrade_mode: str
+    allow_non_restored_state: bool
+    savepoint: str
+    savepoint_interval_s: int
+    artifact: str
+    def __init__(self, deployment: _Optional[str] = ..., entrypoint: _Optional[str] = ..., source: _Optional[bytes] = ..., sql: _Optional[str] = ..., entry_class: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., parallelism: _Optional[int] = ..., config: _Optional[_Mapping[str, str]] = ..., upgrade_mode: _Optional[str] = ..., allow_non_restored_state: _Optional[bool] = ..., savepoint: _Optional[str] = ..., savepoint_interval_s: _Optional[int] = ..., artifact: _Optional[str] = ...) -> None: ...
+
 class EngineAction(_message.Message):
-    __slots__ = ("action",)
+    __slots__ = ("action", "savepoint", "version", "flink")
     ACTION_FIELD_NUMBER: _ClassVar[int]
+    SAVEPOINT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    FLINK_FIELD_NUMBER: _ClassVar[int]
     action: str
-    def __init__(self, action: _Optional[str] = ...) -> None: ...
+    savepoint: str
+    version: int
+    flink: FlinkDeployment
+    def __init__(self, action: _Optional[str] = ..., savepoint: _Optional[str] = ..., version: _Optional[int] = ..., flink: _Optional[_Union[FlinkDeployment, _Mapping]] = ...) -> None: ...
+
+class FlinkSavepointRecord(_message.Message):
+    __slots__ = ("path", "version", "job_id", "taken_ns", "reason")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_NS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    version: int
+    job_id: str
+    taken_ns: int
+    reason: str
+    def __init__(self, path: _Optional[str] = ..., version: _Optional[int] = ..., job_id: _Optional[str] = ..., taken_ns: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class FlinkStatus(_message.Message):
+    __slots__ = ("deployment", "state", "version", "versions", "job_id", "savepoints", "pending_action", "pending_step", "last_error", "timings_ms", "actions_requested", "actions_done", "last_action", "last_action_error")
+    class TimingsMsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SAVEPOINTS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_ACTION_FIELD_NUMBER: _ClassVar[int]
+    PENDING_STEP_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_MS_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_DONE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ACTION_FIELD_NUMBER: _ClassVar[int]
+    LAST_ACTION_ERROR_FIELD_NUMBER: _ClassVar[int]
+    deployment: str
+    state: str
+    version: int
+    versions: int
+    job_id: str
+    savepoints: _containers.RepeatedCompositeFieldContainer[FlinkSavepointRecord]
+    pending_action: str
+    pending_step: str
+    last_error: str
+    timings_ms: _containers.ScalarMap[str, float]
+    actions_requested: int
+    actions_done: int
+    last_action: str
+    last_action_error: str
+    def __init__(self, deployment: _Optional[str] = ..., state: _Optional[str] = ..., version: _Optional[int] = ..., versions: _Optional[int] = ..., job_id: _Optional[str] = ..., savepoints: _Optional[_Iterable[_Union[FlinkSavepointRecord, _Mapping]]] = ..., pending_action: _Optional[str] = ..., pending_step: _Optional[str] = ..., last_error: _Optional[str] = ..., timings_ms: _Optional[_Mapping[str, float]] = ..., actions_requested: _Optional[int] = ..., actions_done: _Optional[int] = ..., last_action: _Optional[str] = ..., last_action_error: _Optional[str] = ...) -> None: ...
 
 class EngineRunAttempt(_message.Message):
     __slots__ = ("attempt", "started_ns", "finished_ns", "exit_code", "error", "runner", "pid")
@@ -132,7 +230,7 @@ class EngineRunAttempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., started_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., runner: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class EngineRun(_message.Message):
-    __slots__ = ("id", "job", "state", "created_ns", "started_ns", "finished_ns", "attempts", "exit_code", "error", "queue", "schedule", "log_count", "cancel_requested", "epoch")
+    __slots__ = ("id", "job", "state", "created_ns", "started_ns", "finished_ns", "attempts", "exit_code", "error", "queue", "schedule", "log_count", "cancel_requested", "epoch", "flink", "restarted_from")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +245,8 @@ class EngineRun(_message.Message):
     LOG_COUNT_FIELD_NUMBER: _ClassVar[int]
     CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FLINK_FIELD_NUMBER: _ClassVar[int]
+    RESTARTED_FROM_FIELD_NUMBER: _ClassVar[int]
     id: str
     job: EngineJob
     state: EngineRunState
@@ -161,7 +261,9 @@ class EngineRun(_message.Message):
     log_count: int
     cancel_requested: bool
     epoch: int
-    def __init__(self, id: _Optional[str] = ..., job: _Optional[_Union[EngineJob, _Mapping]] = ..., state: _Optional[_Union[EngineRunState, str]] = ..., created_ns: _Optional[int] = ..., started_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[EngineRunAttempt, _Mapping]]] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., queue: _Optional[str] = ..., schedule: _Optional[str] = ..., log_count: _Optional[int] = ..., cancel_requested: _Optional[bool] = ..., epoch: _Optional[int] = ...) -> None: ...
+    flink: FlinkStatus
+    restarted_from: str
+    def __init__(self, id: _Optional[str] = ..., job: _Optional[_Union[EngineJob, _Mapping]] = ..., state: _Optional[_Union[EngineRunState, str]] = ..., created_ns: _Optional[int] = ..., started_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[EngineRunAttempt, _Mapping]]] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., queue: _Optional[str] = ..., schedule: _Optional[str] = ..., log_count: _Optional[int] = ..., cancel_requested: _Optional[bool] = ..., epoch: _Optional[int] = ..., flink: _Optional[_Union[FlinkStatus, _Mapping]] = ..., restarted_from: _Optional[str] = ...) -> None: ...
 
 class EngineLogLine(_message.Message):
     __slots__ = ("n", "at_ns", "stream", "line")
