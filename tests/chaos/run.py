@@ -1,6 +1,10 @@
 """One chaos run on the split deployment: the workload of workload.py for `load_s`
 seconds while faults hit the processes, then a drain, then the checker. Used by the
-bounded test (test_chaos.py) and the soak (`make test-chaos`, soak.py)."""
+bounded test (test_chaos.py) and the soak (`make test-chaos`, soak.py).
+
+Two queues: `work` (2 shards, subjects, many workers: no order promised) and `fifo` (1
+shard, one priority, no retries or delays: lease order is enqueue order, which the
+checker holds it to)."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checker import Report, check, read_final_state
-from cluster import SplitDeployment
+from cluster import MINUTE, SplitDeployment
 from history import History
 from workload import Workload
 
@@ -22,6 +26,10 @@ from loam_common.jobs import states as S
 from loam_common.store.runner import open_store
 
 NS, QUEUE, SHARDS = "chaos", "work", 2
+FIFO_QUEUE = "fifo"
+QUEUES = {QUEUE: SHARDS, FIFO_QUEUE: 1}
+#: how far the server clock may wander from the wall clock, either way
+CLOCK_SPAN_NS = 5 * MINUTE
 
 
 @dataclass
@@ -30,24 +38,38 @@ class RunResult:
     report: Report
     usage: dict[str, list[tuple[float, int, int]]] = field(default_factory=dict)  # name -> (t, rss KiB, fds)
     exit_codes: dict = field(default_factory=dict)
+    #: the latest time a job record was written, less the wall clock when it was read:
+    #: about the server clock's final offset when the processes honoured the jumps
+    server_clock_lead_ns: int = 0
 
 
 async def faults(cluster: SplitDeployment, history: History, rng: random.Random, load_s: float,
                  every_s: float) -> None:  # fmt: skip
-    """kill -9 (and restart) or SIGSTOP (longer than a lease, then SIGCONT) a random
-    process at random points, every `every_s` on average, until `load_s` is over and
-    every kind has happened once."""
+    """Faults at random points, every `every_s` on average, until `load_s` is over and
+    every kind has happened once: kill -9 (and restart) of a process, SIGSTOP of one
+    longer than a lease (then SIGCONT), and a jump of the server clock by 1-4 minutes
+    forward or back (kept within CLOCK_SPAN_NS of the wall clock)."""
     t_end = time.monotonic() + load_s - 2
     pause_s = cluster.visibility_ns / 1e9 + 1.5
     kinds = [("kill9", p) for p in cluster.procs] + [("stop", cluster.core), ("stop", cluster.sweeper),
                                                      ("stop", cluster.gateway)]  # fmt: skip
+    kinds += [("clock-forward", None), ("clock-back", None)]
     order = kinds[:]  # every kind once first, in a random order, then at random
     rng.shuffle(order)
     while order or time.monotonic() < t_end:  # every kind at least once, however short the run
         await asyncio.sleep(rng.uniform(0.3, 1.7) * every_s)
         if not order and time.monotonic() >= t_end:
-            return
+            break
         kind, proc = order.pop() if order else rng.choice(kinds)
+        if proc is None:
+            jump = rng.randrange(1 * MINUTE, 4 * MINUTE)
+            if kind == "clock-back":
+                jump = -jump
+            if abs(cluster.clock_offset_ns + jump) > CLOCK_SPAN_NS:
+                jump, kind = -jump, ("clock-back" if kind == "clock-forward" else "clock-forward")
+            history.faults[kind] += 1
+            cluster.jump_clock(jump)
+            continue
         history.faults[f"{kind}:{proc.name}"] += 1
         if kind == "kill9":
             proc.kill9()
@@ -58,31 +80,39 @@ async def faults(cluster: SplitDeployment, history: History, rng: random.Random,
             proc.signal(signal.SIGSTOP)
             await asyncio.sleep(pause_s)
             proc.signal(signal.SIGCONT)
+    # A lease's deadline is judged by the clock that set it: one taken while the clock
+    # was ahead stays held after a jump back until the clock catches up with it. The
+    # drain cannot wait minutes for that, so the run ends with one more jump forward, to
+    # a minute past the furthest the clock went ahead.
+    history.faults["clock-forward"] += 1
+    cluster.jump_clock(cluster.max_clock_offset_ns + MINUTE - cluster.clock_offset_ns)
 
 
-def _heads(tx) -> dict[int, int]:
-    k = keys.QueueKeys(NS, QUEUE)
+def _heads(tx, queue: str = QUEUE) -> dict[int, int]:
+    k = keys.QueueKeys(NS, queue)
     out = {}
-    for shard in range(SHARDS):
+    for shard in range(QUEUES[queue]):
         raw = tx.get(k.shard_meta(shard))
         out[shard] = pb.ShardMeta.FromString(raw).outbox_seq if raw else 0
     return out
 
 
-def _settled(tx, ids: list[str]) -> set[str]:
-    k = keys.QueueKeys(NS, QUEUE)
-    found = tx.batch_get([k.job(i) for i in ids])
-    return {i for i in ids if (raw := found.get(k.job(i))) and pb.Job.FromString(raw).state == S.COMPLETED}
+def _settled(tx, ids: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which of the (queue, job) pairs are completed."""
+    wanted = {keys.QueueKeys(NS, q).job(j): (q, j) for q, j in ids}
+    found = tx.batch_get(list(wanted))
+    return {wanted[k] for k, raw in found.items() if pb.Job.FromString(raw).state == S.COMPLETED}
 
 
 async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.0, drain_s: float = 90.0,
                     sample_s: float = 0.0) -> RunResult:  # fmt: skip
     cluster = SplitDeployment(data)
     store = open_store(cluster.url)
-    await cluster.configure(store, NS, QUEUE, SHARDS)
+    for queue, shards in QUEUES.items():
+        await cluster.configure(store, NS, queue, shards)
     history = History()
     rng = random.Random(seed)
-    work = Workload(cluster.gateway_url, NS, QUEUE, history, seed)
+    work = Workload(cluster.gateway_url, NS, QUEUE, history, seed, fifo_queue=FIFO_QUEUE)
     result = RunResult(history, Report())
     tasks: list[asyncio.Task] = []
     try:
@@ -94,13 +124,14 @@ async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.
         tasks += [asyncio.create_task(work.worker(i)) for i in range(4)]
         tasks += [asyncio.create_task(work.stalling_worker(cluster.visibility_ns / 1e9 + 1.0)),
                   asyncio.create_task(work.vandal())]  # fmt: skip
+        tasks += [asyncio.create_task(work.fifo_producer()), asyncio.create_task(work.fifo_worker())]
         sampler = asyncio.create_task(_sample(cluster, result, sample_s)) if sample_s else None
         await faults(cluster, history, rng, load_s, every_s)
         work.stop_producing.set()
 
         # Drain: every acknowledged job completed, then the Watch catches up to the heads.
         deadline = time.monotonic() + drain_s
-        pending = list(dict.fromkeys(o.value for o in history.of("enqueue", "ok")))
+        pending = list(dict.fromkeys((o.args["queue"], o.value) for o in history.of("enqueue", "ok")))
         while pending and time.monotonic() < deadline:
             done = await store.snapshot(_settled, pending)
             pending = [i for i in pending if i not in done]
@@ -116,8 +147,10 @@ async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.
             pass  # the checker reports what the Watch missed
         if sampler is not None:
             sampler.cancel()
-        final = await store.snapshot(read_final_state, NS, QUEUE)
-        result.report = check(history, final)
+        finals = {q: await store.snapshot(read_final_state, NS, q) for q in QUEUES}
+        result.report = check(history, finals, watched=QUEUE, fifo=FIFO_QUEUE)
+        latest = max((j.state_ns for f in finals.values() for j in f.jobs.values()), default=0)
+        result.server_clock_lead_ns = latest - time.time_ns()
     except BaseException:
         print(cluster.tails())
         raise

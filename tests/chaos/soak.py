@@ -15,7 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from run import chaos_run
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))  # tests/support/processes.py
+from run import chaos_run  # noqa: E402  (the path above)
 
 
 def resource_lines(usage: dict[str, list[tuple[float, int, int]]]) -> list[str]:

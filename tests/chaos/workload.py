@@ -1,7 +1,8 @@
 """The clients of a chaos run, each recording into the History: producers (some jobs
 with a subject), workers, a worker that stalls past its lease (a GC pause), a Watch
-that reconnects from its cursor every few seconds, and a vandal sending malformed and
-hostile requests (none may get a 500)."""
+that reconnects from its cursor every few seconds, a vandal sending malformed and
+hostile requests (none may get a 500), and on the FIFO queue one producer and one
+worker (lease order must be enqueue order there)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class Workload:
     queue: str
     history: History
     seed: int = 0
+    fifo_queue: str = ""
     stop_producing: asyncio.Event = field(default_factory=asyncio.Event)
     stop_working: asyncio.Event = field(default_factory=asyncio.Event)
     stop_watching: asyncio.Event = field(default_factory=asyncio.Event)
@@ -63,7 +65,7 @@ class Workload:
             subject = self.rng.choice(SUBJECTS) if n % 3 == 0 else ""
             req = J.EnqueueRequest(queue=self.queue, task=pb.TaskSpec(name="noop", payload=pb.Payload(data=b"%d-%d" % (i, n))),
                                    opts=pb.EnqueueOpts(subject=subject))  # fmt: skip
-            op = self.history.invoke("enqueue", f"producer-{i}", subject=subject)
+            op = self.history.invoke("enqueue", f"producer-{i}", queue=self.queue, subject=subject)
             try:
                 resp = await c.enqueue(req, headers=self.headers)
                 self.history.ok(op, resp.enqueued.job)
@@ -95,10 +97,11 @@ class Workload:
                 self.history.fail(op, f"{e.code.name}: {e.message}")
                 return
 
-    async def lease(self, c, process: str, max_jobs: int) -> list[J.Lease]:
-        op = self.history.invoke("lease", process, max=max_jobs)
+    async def lease(self, c, process: str, max_jobs: int, queue: str = "") -> list[J.Lease]:
+        queue = queue or self.queue
+        op = self.history.invoke("lease", process, queue=queue, max=max_jobs)
         try:
-            resp = await c.lease(J.LeaseRequest(queues=[self.queue], worker=process, max=max_jobs, wait_ns=SEC // 2),
+            resp = await c.lease(J.LeaseRequest(queues=[queue], worker=process, max=max_jobs, wait_ns=SEC // 2),
                                  headers=self.headers)  # fmt: skip
         except ConnectError as e:
             (self.history.info if e.code in UNKNOWN else self.history.fail)(op, f"{e.code.name}: {e.message}")
@@ -126,6 +129,31 @@ class Workload:
                 for lease in leases:
                     await self.complete(c, "stalling", lease, retry_s=5)
             await asyncio.sleep(1)
+
+    # -- the FIFO queue: one producer, one worker, one priority, no retries or delays --
+    async def fifo_producer(self) -> None:
+        """Enqueues one job at a time (each answered before the next is sent), so the
+        acknowledged enqueues are in the queue's order."""
+        c, n = self.client(), 0
+        while not self.stop_producing.is_set():
+            n += 1
+            req = J.EnqueueRequest(queue=self.fifo_queue, task=pb.TaskSpec(name="ordered", payload=pb.Payload(data=b"%d" % n)))  # fmt: skip
+            op = self.history.invoke("enqueue", "fifo-producer", queue=self.fifo_queue, subject="")
+            try:
+                resp = await c.enqueue(req, headers=self.headers)
+                self.history.ok(op, resp.enqueued.job)
+            except ConnectError as e:
+                (self.history.info if e.code in UNKNOWN else self.history.fail)(
+                    op, f"{e.code.name}: {e.message}"
+                )
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
+
+    async def fifo_worker(self) -> None:
+        c = self.client()
+        while not self.stop_working.is_set():
+            for lease in await self.lease(c, "fifo-worker", 1, self.fifo_queue):
+                await self.complete(c, "fifo-worker", lease)
 
     # -- the Watch -------------------------------------------------------------------------
     async def watcher(self, ready: asyncio.Event, heads) -> None:
