@@ -730,6 +730,33 @@ class Client:
         """Every schedule of the namespace, in id order."""
         return [s async for s in self.iter_schedules(page_size=1000)]
 
+    # -- quotas -------------------------------------------------------------------------
+    QUOTA_NAMES = ("enqueue_rate", "stored_jobs", "payload_bytes", "active_leases", "schedules")
+
+    @staticmethod
+    def _quotas_dict(r: jpb.QuotasResponse) -> dict[str, Any]:
+        names = Client.QUOTA_NAMES
+        return {"quotas": {n: getattr(r.quotas, n) for n in names}, "source": r.source,
+                "usage": {n: getattr(r.usage, n) for n in names}}  # fmt: skip
+
+    async def get_quotas(self) -> dict[str, Any]:
+        """The namespace's quotas in force (0: no limit), where they come from
+        (`namespace` or `deployment`), and what it holds now (`usage`)."""
+        return self._quotas_dict(await self._call(self._rpc.get_quotas, jpb.GetQuotasRequest()))
+
+    async def set_quotas(self, **limits: int) -> dict[str, Any]:
+        """Replace the namespace's quotas whole (a name not given: no limit); needs a
+        deployment:admin token. `set_quotas()` with no names lifts every limit."""
+        unknown = set(limits) - set(self.QUOTA_NAMES)
+        if unknown:
+            raise ValueError(f"unknown quota {sorted(unknown)[0]!r}: use {', '.join(self.QUOTA_NAMES)}")
+        req = jpb.SetQuotasRequest(quotas=pb.NamespaceQuotas(**limits))
+        return self._quotas_dict(await self._call(self._rpc.set_quotas, req))
+
+    async def reset_quotas(self) -> dict[str, Any]:
+        """Drop the namespace's own quotas: the deployment's (--quotas) apply again."""
+        return self._quotas_dict(await self._call(self._rpc.set_quotas, jpb.SetQuotasRequest(reset=True)))
+
     # -- engine runs (Spark) ------------------------------------------------------------
     async def submit_spark(
         self,

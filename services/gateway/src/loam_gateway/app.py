@@ -46,6 +46,7 @@ from loam_gateway.rest_engines import build_engines_router
 from loam_gateway.rest_events import build_events_router
 from loam_gateway.rest_flink import build_flink_router
 from loam_gateway.rest_history import build_history_router
+from loam_gateway.rest_quotas import build_quotas_router
 from loam_gateway.routing import Router
 from loam_gateway.unary_lane import UnaryLane
 
@@ -205,6 +206,7 @@ def create_app(
     app.include_router(build_flink_router())
     app.include_router(build_console_router())  # /v1/whoami, queues:stats, ...; /console
     app.include_router(build_history_router())  # /v1/queues/{q}/metrics, /v1/audit
+    app.include_router(build_quotas_router())  # /v1/quotas
     app.include_router(build_engines_router())
     connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access), codecs=api_codec.codecs())
     app.mount(connect_app.path, connect_app)

@@ -20,9 +20,7 @@ class Schedules:
     async def upsert(self, ns: Namespace, spec: pb.ScheduleSpec) -> schedules.Upserted:
         """Create or replace schedule `spec.id`; the same rule again changes nothing."""
         schedules.check_schedule(spec)
-        if quota := self.quotas.of(ns):
-            return await self.store.transact(quotas.schedule_upsert_within_quota, ns, spec, quota)
-        return await self.store.transact(schedules.schedule_upsert, ns, spec)
+        return await self.store.transact(quotas.schedule_upsert_within_quota, ns, spec, self.quotas.of(ns))
 
     async def iterate(self, ns: Namespace, req: schedules.Iteration) -> schedules.Iterated:
         """An iteration-driven schedule (BullMQ's job schedulers): upsert it or advance
