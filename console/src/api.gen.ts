@@ -805,6 +805,25 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/quotas": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The namespace's quotas and what it holds */
+        get: operations["quotas_get_v1_quotas_get"];
+        /** Replace the namespace's quotas (deployment:admin); 0 or missing: no limit */
+        put: operations["quotas_put_v1_quotas_put"];
+        post?: never;
+        /** Drop the namespace's quotas: the deployment's (--quotas) apply again */
+        delete: operations["quotas_delete_v1_quotas_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/results/{key}": {
         parameters: {
             query?: never;
@@ -2132,6 +2151,52 @@ export interface components {
             counts: components["schemas"]["Counts"];
             /** Name */
             name: string;
+        };
+        /** QuotaValues */
+        QuotaValues: {
+            /**
+             * Active Leases
+             * @description jobs leased at once; 0: no limit
+             * @default 0
+             */
+            active_leases: number;
+            /**
+             * Enqueue Rate
+             * @description jobs enqueued per second; 0: no limit
+             * @default 0
+             */
+            enqueue_rate: number;
+            /**
+             * Payload Bytes
+             * @description payload bytes of the jobs stored; 0: no limit
+             * @default 0
+             */
+            payload_bytes: number;
+            /**
+             * Schedules
+             * @description schedules defined; 0: no limit
+             * @default 0
+             */
+            schedules: number;
+            /**
+             * Stored Jobs
+             * @description jobs stored, every state; 0: no limit
+             * @default 0
+             */
+            stored_jobs: number;
+        };
+        /** QuotasView */
+        QuotasView: {
+            /** @description in force now */
+            quotas: components["schemas"]["QuotaValues"];
+            /**
+             * Source
+             * @description namespace: set through this API; deployment: the server's --quotas
+             * @enum {string}
+             */
+            source: "namespace" | "deployment";
+            /** @description what the namespace holds now (enqueue_rate: this second's) */
+            usage: components["schemas"]["QuotaValues"];
         };
         /** RateLimitModel */
         RateLimitModel: {
@@ -7714,6 +7779,295 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["QueueStatsList"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    quotas_get_v1_quotas_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuotasView"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    quotas_put_v1_quotas_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuotaValues"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuotasView"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    quotas_delete_v1_quotas_delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuotasView"];
                 };
             };
             /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
