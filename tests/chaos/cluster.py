@@ -47,6 +47,15 @@ class SplitDeployment:
         self.relay = Proc("relay", ["loam_relay", "--store", self.url, "--id", "relay-a", "--interval", "0.1"],
                           env, logs)  # fmt: skip
         self.procs = [self.core, self.gateway, self.sweeper, self.relay]
+        # A client of the deployment, started once it serves: a Resonate SDK worker on the
+        # gateway's /resonate in namespace `durable_ns` (durable_steps_worker.py).
+        self.durable_ns, self.durable_group = "chaos", "chaos-steps"
+        self.durable_url = f"{self.gateway_url}/ns/{self.durable_ns}/resonate"
+        self.durable_runs = data / "durable-runs.jsonl"
+        worker = Path(__file__).resolve().parent / "durable_steps_worker.py"
+        self.durable_worker = Proc("durable-worker", [str(worker), "--url", self.durable_url, "--group",
+                                                      self.durable_group, "--runs", str(self.durable_runs)],
+                                   service_env(), logs, script=True)  # fmt: skip
 
     async def configure(self, store, ns: str, queue: str, shards: int) -> None:
         def configure(tx) -> None:
@@ -72,9 +81,11 @@ class SplitDeployment:
         for p in self.procs:
             p.start()
         await asyncio.gather(*(p.wait_ready() for p in self.procs))
+        self.durable_worker.start()
+        await self.durable_worker.wait_ready()
 
     def stop(self) -> dict[str, int | None]:
-        return {p.name: p.term() for p in reversed(self.procs)}
+        return {p.name: p.term() for p in [self.durable_worker, *reversed(self.procs)]}
 
     def tails(self) -> str:
-        return "\n".join(p.tail() for p in self.procs)
+        return "\n".join(p.tail() for p in [*self.procs, self.durable_worker])

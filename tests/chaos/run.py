@@ -9,6 +9,7 @@ checker holds it to)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import signal
 import time
@@ -30,6 +31,8 @@ FIFO_QUEUE = "fifo"
 QUEUES = {QUEUE: SHARDS, FIFO_QUEUE: 1}
 #: how far the server clock may wander from the wall clock, either way
 CLOCK_SPAN_NS = 5 * MINUTE
+#: the steps of each durable workflow (durable_steps_worker.py: chain)
+DURABLE_STEPS = 3
 
 
 @dataclass
@@ -51,8 +54,8 @@ async def faults(cluster: SplitDeployment, history: History, rng: random.Random,
     forward or back (kept within CLOCK_SPAN_NS of the wall clock)."""
     t_end = time.monotonic() + load_s - 2
     pause_s = cluster.visibility_ns / 1e9 + 1.5
-    kinds = [("kill9", p) for p in cluster.procs] + [("stop", cluster.core), ("stop", cluster.sweeper),
-                                                     ("stop", cluster.gateway)]  # fmt: skip
+    kinds = [("kill9", p) for p in [*cluster.procs, cluster.durable_worker]]
+    kinds += [("stop", cluster.core), ("stop", cluster.sweeper), ("stop", cluster.gateway)]
     kinds += [("clock-forward", None), ("clock-back", None)]
     order = kinds[:]  # every kind once first, in a random order, then at random
     rng.shuffle(order)
@@ -88,6 +91,20 @@ async def faults(cluster: SplitDeployment, history: History, rng: random.Random,
     cluster.jump_clock(cluster.max_clock_offset_ns + MINUTE - cluster.clock_offset_ns)
 
 
+def _durable_promise(tx, ns: str, promise_id: str) -> dict | None:
+    raw = tx.get(keys.durable_promise(ns, promise_id))
+    return json.loads(raw) if raw is not None else None
+
+
+def _durable_settled(promise: dict | None) -> bool:
+    return promise is not None and promise.get("state") != "pending"
+
+
+def _durable_promises(tx, ns: str) -> dict[str, dict]:
+    p = keys.durable_promises(ns)
+    return {(d := json.loads(v))["id"]: d for _k, v in tx.scan(p, keys.prefix_end(p))}
+
+
 def _heads(tx, queue: str = QUEUE) -> dict[int, int]:
     k = keys.QueueKeys(NS, queue)
     out = {}
@@ -105,7 +122,7 @@ def _settled(tx, ids: list[tuple[str, str]]) -> set[tuple[str, str]]:
 
 
 async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.0, drain_s: float = 90.0,
-                    sample_s: float = 0.0) -> RunResult:  # fmt: skip
+                    sample_s: float = 0.0, durable_every_s: float = 1.0) -> RunResult:  # fmt: skip
     cluster = SplitDeployment(data)
     store = open_store(cluster.url)
     for queue, shards in QUEUES.items():
@@ -120,22 +137,32 @@ async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.
         ready = asyncio.Event()
         watcher = asyncio.create_task(work.watcher(ready, lambda: store.snapshot(_heads)))
         await asyncio.wait_for(ready.wait(), 30)
-        tasks = [asyncio.create_task(work.producer(i)) for i in range(3)]
-        tasks += [asyncio.create_task(work.worker(i)) for i in range(4)]
-        tasks += [asyncio.create_task(work.stalling_worker(cluster.visibility_ns / 1e9 + 1.0)),
-                  asyncio.create_task(work.vandal())]  # fmt: skip
-        tasks += [asyncio.create_task(work.fifo_producer()), asyncio.create_task(work.fifo_worker())]
+        producers = [asyncio.create_task(work.producer(i)) for i in range(3)]
+        producers += [asyncio.create_task(work.fifo_producer()), asyncio.create_task(work.vandal()),
+                      asyncio.create_task(work.stalling_worker(cluster.visibility_ns / 1e9 + 1.0)),
+                      asyncio.create_task(work.durable_starter(cluster.durable_url, cluster.durable_group,
+                                                               DURABLE_STEPS, durable_every_s))]  # fmt: skip
+        tasks = [*producers, *(asyncio.create_task(work.worker(i)) for i in range(4))]
+        tasks.append(asyncio.create_task(work.fifo_worker()))
         sampler = asyncio.create_task(_sample(cluster, result, sample_s)) if sample_s else None
         await faults(cluster, history, rng, load_s, every_s)
         work.stop_producing.set()
+        # every call the producers made has its answer before the drain takes their list
+        await asyncio.wait_for(asyncio.gather(*producers), 60)
 
         # Drain: every acknowledged job completed, then the Watch catches up to the heads.
         deadline = time.monotonic() + drain_s
         pending = list(dict.fromkeys((o.args["queue"], o.value) for o in history.of("enqueue", "ok")))
-        while pending and time.monotonic() < deadline:
+        roots = list(dict.fromkeys(o.value for o in history.of("durable-start", "ok")))
+        while (pending or roots) and time.monotonic() < deadline:
             done = await store.snapshot(_settled, pending)
             pending = [i for i in pending if i not in done]
-            if pending:
+            roots = [
+                r
+                for r in roots
+                if not _durable_settled(await store.snapshot(_durable_promise, cluster.durable_ns, r))
+            ]
+            if pending or roots:
                 await asyncio.sleep(0.25)
         work.stop_working.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 60)
@@ -148,7 +175,10 @@ async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.
         if sampler is not None:
             sampler.cancel()
         finals = {q: await store.snapshot(read_final_state, NS, q) for q in QUEUES}
-        result.report = check(history, finals, watched=QUEUE, fifo=FIFO_QUEUE)
+        promises = await store.snapshot(_durable_promises, cluster.durable_ns)
+        runs = [json.loads(line) for line in cluster.durable_runs.read_text().splitlines()] \
+            if cluster.durable_runs.exists() else []  # fmt: skip
+        result.report = check(history, finals, watched=QUEUE, fifo=FIFO_QUEUE, durable=(promises, runs))
         latest = max((j.state_ns for f in finals.values() for j in f.jobs.values()), default=0)
         result.server_clock_lead_ns = latest - time.time_ns()
     except BaseException:
@@ -170,7 +200,7 @@ async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.
 async def _sample(cluster: SplitDeployment, result: RunResult, every_s: float) -> None:
     t0 = time.monotonic()
     while True:
-        for p in cluster.procs:
+        for p in [*cluster.procs, cluster.durable_worker]:
             try:
                 rss, fds = p.usage()
             except (OSError, StopIteration):

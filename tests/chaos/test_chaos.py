@@ -1,6 +1,6 @@
 """The bounded chaos run of `make test` (the soak is `make test-chaos`): the split
 deployment under producers, workers, a stalling worker, a reconnecting Watch and a
-vandal, and a FIFO queue's producer and worker, while every process is killed -9 and
+vandal, a FIFO queue's producer and worker, and durable workflows on a Resonate SDK worker, while every process is killed -9 and
 restarted, the queue core, sweeper and gateway are stopped longer than a lease, and the
 server clock jumps minutes forward and back; then the checker (checker.py) over the
 history and the store. Its figures are printed (`pytest -s` shows them)."""
@@ -36,6 +36,7 @@ async def test_no_acknowledged_job_is_lost_or_doubled_under_process_and_clock_fa
         history.faults
     )
     assert report.fifo_checked > 50
+    assert report.durable_workflows >= 5 and report.durable_steps >= 3 * report.durable_workflows
     # the processes ran on the jumped clock: the last writes carry the final offset (>= 1 min ahead)
     assert result.server_clock_lead_ns > 30 * 1_000_000_000, result.server_clock_lead_ns
     assert history.bad_inputs > 50

@@ -1,8 +1,9 @@
 """The clients of a chaos run, each recording into the History: producers (some jobs
 with a subject), workers, a worker that stalls past its lease (a GC pause), a Watch
 that reconnects from its cursor every few seconds, a vandal sending malformed and
-hostile requests (none may get a 500), and on the FIFO queue one producer and one
-worker (lease order must be enqueue order there)."""
+hostile requests (none may get a 500), on the FIFO queue one producer and one
+worker (lease order must be enqueue order there), and a starter of durable workflows
+(run by the Resonate SDK worker of durable_steps_worker.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ SEC = 1_000_000_000
 #: outcomes a client cannot know: the call may or may not have happened
 UNKNOWN = {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.UNKNOWN, Code.INTERNAL, Code.CANCELED, Code.ABORTED}
 SUBJECTS = [f"customer-{i}" for i in range(4)]
+RESONATE_VERSION = "2026-04-01"
 
 
 @dataclass
@@ -154,6 +156,41 @@ class Workload:
         while not self.stop_working.is_set():
             for lease in await self.lease(c, "fifo-worker", 1, self.fifo_queue):
                 await self.complete(c, "fifo-worker", lease)
+
+    # -- durable workflows ------------------------------------------------------------------
+    async def durable_starter(self, url: str, group: str, steps: int, every_s: float) -> None:
+        """Starts `chain(start, steps)` workflows on the worker group, one every `every_s`,
+        with a raw `promise.create` (as any Resonate client does); a create whose answer
+        was lost is sent again with the same id (creates are idempotent by id)."""
+        async with httpx.AsyncClient(timeout=10) as http:
+            i = 0
+            while not self.stop_producing.is_set():
+                i += 1
+                root = f"chaos-{self.seed}-{i}"
+                data = json.dumps({"func": "chain", "args": [f"w{i}", steps], "kwargs": {}, "version": 1})
+                body = json.dumps({"kind": "promise.create", "head": {"corrId": root, "version": RESONATE_VERSION},
+                                   "data": {"id": root, "timeoutAt": 2**53, "tags": {"resonate:target": f"poll://any@{group}"},
+                                            "param": {"data": base64.b64encode(data.encode()).decode()}}})  # fmt: skip
+                while not self.stop_producing.is_set():
+                    op = self.history.invoke("durable-start", "durable-starter", id=root)
+                    try:
+                        r = await http.post(
+                            url.rstrip("/") + "/", content=body, headers={"content-type": "application/json"}
+                        )
+                    except httpx.HTTPError as e:
+                        self.history.info(op, f"{type(e).__name__}")
+                        await asyncio.sleep(0.2)
+                        continue
+                    if r.status_code == 200:
+                        self.history.ok(op, root)
+                        break
+                    (self.history.info if r.status_code >= 500 else self.history.fail)(
+                        op, f"{r.status_code} {r.text[:200]}"
+                    )
+                    if r.status_code < 500:
+                        break
+                    await asyncio.sleep(0.2)
+                await asyncio.sleep(every_s)
 
     # -- the Watch -------------------------------------------------------------------------
     async def watcher(self, ready: asyncio.Event, heads) -> None:

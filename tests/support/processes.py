@@ -26,18 +26,19 @@ def free_port() -> int:
 
 
 def service_env(**extra: str) -> dict[str, str]:
-    """This process's environment without any LOAM_ setting (a developer's LOAM_STORE or
-    LOAM_AUTH must not leak into a test's services), plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOAM_")}
+    """This process's environment without any LOAM_ or RESONATE_ setting (a developer's
+    LOAM_STORE or LOAM_AUTH must not leak into a test's services), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOAM_", "RESONATE_"))}
     env.update(PYTHONUNBUFFERED="1", **extra)
     return env
 
 
 class Proc:
-    """One service process: `python -m <args>`, with its output in `<logdir>/<name>.<run>.log`."""
+    """One service process: `python -m <args>` (or `python <script> <args>` with
+    `script`), with its output in `<logdir>/<name>.<run>.log`."""
 
-    def __init__(self, name: str, args: list[str], env: dict, logdir: Path) -> None:
-        self.name, self.args, self.env, self.logdir = name, args, env, logdir
+    def __init__(self, name: str, args: list[str], env: dict, logdir: Path, *, script: bool = False) -> None:
+        self.name, self.args, self.env, self.logdir, self.script = name, args, env, logdir, script
         self.p: subprocess.Popen | None = None
         self.runs = 0
 
@@ -51,8 +52,8 @@ class Proc:
             self.args = args
         self.runs += 1
         with open(self.log, "wb") as out:  # the child keeps its own descriptor
-            self.p = subprocess.Popen([sys.executable, "-m", *self.args], env=self.env, stdout=out,
-                                      stderr=subprocess.STDOUT)  # fmt: skip
+            argv = [sys.executable, *self.args] if self.script else [sys.executable, "-m", *self.args]
+            self.p = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT)
 
     def signal(self, sig: int) -> None:
         assert self.p is not None
