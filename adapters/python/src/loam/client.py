@@ -734,7 +734,7 @@ class Client:
     QUOTA_NAMES = ("enqueue_rate", "stored_jobs", "payload_bytes", "active_leases", "schedules")
 
     @staticmethod
-    def _quotas_dict(r: jpb.QuotasResponse) -> dict[str, Any]:
+    def _quotas_dict(r: jpb.GetQuotasResponse | jpb.SetQuotasResponse) -> dict[str, Any]:
         names = Client.QUOTA_NAMES
         return {"quotas": {n: getattr(r.quotas, n) for n in names}, "source": r.source,
                 "usage": {n: getattr(r.usage, n) for n in names}}  # fmt: skip

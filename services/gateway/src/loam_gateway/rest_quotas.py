@@ -47,7 +47,7 @@ def _values(q: pb.NamespaceQuotas) -> QuotaValues:
     return QuotaValues(**{n: getattr(q, n) for n in NAMES})
 
 
-def _view(r: J.QuotasResponse) -> QuotasView:
+def _view(r: J.GetQuotasResponse | J.SetQuotasResponse) -> QuotasView:
     return QuotasView(quotas=_values(r.quotas), source=r.source, usage=_values(r.usage))
 
 
@@ -62,7 +62,9 @@ def build_quotas_router() -> APIRouter:
 
         return Depends(dep)
 
-    async def call(request: Request, p: Principal, method: str, req) -> J.QuotasResponse:
+    async def call(
+        request: Request, p: Principal, method: str, req
+    ) -> J.GetQuotasResponse | J.SetQuotasResponse:
         return await request.app.state.router.call(p.namespace, method, req)
 
     @api.get("/quotas", response_model=QuotasView, summary="The namespace's quotas and what it holds")

@@ -403,20 +403,19 @@ class CoreRpc(AnswersUnimplemented):
         return out
 
     # -- quotas ----------------------------------------------------------------------------
-    async def get_quotas(self, ns: Namespace, req: J.GetQuotasRequest) -> J.QuotasResponse:
-        return quotas_response(await self.core.quotas.get(ns))
+    async def get_quotas(self, ns: Namespace, req: J.GetQuotasRequest) -> J.GetQuotasResponse:
+        return quotas_response(await self.core.quotas.get(ns), J.GetQuotasResponse)
 
-    async def set_quotas(self, ns: Namespace, req: J.SetQuotasRequest) -> J.QuotasResponse:
+    async def set_quotas(self, ns: Namespace, req: J.SetQuotasRequest) -> J.SetQuotasResponse:
         if req.reset and req.HasField("quotas"):
             raise InvalidArgument("reset", "either quotas or reset, not both")
         quota = None if req.reset else quotas.from_pb(req.quotas)
-        return quotas_response(await self.core.quotas.set(ns, quota))
+        return quotas_response(await self.core.quotas.set(ns, quota), J.SetQuotasResponse)
 
 
-def quotas_response(view: quotas.QuotaView) -> J.QuotasResponse:
-    return J.QuotasResponse(
-        quotas=quotas.to_pb(view.quota), source=view.source, usage=quotas.to_pb(view.usage)
-    )
+def quotas_response(view: quotas.QuotaView, response: type) -> Any:
+    """GetQuotasResponse or SetQuotasResponse (the same fields) of a quota view."""
+    return response(quotas=quotas.to_pb(view.quota), source=view.source, usage=quotas.to_pb(view.usage))
 
 
 # -- QueueAdmin: one mapping per op ------------------------------------------------------------

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EndLeaseWaitRequest, EndLeaseWaitResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExchangeBindRequest, ExchangeBindResponse, ExchangeBindingsRequest, ExchangeBindingsResponse, ExchangePublishRequest, ExchangePublishResponse, ExchangeUnbindRequest, ExchangeUnbindResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetEngineRunRequest, GetEngineRunResponse, GetFlowRequest, GetFlowResponse, GetQuotasRequest, GetScheduleRequest, GetScheduleResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListEngineRunLogsRequest, ListEngineRunLogsResponse, ListEngineRunsRequest, ListEngineRunsResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, QuotasResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetManyRequest, ResultSetManyResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SetQuotasRequest, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse
+from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EndLeaseWaitRequest, EndLeaseWaitResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExchangeBindRequest, ExchangeBindResponse, ExchangeBindingsRequest, ExchangeBindingsResponse, ExchangePublishRequest, ExchangePublishResponse, ExchangeUnbindRequest, ExchangeUnbindResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetEngineRunRequest, GetEngineRunResponse, GetFlowRequest, GetFlowResponse, GetQuotasRequest, GetQuotasResponse, GetScheduleRequest, GetScheduleResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListEngineRunLogsRequest, ListEngineRunLogsResponse, ListEngineRunsRequest, ListEngineRunsResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetManyRequest, ResultSetManyResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SetQuotasRequest, SetQuotasResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -175,14 +175,14 @@ class JobsService(Protocol):
     async def exchange_publish(self, request: ExchangePublishRequest, ctx: RequestContext[ExchangePublishRequest, ExchangePublishResponse], /) -> ExchangePublishResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
-    async def get_quotas(self, request: GetQuotasRequest, ctx: RequestContext[GetQuotasRequest, QuotasResponse], /) -> QuotasResponse:
+    async def get_quotas(self, request: GetQuotasRequest, ctx: RequestContext[GetQuotasRequest, GetQuotasResponse], /) -> GetQuotasResponse:
         """
         The caller's namespace's quotas (issue 23): get needs jobs:admin, set needs
         deployment:admin (a tenant cannot lift its own limits).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
-    async def set_quotas(self, request: SetQuotasRequest, ctx: RequestContext[SetQuotasRequest, QuotasResponse], /) -> QuotasResponse:
+    async def set_quotas(self, request: SetQuotasRequest, ctx: RequestContext[SetQuotasRequest, SetQuotasResponse], /) -> SetQuotasResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -578,7 +578,7 @@ class JobsServiceASGIApplication(ConnectASGIApplication[JobsService]):
                         name="GetQuotas",
                         service_name="loam.jobs.v1.JobsService",
                         input=GetQuotasRequest,
-                        output=QuotasResponse,
+                        output=GetQuotasResponse,
                         idempotency_level=IdempotencyLevel.UNKNOWN,
                         stream_type=StreamType.UNARY,
                     ),
@@ -589,7 +589,7 @@ class JobsServiceASGIApplication(ConnectASGIApplication[JobsService]):
                         name="SetQuotas",
                         service_name="loam.jobs.v1.JobsService",
                         input=SetQuotasRequest,
-                        output=QuotasResponse,
+                        output=SetQuotasResponse,
                         idempotency_level=IdempotencyLevel.UNKNOWN,
                         stream_type=StreamType.UNARY,
                     ),
@@ -1354,7 +1354,7 @@ class JobsServiceClient(ConnectClient):
         *,
         headers: Headers | Mapping[str, str] | None = None, 
         timeout_ms: int | None = None,
-    ) -> QuotasResponse:
+    ) -> GetQuotasResponse:
         """
         The caller's namespace's quotas (issue 23): get needs jobs:admin, set needs
         deployment:admin (a tenant cannot lift its own limits).
@@ -1365,7 +1365,7 @@ class JobsServiceClient(ConnectClient):
                 name="GetQuotas",
                 service_name="loam.jobs.v1.JobsService",
                 input=GetQuotasRequest,
-                output=QuotasResponse,
+                output=GetQuotasResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),
@@ -1378,14 +1378,14 @@ class JobsServiceClient(ConnectClient):
         *,
         headers: Headers | Mapping[str, str] | None = None, 
         timeout_ms: int | None = None,
-    ) -> QuotasResponse:
+    ) -> SetQuotasResponse:
         return await self.execute_unary(
             request=request,
             method=MethodInfo(
                 name="SetQuotas",
                 service_name="loam.jobs.v1.JobsService",
                 input=SetQuotasRequest,
-                output=QuotasResponse,
+                output=SetQuotasResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

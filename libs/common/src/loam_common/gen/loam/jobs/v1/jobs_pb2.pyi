@@ -1055,7 +1055,17 @@ class SetQuotasRequest(_message.Message):
     reset: bool
     def __init__(self, quotas: _Optional[_Union[_types_pb2.NamespaceQuotas, _Mapping]] = ..., reset: _Optional[bool] = ...) -> None: ...
 
-class QuotasResponse(_message.Message):
+class GetQuotasResponse(_message.Message):
+    __slots__ = ("quotas", "source", "usage")
+    QUOTAS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    quotas: _types_pb2.NamespaceQuotas
+    source: str
+    usage: _types_pb2.NamespaceQuotas
+    def __init__(self, quotas: _Optional[_Union[_types_pb2.NamespaceQuotas, _Mapping]] = ..., source: _Optional[str] = ..., usage: _Optional[_Union[_types_pb2.NamespaceQuotas, _Mapping]] = ...) -> None: ...
+
+class SetQuotasResponse(_message.Message):
     __slots__ = ("quotas", "source", "usage")
     QUOTAS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
