@@ -236,6 +236,13 @@ class Workload:
         deep = json.dumps({"name": "t", "data": json.loads("[" * 300 + "]" * 300)})
         junk = bytes(self.rng.randrange(256) for _ in range(self.rng.randrange(1, 200)))
         proto = {"content-type": "application/proto"}
+        res = "/resonate/"
+
+        def envelope(kind: str, data) -> bytes:
+            return json.dumps(
+                {"kind": kind, "head": {"corrId": "v", "version": RESONATE_VERSION}, "data": data}
+            ).encode()
+
         js = {"content-type": "application/json"}
         return [
             ("POST", svc + "Enqueue", junk, proto),
@@ -251,6 +258,15 @@ class Workload:
             ("POST", f"/v1/queues/{self.queue}:pause", b"", {"content-type": "text/plain", "origin": "http://evil.example"}),
             ("GET", f"/v1/queues/{self.queue}/jobs?page_size=-1", b"", {}),
             ("GET", "/v1/queues", b"", {"host": "attacker.example"}),
+            ("PUT", "/v1/quotas", json.dumps({"stored_jobs": -1}).encode(), js),
+            ("PUT", "/v1/quotas", json.dumps({"stored_jobs": "3"}).encode(), js),
+            # malformed Resonate envelopes: unknown kind, wrong version, data not an object, deep JSON, junk
+            ("POST", res, envelope("promise.nope", {}), js),
+            ("POST", res, json.dumps({"kind": "promise.get", "head": {"corrId": "v", "version": "1999-01-01"}, "data": {"id": "x"}}).encode(), js),
+            ("POST", res, envelope("promise.create", []), js),
+            ("POST", res, envelope("task.acquire", {"id": "nope", "version": 7, "pid": "v", "ttl": 1}), js),
+            ("POST", res, ("[" * 50_000 + "]" * 50_000).encode(), js),
+            ("POST", res, junk, js),
         ]  # fmt: skip
 
     async def vandal(self) -> None:

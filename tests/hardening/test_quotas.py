@@ -4,6 +4,7 @@ on the SQLite store through the core, and through Connect and REST."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -162,11 +163,14 @@ async def test_a_second_core_on_the_same_store_sees_a_change_without_restart(quo
     other = QueueCore(
         quota_core.store, DirBlobStore(tmp_path / "blobs2")
     )  # another process's core: no --quotas
-    await other.jobs.enqueue("shared", "q", task())
+    other.quotas.refresh_s = 0.1  # (1 s by default) how long it keeps what it read
+    await other.jobs.enqueue("shared", "q", task())  # it has read "no quota" for the namespace
     await quota_core.quotas.set("shared", quotas.Quota(stored_jobs=1))
+    await asyncio.sleep(0.2)
     with pytest.raises(QuotaExceeded, match="stored_jobs"):
         await other.jobs.enqueue("shared", "q", task())
     await quota_core.quotas.set("shared", quotas.Quota(active_leases=1))  # replaces the whole record
+    await asyncio.sleep(0.2)
     await other.jobs.enqueue("shared", "q", task())
     assert len(await other.jobs.lease("shared", ["q"], "w", 5)) == 1
     with pytest.raises(QuotaExceeded, match="active_leases"):

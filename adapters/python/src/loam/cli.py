@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         "set", parents=[common], help="change the namespace's limits (a deployment:admin token)",
         description="Each NAME=N sets one limit (0 lifts it); the others keep the values in force. Names: "
         "enqueue_rate (jobs a second), stored_jobs, payload_bytes (of the jobs stored), active_leases, "
-        "schedules. Applies to the next call on every server, no restart.",
+        "schedules. Applies without a restart, within a second on every server.",
     )  # fmt: skip
     qs.add_argument("limits", nargs="*", metavar="NAME=N")
     qs.add_argument(

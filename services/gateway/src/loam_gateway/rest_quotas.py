@@ -7,7 +7,8 @@ SetQuotas):
   no limit (deployment:admin);
 - `DELETE /v1/quotas`: drop them, back to the deployment's `--quotas` (deployment:admin).
 
-The namespace is the caller's; the change applies to the next call in every process.
+The namespace is the caller's; a change applies without a restart, within a second on
+every queue core (loam_queue_core.facade.quotas).
 """
 
 from __future__ import annotations

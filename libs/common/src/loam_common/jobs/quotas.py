@@ -19,8 +19,9 @@ check, only in namespaces that have a quota. The rate window is one key per name
 
 Where a namespace's quotas come from: its own record (`keys.namespace_quotas`, written by
 the admin API, `quotas_set`) when it has one, else the deployment's table (the
-services' `--quotas` flag, `parse`). The record is read inside each checked
-transaction, so a change takes effect on the next call in every process, no restart.
+services' `--quotas` flag, `parse`); `in_force` reads which. The queue core's Quotas
+facade keeps what it read for at most a second, so a change applies at once in the
+process that made it and within a second everywhere else, with no read on the hot path.
 """
 
 from __future__ import annotations
@@ -206,22 +207,16 @@ def _payload_bytes(new_jobs) -> int:
     return sum(nj.task.payload.size or len(nj.task.payload.data) for nj in new_jobs)
 
 
-# Each takes the deployment's quota for the namespace and applies the namespace's own
-# record instead when it has one (in_force); with no quota at all it is the plain
-# transition plus one read.
+# Each takes the namespace's quota in force (the facade's Quotas.of) and is used only
+# when the namespace has one; without, the facades run the plain transitions.
 def job_enqueue_within_quota(tx: Txn, ns: str, queue: str, new_jobs, bulk: bool, quota: Quota):
-    quota, _ = in_force(tx, ns, quota)
-    if quota:
-        check_enqueue(tx, ns, quota, len(new_jobs), _payload_bytes(new_jobs))
+    check_enqueue(tx, ns, quota, len(new_jobs), _payload_bytes(new_jobs))
     return job_enqueue(tx, ns, queue, new_jobs, bulk)
 
 
 def job_enqueue_then_lease_within_quota(
     tx: Txn, ns: str, queue: str, new_jobs, bulk: bool, lease_args: tuple, quota: Quota
 ):
-    quota, _ = in_force(tx, ns, quota)
-    if not quota:
-        return job_enqueue_then_lease(tx, ns, queue, new_jobs, bulk, lease_args)
     check_enqueue(tx, ns, quota, len(new_jobs), _payload_bytes(new_jobs))
     worker, max_jobs, names, visibility_ns = lease_args
     try:
@@ -233,13 +228,11 @@ def job_enqueue_then_lease_within_quota(
 
 def job_lease_within_quota(tx: Txn, ns: str, queues, worker: str, max_jobs: int, names, shard_offset: int,
                            visibility_ns: int, quota: Quota) -> LeaseResult:  # fmt: skip
-    quota, _ = in_force(tx, ns, quota)
     room = lease_room(tx, ns, quota, max_jobs)
     return job_lease(tx, ns, queues, worker, room, names, shard_offset, visibility_ns)
 
 
 def schedule_upsert_within_quota(tx: Txn, ns: str, spec, quota: Quota):
-    quota, _ = in_force(tx, ns, quota)
     check_new_schedule(tx, ns, quota, spec.id)
     return schedules.schedule_upsert(tx, ns, spec)
 

@@ -26,12 +26,14 @@ from loam_common.jobs.complete import (
     job_extend_if_leased,
     job_report_if_leased,
 )
+from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
+from loam_common.jobs.lease import job_lease
 from loam_common.jobs.new_job import Enqueued, NewJob
-from loam_common.jobs.quotas import QuotaTable
 from loam_common.metrics import count_fenced
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
 from loam_queue_core.facade.payloads import Payloads
+from loam_queue_core.facade.quotas import Quotas
 from loam_queue_core.waiters import Waiters
 
 log = logging.getLogger(__name__)
@@ -45,12 +47,12 @@ Completion = tuple[str, str, int, Outcome]
 
 class Jobs:
     def __init__(
-        self, store: Store, payloads: Payloads, waiters: Waiters, quotas: QuotaTable | None = None
+        self, store: Store, payloads: Payloads, waiters: Waiters, quotas: Quotas | None = None
     ) -> None:
         self.store = store
         self.payloads = payloads
         self.waiters = waiters
-        self.quotas = quotas or QuotaTable()
+        self.quotas = quotas or Quotas(store)  # each namespace's quotas in force
 
     # -- producing -------------------------------------------------------------------
     async def enqueue(
@@ -99,10 +101,12 @@ class Jobs:
         """The enqueue's transaction. With a poll of `queue` asleep, the same transaction
         leases for it and the poll gets the jobs without reading again (decision 0023)."""
         claim = self.waiters.claim(ns, queue) if any(_may_be_ready(n) for n in news) else None
-        if claim is None:  # the quota transitions: a namespace's own quotas may be set at any time
-            return await self.store.transact(
-                quotas.job_enqueue_within_quota, ns, queue, news, bulk, self.quotas.of(ns)
-            )
+        if claim is None:
+            if quota := await self.quotas.of(ns):
+                return await self.store.transact(
+                    quotas.job_enqueue_within_quota, ns, queue, news, bulk, quota
+                )
+            return await self.store.transact(job_enqueue, ns, queue, news, bulk)
         # Shielded: if the caller leaves, the transaction may still commit, and the poll
         # must then get the jobs leased for it, not be told to read again.
         handing = asyncio.ensure_future(self._hand_off(ns, queue, news, bulk, claim))
@@ -115,15 +119,14 @@ class Jobs:
         poll, lease_args = claim
         leased = None
         try:
-            results, leased = await self.store.transact(
-                quotas.job_enqueue_then_lease_within_quota,
-                ns,
-                queue,
-                news,
-                bulk,
-                lease_args,
-                self.quotas.of(ns),
-            )
+            if quota := await self.quotas.of(ns):
+                results, leased = await self.store.transact(
+                    quotas.job_enqueue_then_lease_within_quota, ns, queue, news, bulk, lease_args, quota
+                )
+            else:
+                results, leased = await self.store.transact(
+                    job_enqueue_then_lease, ns, queue, news, bulk, lease_args
+                )
         finally:  # the claimed poll always gets an answer, if only "read again"
             jobs = leased.jobs if leased is not None else []
             answered = self.waiters.hand(poll, jobs or None)
@@ -160,9 +163,13 @@ class Jobs:
             # Park before reading, so a job that arrives after the read wakes us.
             fut = self.waiters.park(ns, queues, worker) if wait_ns else None
             try:
-                res = await self.store.transact(quotas.job_lease_within_quota, ns, queues, worker, max_jobs,
-                                                name_set, random.randrange(64), visibility_ns,
-                                                self.quotas.of(ns))  # fmt: skip
+                if quota := await self.quotas.of(ns):
+                    res = await self.store.transact(quotas.job_lease_within_quota, ns, queues, worker, max_jobs,
+                                                    name_set, random.randrange(64), visibility_ns, quota)  # fmt: skip
+                else:
+                    res = await self.store.transact(
+                        job_lease, ns, queues, worker, max_jobs, name_set, random.randrange(64), visibility_ns
+                    )
                 left = give_up - loop.time()
                 if res.jobs or fut is None or left <= 0 or self.waiters.ended(fut):
                     return await self.payloads.inline(res.jobs)
