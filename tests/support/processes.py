@@ -76,8 +76,10 @@ class Proc:
             self.p.wait(5)
             return None
 
-    async def wait_ready(self, timeout: float = 30.0) -> None:
-        """Until the process has logged "ready" (every service does once it serves)."""
+    async def wait_ready(self, timeout: float = 120.0) -> None:
+        """Until the process has logged "ready" (every service does once it serves). The
+        timeout is generous: on a loaded machine a gateway's start-up (imports, routes)
+        has taken over 30 s; it returns as soon as the line is there."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.p is not None
