@@ -7,6 +7,9 @@ plain ASGI app the gateway mounts (at `/resonate`) or `loam-durable` serves alon
   a string `data` on every refusal).
 - `POST {base}/internal/push`: a peer serving the same store hands over a push whose
   stream may be here (peers.py); internal: the deployment's token, else loopback only.
+- `POST {base}/internal/outbox`: a process without connections (a sweeper's durable
+  timers) wrote pushes to the store's outbox: drain it now (peers.OutboxNotice);
+  internal, as above.
 - `GET {base}/poll/{group}/{pid}`: the push channel, Server-Sent Events: each push one
   `data: <json>` line; a `: keepalive` comment every `KEEPALIVE_S` so proxies keep the
   stream open. Authenticated by the `Authorization` header only.
@@ -28,7 +31,7 @@ from loam_common.errors import JobsError, PermissionDenied, Unauthenticated
 from loam_common.store.base import StoreUnavailable
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
-from loam_durable.peers import PUSH_PATH, internal_allowed
+from loam_durable.peers import OUTBOX_PATH, PUSH_PATH, internal_allowed
 from loam_durable.records import PROTOCOL_VERSION, DurableError, dumps, loads, response
 
 log = logging.getLogger(__name__)
@@ -120,6 +123,8 @@ class DurableApp:
             await self._envelope(scope, receive, send)
         elif path == PUSH_PATH and method == "POST":
             await self._push(scope, receive, send)
+        elif path == OUTBOX_PATH and method == "POST":
+            await self._outbox(scope, receive, send)
         elif path.startswith("/poll/") and method == "GET":
             await self._poll(scope, receive, send, path[len("/poll/") :])
         elif path in ("/promises", "/tasks", "/schedules") or path.startswith(
@@ -190,6 +195,29 @@ class DurableApp:
             await _send_json(send, 400, "a push is {ns, address, message}")
             return
         await _send_json(send, 200, {"delivered": self.hub.send(ns, address, message, hold=False)})
+
+    # -- POST /internal/outbox --------------------------------------------------------------
+    async def _outbox(self, scope: dict, receive: Any, send: Any) -> None:
+        """The store's outbox has pushes: wake this process's drain (it reads every
+        namespace's outbox, so the body only has to be well formed)."""
+        body = await _read_body(receive)
+        if body is None:
+            return
+        client = scope.get("client")
+        if not internal_allowed(_headers(scope), client[0] if client else None, self.internal_token):
+            await _send_json(send, 401, "internal calls need this deployment's internal token")
+            return
+        try:
+            req = loads(body)
+            if not isinstance(req, dict) or not isinstance(req.get("ns"), str):
+                raise TypeError
+        except (ValueError, TypeError):
+            await _send_json(send, 400, "an outbox notice is {ns}")
+            return
+        waiting = self.core.outbox_waiting
+        if waiting is not None:
+            waiting()
+        await _send_json(send, 200, {"draining": waiting is not None})
 
     # -- GET /poll/{group}/{pid} -------------------------------------------------------------
     async def _poll(self, scope: dict, receive: Any, send: Any, rest: str) -> None:
