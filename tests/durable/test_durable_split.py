@@ -161,7 +161,9 @@ def test_the_push_hand_over_is_internal(tmp_path):
             {"ns": "default", "address": "poll://any@g", "message": {"kind": "execute"}}
         ).encode()
 
-        def post(headers: dict, path: str = "/internal/push", payload: dict | None = None) -> tuple[int, object]:
+        def post(
+            headers: dict, path: str = "/internal/push", payload: dict | None = None
+        ) -> tuple[int, object]:
             data = body if payload is None else json.dumps(payload).encode()
             req = urllib.request.Request(f"http://127.0.0.1:{port}/resonate{path}", data=data,
                                          headers={"content-type": "application/json", **headers}, method="POST")  # fmt: skip
