@@ -83,10 +83,14 @@ async def _read_body(receive: Callable[[], Awaitable[dict]]) -> bytes | None:
             return b"".join(chunks)
 
 
-async def _send_json(send: Callable[[dict], Awaitable[None]], status: int, body: Any) -> None:
+async def _send_json(
+    send: Callable[[dict], Awaitable[None]], status: int, body: Any, extra_headers: list | None = None
+) -> None:
     raw = dumps(body)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]})  # fmt: skip
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(raw))]
+    if extra_headers:
+        headers += extra_headers
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": raw})
 
 
@@ -95,6 +99,9 @@ def _headers(scope: dict) -> dict[str, str]:
 
 
 class DurableApp:
+    #: the largest request body; a larger one is refused as not being a JSON object
+    max_body = MAX_BODY
+
     def __init__(
         self, core: DurableCore, hub: Hub, authenticate: Authenticate, internal_token: str | None = None
     ) -> None:
@@ -141,6 +148,14 @@ class DurableApp:
         body = await _read_body(receive)
         if body is None:
             return
+        await self.envelope(body, _headers(scope), send)
+
+    async def envelope(
+        self, body: bytes, headers: dict[str, str], send: Any, extra_headers: list | None = None
+    ) -> None:
+        """Answer one request envelope whose body has been read (b"" for one over
+        MAX_BODY). `headers` by lower-case name, this call's own (it may add to them);
+        `extra_headers` go on the answer (the gateway's CORS headers)."""
         kind, corr_id = "", ""
         try:
             try:
@@ -163,7 +178,6 @@ class DurableApp:
             data = req.get("data")
             if not isinstance(data, dict):
                 raise DurableError(400, "data must be an object")
-            headers = _headers(scope)
             auth = head.get("auth")
             if isinstance(auth, str) and auth:
                 headers["authorization"] = f"Bearer {auth}"
@@ -171,9 +185,9 @@ class DurableApp:
             status, out = await self.core.request(ns, kind, data)
         except Exception as e:  # noqa: BLE001 - every refusal becomes an envelope
             status, message = _status_of(e)
-            await _send_json(send, status, response(kind, corr_id, status, message))
+            await _send_json(send, status, response(kind, corr_id, status, message), extra_headers)
             return
-        await _send_json(send, status, response(kind, corr_id, status, out))
+        await _send_json(send, status, response(kind, corr_id, status, out), extra_headers)
 
     # -- POST /internal/push ----------------------------------------------------------------
     async def _push(self, scope: dict, receive: Any, send: Any) -> None:
