@@ -14,6 +14,7 @@ retry timer and the SDKs' listener refresh stay the last resort, as in Resonate.
 
 The peer list is read from the store every `interval` and again whenever a push finds
 no taker among the peers known, so a gateway that started a moment ago is found at once.
+
 `OutboxNotice`: the wake-up of the store's outbox. The durable timers of a process
 without connections (a sweeper) write their pushes to the outbox in the transaction that
 makes them; after that commit they POST `{"ns"}` to `<peer base>/internal/outbox` of every

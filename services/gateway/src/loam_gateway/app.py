@@ -37,7 +37,7 @@ from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
 from loam_gateway.audit_log import AuditLog
 from loam_gateway.auth import Authenticator
 from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix, strip_namespace
-from loam_gateway.guard import DEFAULT_MAX_BODY_BYTES, GuardPolicy, RequestGuard, header_dict
+from loam_gateway.guard import GuardPolicy, RequestGuard, header_dict
 from loam_gateway.metrics_history import MetricsHistory
 from loam_gateway.redaction import Redaction
 from loam_gateway.rest import build_router
@@ -89,31 +89,28 @@ class GatewayApp(FastAPI):
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            if (
-                self.durable_app is not None
-                and scope["method"] == "POST"
-                and scope["path"] in _ENVELOPE_PATHS
-            ):
-                await self._durable_envelope(scope, receive, send)
-                return
             if self.guard is not None:
+                if (
+                    self.durable_app is not None
+                    and scope["method"] == "POST"
+                    and scope["path"] in _ENVELOPE_PATHS
+                ):
+                    await self._durable_envelope(self.guard, scope, receive, send)
+                    return
                 await self.guard(scope, receive, send, self._serve)
                 return
         await self._serve(scope, receive, send)
 
-    async def _durable_envelope(self, scope: dict, receive: Any, send: Any) -> None:
+    async def _durable_envelope(self, guard: RequestGuard, scope: dict, receive: Any, send: Any) -> None:
         """`POST /resonate/`, a durable step's two requests: the guard's checks on headers
         decoded once, the body read here within the guard's limit, then the envelope,
         with none of the per-message wrapping the general path puts around an app.
         (`/ns/<ns>/resonate/`, the dev namespace prefix, takes the general path.)"""
         headers = header_dict(scope)
-        extra: list | None = []
-        limit = DEFAULT_MAX_BODY_BYTES
-        if self.guard is not None:
-            extra = await self.guard.check_open_post(scope, headers, send)
-            if extra is None:
-                return  # refused, answered
-            limit = self.guard.policy.max_body_bytes
+        extra = await guard.check_open_post(scope, headers, send)
+        if extra is None:
+            return  # refused, answered
+        limit = guard.policy.max_body_bytes
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -123,8 +120,7 @@ class GatewayApp(FastAPI):
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                if self.guard is not None:
-                    await self.guard.too_large(send)
+                await guard.too_large(send)
                 return
             chunks.append(chunk)
             if not message.get("more_body"):
