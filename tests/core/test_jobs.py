@@ -199,6 +199,15 @@ async def test_idempotent_retry_returns_the_first_answer_created_too(core):
     assert again == first
 
 
+async def test_idempotent_retry_of_a_job_keyed_from_the_counter_returns_the_first_answer(core, jobs_of):
+    # The record compares the request as sent, not the job key the server gave it.
+    first = await enqueue(core, job_key_from_counter=True, idempotency=pb.Idempotency(key="req-1"))
+    again = await enqueue(core, job_key_from_counter=True, idempotency=pb.Idempotency(key="req-1"))
+    assert first.created and first.job_key
+    assert (again.job_id, again.state) == (first.job_id, first.state)
+    assert len(await jobs_of()) == 1
+
+
 async def test_idempotency_key_for_a_different_request_conflicts_and_changes_nothing(
     core, store, check_invariants
 ):
