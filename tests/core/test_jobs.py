@@ -1130,6 +1130,21 @@ async def test_bulk_enqueue_refuses_bad_input_whole_and_isolates_key_clashes(cor
     # A bulk call of one job answers the same way: its error in its slot, not raised.
     (alone,) = await core.jobs.enqueue_bulk(NS, "q", [(task(data=b"c"), pb.EnqueueOpts(job_key="taken"))])
     assert isinstance(alone, AlreadyExists) and len(await jobs_of()) == 3
+    # Idempotency keys: a reused key with another request is refused in its slot, the
+    # same request again gets the first answer, a new key goes in.
+    first = await enqueue(core, data=b"i", idempotency=pb.Idempotency(key="req-1"))
+    res = await core.jobs.enqueue_bulk(
+        NS,
+        "q",
+        [
+            (task(data=b"other"), pb.EnqueueOpts(idempotency=pb.Idempotency(key="req-1"))),
+            (task(data=b"i"), pb.EnqueueOpts(idempotency=pb.Idempotency(key="req-1"))),
+            (task(data=b"new"), pb.EnqueueOpts(idempotency=pb.Idempotency(key="req-2"))),
+        ],
+    )
+    assert isinstance(res[0], IdempotencyConflict)
+    assert res[1].job_id == first.job_id and res[2].created
+    assert len(await jobs_of()) == 5
     await check_invariants()
 
 
