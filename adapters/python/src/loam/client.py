@@ -28,6 +28,7 @@ from pyqwest import Client as HTTPClient
 from pyqwest import HTTPTransport
 
 from loam import options, payloads
+from loam.async_unary import AsyncUnaryClient
 from loam.blocking import BlockingJobsClient
 from loam.errors import JobsError, NotFound, Unavailable, from_connect, from_item
 from loam.flows import Flow, FlowNode, flow_spec
@@ -43,7 +44,6 @@ from loam.views import (
     state_value,
 )
 from loam_common.api.headers import NAMESPACE_HEADER
-from loam_common.connect_client import jobs_client
 from loam_common.gen.loam.jobs.v1 import engines_pb2 as epb
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -204,9 +204,10 @@ class Client:
         # a process forked after pyqwest started: its runtime threads do not survive fork.
         self._transport = http_transport or HTTPTransport(pool_max_idle_per_host=64)
         self._http = HTTPClient(self._transport)
+        # JobsService's calls on this loop (loam.async_unary): no thread hand-off per call.
         # No request compression: the payloads are small protobufs and gzip costs more
         # CPU per job than it saves on a local network.
-        self._rpc = jobs_client(self.url, timeout_ms=_ms(timeout), http_client=self._http)
+        self._rpc = AsyncUnaryClient(self.url, timeout_ms=_ms(timeout))
 
     def __repr__(self) -> str:
         return f"Client({self.url!r}, namespace={self.namespace!r})"
