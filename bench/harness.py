@@ -352,9 +352,13 @@ SYSTEMS = [
         growth=True,
     ),
     System("bullmq-redis-aof", "bullmq", ("redis-aof",), "BullMQ 6.7 · Redis AOF everysec · concurrency 50"),
-    System("celery-redis-results-aof", "celery", ("redis-aof",), "Celery · Redis AOF everysec broker + results"),
+    System(
+        "celery-redis-results-aof", "celery", ("redis-aof",), "Celery · Redis AOF everysec broker + results"
+    ),
     System("loam-durable", "loam", ("loam-durable",), "Python SDK · loam.Worker → loam dev --durable"),
-    System("bullmq-redis-always", "bullmq", ("redis-always",), "BullMQ 6.7 · Redis AOF always · concurrency 50"),
+    System(
+        "bullmq-redis-always", "bullmq", ("redis-always",), "BullMQ 6.7 · Redis AOF always · concurrency 50"
+    ),
 ]
 BY_NAME = {s.name: s for s in SYSTEMS}
 # Within a round, each Loam side runs next to its anchors, so they share the same minutes of load

@@ -64,7 +64,9 @@ async def _bare_server(handler) -> tuple[asyncio.Server, str]:  # type: ignore[n
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 length = next(
-                    int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
                 )
                 await reader.readexactly(length)
                 if not await handler(writer):
@@ -86,7 +88,9 @@ async def test_chunked_answers_closed_idle_connections_and_foreign_errors() -> N
         calls += 1
         if calls == 1:  # a chunked answer in two chunks, then the server closes the connection
             half = len(answer) // 2
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\ntransfer-encoding: chunked\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
             for part in (answer[:half], answer[half:]):
                 writer.write(b"%x\r\n" % len(part) + part + b"\r\n")
             writer.write(b"0\r\n\r\n")

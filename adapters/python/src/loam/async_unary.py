@@ -102,7 +102,9 @@ class AsyncUnaryClient:
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         if timeout_ms:
             extra += f"connect-timeout-ms: {timeout_ms}\r\n"
-        head = f"POST {path} HTTP/1.1\r\n{self._head}{extra}content-length: {len(body)}\r\n\r\n".encode("latin-1")
+        head = f"POST {path} HTTP/1.1\r\n{self._head}{extra}content-length: {len(body)}\r\n\r\n".encode(
+            "latin-1"
+        )
         try:
             async with asyncio.timeout(timeout_ms / 1000 if timeout_ms else None):
                 status, data, keep = await self._exchange(head + body)

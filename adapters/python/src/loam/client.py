@@ -18,7 +18,6 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 

@@ -69,8 +69,5 @@ def _refusable(nj: NewJob) -> bool:
     write for every job)."""
     o = nj.opts
     return bool(
-        (o.job_key and not o.job_key_keeps_first)
-        or nj.init
-        or o.HasField("dedup")
-        or o.HasField("parent")
+        (o.job_key and not o.job_key_keeps_first) or nj.init or o.HasField("dedup") or o.HasField("parent")
     )
