@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import loam
@@ -46,6 +47,8 @@ async def main(args: argparse.Namespace) -> None:
         for line in server.stdout:  # type: ignore[union-attr]
             if "ready" in line:
                 break
+        # Keep reading what it prints: a full pipe would stop the server mid-log.
+        threading.Thread(target=server.stdout.read, daemon=True).start()  # type: ignore[union-attr]
         async with loam.Client(f"http://127.0.0.1:{port}") as client:
             batch = [("noop", None)] * 1000
             t0 = time.perf_counter()

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 
@@ -49,6 +50,8 @@ async def measure(jobs: int, singles: int) -> dict[str, float]:
         for line in server.stdout:  # type: ignore[union-attr]
             if "ready" in line:
                 break
+        # Keep reading what it prints: a full pipe would stop the server mid-log.
+        threading.Thread(target=server.stdout.read, daemon=True).start()  # type: ignore[union-attr]
         async with loam.Client(f"http://127.0.0.1:{port}") as client:
             await client.enqueue_bulk("bulk", [("warmup", None)])
             await client.enqueue("single", "warmup")
