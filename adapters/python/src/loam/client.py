@@ -197,11 +197,10 @@ class Client:
             self._transport = self._http = None
             self._rpc: Any = BlockingJobsClient(self.url)
             return
-        # One connection pool per client, closed with it, deep enough for a worker's
-        # concurrent leases, extends and completions (pyqwest keeps 2 idle by default).
-        # `http_transport`: any pyqwest Transport (with `aclose`), e.g. a pure-Python one in
-        # a process forked after pyqwest started: its runtime threads do not survive fork.
-        self._transport = http_transport or HTTPTransport(pool_max_idle_per_host=64)
+        # pyqwest carries the REST calls (`list_queues`) only. `http_transport`: any pyqwest
+        # Transport (with `aclose`), e.g. a pure-Python one in a process forked after
+        # pyqwest started: its runtime threads do not survive fork.
+        self._transport = http_transport or HTTPTransport()
         self._http = HTTPClient(self._transport)
         # JobsService's calls on this loop (loam.async_unary): no thread hand-off per call.
         # No request compression: the payloads are small protobufs and gzip costs more
