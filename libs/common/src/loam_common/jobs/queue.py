@@ -386,9 +386,12 @@ class QueueTx:
         """Store a new job in its state (WAITING/PRIORITIZED/DELAYED/...)."""
         self.ensure_exists()
         job.state_ns = self.now
-        if job.opts.subject and job.state != S.WAITING_CHILDREN and self.subject_claim(job):
-            if job.state == S.DELAYED:  # it waits behind the subject's job; its due time is kept
-                job.state = S.ready_state(job.opts.priority)
+        if job.opts.subject and job.state == S.DELAYED:
+            # A delayed job never holds up the ones behind it (spec 003): it claims its
+            # subject once due (promote: subject_reclaim_if_stepped_aside).
+            job.subject_blocked = True
+        elif job.opts.subject and job.state != S.WAITING_CHILDREN:
+            self.subject_claim(job)
         if job.state in S.READY:
             job.seq = self.next_seq(job.shard)
         self._index_add(job)
@@ -481,9 +484,15 @@ class QueueTx:
     def _finished(self, job: pb.Job) -> None:
         """A job left the live states (finished or removed): free its subject, set off
         what that means for other jobs (`follow_job_left_live`), and run the hooks."""
-        if job.opts.subject and not job.subject_blocked:
-            self._subject_release(job)
-        if job.opts.dedup.id or job.parents:
+        opts = job.opts
+        if opts.subject:
+            if not job.subject_blocked:
+                self._subject_release(job)
+            if opts.replace:  # no longer replaceable: forget it unless a later one took its place
+                rkey = self.k.subject_replaceable(opts.subject, job.task.name)
+                if self.tx.get(rkey) == job.id.encode():
+                    self.tx.delete(rkey)
+        if opts.dedup.id or job.parents:
             self.follow_job_left_live(job)
         for hook in self.on_finished:
             hook(self, job)
@@ -513,10 +522,45 @@ class QueueTx:
             job.subject_blocked = True
         return job.subject_blocked
 
+    def subject_step_aside(self, job: pb.Job) -> None:
+        """`job` (its subject's, about to wait for a retry) lets the jobs behind it run
+        during its backoff: the subject passes on as if it had finished, and the job is
+        marked to claim the subject again once due (`move` from DELAYED)."""
+        if job.opts.subject and not job.subject_blocked:
+            self._subject_release(job)
+            job.subject_blocked = True
+
+    def subject_reclaim_if_stepped_aside(self, job: pb.Job) -> bool:
+        """A delayed `job` about to be made ready: if it did not hold its subject while
+        delayed (enqueued delayed, or stepped aside for a retry), it takes the subject, or
+        waits in the backlog. True if so: the move keeps a seq it had (`keep_place`), so
+        a retry goes back to the front of its subject, a new job to the back."""
+        if not job.subject_blocked or not job.opts.subject:
+            return False
+        self.subject_claim(job)
+        return True
+
+    def subject_run_member(self, job: pb.Job) -> bool:
+        """Whether `job` holds its subject as a later member of a subject batch (it runs,
+        and is not the job `sj/` names)."""
+        return (
+            bool(job.opts.subject)
+            and not job.subject_blocked
+            and self.tx.get(self.k.subject_current(job.opts.subject)) != job.id.encode()
+        )
+
+    def subject_requeue_run_member(self, job: pb.Job) -> None:
+        """A subject batch's later member lost its lease (stalled): back to the front of its
+        subject's backlog, at its own seq, so it runs again only after the jobs before it."""
+        job.subject_blocked = True
+        self.move(job, S.ready_state(job.opts.priority), "stalled", keep_place=True)
+
     def _subject_release(self, job: pb.Job) -> None:
         subject = job.opts.subject
         cur_key = self.k.subject_current(subject)
         if self.tx.get(cur_key) != job.id.encode():
+            return
+        if job.subject_run and self._subject_pass_down_run(job, cur_key):
             return
         prefix = self.k.subject_backlog(subject)
         head = self.tx.scan(prefix, keys.prefix_end(prefix), limit=1)
@@ -533,3 +577,20 @@ class QueueTx:
         else:
             self.move(nxt, S.ready_state(nxt.opts.priority), None, unblock_subject=True)
             self.emit("waiting", nxt)
+
+    def _subject_pass_down_run(self, job: pb.Job, cur_key: bytes) -> bool:
+        """The subject's job finished with later members of its subject batch still
+        live: the first of them that holds the subject (not sent back to the backlog)
+        becomes the subject's job, with the rest of the run. False when none is left."""
+        run = list(job.subject_run)
+        del job.subject_run[:]
+        for i, member_id in enumerate(run):
+            member = self.get_job(member_id)
+            if member is None or member.state in S.FINISHED or member.subject_blocked:
+                continue
+            self.tx.put(cur_key, member_id.encode())
+            del member.subject_run[:]
+            member.subject_run.extend(run[i + 1 :])
+            self.put_job(member)
+            return True
+        return False

@@ -164,18 +164,18 @@ def job_enqueue_then_lease_within_quota(
     tx: Txn, ns: str, queue: str, new_jobs, bulk: bool, lease_args: tuple, quota: Quota
 ):
     check_enqueue(tx, ns, quota, len(new_jobs), _payload_bytes(new_jobs))
-    worker, max_jobs, names, visibility_ns = lease_args
+    worker, max_jobs, names, visibility_ns, subject_batch = lease_args
     try:
         room = lease_room(tx, ns, quota, max_jobs)
     except QuotaExceeded:  # the enqueue goes in; the parked poll just gets nothing
         return job_enqueue(tx, ns, queue, new_jobs, bulk), LeaseResult()
-    return job_enqueue_then_lease(tx, ns, queue, new_jobs, bulk, (worker, room, names, visibility_ns))
+    return job_enqueue_then_lease(tx, ns, queue, new_jobs, bulk, (worker, room, names, visibility_ns, subject_batch))
 
 
 def job_lease_within_quota(tx: Txn, ns: str, queues, worker: str, max_jobs: int, names, shard_offset: int,
-                           visibility_ns: int, quota: Quota) -> LeaseResult:  # fmt: skip
+                           visibility_ns: int, subject_batch: int, quota: Quota) -> LeaseResult:  # fmt: skip
     room = lease_room(tx, ns, quota, max_jobs)
-    return job_lease(tx, ns, queues, worker, room, names, shard_offset, visibility_ns)
+    return job_lease(tx, ns, queues, worker, room, names, shard_offset, visibility_ns, subject_batch)
 
 
 def schedule_upsert_within_quota(tx: Txn, ns: str, spec, quota: Quota):

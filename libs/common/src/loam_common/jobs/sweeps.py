@@ -55,7 +55,10 @@ def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) 
                 job_record_error(qt, job, err)
                 job_fail_if_live(qt, job, err, False)
                 continue
-            qt.move(job, S.ready_state(job.opts.priority), "stalled")
+            if job.opts.subject and qt.subject_run_member(job):
+                qt.subject_requeue_run_member(job)  # behind the jobs before it, in order
+            else:
+                qt.move(job, S.ready_state(job.opts.priority), "stalled")
             qt.emit("waiting", job)
         return len(expired)
 
