@@ -125,7 +125,10 @@ def lease_candidates(snap: Snapshot, shard: int) -> list[str]:
     held = {
         j.opts.subject
         for j in snap.jobs.values()
-        if j.opts.subject and not j.subject_blocked and j.state not in S.FINISHED and j.state != S.WAITING_CHILDREN
+        if j.opts.subject
+        and not j.subject_blocked
+        and j.state not in S.FINISHED
+        and j.state != S.WAITING_CHILDREN
     }
     keyed = [(ready_key(j, j.seq), j.id) for j in ready]
     seq = snap.next_seq[shard]

@@ -197,7 +197,9 @@ async def test_a_refused_item_refuses_the_batch_and_names_its_index(core, store,
 
 async def test_a_write_batch_is_bounded(core):
     with pytest.raises(InvalidArgument, match="at most 1000"):
-        await core.jobs.write_batch(NS, [("result_set", f"k{i}", pb.Payload(data=b"1"), 0) for i in range(1001)])
+        await core.jobs.write_batch(
+            NS, [("result_set", f"k{i}", pb.Payload(data=b"1"), 0) for i in range(1001)]
+        )
     with pytest.raises(InvalidArgument, match="at least one"):
         await core.jobs.write_batch(NS, [])
 
@@ -228,7 +230,10 @@ async def test_write_batches_racing_leases_cancel_or_refuse_whole(core, job_of, 
 
 # -- subject batch leases --------------------------------------------------------------------------
 async def test_a_subject_batch_stops_at_another_task_name(core, check_invariants):
-    ids = [(await enqueue(core, name, subject="space-1")).job_id for name in ("register",) * 3 + ("drop", "register")]
+    ids = [
+        (await enqueue(core, name, subject="space-1")).job_id
+        for name in ("register",) * 3 + ("drop", "register")
+    ]
     other = await enqueue(core, "register", subject="space-2")
     leased = await lease(core, max_jobs=10, subject_batch=10)
     assert [j.id for j in leased] == ids[:3] + [other.job_id]
@@ -309,7 +314,9 @@ HOLDING = pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC, hold_subject=
 
 
 async def fail_once(core: QueueCore, job: pb.Job, **error) -> None:
-    await core.jobs.complete(NS, "q", job.id, job.epoch, Retry(pb.JobError(code="error", message="x", **error)))
+    await core.jobs.complete(
+        NS, "q", job.id, job.epoch, Retry(pb.JobError(code="error", message="x", **error))
+    )
 
 
 async def test_by_default_the_jobs_behind_run_during_the_backoff(core, clock, check_invariants):

@@ -38,6 +38,7 @@ from loam.errors import (
     InvalidState,
     JobsError,
     NotFound,
+    PermanentError,
     Retry,
     Unavailable,
     UnrecoverableError,
@@ -87,6 +88,7 @@ class Worker:
         batch_delay: float = 0.002,
         max_batch: int = 500,
         executor: ThreadPoolExecutor | None = None,
+        subject_batch: int = 0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -106,6 +108,7 @@ class Worker:
         self.id = worker or worker_id()
         self.batch_delay = batch_delay
         self.max_batch = max_batch
+        self.subject_batch = subject_batch  # lease a subject's consecutive jobs together
         self._executor = executor
         self._own_executor = executor is None
 
@@ -245,9 +248,8 @@ class Worker:
             if self._buffer:
                 wait = 0  # there is work in hand: top up, do not park
             try:
-                jobs = await self.client.lease(
-                    self.queues, max=min(room, MAX_LEASE), wait=wait, worker=self.id, names=self.names
-                )
+                jobs = await self.client.lease(self.queues, max=min(room, MAX_LEASE), wait=wait, worker=self.id,
+                                               names=self.names, subject_batch=self.subject_batch)  # fmt: skip
                 backoff = 0.1
             except asyncio.CancelledError:
                 raise
@@ -484,6 +486,10 @@ async def outcome_of(
             result = await asyncio.get_running_loop().run_in_executor(executor, ctx.run, handler, job)
             if inspect.isawaitable(result):
                 result = await result
+    except PermanentError as e:
+        out = Outcome.retry(e)
+        out.retry.error.permanent = True  # the server fails it: no retry
+        return out
     except UnrecoverableError as e:
         return Outcome.fail(e, dead_letter=e.dead_letter)
     except Retry as e:

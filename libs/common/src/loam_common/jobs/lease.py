@@ -171,7 +171,9 @@ def _take(
         _lease_one(qt, job, worker, res, visibility_ns)
         taken += 1
         if opts.subject and res.subject_batch > 1 and taken < want:
-            taken += _take_subject_run(qt, job, worker, min(res.subject_batch - 1, want - taken), res, visibility_ns)
+            taken += _take_subject_run(
+                qt, job, worker, min(res.subject_batch - 1, want - taken), res, visibility_ns
+            )
     return taken
 
 

@@ -169,7 +169,9 @@ def job_enqueue_then_lease_within_quota(
         room = lease_room(tx, ns, quota, max_jobs)
     except QuotaExceeded:  # the enqueue goes in; the parked poll just gets nothing
         return job_enqueue(tx, ns, queue, new_jobs, bulk), LeaseResult()
-    return job_enqueue_then_lease(tx, ns, queue, new_jobs, bulk, (worker, room, names, visibility_ns, subject_batch))
+    return job_enqueue_then_lease(
+        tx, ns, queue, new_jobs, bulk, (worker, room, names, visibility_ns, subject_batch)
+    )
 
 
 def job_lease_within_quota(tx: Txn, ns: str, queues, worker: str, max_jobs: int, names, shard_offset: int,

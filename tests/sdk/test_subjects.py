@@ -1,0 +1,127 @@
+"""Subjects through the SDK, the CLI and REST, against a real `loam dev` server: a
+replacement says which job it kept, a write batch is all or none, a subject batch is
+leased and completed in one call each, a PermanentError is not retried, a placed job
+goes only to its worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loam import Client, Outcome, PermanentError, Worker
+from loam.errors import InvalidState
+from loam_common.api.headers import NAMESPACE_HEADER
+
+LOAM = str(Path(sys.executable).with_name("loam"))
+
+
+async def test_a_replacement_names_the_job_kept_and_the_one_dropped(client: Client) -> None:
+    first = await client.enqueue("files", "evict", {"path": "/a"}, subject="a", replace=True, delay=60)
+    later = await client.enqueue("files", "evict", {"path": "/a"}, subject="a", replace=True, delay=120)
+    assert later.created and later.dropped == first.id
+    sooner = await client.enqueue("files", "evict", {"path": "/a"}, subject="a", replace="keep_later", delay=5)
+    assert (sooner.id, sooner.created) == (later.id, False) and sooner.dropped
+    assert (await client.queue_counts("files"))["delayed"] == 1
+
+
+async def test_a_write_batch_is_all_or_none(client: Client) -> None:
+    cleanup = await client.enqueue("uploads", "cleanup", delay=300)
+    out = await client.write_batch(
+        [
+            {"enqueue": {"queue": "uploads", "name": "commit", "payload": {"upload": 1}, "subject": "u1"}},
+            {"cancel": {"queue": "uploads", "job": cleanup.id, "reason": "claimed"}},
+            {"result_set": {"key": "upload:1", "value": "done"}},
+        ]
+    )
+    assert out[0].created and out[1:] == [cleanup.id, "upload:1"]
+    assert (await client.get_job("uploads", cleanup.id)).state == "canceled"
+    assert await client.result_get("upload:1") == "done"
+    (running,) = await client.lease("uploads", max=1)
+    with pytest.raises(InvalidState, match=r"items\[1\]"):
+        await client.write_batch(
+            [
+                {"enqueue": {"queue": "uploads", "name": "commit", "payload": 2}},
+                {"cancel": {"queue": "uploads", "job": running.id}},
+            ]
+        )
+    assert (await client.queue_counts("uploads"))["waiting"] == 0  # the batch's enqueue was not kept
+
+
+async def test_a_subject_batch_is_leased_and_completed_in_one_call_each(client: Client) -> None:
+    ids = [(await client.enqueue("spaces", "register", i, subject="space-1")).id for i in range(4)]
+    await client.enqueue("spaces", "drop", subject="space-1")
+    run = await client.lease("spaces", max=10, subject_batch=10)
+    assert [j.id for j in run] == ids
+    done = await client.complete_batch([(j.token, Outcome.ok()) for j in run])
+    assert [d.state for d in done] == ["completed"] * 4
+    (nxt,) = await client.lease("spaces", max=10, subject_batch=10)
+    assert nxt.name == "drop"
+
+
+async def test_a_permanent_error_is_not_retried_and_a_placed_job_waits_for_its_worker(client: Client) -> None:
+    await client.enqueue("perm", "abort", subject="s", attempts=5, backoff=1)
+    await client.enqueue("perm", "after", subject="s", placement="node-b")
+    seen: list[str] = []
+
+    def handler(job):
+        seen.append(job.name)
+        if job.name == "abort":
+            raise PermanentError("the blob was accepted: an abort cannot succeed")
+
+    worker = Worker(client, "perm", handler, worker="node-a", wait=0.2)
+    task = asyncio.create_task(worker.run())
+    try:
+        for _ in range(200):
+            if (await client.queue_counts("perm"))["failed"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # node-a must not take the placed job in this time
+    finally:
+        worker.stop()
+        await task
+    assert seen == ["abort"]
+    (failed,) = [j async for j in client.iter_jobs("perm", states=["failed"])]
+    assert failed.raw.errors[-1].permanent and failed.raw.attempt == 1
+    (placed,) = await client.lease("perm", worker="node-b")
+    assert placed.name == "after"
+
+
+async def test_rest_enqueue_replacement_and_write_batch(url: str, ns: str) -> None:
+    async with httpx.AsyncClient(base_url=url, headers={NAMESPACE_HEADER: ns}) as http:
+        body = {"name": "evict", "subject": "f", "replace": "keep_later", "delay_ns": 60 * 10**9}
+        first = (await http.post("/v1/queues/files/jobs", json=body)).json()
+        r = await http.post("/v1/queues/files/jobs", json={**body, "delay_ns": 120 * 10**9})
+        assert r.status_code == 200 and r.json()["dropped"] == first["job"]
+        r = await http.post("/v1/writes", json={"items": [
+            {"enqueue": {"queue": "files", "name": "read", "subject": "g"}},
+            {"cancel": {"queue": "files", "job": r.json()["job"]}},
+            {"result_set": {"key": "k", "data": {"ok": True}}},
+        ]})  # fmt: skip
+        assert r.status_code == 200, r.text
+        out = r.json()["outcomes"]
+        assert out[0]["enqueued"]["created"] and out[2]["result_stored"] == "k"
+        r = await http.post("/v1/writes", json={"items": [{"cancel": {"queue": "files", "job": "nope"}}]})
+        assert r.status_code == 404 and "items[0]" in r.json()["message"]
+        r = await http.post("/v1/writes", json={"items": [{}]})
+        assert r.status_code == 400
+
+
+def test_cli_write_and_replace(url: str, ns: str) -> None:
+    def loam(*args: str, stdin: str | None = None):
+        p = subprocess.run([LOAM, *args, "--json", "--url", url, "--namespace", ns], input=stdin,
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    first = loam("jobs", "add", "files", "evict", "--subject", "a", "--replace", "--delay", "60")
+    second = loam("jobs", "add", "files", "evict", "--subject", "a", "--replace", "--delay", "90")
+    assert second["dropped"] == first["id"]
+    items = [{"enqueue": {"queue": "files", "name": "read"}}, {"cancel": {"queue": "files", "job": second["id"]}}]
+    out = loam("jobs", "write", "-", stdin=json.dumps(items))
+    assert out[0]["created"] and out[1] == second["id"]
