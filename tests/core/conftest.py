@@ -134,6 +134,13 @@ def invariant_problems(tx, ns: str, queue: str) -> tuple[list[str], Counter]:
                 f"shard {shard}: meta counts {_named(shard_counts)} != job records {_named(shard_jobs)}"
             )
         counted.update(shard_counts)
+        behind = sum(
+            1 for j in jobs.values() if j.shard == shard and j.state in S.READY and j.subject_blocked
+        )
+        if meta.subject_waiting != behind:
+            problems.append(
+                f"shard {shard}: meta subject_waiting {meta.subject_waiting} != {behind} in backlogs"
+            )
         prefix = k.event_log_shard(shard)
         seqs = [
             keys.U64.unpack_from(key, len(prefix))[0] for key, _ in tx.scan(prefix, keys.prefix_end(prefix))

@@ -25,7 +25,9 @@ async def test_a_replacement_names_the_job_kept_and_the_one_dropped(client: Clie
     first = await client.enqueue("files", "evict", {"path": "/a"}, subject="a", replace=True, delay=60)
     later = await client.enqueue("files", "evict", {"path": "/a"}, subject="a", replace=True, delay=120)
     assert later.created and later.dropped == first.id
-    sooner = await client.enqueue("files", "evict", {"path": "/a"}, subject="a", replace="keep_later", delay=5)
+    sooner = await client.enqueue(
+        "files", "evict", {"path": "/a"}, subject="a", replace="keep_later", delay=5
+    )
     assert (sooner.id, sooner.created) == (later.id, False) and sooner.dropped
     assert (await client.queue_counts("files"))["delayed"] == 1
 
@@ -122,6 +124,9 @@ def test_cli_write_and_replace(url: str, ns: str) -> None:
     first = loam("jobs", "add", "files", "evict", "--subject", "a", "--replace", "--delay", "60")
     second = loam("jobs", "add", "files", "evict", "--subject", "a", "--replace", "--delay", "90")
     assert second["dropped"] == first["id"]
-    items = [{"enqueue": {"queue": "files", "name": "read"}}, {"cancel": {"queue": "files", "job": second["id"]}}]
+    items = [
+        {"enqueue": {"queue": "files", "name": "read"}},
+        {"cancel": {"queue": "files", "job": second["id"]}},
+    ]
     out = loam("jobs", "write", "-", stdin=json.dumps(items))
     assert out[0]["created"] and out[1] == second["id"]

@@ -32,11 +32,10 @@ def backoff_delay(backoff: pb.Backoff, attempt: int, rng: random.Random | None =
 
 
 def job_requeue(qt: QueueTx, job: pb.Job, due_ns: int, keep_place: bool = False) -> None:
-    """Back to waiting (or delayed until `due_ns`) without spending an attempt. A later
-    member of a subject batch goes back behind its subject: to the front of the backlog,
-    or (delayed) to claim the subject again once due."""
-    if job.opts.subject and qt.subject_run_member(job):
-        job.subject_blocked = True
+    """Back to waiting (or delayed until `due_ns`) without spending an attempt. A job of
+    a subject batch goes back behind its subject (`subject_requeue_goes_behind`): to the
+    front of the backlog, or (delayed) to claim the subject again once due."""
+    if job.opts.subject and qt.subject_requeue_goes_behind(job):
         keep_place = True
     if due_ns > qt.now:
         job.due_ns = due_ns

@@ -359,6 +359,8 @@ class QueueTx:
             st = job.state
             value = job.id.encode() if (st == S.WAITING or st == S.PRIORITIZED) else b""
             self.tx.put(key, value)
+            if job.subject_blocked and value:  # into its subject's backlog
+                self.meta_for_update(job.shard).subject_waiting += 1
             if st == S.ACTIVE:
                 self.note_due(job.shard, job.deadline_ns)
             elif st == S.DELAYED:
@@ -381,6 +383,8 @@ class QueueTx:
         key = self._index_key(job)
         if key is not None:
             self.tx.delete(key)
+            if job.subject_blocked and (job.state == S.WAITING or job.state == S.PRIORITIZED):
+                self.meta_for_update(job.shard).subject_waiting -= 1
 
     def insert(self, job: pb.Job, event: str | None = None) -> None:
         """Store a new job in its state (WAITING/PRIORITIZED/DELAYED/...)."""
@@ -540,20 +544,23 @@ class QueueTx:
         self.subject_claim(job)
         return True
 
-    def subject_run_member(self, job: pb.Job) -> bool:
-        """Whether `job` holds its subject as a later member of a subject batch (it runs,
-        and is not the job `sj/` names)."""
-        return (
-            bool(job.opts.subject)
-            and not job.subject_blocked
-            and self.tx.get(self.k.subject_current(job.opts.subject)) != job.id.encode()
-        )
-
-    def subject_requeue_run_member(self, job: pb.Job) -> None:
-        """A subject batch's later member lost its lease (stalled): back to the front of its
-        subject's backlog, at its own seq, so it runs again only after the jobs before it."""
-        job.subject_blocked = True
-        self.move(job, S.ready_state(job.opts.priority), "stalled", keep_place=True)
+    def subject_requeue_goes_behind(self, job: pb.Job) -> bool:
+        """An active subject job is going back (released, retried, delayed, stalled)
+        while it is part of a subject batch: a later member of the run, or the subject's
+        job with members of its run still running. It must not run beside them, so it
+        goes behind its subject (the subject passes on to the run) and claims it again
+        from the front of the backlog (keep its seq). True when so: it is marked, the
+        caller moves it with `keep_place`."""
+        if not job.opts.subject or job.subject_blocked:
+            return False
+        cur_key = self.k.subject_current(job.opts.subject)
+        if self.tx.get(cur_key) != job.id.encode():
+            job.subject_blocked = True  # a later member of a run
+            return True
+        if job.subject_run and self._subject_pass_down_run(job, cur_key):
+            job.subject_blocked = True
+            return True
+        return False
 
     def _subject_release(self, job: pb.Job) -> None:
         subject = job.opts.subject
@@ -567,16 +574,28 @@ class QueueTx:
         if not head:
             self.tx.delete(cur_key)
             return
-        _entry_key, next_id = head[0]
+        entry_key, next_id = head[0]
         nxt = self.require_job(next_id.decode())
         self.tx.put(cur_key, next_id)
-        # Out of the backlog (move deletes its entry there) into its own state's index.
+        m = self.meta_for_update(nxt.shard)
+        m.subject_admitted_total += 1
+        m.subject_wait_ns_total += max(self.now - nxt.state_ns, 0)
         if nxt.due_ns > self.now:
+            # Out of the backlog (move deletes its entry there) into the delayed index.
             self.move(nxt, S.DELAYED, None, unblock_subject=True)
             self.emit("delayed", nxt)
-        else:
-            self.move(nxt, S.ready_state(nxt.opts.priority), None, unblock_subject=True)
-            self.emit("waiting", nxt)
+            return
+        # Out of the backlog into the ready index. Its state (waiting or prioritized) and
+        # so its counts stay as they are: only its index entry moves.
+        self.tx.delete(entry_key)
+        m.subject_waiting -= 1
+        nxt.subject_blocked = False
+        nxt.seq = self.next_seq(nxt.shard)
+        nxt.state_ns = self.now
+        self.tx.put(self.k.ready(nxt.shard, nxt.opts.priority, nxt.seq, nxt.opts.lifo), next_id)
+        self.put_job(nxt)
+        self.emit("waiting", nxt)
+        self.wake_after_commit()
 
     def _subject_pass_down_run(self, job: pb.Job, cur_key: bytes) -> bool:
         """The subject's job finished with later members of its subject batch still

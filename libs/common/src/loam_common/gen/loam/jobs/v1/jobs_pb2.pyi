@@ -743,7 +743,7 @@ class QueueAdminRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., op: _Optional[_Union[QueueOp, _Mapping]] = ...) -> None: ...
 
 class QueueAdminResponse(_message.Message):
-    __slots__ = ("config", "counts", "affected", "workers", "rate_limit_ttl_ns", "rate_limit_used", "metrics")
+    __slots__ = ("config", "counts", "affected", "workers", "rate_limit_ttl_ns", "rate_limit_used", "metrics", "activity")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     AFFECTED_FIELD_NUMBER: _ClassVar[int]
@@ -751,6 +751,7 @@ class QueueAdminResponse(_message.Message):
     RATE_LIMIT_TTL_NS_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMIT_USED_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_FIELD_NUMBER: _ClassVar[int]
     config: _types_pb2.QueueConfig
     counts: _types_pb2.QueueCounts
     affected: int
@@ -758,7 +759,8 @@ class QueueAdminResponse(_message.Message):
     rate_limit_ttl_ns: int
     rate_limit_used: int
     metrics: _types_pb2.MetricsRecord
-    def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., counts: _Optional[_Union[_types_pb2.QueueCounts, _Mapping]] = ..., affected: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[_types_pb2.Worker, _Mapping]]] = ..., rate_limit_ttl_ns: _Optional[int] = ..., rate_limit_used: _Optional[int] = ..., metrics: _Optional[_Union[_types_pb2.MetricsRecord, _Mapping]] = ...) -> None: ...
+    activity: _types_pb2.QueueActivity
+    def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., counts: _Optional[_Union[_types_pb2.QueueCounts, _Mapping]] = ..., affected: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[_types_pb2.Worker, _Mapping]]] = ..., rate_limit_ttl_ns: _Optional[int] = ..., rate_limit_used: _Optional[int] = ..., metrics: _Optional[_Union[_types_pb2.MetricsRecord, _Mapping]] = ..., activity: _Optional[_Union[_types_pb2.QueueActivity, _Mapping]] = ...) -> None: ...
 
 class JobOp(_message.Message):
     __slots__ = ("get", "remove", "retry", "promote", "change_priority", "change_delay", "update_data", "logs", "cancel", "remove_dedup_key", "children", "progress", "add_log", "clear_logs", "get_dedup", "remove_child_dependency")

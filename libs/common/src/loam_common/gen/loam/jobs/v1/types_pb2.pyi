@@ -431,7 +431,7 @@ class QueueConfig(_message.Message):
     def __init__(self, name: _Optional[str] = ..., visibility_ns: _Optional[int] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., max_stalled: _Optional[int] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., concurrency: _Optional[int] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., dead_letter_queue: _Optional[str] = ..., dead_letter_on_exhausted: _Optional[bool] = ..., shards: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ns: _Optional[int] = ..., log_cap: _Optional[int] = ..., payload_limit: _Optional[int] = ..., defer_stalled_failure: _Optional[bool] = ..., defer_child_failure: _Optional[bool] = ..., skip_stalled_check: _Optional[bool] = ..., stalled_interval_ns: _Optional[int] = ...) -> None: ...
 
 class ShardMeta(_message.Message):
-    __slots__ = ("next_seq", "outbox_seq", "counts", "enqueued_total", "leased_total", "stalled_total", "fenced_total", "completed_total")
+    __slots__ = ("next_seq", "outbox_seq", "counts", "enqueued_total", "leased_total", "stalled_total", "fenced_total", "completed_total", "subject_waiting", "subject_admitted_total", "subject_wait_ns_total")
     class CountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -454,6 +454,9 @@ class ShardMeta(_message.Message):
     STALLED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     FENCED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_WAITING_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_ADMITTED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_WAIT_NS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     next_seq: int
     outbox_seq: int
     counts: _containers.ScalarMap[int, int]
@@ -462,7 +465,28 @@ class ShardMeta(_message.Message):
     stalled_total: int
     fenced_total: int
     completed_total: _containers.ScalarMap[str, int]
-    def __init__(self, next_seq: _Optional[int] = ..., outbox_seq: _Optional[int] = ..., counts: _Optional[_Mapping[int, int]] = ..., enqueued_total: _Optional[int] = ..., leased_total: _Optional[int] = ..., stalled_total: _Optional[int] = ..., fenced_total: _Optional[int] = ..., completed_total: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    subject_waiting: int
+    subject_admitted_total: int
+    subject_wait_ns_total: int
+    def __init__(self, next_seq: _Optional[int] = ..., outbox_seq: _Optional[int] = ..., counts: _Optional[_Mapping[int, int]] = ..., enqueued_total: _Optional[int] = ..., leased_total: _Optional[int] = ..., stalled_total: _Optional[int] = ..., fenced_total: _Optional[int] = ..., completed_total: _Optional[_Mapping[str, int]] = ..., subject_waiting: _Optional[int] = ..., subject_admitted_total: _Optional[int] = ..., subject_wait_ns_total: _Optional[int] = ...) -> None: ...
+
+class QueueActivity(_message.Message):
+    __slots__ = ("ready", "delayed", "oldest_ready_age_ns", "subject_waiting", "subject_admitted_total", "subject_wait_ns_total", "lease_takeovers_total")
+    READY_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_READY_AGE_NS_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_WAITING_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_ADMITTED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_WAIT_NS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TAKEOVERS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    ready: int
+    delayed: int
+    oldest_ready_age_ns: int
+    subject_waiting: int
+    subject_admitted_total: int
+    subject_wait_ns_total: int
+    lease_takeovers_total: int
+    def __init__(self, ready: _Optional[int] = ..., delayed: _Optional[int] = ..., oldest_ready_age_ns: _Optional[int] = ..., subject_waiting: _Optional[int] = ..., subject_admitted_total: _Optional[int] = ..., subject_wait_ns_total: _Optional[int] = ..., lease_takeovers_total: _Optional[int] = ...) -> None: ...
 
 class QueueRuntime(_message.Message):
     __slots__ = ("window_start_ns", "used", "blocked_until_ns", "active")
