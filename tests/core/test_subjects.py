@@ -419,3 +419,32 @@ async def test_a_subject_batch_stops_at_a_job_placed_elsewhere(core, check_invar
     await enqueue(core, "register", subject="s", placement="node-b")
     assert [j.id for j in await lease(core, worker="node-a", subject_batch=5)] == [a.job_id]
     await check_invariants()
+
+
+# -- metrics ---------------------------------------------------------------------------------------
+async def test_queue_activity_and_metrics_count_subject_waits_and_takeovers(core, store, clock, sweep):
+    from loam_common import metrics
+
+    first = await enqueue(core, subject="s")
+    await enqueue(core, subject="s")
+    await enqueue(core, subject="s")
+    await enqueue(core, not_before=delay(60))
+    clock.advance(5 * SEC)
+    act = await store.snapshot(metrics.queue_activity, NS, "q")
+    assert (act.ready, act.delayed, act.subject_waiting) == (3, 1, 2)
+    assert act.oldest_ready_age_ns == 5 * SEC
+    (job,) = await lease(core, max_jobs=1)
+    assert job.id == first.job_id
+    clock.advance(2 * SEC)
+    await ok(core, job)  # the second job waited 7 s for its subject
+    (job,) = await lease(core, max_jobs=1)
+    clock.advance(31 * SEC)
+    await sweep()  # its worker stopped renewing: taken over
+    act = await store.snapshot(metrics.queue_activity, NS, "q")
+    assert (act.subject_waiting, act.subject_admitted_total) == (1, 1)
+    assert act.subject_wait_ns_total == 7 * SEC and act.lease_takeovers_total == 1
+    samples = {(s.name, s.labels): s.value for s in await store.snapshot(metrics.store_samples, [NS])}
+    lab = (("ns", NS), ("queue", "q"))
+    assert samples[("loam_jobs_subject_waiting", lab)] == 1
+    assert samples[("loam_jobs_subject_wait_seconds_total", lab)] == 7.0
+    assert samples[("loam_jobs_lease_takeovers_total", lab)] == 1

@@ -125,10 +125,16 @@ class QueueConfigModel(BaseModel):
     payload_limit: int
 
 
+Activity = message_model(pb.QueueActivity, "Activity")
+
+
 class QueueDetail(BaseModel):
     name: str
     config: QueueConfigModel
     counts: Counts
+    activity: Activity | None = Field(
+        None, description="ready and delayed jobs, the oldest ready job's age, subject waits, lease takeovers"
+    )
 
 
 class PayloadView(BaseModel):
@@ -815,7 +821,8 @@ def build_router() -> APIRouter:
             "queue_admin",
             _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))),
         )
-        return QueueDetail(name=queue, config=config_view(r.config), counts=counts_view(r.counts))
+        return QueueDetail(name=queue, config=config_view(r.config), counts=counts_view(r.counts),
+                           activity=message_view(Activity, r.activity))  # fmt: skip
 
     async def queue_op(request: Request, p: Principal, queue: str, op: J.QueueOp) -> QueueActionResult:
         r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=op)))

@@ -440,6 +440,7 @@ async def _q_counts(core: QueueCore, ns: Namespace, queue: str, op: Any) -> J.Qu
         counts=st.counts,
         rate_limit_ttl_ns=st.rate_limit_ttl_ns,
         rate_limit_used=st.rate_limit_used,
+        activity=st.activity,
     )
 
 

@@ -112,6 +112,9 @@ async def test_rest_enqueue_replacement_and_write_batch(url: str, ns: str) -> No
         assert r.status_code == 404 and "items[0]" in r.json()["message"]
         r = await http.post("/v1/writes", json={"items": [{}]})
         assert r.status_code == 400
+        r = await http.get("/v1/queues/files")
+        activity = r.json()["activity"]
+        assert activity["delayed"] == 0 and activity["ready"] == 1 and activity["lease_takeovers_total"] == 0
 
 
 def test_cli_write_and_replace(url: str, ns: str) -> None:
