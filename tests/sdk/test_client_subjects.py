@@ -15,8 +15,9 @@ import httpx
 import pytest
 
 from loam import Client, Outcome, PermanentError, Worker
-from loam.errors import InvalidState
+from loam.errors import InvalidState, JobsError
 from loam_common.api.headers import NAMESPACE_HEADER
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 
 LOAM = str(Path(sys.executable).with_name("loam"))
 
@@ -133,3 +134,56 @@ def test_cli_write_and_replace(url: str, ns: str) -> None:
     ]
     out = loam("jobs", "write", "-", stdin=json.dumps(items))
     assert out[0]["created"] and out[1] == second["id"]
+
+
+KILLED_WORKER = """
+import asyncio, json, sys
+from loam import Client, Outcome
+
+async def main():
+    async with Client(sys.argv[1], namespace=sys.argv[2]) as c:
+        run = await c.lease("batch", max=6, subject_batch=6, worker="doomed")
+        for job in run[:2]:  # two of the run done, then the process dies mid-batch
+            await c.complete(job.token, Outcome.ok(job.payload))
+        print(json.dumps([[j.id, j.epoch] for j in run]), flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_worker_killed_mid_subject_batch_loses_no_job_and_keeps_the_order(
+    client: Client, url, ns
+) -> None:
+    """A real worker process leases a run of one subject, completes two, and is killed:
+    the rest come back once its lease lapses, each job completes once, in order."""
+    import signal
+
+    ids = [
+        (await client.enqueue("batch", "register", i, subject="space-1", visibility=1)).id for i in range(8)
+    ]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", KILLED_WORKER, url, ns, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        leased = json.loads(line)
+        assert [i for i, _e in leased] == ids[:6]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    order = ids[:2]
+    for _ in range(600):  # the sweeper takes the run back once its 1 s lease lapses
+        run = await client.lease("batch", max=8, subject_batch=8, wait=1)
+        if run:
+            order += [j.id for j in run]
+            await client.complete_batch([(j.token, Outcome.ok(j.payload)) for j in run])
+        if len(order) >= 8:
+            break
+    assert order == ids  # each once, in enqueue order
+    jobs = [await client.get_job("batch", i) for i in ids]
+    assert [j.state for j in jobs] == ["completed"] * 8
+    assert [j.raw.finished_ns for j in jobs] == sorted(j.raw.finished_ns for j in jobs)
+    stale = [(jpb.LeaseToken(queue="batch", job=i, epoch=e), Outcome.ok()) for i, e in leased[2:]]
+    refused = await client.complete_batch(stale)  # the killed worker's leases are fenced
+    assert all(isinstance(r, JobsError) and "stale" in str(r) for r in refused), refused
