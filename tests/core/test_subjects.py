@@ -1,6 +1,7 @@
 """Subjects, complete (spec 003, decision 0036), through QueueCore on every backend:
 LMDB, SQLite, the memory MVCC store, and the memory store with a fault plan (write
-conflicts, region errors, unknown commit outcomes) that the runner must hide.
+conflicts, region errors, unknown commit outcomes) that the runner must hide, with group
+commit and without it (one transaction per call, the path TiKV takes).
 
 - replacement on enqueue: whichever runs later is kept; a started job is left alone;
 - atomic write batches: enqueue / cancel-if-not-started / result set, all or none;
@@ -14,6 +15,7 @@ conflicts, region errors, unknown commit outcomes) that the runner must hide.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -36,7 +38,7 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-@pytest.fixture(params=["lmdb", "sqlite", "memory", "memory-faults"])
+@pytest.fixture(params=["lmdb", "sqlite", "memory", "memory-faults", "memory-txn-faults"])
 async def store(request, tmp_path, clock):
     kind = request.param
     if kind == "lmdb":
@@ -49,6 +51,8 @@ async def store(request, tmp_path, clock):
         faults = FaultPlan(seed=25, conflict=0.15, region_read=0.02, region_commit=0.05,
                            unknown_committed=0.08, unknown_not_committed=0.08)  # fmt: skip
         backend = MemoryBackend(clock=clock, faults=faults)
+        if kind == "memory-txn-faults":  # one transaction per call: the path TiKV takes
+            backend.capabilities = dataclasses.replace(backend.capabilities, group_commit=False)
     s = Store(backend)
     yield s
     await s.close()
