@@ -4,9 +4,9 @@ concurrent calls cannot both squeeze under a limit).
 
 | quota            | limits                                              | checked in              |
 |------------------|-----------------------------------------------------|-------------------------|
-| `enqueue_rate`   | jobs enqueued per second (a one-second window)      | enqueue, bulk           |
-| `stored_jobs`    | jobs stored in the namespace, every state           | enqueue, bulk           |
-| `payload_bytes`  | payload bytes of one enqueue call (all its jobs)    | enqueue, bulk           |
+| `enqueue_rate`   | jobs enqueued per second (a one-second window)      | enqueue, bulk, writes   |
+| `stored_jobs`    | jobs stored in the namespace, every state           | enqueue, bulk, writes   |
+| `payload_bytes`  | payload bytes of one enqueue call (all its jobs)    | enqueue, bulk, writes   |
 | `active_leases`  | jobs leased at once across the namespace            | lease                   |
 | `schedules`      | schedules defined                                   | schedule upsert (new id)|
 
@@ -27,6 +27,7 @@ from loam_common.jobs import admin, schedules
 from loam_common.jobs import states as S
 from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import LeaseResult, job_lease
+from loam_common.jobs.write_batch import EnqueueWrite, write_batch_all_or_none
 from loam_common.store.base import Txn
 
 _WINDOW = struct.Struct(">QQ")  # (window start in whole seconds, jobs enqueued in it)
@@ -158,6 +159,14 @@ def _payload_bytes(new_jobs) -> int:
 def job_enqueue_within_quota(tx: Txn, ns: str, queue: str, new_jobs, bulk: bool, quota: Quota):
     check_enqueue(tx, ns, quota, len(new_jobs), _payload_bytes(new_jobs))
     return job_enqueue(tx, ns, queue, new_jobs, bulk)
+
+
+def write_batch_within_quota(tx: Txn, ns: str, writes: list, quota: Quota):
+    """A write batch (write_batch.py) whose enqueues count as one enqueue call."""
+    new_jobs = [w.job for w in writes if isinstance(w, EnqueueWrite)]
+    if new_jobs:
+        check_enqueue(tx, ns, quota, len(new_jobs), _payload_bytes(new_jobs))
+    return write_batch_all_or_none(tx, ns, writes)
 
 
 def job_enqueue_then_lease_within_quota(

@@ -175,7 +175,10 @@ class Jobs:
                 else:
                     _k, key, value, ttl_ns = item
                     writes.append(ResultWrite(key, value, ttl_ns))
-            outcomes = await self.store.transact(write_batch_all_or_none, ns, writes)
+            if quota := self.quotas.of(ns):
+                outcomes = await self.store.transact(quotas.write_batch_within_quota, ns, writes, quota)
+            else:
+                outcomes = await self.store.transact(write_batch_all_or_none, ns, writes)
         except BaseException:
             await self.payloads.drop_unkept(news, None)
             raise
