@@ -187,3 +187,26 @@ async def test_a_worker_killed_mid_subject_batch_loses_no_job_and_keeps_the_orde
     stale = [(jpb.LeaseToken(queue="batch", job=i, epoch=e), Outcome.ok()) for i, e in leased[2:]]
     refused = await client.complete_batch(stale)  # the killed worker's leases are fenced
     assert all(isinstance(r, JobsError) and "stale" in str(r) for r in refused), refused
+
+
+async def test_a_worker_leasing_subject_batches_runs_each_subject_in_order(client: Client) -> None:
+    for i in range(6):
+        for subject in ("a", "b"):
+            await client.enqueue("wbatch", "step", {"s": subject, "i": i}, subject=subject)
+    running: dict[str, int] = {"a": 0, "b": 0}
+    order: dict[str, list[int]] = {"a": [], "b": []}
+    overlap = False
+
+    async def handler(job):
+        nonlocal overlap
+        s = job.payload["s"]
+        running[s] += 1
+        overlap = overlap or running[s] > 1
+        order[s].append(job.payload["i"])
+        await asyncio.sleep(0.01)
+        running[s] -= 1
+
+    worker = Worker(client, "wbatch", handler, concurrency=8, subject_batch=6, wait=0.2)
+    await worker.run_until_idle(idle=1.0)
+    assert not overlap
+    assert order == {"a": list(range(6)), "b": list(range(6))}

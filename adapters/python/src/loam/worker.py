@@ -108,7 +108,9 @@ class Worker:
         self.id = worker or worker_id()
         self.batch_delay = batch_delay
         self.max_batch = max_batch
-        self.subject_batch = subject_batch  # lease a subject's consecutive jobs together
+        # Lease a subject's consecutive jobs together; they run one after another, in order.
+        self.subject_batch = subject_batch
+        self._busy_subjects: set[str] = set()
         self._executor = executor
         self._own_executor = executor is None
 
@@ -285,10 +287,31 @@ class Worker:
             self._fill()
 
     def _fill(self) -> None:
+        if self.subject_batch > 1:
+            return self._fill_subjects_in_order()
         while self._buffer and len(self._running) < self.concurrency and not self._stopping:
             job = self._buffer.popleft()
             task = asyncio.create_task(self._run_job(job), name=f"loam-job {job.id}")
             self._running[task] = job
+
+    def _fill_subjects_in_order(self) -> None:
+        """`_fill` for a worker leasing subject batches: a subject's jobs arrive together
+        and must run one at a time, in order, so a job whose subject is running here
+        waits in the buffer (ahead of the jobs after it) while other jobs start."""
+        waiting: list[LeasedJob] = []
+        while self._buffer and len(self._running) < self.concurrency and not self._stopping:
+            job = self._buffer.popleft()
+            subject = job.raw.opts.subject
+            if subject and (
+                subject in self._busy_subjects or any(w.raw.opts.subject == subject for w in waiting)
+            ):
+                waiting.append(job)
+                continue
+            if subject:
+                self._busy_subjects.add(subject)
+            task = asyncio.create_task(self._run_job(job), name=f"loam-job {job.id}")
+            self._running[task] = job
+        self._buffer.extendleft(reversed(waiting))
 
     def _release(self, jobs: list[LeasedJob]) -> None:
         for job in jobs:
@@ -310,6 +333,7 @@ class Worker:
             raise
         finally:
             self._running.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+            self._busy_subjects.discard(job.raw.opts.subject)
             assert self._loop is not None
             self._last_activity = self._loop.time()
         kind = outcome.WhichOneof("kind")
