@@ -585,8 +585,9 @@ class QueueTx:
             self.move(nxt, S.DELAYED, None, unblock_subject=True)
             self.emit("delayed", nxt)
             return
-        # Out of the backlog into the ready index. Its state (waiting or prioritized) and
-        # so its counts stay as they are: only its index entry moves.
+        # Out of the backlog into the ready index. Its state (waiting or prioritized), so
+        # its counts, stay as they are, and it had its `waiting` event when it was added:
+        # only its index entry moves.
         self.tx.delete(entry_key)
         m.subject_waiting -= 1
         nxt.subject_blocked = False
@@ -594,7 +595,6 @@ class QueueTx:
         nxt.state_ns = self.now
         self.tx.put(self.k.ready(nxt.shard, nxt.opts.priority, nxt.seq, nxt.opts.lifo), next_id)
         self.put_job(nxt)
-        self.emit("waiting", nxt)
         self.wake_after_commit()
 
     def _subject_pass_down_run(self, job: pb.Job, cur_key: bytes) -> bool:
