@@ -108,7 +108,8 @@ class QueueTx:
         self._stored_cfg = raw
         self._metas: dict[int, pb.ShardMeta] = {}
         self._dirty: set[int] = set()
-        self._inserted_ready: list[str] = []  # new jobs a poll may lease, declared on flush
+        # Jobs made leasable (new, or their subject's turn), declared on flush.
+        self._inserted_ready: list[str] = []
         # Values derived from the config, computed once per transition (retention.py);
         # emptied whenever the config is saved.
         self.memo: dict = {}
@@ -595,7 +596,7 @@ class QueueTx:
         nxt.state_ns = self.now
         self.tx.put(self.k.ready(nxt.shard, nxt.opts.priority, nxt.seq, nxt.opts.lifo), next_id)
         self.put_job(nxt)
-        self.wake_after_commit()
+        self._inserted_ready.append(nxt.id)  # one wake-up for all of them, on flush
 
     def _subject_pass_down_run(self, job: pb.Job, cur_key: bytes) -> bool:
         """The subject's job finished with later members of its subject batch still
