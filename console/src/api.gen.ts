@@ -913,10 +913,44 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/writes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Enqueues, cancels of jobs not started and result sets in one transaction, all or none */
+        post: operations["write_batch_v1_writes_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** Activity */
+        Activity: {
+            /** Delayed */
+            delayed: number;
+            /** Lease Takeovers Total */
+            lease_takeovers_total: number;
+            /** Oldest Ready Age Ns */
+            oldest_ready_age_ns: number;
+            /** Ready */
+            ready: number;
+            /** Subject Admitted Total */
+            subject_admitted_total: number;
+            /** Subject Wait Ns Total */
+            subject_wait_ns_total: number;
+            /** Subject Waiting */
+            subject_waiting: number;
+        };
         /** AuditEntry */
         AuditEntry: {
             /**
@@ -1405,11 +1439,21 @@ export interface components {
              */
             name: string;
             /**
+             * Placement
+             * @description only the worker with this identity leases the job
+             */
+            placement?: string | null;
+            /**
              * Priority
              * @description 0: the FIFO band; 1.. lower first
              * @default 0
              */
             priority: number;
+            /**
+             * Replace
+             * @description with subject: keep whichever of this job and a not-started one of the same subject and task name (enqueued as a replacement) runs later, drop the other
+             */
+            replace?: "keep_later" | null;
             /** Subject */
             subject?: string | null;
         };
@@ -1417,7 +1461,16 @@ export interface components {
         EnqueueResult: {
             /** Created */
             created: boolean;
-            /** Job */
+            /**
+             * Dropped
+             * @description a replacement: the job dropped (the earlier one, or this one)
+             * @default
+             */
+            dropped: string;
+            /**
+             * Job
+             * @description the job kept
+             */
             job: string;
             /**
              * State
@@ -2103,6 +2156,8 @@ export interface components {
         };
         /** QueueDetail */
         QueueDetail: {
+            /** @description ready and delayed jobs, the oldest ready job's age, subject waits, lease takeovers */
+            activity?: components["schemas"]["Activity"] | null;
             config: components["schemas"]["QueueConfigModel"];
             counts: components["schemas"]["Counts"];
             /** Name */
@@ -2650,6 +2705,135 @@ export interface components {
             last_seen_ns: number;
             /** Queues */
             queues: string[];
+        };
+        /** WriteBatchBody */
+        WriteBatchBody: {
+            /** Items */
+            items: components["schemas"]["WriteItemBody"][];
+        };
+        /** WriteBatchResult */
+        WriteBatchResult: {
+            /**
+             * Outcomes
+             * @description one per item, in order
+             */
+            outcomes: components["schemas"]["WriteOutcomeView"][];
+        };
+        /** WriteCancel */
+        WriteCancel: {
+            /** Job */
+            job: string;
+            /** Queue */
+            queue: string;
+            /**
+             * Reason
+             * @default
+             */
+            reason: string;
+        };
+        /** WriteEnqueue */
+        WriteEnqueue: {
+            /**
+             * Attempts
+             * @description 0: the queue's default
+             * @default 0
+             */
+            attempts: number;
+            /** Content Type */
+            content_type?: string | null;
+            /**
+             * Data
+             * @description a JSON payload
+             */
+            data?: unknown;
+            /**
+             * Data Base64
+             * @description a binary payload, instead of data
+             */
+            data_base64?: string | null;
+            /**
+             * Delay Ns
+             * @default 0
+             */
+            delay_ns: number;
+            /** Headers */
+            headers?: {
+                [key: string]: string;
+            };
+            /** Idempotency Key */
+            idempotency_key?: string | null;
+            /** Job Key */
+            job_key?: string | null;
+            /**
+             * Lifo
+             * @default false
+             */
+            lifo: boolean;
+            /**
+             * Name
+             * @description the task name
+             */
+            name: string;
+            /**
+             * Placement
+             * @description only the worker with this identity leases the job
+             */
+            placement?: string | null;
+            /**
+             * Priority
+             * @description 0: the FIFO band; 1.. lower first
+             * @default 0
+             */
+            priority: number;
+            /** Queue */
+            queue: string;
+            /**
+             * Replace
+             * @description with subject: keep whichever of this job and a not-started one of the same subject and task name (enqueued as a replacement) runs later, drop the other
+             */
+            replace?: "keep_later" | null;
+            /** Subject */
+            subject?: string | null;
+        };
+        /**
+         * WriteItemBody
+         * @description One write: set exactly one of enqueue, cancel (a job that has not started), result_set.
+         */
+        WriteItemBody: {
+            cancel?: components["schemas"]["WriteCancel"] | null;
+            enqueue?: components["schemas"]["WriteEnqueue"] | null;
+            result_set?: components["schemas"]["WriteResultSet"] | null;
+        };
+        /** WriteOutcomeView */
+        WriteOutcomeView: {
+            /**
+             * Canceled
+             * @description the job canceled
+             */
+            canceled?: string | null;
+            enqueued?: components["schemas"]["EnqueueResult"] | null;
+            /**
+             * Result Stored
+             * @description the result key set
+             */
+            result_stored?: string | null;
+        };
+        /** WriteResultSet */
+        WriteResultSet: {
+            /** Content Type */
+            content_type?: string | null;
+            /** Data */
+            data?: unknown;
+            /** Data Base64 */
+            data_base64?: string | null;
+            /** Key */
+            key: string;
+            /**
+             * Ttl Ns
+             * @description 0: never expires
+             * @default 0
+             */
+            ttl_ns: number;
         };
     };
     responses: never;
@@ -9073,6 +9257,111 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    write_batch_v1_writes_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WriteBatchBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WriteBatchResult"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
             /** @description resource_exhausted: a rate limit or a payload over the limit */

@@ -121,3 +121,11 @@ def die_once(kind):
         os._exit(1)
     mark(kind)
     return "survived"
+
+
+@app.task(name="proj.timed_step", acks_late=True)
+def timed_step(kind, value, seconds=0.2):
+    start = time.time()
+    time.sleep(seconds)
+    mark(kind, f"{start:.6f}-{time.time():.6f}-{value}")
+    return value

@@ -89,3 +89,10 @@ def test_settings_refuse_credentials_in_the_url(monkeypatch):
         assert "token_env" in str(e)
     else:
         raise AssertionError("a password in the URL was accepted")
+
+
+def test_the_loam_subject_header_is_the_jobs_subject():
+    _, opts = messages.to_job(_msg(loam_subject="acct-1"), now_ns=NOW)
+    assert opts.subject == "acct-1"
+    _, opts = messages.to_job(_msg(), now_ns=NOW)
+    assert not opts.subject

@@ -250,3 +250,27 @@ def test_revoke_and_inspect_through_the_broadcast(app, start_worker):
     replies = app.control.ping(timeout=1.5)
     assert any(name.startswith("w") and "pong" in str(r) for reply in replies for name, r in reply.items())
     assert worker.proc.poll() is None
+
+
+def test_tasks_with_a_loam_subject_header_run_one_at_a_time_in_order(app, start_worker, marks):
+    """`headers={"loam_subject": ...}` routes by subject: a subject's tasks (acks_late, so
+    a task holds its subject until it has run) run one at a time in the order sent, even
+    on a worker with free slots; other subjects run beside them."""
+    import proj
+
+    queue, kind = q(), f"subject-{uuid.uuid4().hex[:6]}"
+    for i in range(4):
+        for subject in ("acct-1", "acct-2"):
+            proj.timed_step.apply_async(
+                (kind, f"{subject}:{i}"), queue=queue, headers={"loam_subject": subject}
+            )
+    start_worker(queues=queue, concurrency=4)
+    assert eventually(lambda: len(marks(kind)) == 8, timeout=60)
+    runs = sorted((float(s), float(e), v) for s, e, v in (m.split("-", 2) for m in marks(kind)))
+    for subject in ("acct-1", "acct-2"):
+        mine = [r for r in runs if r[2].startswith(subject)]
+        assert [r[2] for r in mine] == [f"{subject}:{i}" for i in range(4)]  # in order
+        assert all(a[1] <= b[0] for a, b in zip(mine, mine[1:], strict=False))  # never two at once
+    assert any(
+        a[2][:6] != b[2][:6] and b[0] < a[1] for a, b in zip(runs, runs[1:], strict=False)
+    )  # side by side

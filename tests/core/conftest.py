@@ -134,6 +134,13 @@ def invariant_problems(tx, ns: str, queue: str) -> tuple[list[str], Counter]:
                 f"shard {shard}: meta counts {_named(shard_counts)} != job records {_named(shard_jobs)}"
             )
         counted.update(shard_counts)
+        behind = sum(
+            1 for j in jobs.values() if j.shard == shard and j.state in S.READY and j.subject_blocked
+        )
+        if meta.subject_waiting != behind:
+            problems.append(
+                f"shard {shard}: meta subject_waiting {meta.subject_waiting} != {behind} in backlogs"
+            )
         prefix = k.event_log_shard(shard)
         seqs = [
             keys.U64.unpack_from(key, len(prefix))[0] for key, _ in tx.scan(prefix, keys.prefix_end(prefix))
@@ -176,7 +183,9 @@ def invariant_problems(tx, ns: str, queue: str) -> tuple[list[str], Counter]:
             holders.setdefault(j.opts.subject, []).append(j.id)
     for subject, ids in holders.items():
         current = tx.get(k.subject_current(subject))
-        if len(ids) > 1 or current != ids[0].encode():
+        # A subject batch: the current job lists the later members leased with it.
+        run = set(jobs[current.decode()].subject_run) if current and current.decode() in jobs else set()
+        if current is None or current.decode() not in ids or set(ids) - run - {current.decode()}:
             problems.append(f"subject {subject!r}: holders {ids}, sj/ says {current!r}")
     for key, value in index(k.q + b"sj/"):
         if not any(value.decode() in ids for ids in holders.values()):

@@ -1228,9 +1228,13 @@ async def test_subject_jobs_run_in_fifo_order(core, check_invariants):
     assert (await check_invariants())[S.COMPLETED] == 4
 
 
-async def test_a_retried_job_holds_its_subject(core, clock, check_invariants):
+async def test_a_retried_job_holds_its_subject_when_its_policy_says_so(core, clock, check_invariants):
+    # (By default the jobs behind run during the backoff: tests/core/test_subjects.py.)
     first = await enqueue(
-        core, subject="s", attempts=2, backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC)
+        core,
+        subject="s",
+        attempts=2,
+        backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC, hold_subject=True),
     )
     second = await enqueue(core, subject="s")
     other = await enqueue(core, subject="t")

@@ -13,7 +13,11 @@ scans, savepoints and commits under the real state machine):
 - per shard, a lease takes the head of the ready order (FIFO band first, lower priority
   number first, FIFO ties, LIFO newest first) among the jobs ready at that moment, and
   returns fewer than asked only when nothing else was ready;
-- at most one active job per subject, and it is the subject's oldest live job;
+- subjects (decision 0036): at most one active job per subject, or one subject batch
+  (consecutive jobs of its backlog, leased together); jobs enqueued without a delay run
+  in enqueue order; a delayed job (enqueued delayed, or waiting to retry) holds nobody
+  up unless its retry policy holds the subject; a replacement drops only a job that has
+  not started, and keeps whichever runs later;
 - the per-shard counts equal the job records, and every index matches its records.
 """
 
@@ -108,7 +112,9 @@ def ready_key(job: pb.Job, seq: int) -> tuple:
 
 def lease_candidates(snap: Snapshot, shard: int) -> list[str]:
     """The jobs of a shard a lease may take, best first: the ready ones, then the due
-    delayed ones, which the lease promotes (in due order) with the next sequences."""
+    delayed ones, which the lease promotes (in due order) with the next sequences. A due
+    job that did not hold its subject while delayed takes it if nobody holds it (a retry
+    keeps its sequence), else it joins the subject's backlog and is no candidate."""
     ready = [
         j for j in snap.jobs.values() if j.shard == shard and j.state in S.READY and not j.subject_blocked
     ]
@@ -116,8 +122,25 @@ def lease_candidates(snap: Snapshot, shard: int) -> list[str]:
         (j for j in snap.jobs.values() if j.shard == shard and j.state == S.DELAYED and j.due_ns <= snap.now),
         key=lambda j: (j.due_ns, j.id),
     )
+    held = {
+        j.opts.subject
+        for j in snap.jobs.values()
+        if j.opts.subject
+        and not j.subject_blocked
+        and j.state not in S.FINISHED
+        and j.state != S.WAITING_CHILDREN
+    }
     keyed = [(ready_key(j, j.seq), j.id) for j in ready]
-    keyed += [(ready_key(j, snap.next_seq[shard] + i + 1), j.id) for i, j in enumerate(due)]
+    seq = snap.next_seq[shard]
+    for j in due:
+        kept_seq = j.seq if j.subject_blocked and j.seq else 0
+        if not kept_seq:
+            seq += 1
+        if j.subject_blocked:
+            if j.opts.subject in held:
+                continue  # into the subject's backlog
+            held.add(j.opts.subject)
+        keyed.append((ready_key(j, kept_seq or seq), j.id))
     return [job_id for _key, job_id in sorted(keyed)]
 
 
@@ -182,17 +205,18 @@ class QueueMachine(RuleBasedStateMachine):
             "subject": st.sampled_from(["", "", "a", "b"]),
             "attempts": st.integers(1, 3),
             "backoff": st.sampled_from([0, 5 * SEC]),
+            "hold": st.booleans(),
         }
     )
 
     @staticmethod
-    def _opts(priority, lifo, delay, subject, attempts, backoff) -> pb.EnqueueOpts:
+    def _opts(priority, lifo, delay, subject, attempts, backoff, hold) -> pb.EnqueueOpts:
         opts = pb.EnqueueOpts(
             priority=priority,
             lifo=lifo and not priority,
             subject=subject,
             attempts=attempts,
-            backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=backoff),
+            backoff=pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=backoff, hold_subject=hold),
         )
         if delay:
             opts.not_before.delay_ns = delay
@@ -231,19 +255,81 @@ class QueueMachine(RuleBasedStateMachine):
             assert took == cands[: len(took)], f"shard {shard}: leased {took}, ready order {cands}"
             if len(got) < max_jobs:
                 assert took == cands, f"shard {shard}: left {set(cands) - set(took)} ready"
-        # Subjects: one at a time, the oldest live one first.
+        self._check_subjects(before, got)
+
+    def _check_subjects(self, before: Snapshot, got: list[pb.Job], batch: int = 1) -> None:
+        """One job (or one batch) per subject at a time; FIFO among jobs enqueued without
+        a delay; a retry holding its subject holds it."""
+        by_subject: dict[str, list[pb.Job]] = {}
         for j in got:
-            if not j.opts.subject:
-                continue
-            live = [
-                x.id
-                for x in before.jobs.values()
-                if x.opts.subject == j.opts.subject and x.state not in S.FINISHED
-            ]
-            assert j.id == min(live, key=self.enq_order.__getitem__), f"subject {j.opts.subject}: FIFO broken"
+            if j.opts.subject:
+                by_subject.setdefault(j.opts.subject, []).append(j)
+        for subject, run in by_subject.items():
+            assert len(run) <= batch, f"subject {subject}: {len(run)} jobs leased at once"
+            same = [x for x in before.jobs.values() if x.opts.subject == subject]
+            assert not any(x.state == S.ACTIVE for x in same), f"subject {subject} leased while active"
+            got_ids = {j.id for j in run}
             assert not any(
-                x.state == S.ACTIVE and x.opts.subject == j.opts.subject for x in before.jobs.values()
-            ), f"subject {j.opts.subject} leased while active"
+                x.state == S.DELAYED and not x.subject_blocked and x.id not in got_ids for x in same
+            ), f"subject {subject} leased while a retry held it"
+            first = run[0]
+            if first.epoch == 1 and not first.opts.HasField("not_before"):
+                earlier = [
+                    x.id
+                    for x in same
+                    if x.state in S.READY
+                    and x.epoch == 0
+                    and not x.opts.HasField("not_before")
+                    and self.enq_order[x.id] < self.enq_order[first.id]
+                ]
+                assert not earlier, f"subject {subject}: FIFO broken, {earlier} enqueued before {first.id}"
+            # The rest of a batch: the head of the subject's backlog, in order (a delayed
+            # job the lease found due joins the backlog behind it first).
+            backlog = [x.id for x in sorted(
+                (x for x in same if x.state in S.READY and x.subject_blocked), key=lambda x: x.seq
+            )]  # fmt: skip
+            due = {x.id for x in same if x.state == S.DELAYED and x.due_ns <= before.now}
+            members = [j.id for j in run[1:]]
+            from_backlog = [m for m in members if m not in due]
+            assert set(members) <= set(backlog) | due and from_backlog == backlog[: len(from_backlog)], (
+                f"subject {subject}: batch {[j.id for j in run]} is not its backlog's head {backlog}"
+            )
+
+    @rule(max_jobs=st.integers(2, 6), batch=st.integers(2, 4))
+    def lease_subject_batch(self, max_jobs: int, batch: int) -> None:
+        before = self.snap()
+        got = self.run(self.core.jobs.lease(NS, [Q], "w", max_jobs, subject_batch=batch))
+        after = self.snap()
+        assert len(got) <= max_jobs
+        for j in got:
+            token = (j.id, j.epoch)
+            assert token not in self.handed, f"{token} handed out twice"
+            assert j.id not in self.finished, f"finished job {j.id} leased again"
+            assert (after.jobs[j.id].state, after.jobs[j.id].epoch) == (S.ACTIVE, j.epoch)
+            self.handed.add(token)
+            self.held.append(token)
+        self._check_subjects(before, got, batch)
+
+    @rule(subject=st.sampled_from(["a", "b"]), delay=st.sampled_from([0, 3 * SEC, 15 * SEC]))
+    def enqueue_replacement(self, subject: str, delay: int) -> None:
+        before = self.snap()
+        opts = pb.EnqueueOpts(subject=subject, replace=pb.SUBJECT_REPLACE_KEEP_LATER)
+        if delay:
+            opts.not_before.delay_ns = delay
+        res = self.run(self.core.jobs.enqueue(NS, Q, pb.TaskSpec(name="evict"), opts))
+        after = self.snap()
+        if res.created:
+            self.enq_order[res.job_id] = len(self.enq_order)
+        if res.dropped and res.dropped in before.jobs:  # the earlier job was dropped
+            old = before.jobs[res.dropped]
+            assert res.created and old.epoch == 0 and old.state in (S.WAITING, S.PRIORITIZED, S.DELAYED)
+            assert (old.due_ns or old.created_ns) < before.now + delay
+            assert res.dropped not in after.jobs
+            del self.enq_order[res.dropped]
+        elif not res.created:  # the earlier job runs later: the new one was dropped
+            kept = before.jobs[res.job_id]
+            assert kept.epoch == 0 and (kept.due_ns or kept.created_ns) >= before.now + delay
+            assert res.dropped not in after.jobs
 
     def _pick(self, data, tokens: list) -> tuple[str, int]:
         return tokens.pop(data.draw(st.integers(0, len(tokens) - 1)))
@@ -345,12 +431,17 @@ class QueueMachine(RuleBasedStateMachine):
         assert all(n == 1 for n in completed_rows.values()), f"two completed rows: {completed_rows}"
         assert set(completed_rows) == self.completed
         assert {j.id for j in snap.jobs.values() if j.state == S.COMPLETED} == self.completed
-        active_subjects = Counter(
-            j.opts.subject for j in snap.jobs.values() if j.state == S.ACTIVE and j.opts.subject
-        )
-        assert all(n == 1 for n in active_subjects.values()), (
-            f"two active jobs of a subject: {active_subjects}"
-        )
+        active_subjects: dict[str, set[str]] = {}
+        for j in snap.jobs.values():
+            if j.state == S.ACTIVE and j.opts.subject:
+                active_subjects.setdefault(j.opts.subject, set()).add(j.id)
+        for subject, active in active_subjects.items():
+            # Several only as one subject batch: one job holds the rest in its run.
+            assert len(active) == 1 or any(
+                active - {x.id} <= set(x.subject_run)
+                for x in snap.jobs.values()
+                if x.opts.subject == subject and not x.subject_blocked
+            ), f"two active jobs of subject {subject}: {active}"
         # Sequences only grow: a job that (re)entered the ready order is behind every
         # job that was already there.
         if self.prev is not None:

@@ -61,7 +61,7 @@ def test_actions_are_what_the_gateway_checked_before():
     for op in OPERATIONS.values():
         by_action.setdefault(op.action, set()).add(op.name)
     assert by_action == {
-        auth.ENQUEUE: {"enqueue", "enqueue_bulk", "flow", "get_flow", "exchange_publish"},
+        auth.ENQUEUE: {"enqueue", "enqueue_bulk", "write_batch", "flow", "get_flow", "exchange_publish"},
         auth.CONSUME: {"lease", "extend", "complete", "complete_batch", "report", "end_lease_wait", "watch"}
         | {m for m in METHODS if m.startswith("result_")}
         | {"exchange_bind", "exchange_unbind", "exchange_bindings"}
@@ -141,6 +141,14 @@ ROUTES = [
     ("result_set", J.ResultSetRequest(key="k1", value=pb.Payload()), "results/k1"),
     ("result_set_many", J.ResultSetManyRequest(items=[J.ResultSetRequest(key="k2")]), "results/k2"),
     ("result_set_many", J.ResultSetManyRequest(), "results/"),
+    ("write_batch", J.WriteBatchRequest(items=[J.WriteItem(enqueue=J.EnqueueRequest(queue="q"))]), "q"),
+    ("write_batch", J.WriteBatchRequest(items=[J.WriteItem(cancel=J.WriteItem.Cancel(queue="c"))]), "c"),
+    (
+        "write_batch",
+        J.WriteBatchRequest(items=[J.WriteItem(result_set=J.ResultSetRequest(key="k"))]),
+        "results/k",
+    ),
+    ("write_batch", J.WriteBatchRequest(), ""),
     ("result_delete", J.ResultDeleteRequest(key="k1"), "results/k1"),
     ("result_incr", J.ResultIncrRequest(key="k1"), "results/k1"),
     ("result_expire", J.ResultExpireRequest(key="k1"), "results/k1"),

@@ -67,6 +67,17 @@ async def test_stored_jobs_refuses_the_whole_bulk_and_stores_nothing(quota_core)
     await quota_core.jobs.enqueue("other", "q", task())  # another namespace has its own room
 
 
+async def test_a_write_batch_counts_its_enqueues_against_the_quota(quota_core):
+    await quota_core.jobs.enqueue("small", "q", task())
+    writes = [("enqueue", "q", task(), None)] * 3 + [("result_set", "k", pb.Payload(data=b"1"), 0)]
+    with pytest.raises(QuotaExceeded, match="stored_jobs"):
+        await quota_core.jobs.write_batch("small", writes)
+    assert await stored(quota_core, "small") == 1  # nothing of the batch
+    assert (await quota_core.results.get("small", "k"))[0] is None
+    await quota_core.jobs.write_batch("small", writes[2:])
+    assert await stored(quota_core, "small") == 2
+
+
 async def test_payload_bytes_refuses_an_oversized_call(quota_core):
     with pytest.raises(QuotaExceeded, match="payload_bytes"):
         await quota_core.jobs.enqueue_bulk("small", "q", [(task(b"x" * 60), None)] * 2)

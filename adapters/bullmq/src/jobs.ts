@@ -104,6 +104,11 @@ export function toLoam(job: JobJsonIn, jobId: string | undefined, parentKey?: st
   if (priority > 0) opts.priority = priority;
   else if (o.lifo) opts.lifo = true;
   opts.attempts = Math.max(1, Number(o.attempts ?? 1));
+  // BullMQ Pro's groups: a group is a Loam subject (one job of the group at a time, in
+  // order). The group's own concurrency, rate limit, priority and size cap do not map
+  // (README, "Groups").
+  const groupId = o.group?.id;
+  if (groupId !== undefined && groupId !== null && String(groupId) !== "") opts.subject = String(groupId);
   const rc = keep(o.removeOnComplete);
   const rf = keep(o.removeOnFail);
   if (rc || rf) {

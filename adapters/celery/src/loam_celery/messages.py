@@ -18,7 +18,9 @@ JSON with content type `application/x-kombu+json`. Loam reads a few fields:
   messages carry `expires` as a Unix time and get no grace), else the `expiration`
   property (ms), else the queue's `x-message-ttl`;
 - property `priority`: 0 or unset -> the FIFO band, 1-9 -> Loam priority 1-9 (lower
-  first: Redis's order); `priority_order="amqp"` reverses it (9 first, 0 last).
+  first: Redis's order); `priority_order="amqp"` reverses it (9 first, 0 last);
+- header `loam_subject` (`apply_async(headers={"loam_subject": ...})`) -> `subject`: the
+  queue runs one task of a subject at a time, in the order they were sent.
 
 Delivering: the payload comes back as the kombu message with a delivery tag of its
 own (`<job id>.<epoch>`), `redelivered` set when it was leased before (released,
@@ -40,6 +42,7 @@ SEC = 1_000_000_000
 HEADER_SCHEDULE = "x-loam-schedule"  # loam_common.schedules.HEADER_SCHEDULE
 HEADER_TICK = "x-loam-tick"
 HEADER_EXPIRES_IN = "x-loam-celery-expires-in"  # beat entries: seconds after each tick
+HEADER_SUBJECT = "loam_subject"  # routing by subject: one task of a subject at a time
 _TICK_NS = uuid.UUID("8a6c1f52-7d43-4b0e-9a57-0c1d3e5f7a90")
 
 
@@ -114,6 +117,9 @@ def to_job(
     prio = loam_priority(props.get("priority"), priority_order)
     if prio:
         opts.priority = prio
+    subject = headers.get(HEADER_SUBJECT)
+    if subject is not None and str(subject):
+        opts.subject = str(subject)[:1024]
     return task, opts
 
 

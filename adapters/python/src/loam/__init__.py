@@ -24,7 +24,7 @@ its job without more attempts. `loam.testing` runs a real server for tests.
 from loam import errors
 from loam.client import Client, SyncClient
 from loam.durable import resonate
-from loam.errors import JobsError, Retry, UnrecoverableError
+from loam.errors import JobsError, PermanentError, Retry, UnrecoverableError
 from loam.flows import Flow, FlowNode, chain, chord, group
 from loam.options import Outcome
 from loam.views import Child, Enqueued, FlowInfo, JobInfo, LeasedJob, ScheduleInfo
@@ -52,6 +52,7 @@ __all__ = [
     "Retry",
     "ScheduleInfo",
     "SyncClient",
+    "PermanentError",
     "UnrecoverableError",
     "resonate",
     "Worker",

@@ -173,6 +173,17 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--delay", type=float, help="seconds before the job may run")
     _job_options(a, "the job")
     a.add_argument("--job-key", help="unique in the queue (BullMQ jobId, Celery task id)")
+    a.add_argument("--replace", action="store_true",
+                   help="with --subject: replace a not-started job of the same subject and task name "
+                        "(enqueued with --replace), keeping whichever runs later")  # fmt: skip
+    a.add_argument("--placement", help="only the worker with this identity runs the job")
+    a.add_argument("--hold-subject", action="store_true",
+                   help="with --backoff: the subject's later jobs wait while this one waits to retry")  # fmt: skip
+    w = jobs.add_parser("write", parents=[common], help="enqueues, cancels and result sets in one transaction",
+                        description="FILE ('-' for stdin) holds a JSON list of writes, all applied or none: "
+                        '{"enqueue": {"queue", "name", "payload", <options>}}, {"cancel": {"queue", "job"}} '
+                        '(a job that has not started), {"result_set": {"key", "value", "ttl"}}.')  # fmt: skip
+    w.add_argument("file")
     g = jobs.add_parser("get", parents=[common], help="one job, by id or job key")
     g.add_argument("queue")
     g.add_argument("job")
@@ -306,6 +317,14 @@ def _add_options(args: argparse.Namespace) -> dict[str, Any]:
             opts[key] = value
     if args.lifo:
         opts["lifo"] = True
+    if getattr(args, "replace", False):
+        opts["replace"] = True
+    if getattr(args, "placement", None):
+        opts["placement"] = args.placement
+    if getattr(args, "hold_subject", False):
+        if args.backoff is None:
+            raise CliError("--hold-subject needs --backoff", EXIT_USAGE)
+        opts["backoff"] = {"type": "fixed", "delay": args.backoff, "hold_subject": True}
     headers = {}
     for h in args.header:
         k, sep, v = h.partition("=")
@@ -406,7 +425,8 @@ async def cmd_jobs(args: argparse.Namespace) -> int:
                 if as_json:
                     _emit_json(e.to_dict())
                 else:
-                    print(f"{e.id}  {e.state}" + ("" if e.created else "  (existing job)"))
+                    print(f"{e.id}  {e.state}" + ("" if e.created else "  (existing job)")
+                          + (f"  (replaced {e.dropped})" if e.created and e.dropped else ""))  # fmt: skip
                 return 0
             if as_json:
                 _emit_json(res)
@@ -416,6 +436,22 @@ async def cmd_jobs(args: argparse.Namespace) -> int:
                 for r in [r for r in res["jobs"] if "error" in r][:5]:
                     print(f"  refused: {r['error']['code']}: {r['error']['message']}", file=sys.stderr)
             return 1 if res["errors"] else 0
+        if args.cmd == "write":
+            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+            try:
+                items = json.loads(text)
+            except ValueError as e:
+                raise CliError(f"{args.file}: not JSON: {e}", EXIT_USAGE) from None
+            if not isinstance(items, list):
+                raise CliError(f"{args.file}: a JSON list of writes", EXIT_USAGE)
+            out = await client.write_batch(items)
+            shown = [o if isinstance(o, str) else o.to_dict() for o in out]
+            if as_json:
+                _emit_json(shown)
+            else:
+                for o in shown:
+                    print(o if isinstance(o, str) else f"{o['id']}  {o['state']}")
+            return 0
         if args.cmd == "get":
             job = await client.get_job(args.queue, args.job)
             if as_json:

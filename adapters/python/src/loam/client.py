@@ -324,6 +324,43 @@ class Client:
             for r in resp.results
         ]
 
+    async def write_batch(self, items: Iterable[Mapping[str, Any]]) -> list[Enqueued | str]:
+        """Several writes in one transaction, all or none: each item is
+        `{"enqueue": {"queue", "name", "payload", **opts}}`, `{"cancel": {"queue", "job",
+        "reason"}}` (a job that has not started) or `{"result_set": {"key", "value", "ttl"}}`.
+        One answer per item: Enqueued, or the canceled job's id, or the result key set.
+        A refused item raises its error, naming `items[i]`, and nothing is written."""
+        req = jpb.WriteBatchRequest()
+        for i, item in enumerate(items):
+            if len(item) != 1:
+                raise ValueError(f"items[{i}]: one of enqueue, cancel, result_set")
+            ((kind, spec),) = item.items()
+            if kind == "enqueue":
+                rest = {k: v for k, v in spec.items() if k not in ("queue", "name", "payload")}
+                b = self._item(spec["name"], spec.get("payload"), rest)
+                req.items.add(enqueue=jpb.EnqueueRequest(queue=spec["queue"], task=b.task, opts=b.opts))
+            elif kind == "cancel":
+                cancel = jpb.WriteItem.Cancel(
+                    queue=spec["queue"], job=spec["job"], reason=spec.get("reason", "")
+                )
+                req.items.add(cancel=cancel)
+            elif kind == "result_set":
+                value, ttl = payloads.encode(spec.get("value")), payloads.ns(spec.get("ttl"), "ttl")
+                req.items.add(result_set=jpb.ResultSetRequest(key=spec["key"], value=value, ttl_ns=ttl))
+            else:
+                raise ValueError(f"items[{i}]: one of enqueue, cancel, result_set, not {kind!r}")
+        resp = await self._call(self._rpc.write_batch, req)
+        out: list[Enqueued | str] = []
+        for o in resp.outcomes:
+            kind = o.WhichOneof("kind")
+            if kind == "enqueued":
+                out.append(Enqueued.from_pb(o.enqueued))
+            elif kind == "canceled":
+                out.append(o.canceled.job)
+            else:
+                out.append(o.result_stored.key)
+        return out
+
     # -- consuming -------------------------------------------------------------------
     async def lease(
         self,
@@ -333,14 +370,16 @@ class Client:
         wait: float | dt.timedelta = 0,
         worker: str | None = None,
         names: Iterable[str] | None = None,
+        subject_batch: int = 0,
     ) -> list[LeasedJob]:
         """Up to `max` jobs from `queues` (in order of preference), waiting up to `wait`
-        seconds (at most 30) for one to arrive."""
+        seconds (at most 30) for one to arrive. `subject_batch`: after a job with a
+        subject, up to that many consecutive jobs of its subject and task name with it
+        (in `max`), run in order; complete them together with `complete_batch`."""
         qs = [queues] if isinstance(queues, str) else list(queues)
         wait_ns = payloads.ns(wait, "wait")
-        req = jpb.LeaseRequest(
-            queues=qs, worker=worker or self.worker, max=max, wait_ns=wait_ns, names=names or ()
-        )
+        req = jpb.LeaseRequest(queues=qs, worker=worker or self.worker, max=max, wait_ns=wait_ns,
+                               names=names or (), subject_batch=subject_batch)  # fmt: skip
         timeout = None if self.timeout is None else self.timeout + wait_ns / 1e9
         resp = await self._call(self._rpc.lease, req, timeout=timeout)
         return [LeasedJob(lease) for lease in resp.leases]

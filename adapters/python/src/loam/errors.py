@@ -38,6 +38,7 @@ __all__ = [
     "JobsError",
     "NotFound",
     "PayloadTooLarge",
+    "PermanentError",
     "PermissionDenied",
     "QueuePaused",
     "RateLimited",
@@ -57,6 +58,12 @@ class UnrecoverableError(Exception):
     def __init__(self, message: str = "", *, dead_letter: bool = False) -> None:
         super().__init__(message)
         self.dead_letter = dead_letter
+
+
+class PermanentError(UnrecoverableError):
+    """Raised by a handler: no retry will fix this error (an expired proof, a refused
+    abort). The job fails at once, whatever attempts are left, and its error is marked
+    permanent (`JobError.permanent`) so monitoring can tell it from exhausted retries."""
 
 
 class Retry(Exception):

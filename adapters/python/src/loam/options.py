@@ -33,14 +33,15 @@ ENQUEUE_OPTIONS = frozenset(
         "job_key", "idempotency_key", "idempotency_ttl", "dedup", "delay", "at", "priority",
         "lifo", "attempts", "backoff", "visibility", "timeout", "expires", "subject",
         "headers", "parent", "remove_on_complete", "remove_on_fail", "result_ttl",
-        "durable_function", "opts",
+        "durable_function", "opts", "replace", "placement",
     }
 )  # fmt: skip
 
 
 def backoff(value: Any) -> pb.Backoff:
     """`5` (fixed, seconds), `("exponential", 1)`, or BullMQ's
-    `{"type": "exponential", "delay": 1, "max": 60, "jitter": 0.5}`."""
+    `{"type": "exponential", "delay": 1, "max": 60, "jitter": 0.5}`; `"hold_subject": True`
+    in the dict keeps the job's subject while it waits to retry."""
     if isinstance(value, pb.Backoff):
         return value
     if isinstance(value, (int, float, dt.timedelta)) and not isinstance(value, bool):
@@ -57,6 +58,7 @@ def backoff(value: Any) -> pb.Backoff:
             max_ns=payloads.ns(value.get("max"), "backoff.max"),
             jitter=float(value.get("jitter", 0.0)),
             custom=str(value.get("custom", "")),
+            hold_subject=bool(value.get("hold_subject", False)),
         )
     raise TypeError("backoff: seconds, (type, seconds) or {'type', 'delay', 'max', 'jitter'}")
 
@@ -161,6 +163,12 @@ def enqueue_opts(options: Mapping[str, Any]) -> tuple[pb.EnqueueOpts, dict[str, 
             o.expires_ns = payloads.at_ns(exp, "expires")
     if get("subject"):
         o.subject = str(get("subject"))
+    if get("replace"):  # True or "keep_later": keep whichever of the two runs later
+        if get("replace") not in (True, "keep_later"):
+            raise ValueError(f"replace must be True or 'keep_later', not {get('replace')!r}")
+        o.replace = pb.SUBJECT_REPLACE_KEEP_LATER
+    if get("placement"):
+        o.placement = str(get("placement"))
     if get("parent") is not None:
         o.parent.CopyFrom(parent(get("parent")))
     if get("remove_on_complete") is not None:

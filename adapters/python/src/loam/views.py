@@ -85,16 +85,20 @@ def _field_value(fd: Any, value: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
-    id: str
+    id: str  # the job kept
     created: bool
     state: str
+    dropped: str = ""  # a replacement: the job dropped (the earlier one, or this one)
 
     @classmethod
     def from_pb(cls, e: jpb.Enqueued) -> Enqueued:
-        return cls(e.job, e.created, state_name(e.state))
+        return cls(e.job, e.created, state_name(e.state), e.dropped)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "created": self.created, "state": self.state}
+        d = {"id": self.id, "created": self.created, "state": self.state}
+        if self.dropped:
+            d["dropped"] = self.dropped
+        return d
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from loam.errors import (
     InvalidState,
     JobsError,
     NotFound,
+    PermanentError,
     Retry,
     Unavailable,
     UnrecoverableError,
@@ -87,6 +88,7 @@ class Worker:
         batch_delay: float = 0.002,
         max_batch: int = 500,
         executor: ThreadPoolExecutor | None = None,
+        subject_batch: int = 0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -106,6 +108,9 @@ class Worker:
         self.id = worker or worker_id()
         self.batch_delay = batch_delay
         self.max_batch = max_batch
+        # Lease a subject's consecutive jobs together; they run one after another, in order.
+        self.subject_batch = subject_batch
+        self._busy_subjects: set[str] = set()
         self._executor = executor
         self._own_executor = executor is None
 
@@ -245,9 +250,8 @@ class Worker:
             if self._buffer:
                 wait = 0  # there is work in hand: top up, do not park
             try:
-                jobs = await self.client.lease(
-                    self.queues, max=min(room, MAX_LEASE), wait=wait, worker=self.id, names=self.names
-                )
+                jobs = await self.client.lease(self.queues, max=min(room, MAX_LEASE), wait=wait, worker=self.id,
+                                               names=self.names, subject_batch=self.subject_batch)  # fmt: skip
                 backoff = 0.1
             except asyncio.CancelledError:
                 raise
@@ -283,10 +287,31 @@ class Worker:
             self._fill()
 
     def _fill(self) -> None:
+        if self.subject_batch > 1:
+            return self._fill_subjects_in_order()
         while self._buffer and len(self._running) < self.concurrency and not self._stopping:
             job = self._buffer.popleft()
             task = asyncio.create_task(self._run_job(job), name=f"loam-job {job.id}")
             self._running[task] = job
+
+    def _fill_subjects_in_order(self) -> None:
+        """`_fill` for a worker leasing subject batches: a subject's jobs arrive together
+        and must run one at a time, in order, so a job whose subject is running here
+        waits in the buffer (ahead of the jobs after it) while other jobs start."""
+        waiting: list[LeasedJob] = []
+        while self._buffer and len(self._running) < self.concurrency and not self._stopping:
+            job = self._buffer.popleft()
+            subject = job.raw.opts.subject
+            if subject and (
+                subject in self._busy_subjects or any(w.raw.opts.subject == subject for w in waiting)
+            ):
+                waiting.append(job)
+                continue
+            if subject:
+                self._busy_subjects.add(subject)
+            task = asyncio.create_task(self._run_job(job), name=f"loam-job {job.id}")
+            self._running[task] = job
+        self._buffer.extendleft(reversed(waiting))
 
     def _release(self, jobs: list[LeasedJob]) -> None:
         for job in jobs:
@@ -308,6 +333,7 @@ class Worker:
             raise
         finally:
             self._running.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+            self._busy_subjects.discard(job.raw.opts.subject)
             assert self._loop is not None
             self._last_activity = self._loop.time()
         kind = outcome.WhichOneof("kind")
@@ -484,6 +510,10 @@ async def outcome_of(
             result = await asyncio.get_running_loop().run_in_executor(executor, ctx.run, handler, job)
             if inspect.isawaitable(result):
                 result = await result
+    except PermanentError as e:
+        out = Outcome.retry(e)
+        out.retry.error.permanent = True  # the server fails it: no retry
+        return out
     except UnrecoverableError as e:
         return Outcome.fail(e, dead_letter=e.dead_letter)
     except Retry as e:

@@ -27,6 +27,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `Q u/<dedup id>`                            | DedupRecord          |                                |
 | `Q sj/<len u16><subject>`                   | job id               | the subject's in-flight job    |
 | `Q sq/<len u16><subject><seq u64>`          | job id               | the subject's backlog, FIFO    |
+| `Q sr/<len u16><subject><task name>`        | job id               | the subject's replaceable job  |
 | `Q w/<worker id>`                           | Worker               | last seen, for Workers         |
 | `Q dep/<parent id>/<child queue>/<child id>`| Dependency           | children (dependencies.py)     |
 | `Q met/<kind>`                              | MetricsRecord        | per-minute completed / failed  |
@@ -273,6 +274,10 @@ class QueueKeys:
 
     def subject_backlogs(self) -> bytes:
         return self.q + b"sq/"
+
+    def subject_replaceable(self, subject: str, task: str) -> bytes:
+        """The last job of (subject, task name) enqueued as a replacement (insert.py)."""
+        return self.q + b"sr/" + _lp(subject) + task.encode()
 
     # flow dependencies (dependencies.py) -------------------------------------------------
     def dependencies(self, parent_id: str) -> bytes:

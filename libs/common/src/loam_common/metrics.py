@@ -27,6 +27,10 @@ Two kinds, so that the numbers are right however many processes serve a deployme
 | loam_jobs_delayed, loam_jobs_active      | gauge     | ns, queue          |
 | loam_jobs_oldest_waiting_seconds         | gauge     | ns, queue          |
 | loam_jobs_dlq_depth                      | gauge     | ns, queue (the DLQ)|
+| loam_jobs_subject_waiting                | gauge     | ns, queue          |
+| loam_jobs_subject_admitted_total         | counter   | ns, queue          |
+| loam_jobs_subject_wait_seconds_total     | counter   | ns, queue          |
+| loam_jobs_lease_takeovers_total          | counter   | ns, queue          |
 | loam_jobs_lease_latency_seconds          | histogram | ns, queue          |
 | loam_jobs_run_seconds                    | histogram | ns, queue, task    |
 
@@ -35,6 +39,14 @@ Two kinds, so that the numbers are right however many processes serve a deployme
 waiting age is read from the head of each shard's ready bands (LIFO and priorities make
 it an estimate). `loam_jobs_dlq_depth` is, for each queue named as another queue's
 dead-letter queue, its jobs not yet taken (waiting, prioritized, delayed).
+
+Subjects (decision 0036): `subject_waiting` is the ready jobs waiting behind their
+subject's job (part of `loam_jobs_waiting`); a job that waited for its subject and then
+got it counts once in `subject_admitted_total` and its wait in
+`subject_wait_seconds_total` (their rates' ratio is the mean wait). A lease takeover is
+a lease the stalled sweep took back from a worker that stopped renewing it, so
+`loam_jobs_lease_takeovers_total` equals `loam_jobs_stalled_total` under the task-runner
+RFC's name. `queue_activity` gives the same figures for one queue (REST, the console).
 """
 
 from __future__ import annotations
@@ -71,6 +83,13 @@ HELP = {
         "How long the oldest ready job has waited (head of the ready index).",
     ),
     "loam_jobs_dlq_depth": ("gauge", "Jobs not yet taken in a dead-letter queue."),
+    "loam_jobs_subject_waiting": ("gauge", "Ready jobs waiting behind their subject's job."),
+    "loam_jobs_subject_admitted_total": ("counter", "Jobs that waited for their subject, then got it."),
+    "loam_jobs_subject_wait_seconds_total": ("counter", "How long those jobs waited for their subject."),
+    "loam_jobs_lease_takeovers_total": (
+        "counter",
+        "Leases taken back from a worker that stopped renewing them (the stalled sweep).",
+    ),
     "loam_jobs_lease_latency_seconds": (
         "histogram",
         "How long a job had been ready when it was leased (this process).",
@@ -124,6 +143,29 @@ def _oldest_ready_ns(tx: Txn, k: keys.QueueKeys, shard: int) -> int:
     return oldest
 
 
+def queue_activity(tx: Txn, ns: str, queue: str) -> pb.QueueActivity:
+    """One queue's ready and delayed counts, oldest ready age, subject waits and lease
+    takeovers, from its shard metas and the head of each shard's ready index."""
+    k = keys.QueueKeys(ns, queue)
+    prefix = k.shard_metas()
+    out = pb.QueueActivity()
+    oldest = 0
+    for key, value in tx.scan(prefix, keys.prefix_end(prefix)):
+        m = pb.ShardMeta.FromString(value)
+        ready = m.counts.get(S.WAITING, 0) + m.counts.get(S.PRIORITIZED, 0)
+        out.ready += ready
+        out.delayed += m.counts.get(S.DELAYED, 0)
+        out.subject_waiting += m.subject_waiting
+        out.subject_admitted_total += m.subject_admitted_total
+        out.subject_wait_ns_total += m.subject_wait_ns_total
+        out.lease_takeovers_total += m.stalled_total
+        if ready:
+            t = _oldest_ready_ns(tx, k, key[len(prefix)])
+            oldest = t if not oldest or (t and t < oldest) else oldest
+    out.oldest_ready_age_ns = max(tx.now_ns() - oldest, 0) if oldest else 0
+    return out
+
+
 def store_samples(tx: Txn, namespaces: Iterable[str] | None = None) -> list[Sample]:
     """Every store-derived sample, for all namespaces (or these), in one snapshot."""
     out: list[Sample] = []
@@ -172,6 +214,18 @@ def store_samples(tx: Txn, namespaces: Iterable[str] | None = None) -> list[Samp
                 Sample(
                     "loam_jobs_oldest_waiting_seconds", lab, max(now - oldest, 0) / 1e9 if oldest else 0.0
                 ),
+            ]
+            subjects = pb.ShardMeta()
+            for _key, value in tx.scan(prefix, keys.prefix_end(prefix)):
+                m = pb.ShardMeta.FromString(value)
+                subjects.subject_waiting += m.subject_waiting
+                subjects.subject_admitted_total += m.subject_admitted_total
+                subjects.subject_wait_ns_total += m.subject_wait_ns_total
+            out += [
+                Sample("loam_jobs_subject_waiting", lab, subjects.subject_waiting),
+                Sample("loam_jobs_subject_admitted_total", lab, subjects.subject_admitted_total),
+                Sample("loam_jobs_subject_wait_seconds_total", lab, subjects.subject_wait_ns_total / 1e9),
+                Sample("loam_jobs_lease_takeovers_total", lab, tot.stalled_total),
             ]
             depth[queue] = counts.get(S.WAITING, 0) + counts.get(S.PRIORITIZED, 0) + counts.get(S.DELAYED, 0)
         for dlq in sorted(dlqs):

@@ -125,10 +125,16 @@ class QueueConfigModel(BaseModel):
     payload_limit: int
 
 
+Activity = message_model(pb.QueueActivity, "Activity")
+
+
 class QueueDetail(BaseModel):
     name: str
     config: QueueConfigModel
     counts: Counts
+    activity: Activity | None = Field(
+        None, description="ready and delayed jobs, the oldest ready job's age, subject waits, lease takeovers"
+    )
 
 
 class PayloadView(BaseModel):
@@ -226,12 +232,61 @@ class EnqueueBody(_Model):
     idempotency_key: str | None = Field(None, max_length=1024)
     attempts: int = Field(0, ge=0, le=validate.MAX_ATTEMPTS, description="0: the queue's default")
     subject: str | None = Field(None, max_length=1024)
+    replace: Literal["keep_later"] | None = Field(
+        None,
+        description="with subject: keep whichever of this job and a not-started one of the same "
+        "subject and task name (enqueued as a replacement) runs later, drop the other",
+    )
+    placement: str | None = Field(
+        None, min_length=1, max_length=256, description="only the worker with this identity leases the job"
+    )
 
 
 class EnqueueResult(BaseModel):
-    job: str
+    job: str = Field(description="the job kept")
     created: bool
     state: StateName
+    dropped: str = Field("", description="a replacement: the job dropped (the earlier one, or this one)")
+
+
+class WriteEnqueue(EnqueueBody):
+    queue: str = Field(min_length=1, max_length=256)
+
+
+class WriteCancel(_Model):
+    queue: str = Field(min_length=1, max_length=256)
+    job: str = Field(min_length=1, max_length=1024)
+    reason: str = Field("", max_length=1024)
+
+
+class WriteResultSet(_Model):
+    key: str = Field(min_length=1, max_length=1024)
+    data: Any = None
+    data_base64: str | None = None
+    content_type: str | None = Field(None, max_length=256)
+    ttl_ns: int = Field(0, ge=0, le=INT64, description="0: never expires")
+
+
+class WriteItemBody(_Model):
+    """One write: set exactly one of enqueue, cancel (a job that has not started), result_set."""
+
+    enqueue: WriteEnqueue | None = None
+    cancel: WriteCancel | None = None
+    result_set: WriteResultSet | None = None
+
+
+class WriteBatchBody(_Model):
+    items: list[WriteItemBody] = Field(min_length=1, max_length=1000)
+
+
+class WriteOutcomeView(BaseModel):
+    enqueued: EnqueueResult | None = None
+    canceled: str | None = Field(None, description="the job canceled")
+    result_stored: str | None = Field(None, description="the result key set")
+
+
+class WriteBatchResult(BaseModel):
+    outcomes: list[WriteOutcomeView] = Field(description="one per item, in order")
 
 
 class DrainBody(_Model):
@@ -619,6 +674,29 @@ def _proto(build):
         raise InvalidArgument("body", f"cannot be encoded: {e}") from None
 
 
+def enqueue_request(queue: str, body: EnqueueBody) -> J.EnqueueRequest:
+    opts = pb.EnqueueOpts(priority=body.priority, lifo=body.lifo, attempts=body.attempts)
+    if body.delay_ns:
+        opts.not_before.delay_ns = body.delay_ns
+    if body.job_key:
+        opts.job_key = body.job_key
+    if body.idempotency_key:
+        opts.idempotency.key = body.idempotency_key
+    if body.subject:
+        opts.subject = body.subject
+    if body.replace == "keep_later":
+        opts.replace = pb.SUBJECT_REPLACE_KEEP_LATER
+    if body.placement:
+        opts.placement = body.placement
+    task = pb.TaskSpec(name=body.name, payload=payload_in(body.data, body.data_base64, body.content_type))
+    task.headers.update(body.headers)
+    return J.EnqueueRequest(queue=queue, task=task, opts=opts)
+
+
+def enqueue_result(e: J.Enqueued) -> EnqueueResult:
+    return EnqueueResult(job=e.job, created=e.created, state=S.name(e.state), dropped=e.dropped)
+
+
 def redactor(request: Request, p: Principal) -> Redactor | None:
     """The caller's namespace's redaction rules (None: nothing is hidden)."""
     rules: Redaction | None = getattr(request.app.state, "redaction", None)
@@ -763,7 +841,8 @@ def build_router() -> APIRouter:
             "queue_admin",
             _proto(lambda: J.QueueAdminRequest(queue=queue, op=J.QueueOp(counts={}))),
         )
-        return QueueDetail(name=queue, config=config_view(r.config), counts=counts_view(r.counts))
+        return QueueDetail(name=queue, config=config_view(r.config), counts=counts_view(r.counts),
+                           activity=message_view(Activity, r.activity))  # fmt: skip
 
     async def queue_op(request: Request, p: Principal, queue: str, op: J.QueueOp) -> QueueActionResult:
         r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=op)))
@@ -832,25 +911,42 @@ def build_router() -> APIRouter:
     async def enqueue(
         request: Request, queue: QueueName, body: EnqueueBody, p: Principal = caller("enqueue")
     ) -> EnqueueResult:
-        def build() -> J.EnqueueRequest:
-            opts = pb.EnqueueOpts(priority=body.priority, lifo=body.lifo, attempts=body.attempts)
-            if body.delay_ns:
-                opts.not_before.delay_ns = body.delay_ns
-            if body.job_key:
-                opts.job_key = body.job_key
-            if body.idempotency_key:
-                opts.idempotency.key = body.idempotency_key
-            if body.subject:
-                opts.subject = body.subject
-            task = pb.TaskSpec(
-                name=body.name, payload=payload_in(body.data, body.data_base64, body.content_type)
-            )
-            task.headers.update(body.headers)
-            return J.EnqueueRequest(queue=queue, task=task, opts=opts)
+        r = await call(request, p, "enqueue", _proto(lambda: enqueue_request(queue, body)))
+        return enqueue_result(r.enqueued)
 
-        r = await call(request, p, "enqueue", _proto(build))
-        e = r.enqueued
-        return EnqueueResult(job=e.job, created=e.created, state=S.name(e.state))
+    @api.post("/writes", response_model=WriteBatchResult, tags=["jobs"],
+              summary="Enqueues, cancels of jobs not started and result sets in one transaction, all or none")  # fmt: skip
+    async def write_batch(
+        request: Request, body: WriteBatchBody, p: Principal = caller("write_batch")
+    ) -> WriteBatchResult:
+        def build() -> J.WriteBatchRequest:
+            req = J.WriteBatchRequest()
+            for i, item in enumerate(body.items):
+                given = [f for f in ("enqueue", "cancel", "result_set") if getattr(item, f) is not None]
+                if len(given) != 1:
+                    raise InvalidArgument(f"items[{i}]", "set exactly one of enqueue, cancel, result_set")
+                if item.enqueue is not None:
+                    req.items.add(enqueue=enqueue_request(item.enqueue.queue, item.enqueue))
+                elif item.cancel is not None:
+                    c = item.cancel
+                    req.items.add(cancel=J.WriteItem.Cancel(queue=c.queue, job=c.job, reason=c.reason))
+                else:
+                    s = item.result_set
+                    value = payload_in(s.data, s.data_base64, s.content_type)
+                    req.items.add(result_set=J.ResultSetRequest(key=s.key, value=value, ttl_ns=s.ttl_ns))
+            return req
+
+        r = await call(request, p, "write_batch", _proto(build))
+        out = []
+        for o in r.outcomes:
+            kind = o.WhichOneof("kind")
+            if kind == "enqueued":
+                out.append(WriteOutcomeView(enqueued=enqueue_result(o.enqueued)))
+            elif kind == "canceled":
+                out.append(WriteOutcomeView(canceled=o.canceled.job))
+            else:
+                out.append(WriteOutcomeView(result_stored=o.result_stored.key))
+        return WriteBatchResult(outcomes=out)
 
     @api.get(
         "/queues/{queue}/jobs", response_model=JobPage, tags=["jobs"], summary="Jobs by state, newest first"

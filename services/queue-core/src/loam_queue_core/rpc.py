@@ -36,6 +36,7 @@ from loam_common.jobs.complete import (
     WaitChildren,
 )
 from loam_common.jobs.new_job import Enqueued
+from loam_common.jobs.write_batch import Canceled
 from loam_common.validate import Namespace
 from loam_queue_core.core import QueueCore
 from loam_queue_core.facade.job_admin import JobAdmin, job_ref
@@ -130,7 +131,28 @@ def iteration_from_proto(req: J.ScheduleRequest) -> schedules.Iteration:
 
 
 def enqueued(r: Enqueued) -> J.Enqueued:
-    return J.Enqueued(job=r.job_id, created=r.created, state=r.state, job_key=r.job_key)
+    return J.Enqueued(job=r.job_id, created=r.created, state=r.state, job_key=r.job_key, dropped=r.dropped)
+
+
+def write_from_proto(item: J.WriteItem, i: int) -> tuple:
+    """One WriteBatch item as the facade takes it (Jobs.write_batch)."""
+    kind = item.WhichOneof("kind")
+    if kind == "enqueue":
+        e = item.enqueue
+        return ("enqueue", e.queue, e.task, e.opts if e.HasField("opts") else None)
+    if kind == "cancel":
+        return ("cancel", item.cancel.queue, item.cancel.job, item.cancel.reason)
+    if kind == "result_set":
+        return ("result_set", item.result_set.key, item.result_set.value, item.result_set.ttl_ns)
+    raise InvalidArgument(f"items[{i}]", "set one of enqueue, cancel, result_set")
+
+
+def write_outcome(r: Any) -> J.WriteOutcome:
+    if isinstance(r, Enqueued):
+        return J.WriteOutcome(enqueued=enqueued(r))
+    if isinstance(r, Canceled):
+        return J.WriteOutcome(canceled=J.WriteOutcome.Canceled(job=r.job_id))
+    return J.WriteOutcome(result_stored=J.WriteOutcome.ResultStored(key=r.key))
 
 
 class CoreRpc(AnswersUnimplemented):
@@ -156,6 +178,11 @@ class CoreRpc(AnswersUnimplemented):
                 out.results.add(error=item_error(r))
         return out
 
+    async def write_batch(self, ns: Namespace, req: J.WriteBatchRequest) -> J.WriteBatchResponse:
+        writes = [write_from_proto(item, i) for i, item in enumerate(req.items)]
+        outcomes = await self.core.jobs.write_batch(ns, writes)
+        return J.WriteBatchResponse(outcomes=[write_outcome(r) for r in outcomes])
+
     # -- consuming -------------------------------------------------------------------
     async def lease(self, ns: Namespace, req: J.LeaseRequest) -> J.LeaseResponse:
         jobs = await self.core.jobs.lease(
@@ -166,6 +193,7 @@ class CoreRpc(AnswersUnimplemented):
             req.wait_ns,
             list(req.names) or None,
             req.visibility_ns,
+            req.subject_batch,
         )
         return J.LeaseResponse(leases=[lease_from_job(j) for j in jobs])
 
@@ -201,6 +229,7 @@ class CoreRpc(AnswersUnimplemented):
                 ask.max or 1,
                 list(ask.names) or None,
                 ask.visibility_ns,
+                ask.subject_batch,
             )
             out.leases.extend(lease_from_job(j) for j in jobs)
         else:
@@ -426,6 +455,7 @@ async def _q_counts(core: QueueCore, ns: Namespace, queue: str, op: Any) -> J.Qu
         counts=st.counts,
         rate_limit_ttl_ns=st.rate_limit_ttl_ns,
         rate_limit_used=st.rate_limit_used,
+        activity=st.activity,
     )
 
 

@@ -16,7 +16,7 @@ import time
 from collections import deque
 
 #: What an enqueue needs to lease for a sleeping poll: job_lease's worker, max_jobs,
-#: names and visibility_ns.
+#: names, visibility_ns and subject_batch.
 LeaseArgs = tuple
 
 #: How long an end that found no poll waits for the poll it was meant for (the worker's

@@ -58,6 +58,20 @@ def by_first_completion(r: Any) -> str:
     return r.lease.queues[0] if r.lease.queues else ""
 
 
+def by_first_write(r: Any) -> str:
+    """WriteBatch: its first item's queue (or result key). The batch is one transaction
+    on the one store every core shares, so the core that owns that key runs it all."""
+    if not r.items:
+        return ""
+    item = r.items[0]
+    kind = item.WhichOneof("kind")
+    if kind == "enqueue":
+        return item.enqueue.queue
+    if kind == "cancel":
+        return item.cancel.queue
+    return "results/" + item.result_set.key
+
+
 def by_result_key(r: Any) -> str:
     return "results/" + r.key
 
@@ -191,6 +205,7 @@ def _rpc(
 JOBS_METHODS: tuple[Method, ...] = (
     _rpc("enqueue",            ENQUEUE,  WRITE, by_queue,            "add a job to a queue"),
     _rpc("enqueue_bulk",       ENQUEUE,  WRITE, by_queue,            "add many jobs to a queue in one transaction"),
+    _rpc("write_batch",        ENQUEUE,  WRITE, by_first_write,      "enqueues, cancels and result sets, all or none"),
     _rpc("lease",              CONSUME,  WRITE, by_first_queue,      "take jobs to run, waiting up to wait_ns for one",
          long_poll=True),
     _rpc("extend",             CONSUME,  WRITE, by_token,            "extend a lease"),

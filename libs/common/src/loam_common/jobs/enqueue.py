@@ -51,10 +51,10 @@ def job_enqueue_then_lease(
 ) -> tuple[list[Enqueued | JobsError], lease.LeaseResult]:
     """An enqueue that hands its jobs to a parked poll (decision 0023): `job_enqueue`,
     then a lease of `queue` for that poll (job_lease's worker, max_jobs, names and
-    visibility_ns), in one transaction."""
+    visibility_ns, subject_batch), in one transaction."""
     done = job_enqueue(tx, ns, queue, new_jobs, bulk)
-    worker, max_jobs, names, visibility_ns = lease_args
-    leased = lease.job_lease(tx, ns, [queue], worker, max_jobs, names, 0, visibility_ns)
+    worker, max_jobs, names, visibility_ns, subject_batch = lease_args
+    leased = lease.job_lease(tx, ns, [queue], worker, max_jobs, names, 0, visibility_ns, subject_batch)
     if leased.jobs:  # the poll has them: their wake-ups would only send another poll looking
         tx.declare(Handed(frozenset(j.id for j in leased.jobs)))
     return done, leased

@@ -32,7 +32,11 @@ def backoff_delay(backoff: pb.Backoff, attempt: int, rng: random.Random | None =
 
 
 def job_requeue(qt: QueueTx, job: pb.Job, due_ns: int, keep_place: bool = False) -> None:
-    """Back to waiting (or delayed until `due_ns`) without spending an attempt."""
+    """Back to waiting (or delayed until `due_ns`) without spending an attempt. A job of
+    a subject batch goes back behind its subject (`subject_requeue_goes_behind`): to the
+    front of the backlog, or (delayed) to claim the subject again once due."""
+    if job.opts.subject and qt.subject_requeue_goes_behind(job):
+        keep_place = True
     if due_ns > qt.now:
         job.due_ns = due_ns
         qt.move(job, S.DELAYED, "delayed")
@@ -59,11 +63,16 @@ def job_retry_or_fail(qt: QueueTx, job: pb.Job, error: pb.JobError, after_ns: in
     job's new state."""
     job_record_error(qt, job, error)
     job.attempt += 1
+    if error.permanent:  # the handler says no retry will fix it
+        return job_fail_if_live(qt, job, error, False)
     if job.attempt >= job.attempts_max:
         return job_fail_if_live(qt, job, error, False, exhausted=True)
+    backoff = job.opts.backoff if job.opts.HasField("backoff") else qt.cfg.backoff
     if after_ns is None:
-        backoff = job.opts.backoff if job.opts.HasField("backoff") else qt.cfg.backoff
         after_ns = backoff_delay(backoff, job.attempt)
+    if after_ns and job.opts.subject and not backoff.hold_subject:
+        # The jobs behind it run during the backoff; once due it runs next (spec 003).
+        qt.subject_step_aside(job)
     if not after_ns:
         # Delayed jobs already due go first, as in BullMQ's retry: they were due before
         # this job came back.

@@ -92,6 +92,13 @@ def job_insert(qt: QueueTx, nj: NewJob) -> Enqueued:
         if hit is not None:
             return _remember(qt, nj, hit, rhash)
 
+    dropped = ""
+    if opts.replace:
+        kept = _earlier_replaceable_kept(qt, nj, opts)
+        if isinstance(kept, Enqueued):
+            return _remember(qt, nj, kept, rhash)
+        dropped = kept
+
     if "traceparent" not in nj.task.headers:  # every job gets a trace context (spec §6.11)
         nj.task.headers["traceparent"] = tracing.new_traceparent()
     job = pb.Job(id=nj.job_id, queue=qt.name, task=nj.task, opts=opts, created_ns=now)
@@ -112,12 +119,35 @@ def job_insert(qt: QueueTx, nj: NewJob) -> Enqueued:
     if nj.init is not None:
         nj.init(job)
     qt.insert(job)
-    qt.emit_added(job, S.name(job.state) if not job.subject_blocked else "waiting")
+    qt.emit_added(job, "waiting" if job.subject_blocked and job.state in S.READY else S.name(job.state))
     if opts.job_key:
         tx.put(k.job_key(opts.job_key), job.id.encode())
     if opts.HasField("dedup"):
         dedup.record(qt, nj)
-    return _remember(qt, nj, Enqueued(job.id, True, job.state, job.opts.job_key), rhash)
+    if opts.replace:
+        tx.put(k.subject_replaceable(opts.subject, nj.task.name), job.id.encode())
+    return _remember(qt, nj, Enqueued(job.id, True, job.state, job.opts.job_key, dropped), rhash)
+
+
+def _earlier_replaceable_kept(qt: QueueTx, nj: NewJob, opts) -> Enqueued | str:
+    """A replacement (spec 003's "push an eviction back each time the file is read"):
+    the job of the same subject and task name last enqueued as a replacement, if it has
+    not started (never leased, still waiting or delayed), and the new one: whichever
+    runs later is kept. The earlier runs later (a tie keeps it): its answer, naming the
+    new job as dropped. Else the earlier job is removed here and its id returned (""
+    when there was none to replace: the new job goes in beside a started one)."""
+    raw = qt.tx.get(qt.k.subject_replaceable(opts.subject, nj.task.name))
+    if raw is None:
+        return ""
+    earlier = qt.get_job(raw.decode())
+    if earlier is None or earlier.epoch or earlier.state not in (S.WAITING, S.PRIORITIZED, S.DELAYED):
+        return ""
+    new_runs_at = max(due_ns(opts, qt.now), qt.now)
+    if (earlier.due_ns or earlier.created_ns) >= new_runs_at:
+        qt.emit("duplicated", earlier)
+        return Enqueued(earlier.id, False, earlier.state, earlier.opts.job_key, dropped=nj.job_id)
+    qt.remove(earlier, "removed")
+    return earlier.id
 
 
 def _remember(qt: QueueTx, nj: NewJob, result: Enqueued, rhash: bytes | None) -> Enqueued:

@@ -48,7 +48,8 @@ def retry(qt: QueueTx, job: pb.Job, keep_attempts: bool = False) -> None:
 
 def promote(qt: QueueTx, job: pb.Job) -> None:
     """Make a delayed job ready now (BullMQ's promote)."""
-    qt.move(job, S.ready_state(job.opts.priority), "promoted")
+    keep_place = qt.subject_reclaim_if_stepped_aside(job)
+    qt.move(job, S.ready_state(job.opts.priority), "promoted", keep_place=keep_place)
     job.due_ns = 0  # after the move: the delayed index key was built from it
     qt.put_job(job)
     qt.emit("waiting", job, prev_state=S.DELAYED)

@@ -28,6 +28,7 @@ class LeaseResult:
     wake_at_ns: int = 0
     # Per leased job, how long it had been ready (loam_jobs_lease_latency_seconds).
     waited_ns: list[int] = field(default_factory=list)
+    subject_batch: int = 0  # the lease's subject batch size (0, 1: none)
 
 
 def _note_wake(res: LeaseResult, at_ns: int) -> None:
@@ -78,8 +79,11 @@ def job_lease(
     names: frozenset[str] | None = None,
     shard_offset: int = 0,
     visibility_ns: int = 0,
+    subject_batch: int = 0,
 ) -> LeaseResult:
-    res = LeaseResult()
+    """`subject_batch`: after a subject's job, lease up to that many consecutive jobs of
+    its subject with it (counted in `max_jobs`), as one run (`_take_subject_run`)."""
+    res = LeaseResult(subject_batch=subject_batch)
     for queue in queues:
         if len(res.jobs) >= max_jobs:
             break
@@ -157,18 +161,58 @@ def _take(
         job = qt.require_job(job_id.decode())
         if names is not None and job.task.name not in names:
             continue
-        if job.opts.expires_ns and qt.now > job.opts.expires_ns:
+        opts = job.opts
+        if opts.placement and opts.placement != worker:
+            continue  # another worker's job (placement); its subject's jobs wait behind it
+        if opts.expires_ns and qt.now > opts.expires_ns:
             job.errors.append(pb.JobError(code="expired", message="expired before it started", at_ns=qt.now))
             qt.move(job, S.CANCELED, "expired")
             continue
-        res.waited_ns.append(qt.now - job.state_ns)
-        job.epoch += 1
-        job.worker = worker
-        job.lease_started_ns = qt.now
-        if not job.processed_ns:
-            job.processed_ns = qt.now
-        job.deadline_ns = lease_deadline(qt, job, visibility_ns)
-        qt.move(job, S.ACTIVE, "active", worker=worker)
-        res.jobs.append(job)
+        _lease_one(qt, job, worker, res, visibility_ns)
         taken += 1
+        if opts.subject and res.subject_batch > 1 and taken < want:
+            taken += _take_subject_run(
+                qt, job, worker, min(res.subject_batch - 1, want - taken), res, visibility_ns
+            )
+    return taken
+
+
+def _lease_one(qt: QueueTx, job: pb.Job, worker: str, res: LeaseResult, visibility_ns: int, **move) -> None:
+    res.waited_ns.append(qt.now - job.state_ns)
+    if job.subject_run:  # an earlier run's list (its lease was lost): this lease makes its own
+        del job.subject_run[:]
+    job.epoch += 1
+    job.worker = worker
+    job.lease_started_ns = qt.now
+    if not job.processed_ns:
+        job.processed_ns = qt.now
+    job.deadline_ns = lease_deadline(qt, job, visibility_ns)
+    qt.move(job, S.ACTIVE, "active", worker=worker, **move)
+    res.jobs.append(job)
+
+
+def _take_subject_run(
+    qt: QueueTx, lead: pb.Job, worker: str, room: int, res: LeaseResult, visibility_ns: int
+) -> int:
+    """Lease up to `room` jobs from the head of `lead`'s subject backlog with it, in
+    order, stopping at the first of another task name, not due yet, placed on another
+    worker or expired (each waits for its turn as the subject's job). The lead lists
+    them (`Job.subject_run`): the subject passes down that list as they finish."""
+    prefix = qt.k.subject_backlog(lead.opts.subject)
+    taken = 0
+    for _key, job_id in qt.tx.scan(prefix, keys.prefix_end(prefix), limit=room):
+        job = qt.require_job(job_id.decode())
+        opts = job.opts
+        if (
+            job.task.name != lead.task.name
+            or job.due_ns > qt.now
+            or (opts.placement and opts.placement != worker)
+            or (opts.expires_ns and qt.now > opts.expires_ns)
+        ):
+            break
+        _lease_one(qt, job, worker, res, visibility_ns, unblock_subject=True)
+        lead.subject_run.append(job.id)
+        taken += 1
+    if taken:
+        qt.put_job(lead)
     return taken

@@ -31,6 +31,8 @@ class Enqueued:
     created: bool
     state: int
     job_key: str = ""  # the job's key, when it has one (BullMQ's id)
+    # A replacement (EnqueueOpts.replace): the job dropped, the earlier one or this one.
+    dropped: str = ""
 
 
 def request_hash(task: pb.TaskSpec, opts: pb.EnqueueOpts) -> bytes:
@@ -102,6 +104,11 @@ def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
             raise InvalidArgument(f"{field}.dedup.replace", "debounce with replace needs a delay")
     if opts.subject:
         validate.text(f"{field}.subject", opts.subject, 1024)
+    validate.enum(f"{field}.replace", opts.replace, pb.SubjectReplace)
+    if opts.replace and not opts.subject:
+        raise InvalidArgument(f"{field}.replace", "a replacement replaces a job of its subject: set subject")
+    if opts.placement:
+        validate.text(f"{field}.placement", opts.placement, 256)
     if opts.HasField("parent"):
         p = opts.parent
         validate.name(f"{field}.parent.queue", p.queue)

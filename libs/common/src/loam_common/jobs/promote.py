@@ -20,7 +20,8 @@ def promote_due(qt: QueueTx, shard: int, limit: int = PROMOTE_BATCH) -> int:
     plen = len(prefix)
     for key, _ in due:
         job = qt.require_job(keys.index_job_id(key, plen))
-        qt.move(job, S.ready_state(job.opts.priority), "waiting")
+        keep_place = qt.subject_reclaim_if_stepped_aside(job)
+        qt.move(job, S.ready_state(job.opts.priority), "waiting", keep_place=keep_place)
     return len(due)
 
 

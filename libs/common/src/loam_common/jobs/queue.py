@@ -113,7 +113,8 @@ class QueueTx:
         self._stored_cfg = raw
         self._metas: dict[int, pb.ShardMeta] = {}
         self._dirty: set[int] = set()
-        self._inserted_ready: list[str] = []  # new jobs a poll may lease, declared on flush
+        # Jobs made leasable (new, or their subject's turn), declared on flush.
+        self._inserted_ready: list[str] = []
         # Values derived from the config, computed once per transition (retention.py);
         # emptied whenever the config is saved.
         self.memo: dict = {}
@@ -372,6 +373,8 @@ class QueueTx:
             st = job.state
             value = job.id.encode() if (st == S.WAITING or st == S.PRIORITIZED) else b""
             self.tx.put(key, value)
+            if job.subject_blocked and value:  # into its subject's backlog
+                self.meta_for_update(job.shard).subject_waiting += 1
             if st == S.ACTIVE:
                 self.note_due(job.shard, job.deadline_ns)
             elif st == S.DELAYED:
@@ -394,14 +397,19 @@ class QueueTx:
         key = self._index_key(job)
         if key is not None:
             self.tx.delete(key)
+            if job.subject_blocked and (job.state == S.WAITING or job.state == S.PRIORITIZED):
+                self.meta_for_update(job.shard).subject_waiting -= 1
 
     def insert(self, job: pb.Job, event: str | None = None) -> None:
         """Store a new job in its state (WAITING/PRIORITIZED/DELAYED/...)."""
         self.ensure_exists()
         job.state_ns = self.now
-        if job.opts.subject and job.state != S.WAITING_CHILDREN and self.subject_claim(job):
-            if job.state == S.DELAYED:  # it waits behind the subject's job; its due time is kept
-                job.state = S.ready_state(job.opts.priority)
+        if job.opts.subject and job.state == S.DELAYED:
+            # A delayed job never holds up the ones behind it (spec 003): it claims its
+            # subject once due (promote: subject_reclaim_if_stepped_aside).
+            job.subject_blocked = True
+        elif job.opts.subject and job.state != S.WAITING_CHILDREN:
+            self.subject_claim(job)
         if job.state in S.READY:
             job.seq = self.next_seq(job.shard)
         self._index_add(job)
@@ -499,9 +507,15 @@ class QueueTx:
     def _finished(self, job: pb.Job) -> None:
         """A job left the live states (finished or removed): free its subject, set off
         what that means for other jobs (`follow_job_left_live`), and run the hooks."""
-        if job.opts.subject and not job.subject_blocked:
-            self._subject_release(job)
-        if job.opts.dedup.id or job.parents:
+        opts = job.opts
+        if opts.subject:
+            if not job.subject_blocked:
+                self._subject_release(job)
+            if opts.replace:  # no longer replaceable: forget it unless a later one took its place
+                rkey = self.k.subject_replaceable(opts.subject, job.task.name)
+                if self.tx.get(rkey) == job.id.encode():
+                    self.tx.delete(rkey)
+        if opts.dedup.id or job.parents:
             self.follow_job_left_live(job)
         for hook in self.on_finished:
             hook(self, job)
@@ -531,23 +545,90 @@ class QueueTx:
             job.subject_blocked = True
         return job.subject_blocked
 
+    def subject_step_aside(self, job: pb.Job) -> None:
+        """`job` (its subject's, about to wait for a retry) lets the jobs behind it run
+        during its backoff: the subject passes on as if it had finished, and the job is
+        marked to claim the subject again once due (`move` from DELAYED)."""
+        if job.opts.subject and not job.subject_blocked:
+            self._subject_release(job)
+            job.subject_blocked = True
+
+    def subject_reclaim_if_stepped_aside(self, job: pb.Job) -> bool:
+        """A delayed `job` about to be made ready: if it did not hold its subject while
+        delayed (enqueued delayed, or stepped aside for a retry), it takes the subject, or
+        waits in the backlog. True if so: the move keeps a seq it had (`keep_place`), so
+        a retry goes back to the front of its subject, a new job to the back."""
+        if not job.subject_blocked or not job.opts.subject:
+            return False
+        self.subject_claim(job)
+        return True
+
+    def subject_requeue_goes_behind(self, job: pb.Job) -> bool:
+        """An active subject job is going back (released, retried, delayed, stalled)
+        while it is part of a subject batch: a later member of the run, or the subject's
+        job with members of its run still running. It must not run beside them, so it
+        goes behind its subject (the subject passes on to the run) and claims it again
+        from the front of the backlog (keep its seq). True when so: it is marked, the
+        caller moves it with `keep_place`."""
+        if not job.opts.subject or job.subject_blocked:
+            return False
+        cur_key = self.k.subject_current(job.opts.subject)
+        if self.tx.get(cur_key) != job.id.encode():
+            job.subject_blocked = True  # a later member of a run
+            return True
+        if job.subject_run and self._subject_pass_down_run(job, cur_key):
+            job.subject_blocked = True
+            return True
+        return False
+
     def _subject_release(self, job: pb.Job) -> None:
         subject = job.opts.subject
         cur_key = self.k.subject_current(subject)
         if self.tx.get(cur_key) != job.id.encode():
+            return
+        if job.subject_run and self._subject_pass_down_run(job, cur_key):
             return
         prefix = self.k.subject_backlog(subject)
         head = self.tx.scan(prefix, keys.prefix_end(prefix), limit=1)
         if not head:
             self.tx.delete(cur_key)
             return
-        _entry_key, next_id = head[0]
+        entry_key, next_id = head[0]
         nxt = self.require_job(next_id.decode())
         self.tx.put(cur_key, next_id)
-        # Out of the backlog (move deletes its entry there) into its own state's index.
+        m = self.meta_for_update(nxt.shard)
+        m.subject_admitted_total += 1
+        m.subject_wait_ns_total += max(self.now - nxt.state_ns, 0)
         if nxt.due_ns > self.now:
+            # Out of the backlog (move deletes its entry there) into the delayed index.
             self.move(nxt, S.DELAYED, None, unblock_subject=True)
             self.emit("delayed", nxt)
-        else:
-            self.move(nxt, S.ready_state(nxt.opts.priority), None, unblock_subject=True)
-            self.emit("waiting", nxt)
+            return
+        # Out of the backlog into the ready index. Its state (waiting or prioritized), so
+        # its counts, stay as they are, and it had its `waiting` event when it was added:
+        # only its index entry moves.
+        self.tx.delete(entry_key)
+        m.subject_waiting -= 1
+        nxt.subject_blocked = False
+        nxt.seq = self.next_seq(nxt.shard)
+        nxt.state_ns = self.now
+        self.tx.put(self.k.ready(nxt.shard, nxt.opts.priority, nxt.seq, nxt.opts.lifo), next_id)
+        self.put_job(nxt)
+        self._inserted_ready.append(nxt.id)  # one wake-up for all of them, on flush
+
+    def _subject_pass_down_run(self, job: pb.Job, cur_key: bytes) -> bool:
+        """The subject's job finished with later members of its subject batch still
+        live: the first of them that holds the subject (not sent back to the backlog)
+        becomes the subject's job, with the rest of the run. False when none is left."""
+        run = list(job.subject_run)
+        del job.subject_run[:]
+        for i, member_id in enumerate(run):
+            member = self.get_job(member_id)
+            if member is None or member.state in S.FINISHED or member.subject_blocked:
+                continue
+            self.tx.put(cur_key, member_id.encode())
+            del member.subject_run[:]
+            member.subject_run.extend(run[i + 1 :])
+            self.put_job(member)
+            return True
+        return False

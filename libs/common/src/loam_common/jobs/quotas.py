@@ -4,9 +4,9 @@ concurrent calls cannot both squeeze under a limit).
 
 | quota            | limits                                              | checked in              |
 |------------------|-----------------------------------------------------|-------------------------|
-| `enqueue_rate`   | jobs enqueued per second (a one-second window)      | enqueue, bulk           |
-| `stored_jobs`    | jobs stored in the namespace, every state           | enqueue, bulk           |
-| `payload_bytes`  | payload bytes of the jobs stored in the namespace   | enqueue, bulk           |
+| `enqueue_rate`   | jobs enqueued per second (a one-second window)      | enqueue, bulk, writes   |
+| `stored_jobs`    | jobs stored in the namespace, every state           | enqueue, bulk, writes   |
+| `payload_bytes`  | payload bytes of the jobs stored in the namespace   | enqueue, bulk, writes   |
 | `active_leases`  | jobs leased at once across the namespace            | lease                   |
 | `schedules`      | schedules defined                                   | schedule upsert (new id)|
 
@@ -36,6 +36,7 @@ from loam_common.jobs import schedules
 from loam_common.jobs import states as S
 from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import LeaseResult, job_lease
+from loam_common.jobs.write_batch import EnqueueWrite, write_batch_all_or_none
 from loam_common.store.base import Txn
 
 _WINDOW = struct.Struct(">QQ")  # (window start in whole seconds, jobs enqueued in it)
@@ -214,22 +215,32 @@ def job_enqueue_within_quota(tx: Txn, ns: str, queue: str, new_jobs, bulk: bool,
     return job_enqueue(tx, ns, queue, new_jobs, bulk)
 
 
+def write_batch_within_quota(tx: Txn, ns: str, writes: list, quota: Quota):
+    """A write batch (write_batch.py) whose enqueues count as one enqueue call."""
+    new_jobs = [w.job for w in writes if isinstance(w, EnqueueWrite)]
+    if new_jobs:
+        check_enqueue(tx, ns, quota, len(new_jobs), _payload_bytes(new_jobs))
+    return write_batch_all_or_none(tx, ns, writes)
+
+
 def job_enqueue_then_lease_within_quota(
     tx: Txn, ns: str, queue: str, new_jobs, bulk: bool, lease_args: tuple, quota: Quota
 ):
     check_enqueue(tx, ns, quota, len(new_jobs), _payload_bytes(new_jobs))
-    worker, max_jobs, names, visibility_ns = lease_args
+    worker, max_jobs, names, visibility_ns, subject_batch = lease_args
     try:
         room = lease_room(tx, ns, quota, max_jobs)
     except QuotaExceeded:  # the enqueue goes in; the parked poll just gets nothing
         return job_enqueue(tx, ns, queue, new_jobs, bulk), LeaseResult()
-    return job_enqueue_then_lease(tx, ns, queue, new_jobs, bulk, (worker, room, names, visibility_ns))
+    return job_enqueue_then_lease(
+        tx, ns, queue, new_jobs, bulk, (worker, room, names, visibility_ns, subject_batch)
+    )
 
 
 def job_lease_within_quota(tx: Txn, ns: str, queues, worker: str, max_jobs: int, names, shard_offset: int,
-                           visibility_ns: int, quota: Quota) -> LeaseResult:  # fmt: skip
+                           visibility_ns: int, subject_batch: int, quota: Quota) -> LeaseResult:  # fmt: skip
     room = lease_room(tx, ns, quota, max_jobs)
-    return job_lease(tx, ns, queues, worker, room, names, shard_offset, visibility_ns)
+    return job_lease(tx, ns, queues, worker, room, names, shard_offset, visibility_ns, subject_batch)
 
 
 def schedule_upsert_within_quota(tx: Txn, ns: str, spec, quota: Quota):

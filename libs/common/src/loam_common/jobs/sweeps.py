@@ -31,11 +31,17 @@ def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) 
         prefix = qt.k.active_shard(shard)
         expired = tx.scan(prefix, prefix + keys.U64.pack(cutoff), limit=limit)
         plen = len(prefix)
+        jobs = []
         for key, _ in expired:
             job = qt.get_job(keys.index_job_id(key, plen))
             if job is None:
                 tx.delete(key)
-                continue
+            else:
+                jobs.append(job)
+        # A subject's job last: the later members of its subject batch that stalled with
+        # it go back to the backlog first, so it keeps its subject and runs first again.
+        jobs.sort(key=lambda j: bool(j.subject_run))
+        for job in jobs:
             job.epoch += 1
             if job.opts.timeout_ns and qt.now >= job.lease_started_ns + job.opts.timeout_ns:
                 err = pb.JobError(
@@ -55,7 +61,9 @@ def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) 
                 job_record_error(qt, job, err)
                 job_fail_if_live(qt, job, err, False)
                 continue
-            qt.move(job, S.ready_state(job.opts.priority), "stalled")
+            # A job of a subject batch goes behind its subject, at its own place in it.
+            behind = bool(job.opts.subject) and qt.subject_requeue_goes_behind(job)
+            qt.move(job, S.ready_state(job.opts.priority), "stalled", keep_place=behind)
             qt.emit("waiting", job)
         return len(expired)
 

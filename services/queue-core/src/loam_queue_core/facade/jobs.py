@@ -29,6 +29,15 @@ from loam_common.jobs.complete import (
 from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import job_lease
 from loam_common.jobs.new_job import Enqueued, NewJob
+from loam_common.jobs.write_batch import (
+    CancelWrite,
+    EnqueueWrite,
+    ResultWrite,
+    Write,
+    WriteOutcome,
+    check_write_batch_size,
+    write_batch_all_or_none,
+)
 from loam_common.metrics import count_fenced
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
@@ -141,6 +150,41 @@ class Jobs:
                 )
         return results
 
+    async def write_batch(self, ns: Namespace, items: list[tuple]) -> list[WriteOutcome]:
+        """Several writes in one transaction, all or none (write_batch.py). Each item is
+        ("enqueue", queue, task, opts), ("cancel", queue, job id, reason) or
+        ("result_set", key, value, ttl_ns). Large payloads go to the blob store first and
+        are collected again if the batch is refused."""
+        check_write_batch_size(len(items))
+        writes: list[Write] = []
+        news: list[NewJob] = []
+        try:
+            for i, item in enumerate(items):
+                kind = item[0]
+                if kind == "enqueue":
+                    _k, queue, task, opts = item
+                    validate.name(f"items[{i}].enqueue.queue", queue)
+                    new = await self.payloads.new_job(ns, queue, task, opts or pb.EnqueueOpts(),
+                                                      f"items[{i}].enqueue.task")  # fmt: skip
+                    news.append(new)
+                    writes.append(EnqueueWrite(queue, new))
+                elif kind == "cancel":
+                    _k, queue, job_id, reason = item
+                    validate.name(f"items[{i}].cancel.queue", queue)
+                    writes.append(CancelWrite(queue, job_id, reason))
+                else:
+                    _k, key, value, ttl_ns = item
+                    writes.append(ResultWrite(key, value, ttl_ns))
+            if quota := await self.quotas.of(ns):
+                outcomes = await self.store.transact(quotas.write_batch_within_quota, ns, writes, quota)
+            else:
+                outcomes = await self.store.transact(write_batch_all_or_none, ns, writes)
+        except BaseException:
+            await self.payloads.drop_unkept(news, None)
+            raise
+        await self.payloads.drop_unkept(news, [o for o in outcomes if isinstance(o, Enqueued)])
+        return outcomes
+
     # -- consuming -------------------------------------------------------------------
     async def lease(
         self,
@@ -151,12 +195,14 @@ class Jobs:
         wait_ns: int = 0,
         names: list[str] | None = None,
         visibility_ns: int = 0,
+        subject_batch: int = 0,
     ) -> list[pb.Job]:
         """Up to `max_jobs` jobs from `queues` (in order of preference); waits up to
         `wait_ns` (at most 30 s) for one to arrive. `visibility_ns` sets the lease
-        length (0: the job's or the queue's)."""
+        length (0: the job's or the queue's); `subject_batch` leases a run of one
+        subject's consecutive jobs together (lease.job_lease)."""
         validate.in_range("wait_ns", wait_ns, 0, validate.MAX_WAIT_NS)
-        name_set = check_lease(queues, worker, max_jobs, names, visibility_ns)
+        name_set = check_lease(queues, worker, max_jobs, names, visibility_ns, subject_batch=subject_batch)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait_ns / 1e9
         while True:
@@ -165,17 +211,17 @@ class Jobs:
             try:
                 if quota := await self.quotas.of(ns):
                     res = await self.store.transact(quotas.job_lease_within_quota, ns, queues, worker, max_jobs,
-                                                    name_set, random.randrange(64), visibility_ns, quota)  # fmt: skip
+                                                    name_set, random.randrange(64), visibility_ns, subject_batch,
+                                                    quota)  # fmt: skip
                 else:
-                    res = await self.store.transact(
-                        job_lease, ns, queues, worker, max_jobs, name_set, random.randrange(64), visibility_ns
-                    )
+                    res = await self.store.transact(job_lease, ns, queues, worker, max_jobs, name_set,
+                                                    random.randrange(64), visibility_ns, subject_batch)  # fmt: skip
                 left = give_up - loop.time()
                 if res.jobs or fut is None or left <= 0 or self.waiters.ended(fut):
                     return await self.payloads.inline(res.jobs)
                 if res.wake_at_ns:  # a delayed job falls due, or a rate window ends
                     left = min(left, max((res.wake_at_ns - self.store.clock.now_ns()) / 1e9, 0.0))
-                self.waiters.sleep(fut, queues, (worker, max_jobs, name_set, visibility_ns))
+                self.waiters.sleep(fut, queues, (worker, max_jobs, name_set, visibility_ns, subject_batch))
                 try:
                     await asyncio.wait_for(asyncio.shield(fut), left)
                 except TimeoutError:
@@ -230,17 +276,18 @@ class Jobs:
         max_jobs: int,
         names: list[str] | None = None,
         visibility_ns: int = 0,
+        subject_batch: int = 0,
     ) -> tuple[list[Completed | JobsError], list[pb.Job]]:
         """Batched Complete, then a Lease that does not wait, in one transaction
         (BullMQ's moveToFinished with fetchNext): the lease sees what the completions
         freed. Invalid lease arguments refuse the whole call before anything is written."""
-        name_set = check_lease(queues, worker, max_jobs, names, visibility_ns, "lease.")
+        name_set = check_lease(queues, worker, max_jobs, names, visibility_ns, "lease.", subject_batch)
         prepared = await self._prepare_outcomes(ns, items)
         results, leased = await self.store.transact(
             job_complete_many_then_lease,
             ns,
             prepared,
-            (queues, worker, max_jobs, name_set, random.randrange(64), visibility_ns),
+            (queues, worker, max_jobs, name_set, random.randrange(64), visibility_ns, subject_batch),
         )
         await self._count_fenced_items(ns, prepared, results)
         return results, await self.payloads.inline(leased.jobs)
@@ -309,6 +356,7 @@ def check_lease(
     names: list[str] | None,
     visibility_ns: int,
     field: str = "",  # the prefix of the fields' names in errors
+    subject_batch: int = 0,
 ) -> frozenset[str] | None:
     """Refuse bad lease arguments; the task-name filter as a set (None: any task)."""
     if not queues:
@@ -318,6 +366,7 @@ def check_lease(
     validate.text(f"{field}worker", worker, 256)
     validate.in_range(f"{field}max", max_jobs, 1, MAX_LEASE_BATCH)
     validate.in_range(f"{field}visibility_ns", visibility_ns, 0, 24 * 3600 * 10**9)
+    validate.in_range(f"{field}subject_batch", subject_batch, 0, MAX_LEASE_BATCH)
     return frozenset(names) if names else None
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loam_common import events, validate
+from loam_common import events, metrics, validate
 from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin
@@ -29,6 +29,7 @@ class QueueState:
     counts: pb.QueueCounts
     rate_limit_ttl_ns: int
     rate_limit_used: int
+    activity: pb.QueueActivity | None = None  # metrics.queue_activity
 
 
 class Queues:
@@ -148,7 +149,10 @@ def _queue(queue: str) -> str:
 
 def _state(tx: Txn, ns: Namespace, queue: str) -> QueueState:
     ttl, used = admin.queue_rate_window(tx, ns, queue)
-    return QueueState(admin.queue_config(tx, ns, queue), admin.queue_counts(tx, ns, queue), ttl, used)
+    counts = admin.queue_counts(tx, ns, queue)
+    return QueueState(
+        admin.queue_config(tx, ns, queue), counts, ttl, used, metrics.queue_activity(tx, ns, queue)
+    )
 
 
 def _clean_count(tx: Txn, ns: Namespace, queue: str, state: int, grace_ns: int, limit: int) -> int:

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file loam/jobs/v1/types.proto.
  */
 export const file_loam_jobs_v1_types: GenFile = /*@__PURE__*/
-  fileDesc("Chhsb2FtL2pvYnMvdjEvdHlwZXMucHJvdG8SDGxvYW0uam9icy52MSJNCgdQYXlsb2FkEgwKBGRhdGEYASABKAwSFAoMY29udGVudF90eXBlGAIgASgJEhAKCGJsb2JfcmVmGAMgASgJEgwKBHNpemUYBCABKAMipgEKCFRhc2tTcGVjEgwKBG5hbWUYASABKAkSJgoHcGF5bG9hZBgCIAEoCzIVLmxvYW0uam9icy52MS5QYXlsb2FkEjQKB2hlYWRlcnMYAyADKAsyIy5sb2FtLmpvYnMudjEuVGFza1NwZWMuSGVhZGVyc0VudHJ5Gi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIioKC0lkZW1wb3RlbmN5EgsKA2tleRgBIAEoCRIOCgZ0dGxfbnMYAiABKAMinQEKBURlZHVwEgoKAmlkGAEgASgJEiUKBG1vZGUYAiABKA4yFy5sb2FtLmpvYnMudjEuRGVkdXBNb2RlEg4KBnR0bF9ucxgDIAEoAxIPCgdyZXBsYWNlGAQgASgIEg4KBmV4dGVuZBgFIAEoCBIbChNrZWVwX2xhc3RfaWZfYWN0aXZlGAYgASgIEhMKC3JlcGxhY2Vfam9iGAcgASgIIjQKBURlbGF5EhIKCGRlbGF5X25zGAEgASgDSAASDwoFYXRfbnMYAiABKANIAEIGCgRraW5kInMKB0JhY2tvZmYSJwoEa2luZBgBIAEoDjIZLmxvYW0uam9icy52MS5CYWNrb2ZmS2luZBIPCgdiYXNlX25zGAIgASgDEg4KBm1heF9ucxgDIAEoAxIOCgZqaXR0ZXIYBCABKAESDgoGY3VzdG9tGAUgASgJIuIBCglSZXRlbnRpb24SHAoPY29tcGxldGVkX2NvdW50GAEgASgDSACIAQESHQoQY29tcGxldGVkX2FnZV9ucxgCIAEoA0gBiAEBEhkKDGZhaWxlZF9jb3VudBgDIAEoA0gCiAEBEhoKDWZhaWxlZF9hZ2VfbnMYBCABKANIA4gBARIVCg1yZXN1bHRfdHRsX25zGAUgASgDQhIKEF9jb21wbGV0ZWRfY291bnRCEwoRX2NvbXBsZXRlZF9hZ2VfbnNCDwoNX2ZhaWxlZF9jb3VudEIQCg5fZmFpbGVkX2FnZV9ucyLbAQoJUGFyZW50UmVmEg0KBXF1ZXVlGAEgASgJEg4KBmpvYl9pZBgCIAEoCRIeChZmYWlsX3BhcmVudF9vbl9mYWlsdXJlGAMgASgIEiIKGmNvbnRpbnVlX3BhcmVudF9vbl9mYWlsdXJlGAQgASgIEiQKHGlnbm9yZV9kZXBlbmRlbmN5X29uX2ZhaWx1cmUYBSABKAgSJAoccmVtb3ZlX2RlcGVuZGVuY3lfb25fZmFpbHVyZRgGIAEoCBIfChdrZWVwX3dhaXRpbmdfb25fZmFpbHVyZRgHIAEoCCKRBAoLRW5xdWV1ZU9wdHMSDwoHam9iX2tleRgBIAEoCRIuCgtpZGVtcG90ZW5jeRgCIAEoCzIZLmxvYW0uam9icy52MS5JZGVtcG90ZW5jeRIiCgVkZWR1cBgDIAEoCzITLmxvYW0uam9icy52MS5EZWR1cBInCgpub3RfYmVmb3JlGAQgASgLMhMubG9hbS5qb2JzLnYxLkRlbGF5EhAKCHByaW9yaXR5GAUgASgNEgwKBGxpZm8YBiABKAgSEAoIYXR0ZW1wdHMYByABKA0SJgoHYmFja29mZhgIIAEoCzIVLmxvYW0uam9icy52MS5CYWNrb2ZmEhUKDXZpc2liaWxpdHlfbnMYCSABKAMSEgoKdGltZW91dF9ucxgKIAEoAxISCgpleHBpcmVzX25zGAsgASgDEicKBnBhcmVudBgMIAEoCzIXLmxvYW0uam9icy52MS5QYXJlbnRSZWYSKgoJcmV0ZW50aW9uGA0gASgLMhcubG9hbS5qb2JzLnYxLlJldGVudGlvbhIgCgRtb2RlGA4gASgOMhIubG9hbS5qb2JzLnYxLk1vZGUSGAoQZHVyYWJsZV9mdW5jdGlvbhgPIAEoCRIPCgdzdWJqZWN0GBAgASgJEhwKFGpvYl9rZXlfZnJvbV9jb3VudGVyGBEgASgIEhsKE2pvYl9rZXlfa2VlcHNfZmlyc3QYEiABKAgiXQoISm9iRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhIKCnN0YWNrdHJhY2UYAyABKAkSDQoFYXRfbnMYBCABKAMSDwoHYXR0ZW1wdBgFIAEoDSLeBgoDSm9iEgoKAmlkGAEgASgJEg0KBXF1ZXVlGAIgASgJEiQKBHRhc2sYAyABKAsyFi5sb2FtLmpvYnMudjEuVGFza1NwZWMSJwoEb3B0cxgEIAEoCzIZLmxvYW0uam9icy52MS5FbnF1ZXVlT3B0cxIlCgVzdGF0ZRgFIAEoDjIWLmxvYW0uam9icy52MS5Kb2JTdGF0ZRINCgVzaGFyZBgGIAEoDRILCgNzZXEYByABKAQSDQoFZXBvY2gYCCABKAQSDgoGd29ya2VyGAkgASgJEhMKC2RlYWRsaW5lX25zGAogASgDEg8KB2F0dGVtcHQYCyABKA0SDwoHc3RhbGxlZBgMIAEoDRISCgpjcmVhdGVkX25zGA0gASgDEhQKDHByb2Nlc3NlZF9ucxgOIAEoAxITCgtmaW5pc2hlZF9ucxgPIAEoAxIOCgZkdWVfbnMYECABKAMSJQoGcmVzdWx0GBEgASgLMhUubG9hbS5qb2JzLnYxLlBheWxvYWQSJgoGZXJyb3JzGBIgAygLMhYubG9hbS5qb2JzLnYxLkpvYkVycm9yEhAKCHByb2dyZXNzGBMgASgMEhEKCWxvZ19jb3VudBgUIAEoDRIXCg9zdWJqZWN0X2Jsb2NrZWQYFSABKAgSGAoQbGVhc2Vfc3RhcnRlZF9ucxgWIAEoAxIUCgxhdHRlbXB0c19tYXgYFyABKA0SFAoMb3JpZ2luX3F1ZXVlGBggASgJEhAKCHN0YXRlX25zGBkgASgDEhgKEHBlbmRpbmdfY2hpbGRyZW4YGiABKA0SGQoRa2VlcF9sYXN0X3BlbmRpbmcYGyABKAgSFAoMcmVxdWVzdF9oYXNoGBwgASgMEigKB3BhcmVudHMYHSADKAsyFy5sb2FtLmpvYnMudjEuUGFyZW50UmVmEhAKCGNoaWxkcmVuGB4gASgNEhoKEmNoaWxkcmVuX2NvbXBsZXRlZBgfIAEoDRIXCg9jaGlsZHJlbl9mYWlsZWQYICABKA0SDAoEZmxvdxghIAEoCRIRCglmbG93X25vZGUYIiABKAkSFAoMZmFpbGVkX2NoaWxkGCMgASgJEhgKEGRlZmVycmVkX2ZhaWx1cmUYJCABKAkSEwoLcmV0cnlfZXBvY2gYJSABKAQiPgoJUmF0ZUxpbWl0EgsKA21heBgBIAEoDRITCgtkdXJhdGlvbl9ucxgCIAEoAxIPCgdzaGFyZGVkGAMgASgIIpIECgtRdWV1ZUNvbmZpZxIMCgRuYW1lGAEgASgJEhUKDXZpc2liaWxpdHlfbnMYAiABKAMSEAoIYXR0ZW1wdHMYAyABKA0SJgoHYmFja29mZhgEIAEoCzIVLmxvYW0uam9icy52MS5CYWNrb2ZmEhgKC21heF9zdGFsbGVkGAUgASgFSACIAQESKwoKcmF0ZV9saW1pdBgGIAEoCzIXLmxvYW0uam9icy52MS5SYXRlTGltaXQSEwoLY29uY3VycmVuY3kYByABKA0SKgoJcmV0ZW50aW9uGAggASgLMhcubG9hbS5qb2JzLnYxLlJldGVudGlvbhIZChFkZWFkX2xldHRlcl9xdWV1ZRgJIAEoCRIgChhkZWFkX2xldHRlcl9vbl9leGhhdXN0ZWQYCiABKAgSDgoGc2hhcmRzGAsgASgNEg4KBnBhdXNlZBgMIAEoCBISCgpjcmVhdGVkX25zGA0gASgDEg8KB2xvZ19jYXAYDiABKA0SFQoNcGF5bG9hZF9saW1pdBgPIAEoBBIdChVkZWZlcl9zdGFsbGVkX2ZhaWx1cmUYECABKAgSGwoTZGVmZXJfY2hpbGRfZmFpbHVyZRgRIAEoCBIaChJza2lwX3N0YWxsZWRfY2hlY2sYEiABKAgSGwoTc3RhbGxlZF9pbnRlcnZhbF9ucxgTIAEoA0IOCgxfbWF4X3N0YWxsZWQihAMKCVNoYXJkTWV0YRIQCghuZXh0X3NlcRgBIAEoBBISCgpvdXRib3hfc2VxGAIgASgEEjMKBmNvdW50cxgDIAMoCzIjLmxvYW0uam9icy52MS5TaGFyZE1ldGEuQ291bnRzRW50cnkSFgoOZW5xdWV1ZWRfdG90YWwYBCABKAQSFAoMbGVhc2VkX3RvdGFsGAUgASgEEhUKDXN0YWxsZWRfdG90YWwYBiABKAQSFAoMZmVuY2VkX3RvdGFsGAcgASgEEkQKD2NvbXBsZXRlZF90b3RhbBgIIAMoCzIrLmxvYW0uam9icy52MS5TaGFyZE1ldGEuQ29tcGxldGVkVG90YWxFbnRyeRIVCg1wYXlsb2FkX2J5dGVzGAkgASgDGi0KC0NvdW50c0VudHJ5EgsKA2tleRgBIAEoBRINCgV2YWx1ZRgCIAEoAzoCOAEaNQoTQ29tcGxldGVkVG90YWxFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAQ6AjgBIl8KDFF1ZXVlUnVudGltZRIXCg93aW5kb3dfc3RhcnRfbnMYASABKAMSDAoEdXNlZBgCIAEoDRIYChBibG9ja2VkX3VudGlsX25zGAMgASgDEg4KBmFjdGl2ZRgEIAEoAyKFAQoRSWRlbXBvdGVuY3lSZWNvcmQSFAoMcmVxdWVzdF9oYXNoGAEgASgMEg4KBmpvYl9pZBgCIAEoCRIlCgVzdGF0ZRgDIAEoDjIWLmxvYW0uam9icy52MS5Kb2JTdGF0ZRISCgpleHBpcmVzX25zGAQgASgDEg8KB2NyZWF0ZWQYBSABKAgiqAEKC0RlZHVwUmVjb3JkEg4KBmpvYl9pZBgBIAEoCRISCgpleHBpcmVzX25zGAIgASgDEhYKDnBlbmRpbmdfam9iX2lkGAMgASgJEiwKDHBlbmRpbmdfdGFzaxgEIAEoCzIWLmxvYW0uam9icy52MS5UYXNrU3BlYxIvCgxwZW5kaW5nX29wdHMYBSABKAsyGS5sb2FtLmpvYnMudjEuRW5xdWV1ZU9wdHMiUwoNTWV0cmljc1JlY29yZBINCgVjb3VudBgBIAEoBBIPCgdwcmV2X21zGAIgASgDEhIKCnByZXZfY291bnQYAyABKAQSDgoGcG9pbnRzGAQgAygEImoKDFJlc3VsdFJlY29yZBIkCgV2YWx1ZRgBIAEoCzIVLmxvYW0uam9icy52MS5QYXlsb2FkEhIKCmV4cGlyZXNfbnMYAiABKAMSDwoHbWVtYmVycxgDIAEoAxIPCgd2ZXJzaW9uGAQgASgEIlsKD0V4Y2hhbmdlQmluZGluZxIQCghleGNoYW5nZRgBIAEoCRITCgtyb3V0aW5nX2tleRgCIAEoCRINCgVxdWV1ZRgDIAEoCRISCgpleHBpcmVzX25zGAQgASgDIiYKB0xvZ0xpbmUSDQoFYXRfbnMYASABKAMSDAoEbGluZRgCIAEoCSI6CgZXb3JrZXISCgoCaWQYASABKAkSFAoMbGFzdF9zZWVuX25zGAIgASgDEg4KBnF1ZXVlcxgDIAMoCSKvAQoLVG9rZW5SZWNvcmQSCgoCaWQYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEg8KB2FjdGlvbnMYAyADKAkSEgoKY3JlYXRlZF9ucxgEIAEoAxISCgpleHBpcmVzX25zGAUgASgDEgwKBG5hbWUYBiABKAkSDwoHcmV2b2tlZBgHIAEoCBISCgpyZXZva2VkX25zGAggASgDEhUKDXNlY3JldF9zaGEyNTYYCSABKAwiVwoOT3duZXJzaGlwTGVhc2USDQoFb3duZXIYASABKAkSDQoFZXBvY2gYAiABKAQSEgoKZXhwaXJlc19ucxgDIAEoAxITCgthY3F1aXJlZF9ucxgEIAEoAyJDCg1TZXJ2aWNlTWVtYmVyEgoKAmlkGAEgASgJEhIKCmV4cGlyZXNfbnMYAiABKAMSEgoKc3RhcnRlZF9ucxgDIAEoAyKPBAoOU2NoZWR1bGVSZWNvcmQSCgoCaWQYASABKAkSDAoEY3JvbhgCIAEoCRIKCgJ0ehgDIAEoCRIQCghldmVyeV9ucxgEIAEoAxINCgVsaW1pdBgFIAEoDRIQCghzdGFydF9ucxgGIAEoAxIOCgZlbmRfbnMYByABKAMSEQoJb2Zmc2V0X25zGAggASgDEhMKC2ltbWVkaWF0ZWx5GAkgASgIEg0KBXF1ZXVlGAogASgJEiQKBHRhc2sYCyABKAsyFi5sb2FtLmpvYnMudjEuVGFza1NwZWMSJwoEb3B0cxgMIAEoCzIZLmxvYW0uam9icy52MS5FbnF1ZXVlT3B0cxIsCgdtaXNmaXJlGA0gASgOMhsubG9hbS5qb2JzLnYxLk1pc2ZpcmVQb2xpY3kSGAoQbWlzZmlyZV9ncmFjZV9ucxgOIAEoAxIsCgZkcml2ZXIYDyABKA4yHC5sb2FtLmpvYnMudjEuU2NoZWR1bGVEcml2ZXISDwoHbmV4dF9ucxgUIAEoAxIUCgxsYXN0X3RpY2tfbnMYFSABKAMSEwoLbGFzdF9qb2JfaWQYFiABKAkSDQoFY291bnQYFyABKA0SEgoKY3JlYXRlZF9ucxgYIAEoAxISCgp1cGRhdGVkX25zGBkgASgDEhEKCXJ1bGVfaGFzaBgaIAEoDBISCgpsYXN0X2Vycm9yGBsgASgJIocCCgpEZXBlbmRlbmN5Eg0KBXF1ZXVlGAEgASgJEg4KBmpvYl9pZBgCIAEoCRIMCgRub2RlGAMgASgJEiwKBXN0YXRlGAQgASgOMh0ubG9hbS5qb2JzLnYxLkRlcGVuZGVuY3lTdGF0ZRIkCgV2YWx1ZRgFIAEoCzIVLmxvYW0uam9icy52MS5QYXlsb2FkEiUKBWVycm9yGAYgASgLMhYubG9hbS5qb2JzLnYxLkpvYkVycm9yEhMKC2ZpbmlzaGVkX25zGAcgASgDEg8KB2pvYl9rZXkYCCABKAkSKwoGcG9saWN5GAkgASgOMhsubG9hbS5qb2JzLnYxLkZhaWx1cmVQb2xpY3kiOQoKRmxvd0pvYlJlZhIMCgRub2RlGAEgASgJEg0KBXF1ZXVlGAIgASgJEg4KBmpvYl9pZBgDIAEoCSJqCgpGbG93UmVjb3JkEgoKAmlkGAEgASgJEhQKDHJlcXVlc3RfaGFzaBgCIAEoDBISCgpjcmVhdGVkX25zGAMgASgDEiYKBGpvYnMYBCADKAsyGC5sb2FtLmpvYnMudjEuRmxvd0pvYlJlZiLmAQoLRXJyb3JEZXRhaWwSDgoGcmVhc29uGAEgASgJEg0KBWZpZWxkGAIgASgJEhAKCGV4aXN0aW5nGAMgASgJEgsKA2tleRgEIAEoCRILCgNqb2IYBSABKAkSDQoFZXBvY2gYBiABKAQSFQoNY3VycmVudF9lcG9jaBgHIAEoBBISCgpmcm9tX3N0YXRlGAggASgJEgoKAnRvGAkgASgJEhYKDnJldHJ5X2FmdGVyX25zGAogASgDEg0KBWxpbWl0GAsgASgEEgwKBHNpemUYDCABKAQSEQoJcmV0cnlhYmxlGA0gASgIIsoBCgtRdWV1ZUNvdW50cxIPCgd3YWl0aW5nGAEgASgDEhMKC3ByaW9yaXRpemVkGAIgASgDEg8KB2RlbGF5ZWQYAyABKAMSDgoGYWN0aXZlGAQgASgDEhgKEHdhaXRpbmdfY2hpbGRyZW4YBSABKAMSEQoJY29tcGxldGVkGAYgASgDEg4KBmZhaWxlZBgHIAEoAxIVCg1kZWFkX2xldHRlcmVkGAggASgDEhAKCGNhbmNlbGVkGAkgASgDEg4KBnBhdXNlZBgKIAEoCCLzAgoMU2NoZWR1bGVTcGVjEgoKAmlkGAEgASgJEgwKBGNyb24YAiABKAkSCgoCdHoYAyABKAkSEAoIZXZlcnlfbnMYBCABKAMSDQoFbGltaXQYBSABKA0SEAoIc3RhcnRfbnMYBiABKAMSDgoGZW5kX25zGAcgASgDEhEKCW9mZnNldF9ucxgIIAEoAxITCgtpbW1lZGlhdGVseRgJIAEoCBINCgVxdWV1ZRgKIAEoCRIkCgR0YXNrGAsgASgLMhYubG9hbS5qb2JzLnYxLlRhc2tTcGVjEicKBG9wdHMYDCABKAsyGS5sb2FtLmpvYnMudjEuRW5xdWV1ZU9wdHMSLAoHbWlzZmlyZRgNIAEoDjIbLmxvYW0uam9icy52MS5NaXNmaXJlUG9saWN5EhgKEG1pc2ZpcmVfZ3JhY2VfbnMYDiABKAMSLAoGZHJpdmVyGA8gASgOMhwubG9hbS5qb2JzLnYxLlNjaGVkdWxlRHJpdmVyItABCghGbG93Tm9kZRIKCgJpZBgBIAEoCRINCgVxdWV1ZRgCIAEoCRIkCgR0YXNrGAMgASgLMhYubG9hbS5qb2JzLnYxLlRhc2tTcGVjEicKBG9wdHMYBCABKAsyGS5sb2FtLmpvYnMudjEuRW5xdWV1ZU9wdHMSEgoKZGVwZW5kc19vbhgFIAMoCRIvCgpvbl9mYWlsdXJlGAYgASgOMhsubG9hbS5qb2JzLnYxLkZhaWx1cmVQb2xpY3kSFQoNam9pbl9leGlzdGluZxgHIAEoCCI9CghGbG93U3BlYxIKCgJpZBgBIAEoCRIlCgVub2RlcxgCIAMoCzIWLmxvYW0uam9icy52MS5GbG93Tm9kZSJ9Cg9OYW1lc3BhY2VRdW90YXMSFAoMZW5xdWV1ZV9yYXRlGAEgASgEEhMKC3N0b3JlZF9qb2JzGAIgASgEEhUKDXBheWxvYWRfYnl0ZXMYAyABKAQSFQoNYWN0aXZlX2xlYXNlcxgEIAEoBBIRCglzY2hlZHVsZXMYBSABKAQqiAIKCEpvYlN0YXRlEhkKFUpPQl9TVEFURV9VTlNQRUNJRklFRBAAEhUKEUpPQl9TVEFURV9XQUlUSU5HEAESGQoVSk9CX1NUQVRFX1BSSU9SSVRJWkVEEAISFQoRSk9CX1NUQVRFX0RFTEFZRUQQAxIUChBKT0JfU1RBVEVfQUNUSVZFEAQSHgoaSk9CX1NUQVRFX1dBSVRJTkdfQ0hJTERSRU4QBRIXChNKT0JfU1RBVEVfQ09NUExFVEVEEAYSFAoQSk9CX1NUQVRFX0ZBSUxFRBAHEhsKF0pPQl9TVEFURV9ERUFEX0xFVFRFUkVEEAgSFgoSSk9CX1NUQVRFX0NBTkNFTEVEEAkqcAoJRGVkdXBNb2RlEhoKFkRFRFVQX01PREVfVU5TUEVDSUZJRUQQABIVChFERURVUF9NT0RFX1NJTVBMRRABEhcKE0RFRFVQX01PREVfVEhST1RUTEUQAhIXChNERURVUF9NT0RFX0RFQk9VTkNFEAMqegoLQmFja29mZktpbmQSHAoYQkFDS09GRl9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSQkFDS09GRl9LSU5EX0ZJWEVEEAESHAoYQkFDS09GRl9LSU5EX0VYUE9ORU5USUFMEAISFwoTQkFDS09GRl9LSU5EX0NVU1RPTRADKj4KBE1vZGUSFAoQTU9ERV9VTlNQRUNJRklFRBAAEg4KCk1PREVfUVVFVUUQARIQCgxNT0RFX0RVUkFCTEUQAiqFAQoNTWlzZmlyZVBvbGljeRIeChpNSVNGSVJFX1BPTElDWV9VTlNQRUNJRklFRBAAEh4KGk1JU0ZJUkVfUE9MSUNZX0ZJUkVfTEFURVNUEAESFwoTTUlTRklSRV9QT0xJQ1lfU0tJUBACEhsKF01JU0ZJUkVfUE9MSUNZX0ZJUkVfQUxMEAMqbQoOU2NoZWR1bGVEcml2ZXISHwobU0NIRURVTEVfRFJJVkVSX1VOU1BFQ0lGSUVEEAASGgoWU0NIRURVTEVfRFJJVkVSX1NFUlZFUhABEh4KGlNDSEVEVUxFX0RSSVZFUl9JVEVSQVRJT05TEAIq4AEKDUZhaWx1cmVQb2xpY3kSHgoaRkFJTFVSRV9QT0xJQ1lfVU5TUEVDSUZJRUQQABIeChpGQUlMVVJFX1BPTElDWV9GQUlMX1BBUkVOVBABEiIKHkZBSUxVUkVfUE9MSUNZX0NPTlRJTlVFX1BBUkVOVBACEiQKIEZBSUxVUkVfUE9MSUNZX0lHTk9SRV9ERVBFTkRFTkNZEAMSJAogRkFJTFVSRV9QT0xJQ1lfUkVNT1ZFX0RFUEVOREVOQ1kQBBIfChtGQUlMVVJFX1BPTElDWV9LRUVQX1dBSVRJTkcQBSqsAQoPRGVwZW5kZW5jeVN0YXRlEiAKHERFUEVOREVOQ1lfU1RBVEVfVU5TUEVDSUZJRUQQABIcChhERVBFTkRFTkNZX1NUQVRFX1BFTkRJTkcQARIeChpERVBFTkRFTkNZX1NUQVRFX1BST0NFU1NFRBACEhsKF0RFUEVOREVOQ1lfU1RBVEVfRkFJTEVEEAMSHAoYREVQRU5ERU5DWV9TVEFURV9JR05PUkVEEAQqegoMRXhjaGFuZ2VUeXBlEh0KGUVYQ0hBTkdFX1RZUEVfVU5TUEVDSUZJRUQQABIYChRFWENIQU5HRV9UWVBFX0RJUkVDVBABEhcKE0VYQ0hBTkdFX1RZUEVfVE9QSUMQAhIYChRFWENIQU5HRV9UWVBFX0ZBTk9VVBADYgZwcm90bzM");
+  fileDesc("Chhsb2FtL2pvYnMvdjEvdHlwZXMucHJvdG8SDGxvYW0uam9icy52MSJNCgdQYXlsb2FkEgwKBGRhdGEYASABKAwSFAoMY29udGVudF90eXBlGAIgASgJEhAKCGJsb2JfcmVmGAMgASgJEgwKBHNpemUYBCABKAMipgEKCFRhc2tTcGVjEgwKBG5hbWUYASABKAkSJgoHcGF5bG9hZBgCIAEoCzIVLmxvYW0uam9icy52MS5QYXlsb2FkEjQKB2hlYWRlcnMYAyADKAsyIy5sb2FtLmpvYnMudjEuVGFza1NwZWMuSGVhZGVyc0VudHJ5Gi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIioKC0lkZW1wb3RlbmN5EgsKA2tleRgBIAEoCRIOCgZ0dGxfbnMYAiABKAMinQEKBURlZHVwEgoKAmlkGAEgASgJEiUKBG1vZGUYAiABKA4yFy5sb2FtLmpvYnMudjEuRGVkdXBNb2RlEg4KBnR0bF9ucxgDIAEoAxIPCgdyZXBsYWNlGAQgASgIEg4KBmV4dGVuZBgFIAEoCBIbChNrZWVwX2xhc3RfaWZfYWN0aXZlGAYgASgIEhMKC3JlcGxhY2Vfam9iGAcgASgIIjQKBURlbGF5EhIKCGRlbGF5X25zGAEgASgDSAASDwoFYXRfbnMYAiABKANIAEIGCgRraW5kIokBCgdCYWNrb2ZmEicKBGtpbmQYASABKA4yGS5sb2FtLmpvYnMudjEuQmFja29mZktpbmQSDwoHYmFzZV9ucxgCIAEoAxIOCgZtYXhfbnMYAyABKAMSDgoGaml0dGVyGAQgASgBEg4KBmN1c3RvbRgFIAEoCRIUCgxob2xkX3N1YmplY3QYBiABKAgi4gEKCVJldGVudGlvbhIcCg9jb21wbGV0ZWRfY291bnQYASABKANIAIgBARIdChBjb21wbGV0ZWRfYWdlX25zGAIgASgDSAGIAQESGQoMZmFpbGVkX2NvdW50GAMgASgDSAKIAQESGgoNZmFpbGVkX2FnZV9ucxgEIAEoA0gDiAEBEhUKDXJlc3VsdF90dGxfbnMYBSABKANCEgoQX2NvbXBsZXRlZF9jb3VudEITChFfY29tcGxldGVkX2FnZV9uc0IPCg1fZmFpbGVkX2NvdW50QhAKDl9mYWlsZWRfYWdlX25zItsBCglQYXJlbnRSZWYSDQoFcXVldWUYASABKAkSDgoGam9iX2lkGAIgASgJEh4KFmZhaWxfcGFyZW50X29uX2ZhaWx1cmUYAyABKAgSIgoaY29udGludWVfcGFyZW50X29uX2ZhaWx1cmUYBCABKAgSJAocaWdub3JlX2RlcGVuZGVuY3lfb25fZmFpbHVyZRgFIAEoCBIkChxyZW1vdmVfZGVwZW5kZW5jeV9vbl9mYWlsdXJlGAYgASgIEh8KF2tlZXBfd2FpdGluZ19vbl9mYWlsdXJlGAcgASgIItMECgtFbnF1ZXVlT3B0cxIPCgdqb2Jfa2V5GAEgASgJEi4KC2lkZW1wb3RlbmN5GAIgASgLMhkubG9hbS5qb2JzLnYxLklkZW1wb3RlbmN5EiIKBWRlZHVwGAMgASgLMhMubG9hbS5qb2JzLnYxLkRlZHVwEicKCm5vdF9iZWZvcmUYBCABKAsyEy5sb2FtLmpvYnMudjEuRGVsYXkSEAoIcHJpb3JpdHkYBSABKA0SDAoEbGlmbxgGIAEoCBIQCghhdHRlbXB0cxgHIAEoDRImCgdiYWNrb2ZmGAggASgLMhUubG9hbS5qb2JzLnYxLkJhY2tvZmYSFQoNdmlzaWJpbGl0eV9ucxgJIAEoAxISCgp0aW1lb3V0X25zGAogASgDEhIKCmV4cGlyZXNfbnMYCyABKAMSJwoGcGFyZW50GAwgASgLMhcubG9hbS5qb2JzLnYxLlBhcmVudFJlZhIqCglyZXRlbnRpb24YDSABKAsyFy5sb2FtLmpvYnMudjEuUmV0ZW50aW9uEiAKBG1vZGUYDiABKA4yEi5sb2FtLmpvYnMudjEuTW9kZRIYChBkdXJhYmxlX2Z1bmN0aW9uGA8gASgJEg8KB3N1YmplY3QYECABKAkSHAoUam9iX2tleV9mcm9tX2NvdW50ZXIYESABKAgSGwoTam9iX2tleV9rZWVwc19maXJzdBgSIAEoCBItCgdyZXBsYWNlGBMgASgOMhwubG9hbS5qb2JzLnYxLlN1YmplY3RSZXBsYWNlEhEKCXBsYWNlbWVudBgUIAEoCSJwCghKb2JFcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSEgoKc3RhY2t0cmFjZRgDIAEoCRINCgVhdF9ucxgEIAEoAxIPCgdhdHRlbXB0GAUgASgNEhEKCXBlcm1hbmVudBgGIAEoCCLzBgoDSm9iEgoKAmlkGAEgASgJEg0KBXF1ZXVlGAIgASgJEiQKBHRhc2sYAyABKAsyFi5sb2FtLmpvYnMudjEuVGFza1NwZWMSJwoEb3B0cxgEIAEoCzIZLmxvYW0uam9icy52MS5FbnF1ZXVlT3B0cxIlCgVzdGF0ZRgFIAEoDjIWLmxvYW0uam9icy52MS5Kb2JTdGF0ZRINCgVzaGFyZBgGIAEoDRILCgNzZXEYByABKAQSDQoFZXBvY2gYCCABKAQSDgoGd29ya2VyGAkgASgJEhMKC2RlYWRsaW5lX25zGAogASgDEg8KB2F0dGVtcHQYCyABKA0SDwoHc3RhbGxlZBgMIAEoDRISCgpjcmVhdGVkX25zGA0gASgDEhQKDHByb2Nlc3NlZF9ucxgOIAEoAxITCgtmaW5pc2hlZF9ucxgPIAEoAxIOCgZkdWVfbnMYECABKAMSJQoGcmVzdWx0GBEgASgLMhUubG9hbS5qb2JzLnYxLlBheWxvYWQSJgoGZXJyb3JzGBIgAygLMhYubG9hbS5qb2JzLnYxLkpvYkVycm9yEhAKCHByb2dyZXNzGBMgASgMEhEKCWxvZ19jb3VudBgUIAEoDRIXCg9zdWJqZWN0X2Jsb2NrZWQYFSABKAgSGAoQbGVhc2Vfc3RhcnRlZF9ucxgWIAEoAxIUCgxhdHRlbXB0c19tYXgYFyABKA0SFAoMb3JpZ2luX3F1ZXVlGBggASgJEhAKCHN0YXRlX25zGBkgASgDEhgKEHBlbmRpbmdfY2hpbGRyZW4YGiABKA0SGQoRa2VlcF9sYXN0X3BlbmRpbmcYGyABKAgSFAoMcmVxdWVzdF9oYXNoGBwgASgMEigKB3BhcmVudHMYHSADKAsyFy5sb2FtLmpvYnMudjEuUGFyZW50UmVmEhAKCGNoaWxkcmVuGB4gASgNEhoKEmNoaWxkcmVuX2NvbXBsZXRlZBgfIAEoDRIXCg9jaGlsZHJlbl9mYWlsZWQYICABKA0SDAoEZmxvdxghIAEoCRIRCglmbG93X25vZGUYIiABKAkSFAoMZmFpbGVkX2NoaWxkGCMgASgJEhgKEGRlZmVycmVkX2ZhaWx1cmUYJCABKAkSEwoLcmV0cnlfZXBvY2gYJSABKAQSEwoLc3ViamVjdF9ydW4YJiADKAkiPgoJUmF0ZUxpbWl0EgsKA21heBgBIAEoDRITCgtkdXJhdGlvbl9ucxgCIAEoAxIPCgdzaGFyZGVkGAMgASgIIpIECgtRdWV1ZUNvbmZpZxIMCgRuYW1lGAEgASgJEhUKDXZpc2liaWxpdHlfbnMYAiABKAMSEAoIYXR0ZW1wdHMYAyABKA0SJgoHYmFja29mZhgEIAEoCzIVLmxvYW0uam9icy52MS5CYWNrb2ZmEhgKC21heF9zdGFsbGVkGAUgASgFSACIAQESKwoKcmF0ZV9saW1pdBgGIAEoCzIXLmxvYW0uam9icy52MS5SYXRlTGltaXQSEwoLY29uY3VycmVuY3kYByABKA0SKgoJcmV0ZW50aW9uGAggASgLMhcubG9hbS5qb2JzLnYxLlJldGVudGlvbhIZChFkZWFkX2xldHRlcl9xdWV1ZRgJIAEoCRIgChhkZWFkX2xldHRlcl9vbl9leGhhdXN0ZWQYCiABKAgSDgoGc2hhcmRzGAsgASgNEg4KBnBhdXNlZBgMIAEoCBISCgpjcmVhdGVkX25zGA0gASgDEg8KB2xvZ19jYXAYDiABKA0SFQoNcGF5bG9hZF9saW1pdBgPIAEoBBIdChVkZWZlcl9zdGFsbGVkX2ZhaWx1cmUYECABKAgSGwoTZGVmZXJfY2hpbGRfZmFpbHVyZRgRIAEoCBIaChJza2lwX3N0YWxsZWRfY2hlY2sYEiABKAgSGwoTc3RhbGxlZF9pbnRlcnZhbF9ucxgTIAEoA0IOCgxfbWF4X3N0YWxsZWQi3AMKCVNoYXJkTWV0YRIQCghuZXh0X3NlcRgBIAEoBBISCgpvdXRib3hfc2VxGAIgASgEEjMKBmNvdW50cxgDIAMoCzIjLmxvYW0uam9icy52MS5TaGFyZE1ldGEuQ291bnRzRW50cnkSFgoOZW5xdWV1ZWRfdG90YWwYBCABKAQSFAoMbGVhc2VkX3RvdGFsGAUgASgEEhUKDXN0YWxsZWRfdG90YWwYBiABKAQSFAoMZmVuY2VkX3RvdGFsGAcgASgEEkQKD2NvbXBsZXRlZF90b3RhbBgIIAMoCzIrLmxvYW0uam9icy52MS5TaGFyZE1ldGEuQ29tcGxldGVkVG90YWxFbnRyeRIVCg1wYXlsb2FkX2J5dGVzGAkgASgDEhcKD3N1YmplY3Rfd2FpdGluZxgKIAEoAxIeChZzdWJqZWN0X2FkbWl0dGVkX3RvdGFsGAsgASgEEh0KFXN1YmplY3Rfd2FpdF9uc190b3RhbBgMIAEoBBotCgtDb3VudHNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAM6AjgBGjUKE0NvbXBsZXRlZFRvdGFsRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgEOgI4ASLDAQoNUXVldWVBY3Rpdml0eRINCgVyZWFkeRgBIAEoAxIPCgdkZWxheWVkGAIgASgDEhsKE29sZGVzdF9yZWFkeV9hZ2VfbnMYAyABKAMSFwoPc3ViamVjdF93YWl0aW5nGAQgASgDEh4KFnN1YmplY3RfYWRtaXR0ZWRfdG90YWwYBSABKAQSHQoVc3ViamVjdF93YWl0X25zX3RvdGFsGAYgASgEEh0KFWxlYXNlX3Rha2VvdmVyc190b3RhbBgHIAEoBCJfCgxRdWV1ZVJ1bnRpbWUSFwoPd2luZG93X3N0YXJ0X25zGAEgASgDEgwKBHVzZWQYAiABKA0SGAoQYmxvY2tlZF91bnRpbF9ucxgDIAEoAxIOCgZhY3RpdmUYBCABKAMihQEKEUlkZW1wb3RlbmN5UmVjb3JkEhQKDHJlcXVlc3RfaGFzaBgBIAEoDBIOCgZqb2JfaWQYAiABKAkSJQoFc3RhdGUYAyABKA4yFi5sb2FtLmpvYnMudjEuSm9iU3RhdGUSEgoKZXhwaXJlc19ucxgEIAEoAxIPCgdjcmVhdGVkGAUgASgIIqgBCgtEZWR1cFJlY29yZBIOCgZqb2JfaWQYASABKAkSEgoKZXhwaXJlc19ucxgCIAEoAxIWCg5wZW5kaW5nX2pvYl9pZBgDIAEoCRIsCgxwZW5kaW5nX3Rhc2sYBCABKAsyFi5sb2FtLmpvYnMudjEuVGFza1NwZWMSLwoMcGVuZGluZ19vcHRzGAUgASgLMhkubG9hbS5qb2JzLnYxLkVucXVldWVPcHRzIlMKDU1ldHJpY3NSZWNvcmQSDQoFY291bnQYASABKAQSDwoHcHJldl9tcxgCIAEoAxISCgpwcmV2X2NvdW50GAMgASgEEg4KBnBvaW50cxgEIAMoBCJqCgxSZXN1bHRSZWNvcmQSJAoFdmFsdWUYASABKAsyFS5sb2FtLmpvYnMudjEuUGF5bG9hZBISCgpleHBpcmVzX25zGAIgASgDEg8KB21lbWJlcnMYAyABKAMSDwoHdmVyc2lvbhgEIAEoBCJbCg9FeGNoYW5nZUJpbmRpbmcSEAoIZXhjaGFuZ2UYASABKAkSEwoLcm91dGluZ19rZXkYAiABKAkSDQoFcXVldWUYAyABKAkSEgoKZXhwaXJlc19ucxgEIAEoAyImCgdMb2dMaW5lEg0KBWF0X25zGAEgASgDEgwKBGxpbmUYAiABKAkiOgoGV29ya2VyEgoKAmlkGAEgASgJEhQKDGxhc3Rfc2Vlbl9ucxgCIAEoAxIOCgZxdWV1ZXMYAyADKAkirwEKC1Rva2VuUmVjb3JkEgoKAmlkGAEgASgJEhEKCW5hbWVzcGFjZRgCIAEoCRIPCgdhY3Rpb25zGAMgAygJEhIKCmNyZWF0ZWRfbnMYBCABKAMSEgoKZXhwaXJlc19ucxgFIAEoAxIMCgRuYW1lGAYgASgJEg8KB3Jldm9rZWQYByABKAgSEgoKcmV2b2tlZF9ucxgIIAEoAxIVCg1zZWNyZXRfc2hhMjU2GAkgASgMIlcKDk93bmVyc2hpcExlYXNlEg0KBW93bmVyGAEgASgJEg0KBWVwb2NoGAIgASgEEhIKCmV4cGlyZXNfbnMYAyABKAMSEwoLYWNxdWlyZWRfbnMYBCABKAMiQwoNU2VydmljZU1lbWJlchIKCgJpZBgBIAEoCRISCgpleHBpcmVzX25zGAIgASgDEhIKCnN0YXJ0ZWRfbnMYAyABKAMijwQKDlNjaGVkdWxlUmVjb3JkEgoKAmlkGAEgASgJEgwKBGNyb24YAiABKAkSCgoCdHoYAyABKAkSEAoIZXZlcnlfbnMYBCABKAMSDQoFbGltaXQYBSABKA0SEAoIc3RhcnRfbnMYBiABKAMSDgoGZW5kX25zGAcgASgDEhEKCW9mZnNldF9ucxgIIAEoAxITCgtpbW1lZGlhdGVseRgJIAEoCBINCgVxdWV1ZRgKIAEoCRIkCgR0YXNrGAsgASgLMhYubG9hbS5qb2JzLnYxLlRhc2tTcGVjEicKBG9wdHMYDCABKAsyGS5sb2FtLmpvYnMudjEuRW5xdWV1ZU9wdHMSLAoHbWlzZmlyZRgNIAEoDjIbLmxvYW0uam9icy52MS5NaXNmaXJlUG9saWN5EhgKEG1pc2ZpcmVfZ3JhY2VfbnMYDiABKAMSLAoGZHJpdmVyGA8gASgOMhwubG9hbS5qb2JzLnYxLlNjaGVkdWxlRHJpdmVyEg8KB25leHRfbnMYFCABKAMSFAoMbGFzdF90aWNrX25zGBUgASgDEhMKC2xhc3Rfam9iX2lkGBYgASgJEg0KBWNvdW50GBcgASgNEhIKCmNyZWF0ZWRfbnMYGCABKAMSEgoKdXBkYXRlZF9ucxgZIAEoAxIRCglydWxlX2hhc2gYGiABKAwSEgoKbGFzdF9lcnJvchgbIAEoCSKHAgoKRGVwZW5kZW5jeRINCgVxdWV1ZRgBIAEoCRIOCgZqb2JfaWQYAiABKAkSDAoEbm9kZRgDIAEoCRIsCgVzdGF0ZRgEIAEoDjIdLmxvYW0uam9icy52MS5EZXBlbmRlbmN5U3RhdGUSJAoFdmFsdWUYBSABKAsyFS5sb2FtLmpvYnMudjEuUGF5bG9hZBIlCgVlcnJvchgGIAEoCzIWLmxvYW0uam9icy52MS5Kb2JFcnJvchITCgtmaW5pc2hlZF9ucxgHIAEoAxIPCgdqb2Jfa2V5GAggASgJEisKBnBvbGljeRgJIAEoDjIbLmxvYW0uam9icy52MS5GYWlsdXJlUG9saWN5IjkKCkZsb3dKb2JSZWYSDAoEbm9kZRgBIAEoCRINCgVxdWV1ZRgCIAEoCRIOCgZqb2JfaWQYAyABKAkiagoKRmxvd1JlY29yZBIKCgJpZBgBIAEoCRIUCgxyZXF1ZXN0X2hhc2gYAiABKAwSEgoKY3JlYXRlZF9ucxgDIAEoAxImCgRqb2JzGAQgAygLMhgubG9hbS5qb2JzLnYxLkZsb3dKb2JSZWYi5gEKC0Vycm9yRGV0YWlsEg4KBnJlYXNvbhgBIAEoCRINCgVmaWVsZBgCIAEoCRIQCghleGlzdGluZxgDIAEoCRILCgNrZXkYBCABKAkSCwoDam9iGAUgASgJEg0KBWVwb2NoGAYgASgEEhUKDWN1cnJlbnRfZXBvY2gYByABKAQSEgoKZnJvbV9zdGF0ZRgIIAEoCRIKCgJ0bxgJIAEoCRIWCg5yZXRyeV9hZnRlcl9ucxgKIAEoAxINCgVsaW1pdBgLIAEoBBIMCgRzaXplGAwgASgEEhEKCXJldHJ5YWJsZRgNIAEoCCLKAQoLUXVldWVDb3VudHMSDwoHd2FpdGluZxgBIAEoAxITCgtwcmlvcml0aXplZBgCIAEoAxIPCgdkZWxheWVkGAMgASgDEg4KBmFjdGl2ZRgEIAEoAxIYChB3YWl0aW5nX2NoaWxkcmVuGAUgASgDEhEKCWNvbXBsZXRlZBgGIAEoAxIOCgZmYWlsZWQYByABKAMSFQoNZGVhZF9sZXR0ZXJlZBgIIAEoAxIQCghjYW5jZWxlZBgJIAEoAxIOCgZwYXVzZWQYCiABKAgi8wIKDFNjaGVkdWxlU3BlYxIKCgJpZBgBIAEoCRIMCgRjcm9uGAIgASgJEgoKAnR6GAMgASgJEhAKCGV2ZXJ5X25zGAQgASgDEg0KBWxpbWl0GAUgASgNEhAKCHN0YXJ0X25zGAYgASgDEg4KBmVuZF9ucxgHIAEoAxIRCglvZmZzZXRfbnMYCCABKAMSEwoLaW1tZWRpYXRlbHkYCSABKAgSDQoFcXVldWUYCiABKAkSJAoEdGFzaxgLIAEoCzIWLmxvYW0uam9icy52MS5UYXNrU3BlYxInCgRvcHRzGAwgASgLMhkubG9hbS5qb2JzLnYxLkVucXVldWVPcHRzEiwKB21pc2ZpcmUYDSABKA4yGy5sb2FtLmpvYnMudjEuTWlzZmlyZVBvbGljeRIYChBtaXNmaXJlX2dyYWNlX25zGA4gASgDEiwKBmRyaXZlchgPIAEoDjIcLmxvYW0uam9icy52MS5TY2hlZHVsZURyaXZlciLQAQoIRmxvd05vZGUSCgoCaWQYASABKAkSDQoFcXVldWUYAiABKAkSJAoEdGFzaxgDIAEoCzIWLmxvYW0uam9icy52MS5UYXNrU3BlYxInCgRvcHRzGAQgASgLMhkubG9hbS5qb2JzLnYxLkVucXVldWVPcHRzEhIKCmRlcGVuZHNfb24YBSADKAkSLwoKb25fZmFpbHVyZRgGIAEoDjIbLmxvYW0uam9icy52MS5GYWlsdXJlUG9saWN5EhUKDWpvaW5fZXhpc3RpbmcYByABKAgiPQoIRmxvd1NwZWMSCgoCaWQYASABKAkSJQoFbm9kZXMYAiADKAsyFi5sb2FtLmpvYnMudjEuRmxvd05vZGUifQoPTmFtZXNwYWNlUXVvdGFzEhQKDGVucXVldWVfcmF0ZRgBIAEoBBITCgtzdG9yZWRfam9icxgCIAEoBBIVCg1wYXlsb2FkX2J5dGVzGAMgASgEEhUKDWFjdGl2ZV9sZWFzZXMYBCABKAQSEQoJc2NoZWR1bGVzGAUgASgEKogCCghKb2JTdGF0ZRIZChVKT0JfU1RBVEVfVU5TUEVDSUZJRUQQABIVChFKT0JfU1RBVEVfV0FJVElORxABEhkKFUpPQl9TVEFURV9QUklPUklUSVpFRBACEhUKEUpPQl9TVEFURV9ERUxBWUVEEAMSFAoQSk9CX1NUQVRFX0FDVElWRRAEEh4KGkpPQl9TVEFURV9XQUlUSU5HX0NISUxEUkVOEAUSFwoTSk9CX1NUQVRFX0NPTVBMRVRFRBAGEhQKEEpPQl9TVEFURV9GQUlMRUQQBxIbChdKT0JfU1RBVEVfREVBRF9MRVRURVJFRBAIEhYKEkpPQl9TVEFURV9DQU5DRUxFRBAJKnAKCURlZHVwTW9kZRIaChZERURVUF9NT0RFX1VOU1BFQ0lGSUVEEAASFQoRREVEVVBfTU9ERV9TSU1QTEUQARIXChNERURVUF9NT0RFX1RIUk9UVExFEAISFwoTREVEVVBfTU9ERV9ERUJPVU5DRRADKnoKC0JhY2tvZmZLaW5kEhwKGEJBQ0tPRkZfS0lORF9VTlNQRUNJRklFRBAAEhYKEkJBQ0tPRkZfS0lORF9GSVhFRBABEhwKGEJBQ0tPRkZfS0lORF9FWFBPTkVOVElBTBACEhcKE0JBQ0tPRkZfS0lORF9DVVNUT00QAypRCg5TdWJqZWN0UmVwbGFjZRIfChtTVUJKRUNUX1JFUExBQ0VfVU5TUEVDSUZJRUQQABIeChpTVUJKRUNUX1JFUExBQ0VfS0VFUF9MQVRFUhABKj4KBE1vZGUSFAoQTU9ERV9VTlNQRUNJRklFRBAAEg4KCk1PREVfUVVFVUUQARIQCgxNT0RFX0RVUkFCTEUQAiqFAQoNTWlzZmlyZVBvbGljeRIeChpNSVNGSVJFX1BPTElDWV9VTlNQRUNJRklFRBAAEh4KGk1JU0ZJUkVfUE9MSUNZX0ZJUkVfTEFURVNUEAESFwoTTUlTRklSRV9QT0xJQ1lfU0tJUBACEhsKF01JU0ZJUkVfUE9MSUNZX0ZJUkVfQUxMEAMqbQoOU2NoZWR1bGVEcml2ZXISHwobU0NIRURVTEVfRFJJVkVSX1VOU1BFQ0lGSUVEEAASGgoWU0NIRURVTEVfRFJJVkVSX1NFUlZFUhABEh4KGlNDSEVEVUxFX0RSSVZFUl9JVEVSQVRJT05TEAIq4AEKDUZhaWx1cmVQb2xpY3kSHgoaRkFJTFVSRV9QT0xJQ1lfVU5TUEVDSUZJRUQQABIeChpGQUlMVVJFX1BPTElDWV9GQUlMX1BBUkVOVBABEiIKHkZBSUxVUkVfUE9MSUNZX0NPTlRJTlVFX1BBUkVOVBACEiQKIEZBSUxVUkVfUE9MSUNZX0lHTk9SRV9ERVBFTkRFTkNZEAMSJAogRkFJTFVSRV9QT0xJQ1lfUkVNT1ZFX0RFUEVOREVOQ1kQBBIfChtGQUlMVVJFX1BPTElDWV9LRUVQX1dBSVRJTkcQBSqsAQoPRGVwZW5kZW5jeVN0YXRlEiAKHERFUEVOREVOQ1lfU1RBVEVfVU5TUEVDSUZJRUQQABIcChhERVBFTkRFTkNZX1NUQVRFX1BFTkRJTkcQARIeChpERVBFTkRFTkNZX1NUQVRFX1BST0NFU1NFRBACEhsKF0RFUEVOREVOQ1lfU1RBVEVfRkFJTEVEEAMSHAoYREVQRU5ERU5DWV9TVEFURV9JR05PUkVEEAQqegoMRXhjaGFuZ2VUeXBlEh0KGUVYQ0hBTkdFX1RZUEVfVU5TUEVDSUZJRUQQABIYChRFWENIQU5HRV9UWVBFX0RJUkVDVBABEhcKE0VYQ0hBTkdFX1RZUEVfVE9QSUMQAhIYChRFWENIQU5HRV9UWVBFX0ZBTk9VVBADYgZwcm90bzM");
 
 /**
  * Bytes plus a content type. Payloads over the inline limit (16 KiB) live in the
@@ -225,6 +225,14 @@ export type Backoff = Message<"loam.jobs.v1.Backoff"> & {
    * @generated from field: string custom = 5;
    */
   custom: string;
+
+  /**
+   * Additive (subjects): a job waiting to retry keeps its subject, so the jobs behind it
+   * wait for the retry. Unset: they run during the backoff and the job runs next once due.
+   *
+   * @generated from field: bool hold_subject = 6;
+   */
+  holdSubject: boolean;
 };
 
 /**
@@ -430,6 +438,22 @@ export type EnqueueOpts = Message<"loam.jobs.v1.EnqueueOpts"> & {
    * @generated from field: bool job_key_keeps_first = 18;
    */
   jobKeyKeepsFirst: boolean;
+
+  /**
+   * Additive (subjects, needs `subject`): replace a waiting or delayed job of the same
+   * subject and task name that has not started (Enqueued says which job was kept).
+   *
+   * @generated from field: loam.jobs.v1.SubjectReplace replace = 19;
+   */
+  replace: SubjectReplace;
+
+  /**
+   * Additive (subjects): only the worker with this identity leases the job; the jobs
+   * behind it on its subject wait for it.
+   *
+   * @generated from field: string placement = 20;
+   */
+  placement: string;
 };
 
 /**
@@ -469,6 +493,13 @@ export type JobError = Message<"loam.jobs.v1.JobError"> & {
    * @generated from field: uint32 attempt = 5;
    */
   attempt: number;
+
+  /**
+   * Additive: no retry will fix this error: a Retry outcome carrying it fails the job.
+   *
+   * @generated from field: bool permanent = 6;
+   */
+  permanent: boolean;
 };
 
 /**
@@ -712,6 +743,15 @@ export type Job = Message<"loam.jobs.v1.Job"> & {
    * @generated from field: uint64 retry_epoch = 37;
    */
   retryEpoch: bigint;
+
+  /**
+   * Additive (subjects): on the subject's current job, the jobs of its subject leased
+   * with it in one subject batch, in order. The subject passes down this list as they
+   * finish; the ones still running hold it together.
+   *
+   * @generated from field: repeated string subject_run = 38;
+   */
+  subjectRun: string[];
 };
 
 /**
@@ -956,6 +996,25 @@ export type ShardMeta = Message<"loam.jobs.v1.ShardMeta"> & {
    * @generated from field: int64 payload_bytes = 9;
    */
   payloadBytes: bigint;
+
+  /**
+   * Additive (subjects): jobs now waiting behind their subject's job (of the waiting and
+   * prioritized counts); jobs that became their subject's job after waiting for it, and
+   * the time they waited in all.
+   *
+   * @generated from field: int64 subject_waiting = 10;
+   */
+  subjectWaiting: bigint;
+
+  /**
+   * @generated from field: uint64 subject_admitted_total = 11;
+   */
+  subjectAdmittedTotal: bigint;
+
+  /**
+   * @generated from field: uint64 subject_wait_ns_total = 12;
+   */
+  subjectWaitNsTotal: bigint;
 };
 
 /**
@@ -964,6 +1023,68 @@ export type ShardMeta = Message<"loam.jobs.v1.ShardMeta"> & {
  */
 export const ShardMetaSchema: GenMessage<ShardMeta> = /*@__PURE__*/
   messageDesc(file_loam_jobs_v1_types, 13);
+
+/**
+ * Additive: a queue's activity (QueueOp.Counts answers it with the counts): what the
+ * metrics export per queue, for REST and the console.
+ *
+ * @generated from message loam.jobs.v1.QueueActivity
+ */
+export type QueueActivity = Message<"loam.jobs.v1.QueueActivity"> & {
+  /**
+   * waiting + prioritized, subject backlogs included
+   *
+   * @generated from field: int64 ready = 1;
+   */
+  ready: bigint;
+
+  /**
+   * @generated from field: int64 delayed = 2;
+   */
+  delayed: bigint;
+
+  /**
+   * the head of the ready index; 0 when none is ready
+   *
+   * @generated from field: int64 oldest_ready_age_ns = 3;
+   */
+  oldestReadyAgeNs: bigint;
+
+  /**
+   * ready jobs waiting behind their subject's job
+   *
+   * @generated from field: int64 subject_waiting = 4;
+   */
+  subjectWaiting: bigint;
+
+  /**
+   * jobs that waited for their subject, then got it
+   *
+   * @generated from field: uint64 subject_admitted_total = 5;
+   */
+  subjectAdmittedTotal: bigint;
+
+  /**
+   * how long those waited, in all
+   *
+   * @generated from field: uint64 subject_wait_ns_total = 6;
+   */
+  subjectWaitNsTotal: bigint;
+
+  /**
+   * leases taken back from a worker that stopped renewing
+   *
+   * @generated from field: uint64 lease_takeovers_total = 7;
+   */
+  leaseTakeoversTotal: bigint;
+};
+
+/**
+ * Describes the message loam.jobs.v1.QueueActivity.
+ * Use `create(QueueActivitySchema)` to create a new message.
+ */
+export const QueueActivitySchema: GenMessage<QueueActivity> = /*@__PURE__*/
+  messageDesc(file_loam_jobs_v1_types, 14);
 
 /**
  * A queue's rate bucket (fixed window, BullMQ's limiter) and its global active count.
@@ -999,7 +1120,7 @@ export type QueueRuntime = Message<"loam.jobs.v1.QueueRuntime"> & {
  * Use `create(QueueRuntimeSchema)` to create a new message.
  */
 export const QueueRuntimeSchema: GenMessage<QueueRuntime> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 14);
+  messageDesc(file_loam_jobs_v1_types, 15);
 
 /**
  * @generated from message loam.jobs.v1.IdempotencyRecord
@@ -1038,7 +1159,7 @@ export type IdempotencyRecord = Message<"loam.jobs.v1.IdempotencyRecord"> & {
  * Use `create(IdempotencyRecordSchema)` to create a new message.
  */
 export const IdempotencyRecordSchema: GenMessage<IdempotencyRecord> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 15);
+  messageDesc(file_loam_jobs_v1_types, 16);
 
 /**
  * @generated from message loam.jobs.v1.DedupRecord
@@ -1080,7 +1201,7 @@ export type DedupRecord = Message<"loam.jobs.v1.DedupRecord"> & {
  * Use `create(DedupRecordSchema)` to create a new message.
  */
 export const DedupRecordSchema: GenMessage<DedupRecord> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 16);
+  messageDesc(file_loam_jobs_v1_types, 17);
 
 /**
  * A queue's per-minute count of completed or failed jobs (BullMQ's metrics), kept by
@@ -1123,7 +1244,7 @@ export type MetricsRecord = Message<"loam.jobs.v1.MetricsRecord"> & {
  * Use `create(MetricsRecordSchema)` to create a new message.
  */
 export const MetricsRecordSchema: GenMessage<MetricsRecord> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 17);
+  messageDesc(file_loam_jobs_v1_types, 18);
 
 /**
  * @generated from message loam.jobs.v1.ResultRecord
@@ -1161,7 +1282,7 @@ export type ResultRecord = Message<"loam.jobs.v1.ResultRecord"> & {
  * Use `create(ResultRecordSchema)` to create a new message.
  */
 export const ResultRecordSchema: GenMessage<ResultRecord> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 18);
+  messageDesc(file_loam_jobs_v1_types, 19);
 
 /**
  * A queue's binding to an exchange, kept under `t/<ns>/xb/<exchange>/...` (exchanges.py).
@@ -1197,7 +1318,7 @@ export type ExchangeBinding = Message<"loam.jobs.v1.ExchangeBinding"> & {
  * Use `create(ExchangeBindingSchema)` to create a new message.
  */
 export const ExchangeBindingSchema: GenMessage<ExchangeBinding> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 19);
+  messageDesc(file_loam_jobs_v1_types, 20);
 
 /**
  * @generated from message loam.jobs.v1.LogLine
@@ -1219,7 +1340,7 @@ export type LogLine = Message<"loam.jobs.v1.LogLine"> & {
  * Use `create(LogLineSchema)` to create a new message.
  */
 export const LogLineSchema: GenMessage<LogLine> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 20);
+  messageDesc(file_loam_jobs_v1_types, 21);
 
 /**
  * @generated from message loam.jobs.v1.Worker
@@ -1246,7 +1367,7 @@ export type Worker = Message<"loam.jobs.v1.Worker"> & {
  * Use `create(WorkerSchema)` to create a new message.
  */
 export const WorkerSchema: GenMessage<Worker> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 21);
+  messageDesc(file_loam_jobs_v1_types, 22);
 
 /**
  * An API token (bearer credential), kept under `sys/tokens/<id>`. The token string
@@ -1312,7 +1433,7 @@ export type TokenRecord = Message<"loam.jobs.v1.TokenRecord"> & {
  * Use `create(TokenRecordSchema)` to create a new message.
  */
 export const TokenRecordSchema: GenMessage<TokenRecord> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 22);
+  messageDesc(file_loam_jobs_v1_types, 23);
 
 /**
  * A fenced ownership lease on one queue shard, held by one process of a kind
@@ -1353,7 +1474,7 @@ export type OwnershipLease = Message<"loam.jobs.v1.OwnershipLease"> & {
  * Use `create(OwnershipLeaseSchema)` to create a new message.
  */
 export const OwnershipLeaseSchema: GenMessage<OwnershipLease> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 23);
+  messageDesc(file_loam_jobs_v1_types, 24);
 
 /**
  * A live process of a kind, kept under `sys/members/<kind>/<id>` and renewed by its
@@ -1385,7 +1506,7 @@ export type ServiceMember = Message<"loam.jobs.v1.ServiceMember"> & {
  * Use `create(ServiceMemberSchema)` to create a new message.
  */
 export const ServiceMemberSchema: GenMessage<ServiceMember> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 24);
+  messageDesc(file_loam_jobs_v1_types, 25);
 
 /**
  * A schedule, kept under `t/<ns>/sched/<id>`. Fields 1-14 are the ScheduleSpec as
@@ -1532,7 +1653,7 @@ export type ScheduleRecord = Message<"loam.jobs.v1.ScheduleRecord"> & {
  * Use `create(ScheduleRecordSchema)` to create a new message.
  */
 export const ScheduleRecordSchema: GenMessage<ScheduleRecord> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 25);
+  messageDesc(file_loam_jobs_v1_types, 26);
 
 /**
  * One dependency of a parent job, kept under `Q dep/<parent id>/<child queue>/<child id>`
@@ -1601,7 +1722,7 @@ export type Dependency = Message<"loam.jobs.v1.Dependency"> & {
  * Use `create(DependencySchema)` to create a new message.
  */
 export const DependencySchema: GenMessage<Dependency> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 26);
+  messageDesc(file_loam_jobs_v1_types, 27);
 
 /**
  * @generated from message loam.jobs.v1.FlowJobRef
@@ -1628,7 +1749,7 @@ export type FlowJobRef = Message<"loam.jobs.v1.FlowJobRef"> & {
  * Use `create(FlowJobRefSchema)` to create a new message.
  */
 export const FlowJobRefSchema: GenMessage<FlowJobRef> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 27);
+  messageDesc(file_loam_jobs_v1_types, 28);
 
 /**
  * A submitted flow, kept under `t/<ns>/flow/<id>`: a second submit with the same id and
@@ -1665,7 +1786,7 @@ export type FlowRecord = Message<"loam.jobs.v1.FlowRecord"> & {
  * Use `create(FlowRecordSchema)` to create a new message.
  */
 export const FlowRecordSchema: GenMessage<FlowRecord> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 28);
+  messageDesc(file_loam_jobs_v1_types, 29);
 
 /**
  * Attached to every error the service returns (as a Connect error detail, type
@@ -1774,7 +1895,7 @@ export type ErrorDetail = Message<"loam.jobs.v1.ErrorDetail"> & {
  * Use `create(ErrorDetailSchema)` to create a new message.
  */
 export const ErrorDetailSchema: GenMessage<ErrorDetail> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 29);
+  messageDesc(file_loam_jobs_v1_types, 30);
 
 /**
  * A queue's jobs by state, and whether it is paused: what admin.queue_counts returns,
@@ -1839,7 +1960,7 @@ export type QueueCounts = Message<"loam.jobs.v1.QueueCounts"> & {
  * Use `create(QueueCountsSchema)` to create a new message.
  */
 export const QueueCountsSchema: GenMessage<QueueCounts> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 30);
+  messageDesc(file_loam_jobs_v1_types, 31);
 
 /**
  * @generated from message loam.jobs.v1.ScheduleSpec
@@ -1933,7 +2054,7 @@ export type ScheduleSpec = Message<"loam.jobs.v1.ScheduleSpec"> & {
  * Use `create(ScheduleSpecSchema)` to create a new message.
  */
 export const ScheduleSpecSchema: GenMessage<ScheduleSpec> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 31);
+  messageDesc(file_loam_jobs_v1_types, 32);
 
 /**
  * @generated from message loam.jobs.v1.FlowNode
@@ -1989,7 +2110,7 @@ export type FlowNode = Message<"loam.jobs.v1.FlowNode"> & {
  * Use `create(FlowNodeSchema)` to create a new message.
  */
 export const FlowNodeSchema: GenMessage<FlowNode> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 32);
+  messageDesc(file_loam_jobs_v1_types, 33);
 
 /**
  * @generated from message loam.jobs.v1.FlowSpec
@@ -2011,7 +2132,7 @@ export type FlowSpec = Message<"loam.jobs.v1.FlowSpec"> & {
  * Use `create(FlowSpecSchema)` to create a new message.
  */
 export const FlowSpecSchema: GenMessage<FlowSpec> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 33);
+  messageDesc(file_loam_jobs_v1_types, 34);
 
 /**
  * A namespace's limits, stored at keys.namespace_quotas by SetQuotas; 0 = no limit (loam_common/jobs/quotas.py).
@@ -2060,7 +2181,7 @@ export type NamespaceQuotas = Message<"loam.jobs.v1.NamespaceQuotas"> & {
  * Use `create(NamespaceQuotasSchema)` to create a new message.
  */
 export const NamespaceQuotasSchema: GenMessage<NamespaceQuotas> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_types, 34);
+  messageDesc(file_loam_jobs_v1_types, 35);
 
 /**
  * @generated from enum loam.jobs.v1.JobState
@@ -2194,6 +2315,34 @@ export const BackoffKindSchema: GenEnum<BackoffKind> = /*@__PURE__*/
   enumDesc(file_loam_jobs_v1_types, 2);
 
 /**
+ * Additive (subjects): how an enqueue treats a not-yet-started job of the same subject
+ * and task name that was itself enqueued as a replacement.
+ *
+ * @generated from enum loam.jobs.v1.SubjectReplace
+ */
+export enum SubjectReplace {
+  /**
+   * no replacement: the job is added beside it
+   *
+   * @generated from enum value: SUBJECT_REPLACE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * keep whichever runs later, drop the other
+   *
+   * @generated from enum value: SUBJECT_REPLACE_KEEP_LATER = 1;
+   */
+  KEEP_LATER = 1,
+}
+
+/**
+ * Describes the enum loam.jobs.v1.SubjectReplace.
+ */
+export const SubjectReplaceSchema: GenEnum<SubjectReplace> = /*@__PURE__*/
+  enumDesc(file_loam_jobs_v1_types, 3);
+
+/**
  * @generated from enum loam.jobs.v1.Mode
  */
 export enum Mode {
@@ -2219,7 +2368,7 @@ export enum Mode {
  * Describes the enum loam.jobs.v1.Mode.
  */
 export const ModeSchema: GenEnum<Mode> = /*@__PURE__*/
-  enumDesc(file_loam_jobs_v1_types, 3);
+  enumDesc(file_loam_jobs_v1_types, 4);
 
 /**
  * What a sweeper that was down does with the ticks it missed (older than the grace).
@@ -2260,7 +2409,7 @@ export enum MisfirePolicy {
  * Describes the enum loam.jobs.v1.MisfirePolicy.
  */
 export const MisfirePolicySchema: GenEnum<MisfirePolicy> = /*@__PURE__*/
-  enumDesc(file_loam_jobs_v1_types, 4);
+  enumDesc(file_loam_jobs_v1_types, 5);
 
 /**
  * Who makes a schedule's jobs. Additive: the default is the server, as before.
@@ -2296,7 +2445,7 @@ export enum ScheduleDriver {
  * Describes the enum loam.jobs.v1.ScheduleDriver.
  */
 export const ScheduleDriverSchema: GenEnum<ScheduleDriver> = /*@__PURE__*/
-  enumDesc(file_loam_jobs_v1_types, 5);
+  enumDesc(file_loam_jobs_v1_types, 6);
 
 /**
  * What a node's failure (failed, canceled, removed) does to the jobs that depend on
@@ -2354,7 +2503,7 @@ export enum FailurePolicy {
  * Describes the enum loam.jobs.v1.FailurePolicy.
  */
 export const FailurePolicySchema: GenEnum<FailurePolicy> = /*@__PURE__*/
-  enumDesc(file_loam_jobs_v1_types, 6);
+  enumDesc(file_loam_jobs_v1_types, 7);
 
 /**
  * @generated from enum loam.jobs.v1.DependencyState
@@ -2396,7 +2545,7 @@ export enum DependencyState {
  * Describes the enum loam.jobs.v1.DependencyState.
  */
 export const DependencyStateSchema: GenEnum<DependencyState> = /*@__PURE__*/
-  enumDesc(file_loam_jobs_v1_types, 7);
+  enumDesc(file_loam_jobs_v1_types, 8);
 
 /**
  * @generated from enum loam.jobs.v1.ExchangeType
@@ -2435,5 +2584,5 @@ export enum ExchangeType {
  * Describes the enum loam.jobs.v1.ExchangeType.
  */
 export const ExchangeTypeSchema: GenEnum<ExchangeType> = /*@__PURE__*/
-  enumDesc(file_loam_jobs_v1_types, 8);
+  enumDesc(file_loam_jobs_v1_types, 9);
 

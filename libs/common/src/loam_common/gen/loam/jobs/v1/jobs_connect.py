@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EndLeaseWaitRequest, EndLeaseWaitResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExchangeBindRequest, ExchangeBindResponse, ExchangeBindingsRequest, ExchangeBindingsResponse, ExchangePublishRequest, ExchangePublishResponse, ExchangeUnbindRequest, ExchangeUnbindResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetEngineRunRequest, GetEngineRunResponse, GetFlowRequest, GetFlowResponse, GetQuotasRequest, GetQuotasResponse, GetScheduleRequest, GetScheduleResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListEngineRunLogsRequest, ListEngineRunLogsResponse, ListEngineRunsRequest, ListEngineRunsResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetManyRequest, ResultSetManyResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SetQuotasRequest, SetQuotasResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse
+from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EndLeaseWaitRequest, EndLeaseWaitResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExchangeBindRequest, ExchangeBindResponse, ExchangeBindingsRequest, ExchangeBindingsResponse, ExchangePublishRequest, ExchangePublishResponse, ExchangeUnbindRequest, ExchangeUnbindResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetEngineRunRequest, GetEngineRunResponse, GetFlowRequest, GetFlowResponse, GetQuotasRequest, GetQuotasResponse, GetScheduleRequest, GetScheduleResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListEngineRunLogsRequest, ListEngineRunLogsResponse, ListEngineRunsRequest, ListEngineRunsResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetManyRequest, ResultSetManyResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SetQuotasRequest, SetQuotasResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse, WriteBatchRequest, WriteBatchResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -45,6 +45,13 @@ class JobsService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def enqueue_bulk(self, request: EnqueueBulkRequest, ctx: RequestContext[EnqueueBulkRequest, EnqueueBulkResponse], /) -> EnqueueBulkResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def write_batch(self, request: WriteBatchRequest, ctx: RequestContext[WriteBatchRequest, WriteBatchResponse], /) -> WriteBatchResponse:
+        """
+        Additive: several writes (enqueues, cancels of jobs not started, result sets) in one
+        transaction, all or none.
+        """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def lease(self, request: LeaseRequest, ctx: RequestContext[LeaseRequest, LeaseResponse], /) -> LeaseResponse:
@@ -220,6 +227,17 @@ class JobsServiceASGIApplication(ConnectASGIApplication[JobsService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.enqueue_bulk,
+                ),
+                "/loam.jobs.v1.JobsService/WriteBatch": Endpoint.unary(
+                    method=MethodInfo(
+                        name="WriteBatch",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=WriteBatchRequest,
+                        output=WriteBatchResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.write_batch,
                 ),
                 "/loam.jobs.v1.JobsService/Lease": Endpoint.unary(
                     method=MethodInfo(
@@ -670,6 +688,30 @@ class JobsServiceClient(ConnectClient):
                 service_name="loam.jobs.v1.JobsService",
                 input=EnqueueBulkRequest,
                 output=EnqueueBulkResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def write_batch(
+        self,
+        request: WriteBatchRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> WriteBatchResponse:
+        """
+        Additive: several writes (enqueues, cancels of jobs not started, result sets) in one
+        transaction, all or none.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="WriteBatch",
+                service_name="loam.jobs.v1.JobsService",
+                input=WriteBatchRequest,
+                output=WriteBatchResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

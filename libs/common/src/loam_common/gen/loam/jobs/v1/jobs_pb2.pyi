@@ -30,16 +30,18 @@ class EnqueueRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ...) -> None: ...
 
 class Enqueued(_message.Message):
-    __slots__ = ("job", "created", "state", "job_key")
+    __slots__ = ("job", "created", "state", "job_key", "dropped")
     JOB_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     JOB_KEY_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
     job: str
     created: bool
     state: _types_pb2.JobState
     job_key: str
-    def __init__(self, job: _Optional[str] = ..., created: _Optional[bool] = ..., state: _Optional[_Union[_types_pb2.JobState, str]] = ..., job_key: _Optional[str] = ...) -> None: ...
+    dropped: str
+    def __init__(self, job: _Optional[str] = ..., created: _Optional[bool] = ..., state: _Optional[_Union[_types_pb2.JobState, str]] = ..., job_key: _Optional[str] = ..., dropped: _Optional[str] = ...) -> None: ...
 
 class EnqueueResponse(_message.Message):
     __slots__ = ("enqueued",)
@@ -85,21 +87,74 @@ class EnqueueBulkResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[EnqueueBulkResult]
     def __init__(self, results: _Optional[_Iterable[_Union[EnqueueBulkResult, _Mapping]]] = ...) -> None: ...
 
+class WriteItem(_message.Message):
+    __slots__ = ("enqueue", "cancel", "result_set")
+    class Cancel(_message.Message):
+        __slots__ = ("queue", "job", "reason")
+        QUEUE_FIELD_NUMBER: _ClassVar[int]
+        JOB_FIELD_NUMBER: _ClassVar[int]
+        REASON_FIELD_NUMBER: _ClassVar[int]
+        queue: str
+        job: str
+        reason: str
+        def __init__(self, queue: _Optional[str] = ..., job: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    ENQUEUE_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    RESULT_SET_FIELD_NUMBER: _ClassVar[int]
+    enqueue: EnqueueRequest
+    cancel: WriteItem.Cancel
+    result_set: ResultSetRequest
+    def __init__(self, enqueue: _Optional[_Union[EnqueueRequest, _Mapping]] = ..., cancel: _Optional[_Union[WriteItem.Cancel, _Mapping]] = ..., result_set: _Optional[_Union[ResultSetRequest, _Mapping]] = ...) -> None: ...
+
+class WriteBatchRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[WriteItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[WriteItem, _Mapping]]] = ...) -> None: ...
+
+class WriteOutcome(_message.Message):
+    __slots__ = ("enqueued", "canceled", "result_stored")
+    class Canceled(_message.Message):
+        __slots__ = ("job",)
+        JOB_FIELD_NUMBER: _ClassVar[int]
+        job: str
+        def __init__(self, job: _Optional[str] = ...) -> None: ...
+    class ResultStored(_message.Message):
+        __slots__ = ("key",)
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        def __init__(self, key: _Optional[str] = ...) -> None: ...
+    ENQUEUED_FIELD_NUMBER: _ClassVar[int]
+    CANCELED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_STORED_FIELD_NUMBER: _ClassVar[int]
+    enqueued: Enqueued
+    canceled: WriteOutcome.Canceled
+    result_stored: WriteOutcome.ResultStored
+    def __init__(self, enqueued: _Optional[_Union[Enqueued, _Mapping]] = ..., canceled: _Optional[_Union[WriteOutcome.Canceled, _Mapping]] = ..., result_stored: _Optional[_Union[WriteOutcome.ResultStored, _Mapping]] = ...) -> None: ...
+
+class WriteBatchResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[WriteOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[WriteOutcome, _Mapping]]] = ...) -> None: ...
+
 class LeaseRequest(_message.Message):
-    __slots__ = ("queues", "worker", "max", "wait_ns", "names", "visibility_ns")
+    __slots__ = ("queues", "worker", "max", "wait_ns", "names", "visibility_ns", "subject_batch")
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     MAX_FIELD_NUMBER: _ClassVar[int]
     WAIT_NS_FIELD_NUMBER: _ClassVar[int]
     NAMES_FIELD_NUMBER: _ClassVar[int]
     VISIBILITY_NS_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_BATCH_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedScalarFieldContainer[str]
     worker: str
     max: int
     wait_ns: int
     names: _containers.RepeatedScalarFieldContainer[str]
     visibility_ns: int
-    def __init__(self, queues: _Optional[_Iterable[str]] = ..., worker: _Optional[str] = ..., max: _Optional[int] = ..., wait_ns: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ..., visibility_ns: _Optional[int] = ...) -> None: ...
+    subject_batch: int
+    def __init__(self, queues: _Optional[_Iterable[str]] = ..., worker: _Optional[str] = ..., max: _Optional[int] = ..., wait_ns: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ..., visibility_ns: _Optional[int] = ..., subject_batch: _Optional[int] = ...) -> None: ...
 
 class ChildrenSummary(_message.Message):
     __slots__ = ("pending", "completed", "failed")
@@ -688,7 +743,7 @@ class QueueAdminRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., op: _Optional[_Union[QueueOp, _Mapping]] = ...) -> None: ...
 
 class QueueAdminResponse(_message.Message):
-    __slots__ = ("config", "counts", "affected", "workers", "rate_limit_ttl_ns", "rate_limit_used", "metrics")
+    __slots__ = ("config", "counts", "affected", "workers", "rate_limit_ttl_ns", "rate_limit_used", "metrics", "activity")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     AFFECTED_FIELD_NUMBER: _ClassVar[int]
@@ -696,6 +751,7 @@ class QueueAdminResponse(_message.Message):
     RATE_LIMIT_TTL_NS_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMIT_USED_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_FIELD_NUMBER: _ClassVar[int]
     config: _types_pb2.QueueConfig
     counts: _types_pb2.QueueCounts
     affected: int
@@ -703,7 +759,8 @@ class QueueAdminResponse(_message.Message):
     rate_limit_ttl_ns: int
     rate_limit_used: int
     metrics: _types_pb2.MetricsRecord
-    def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., counts: _Optional[_Union[_types_pb2.QueueCounts, _Mapping]] = ..., affected: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[_types_pb2.Worker, _Mapping]]] = ..., rate_limit_ttl_ns: _Optional[int] = ..., rate_limit_used: _Optional[int] = ..., metrics: _Optional[_Union[_types_pb2.MetricsRecord, _Mapping]] = ...) -> None: ...
+    activity: _types_pb2.QueueActivity
+    def __init__(self, config: _Optional[_Union[_types_pb2.QueueConfig, _Mapping]] = ..., counts: _Optional[_Union[_types_pb2.QueueCounts, _Mapping]] = ..., affected: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[_types_pb2.Worker, _Mapping]]] = ..., rate_limit_ttl_ns: _Optional[int] = ..., rate_limit_used: _Optional[int] = ..., metrics: _Optional[_Union[_types_pb2.MetricsRecord, _Mapping]] = ..., activity: _Optional[_Union[_types_pb2.QueueActivity, _Mapping]] = ...) -> None: ...
 
 class JobOp(_message.Message):
     __slots__ = ("get", "remove", "retry", "promote", "change_priority", "change_delay", "update_data", "logs", "cancel", "remove_dedup_key", "children", "progress", "add_log", "clear_logs", "get_dedup", "remove_child_dependency")

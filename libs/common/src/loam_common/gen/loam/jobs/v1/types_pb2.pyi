@@ -34,6 +34,11 @@ class BackoffKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BACKOFF_KIND_EXPONENTIAL: _ClassVar[BackoffKind]
     BACKOFF_KIND_CUSTOM: _ClassVar[BackoffKind]
 
+class SubjectReplace(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUBJECT_REPLACE_UNSPECIFIED: _ClassVar[SubjectReplace]
+    SUBJECT_REPLACE_KEEP_LATER: _ClassVar[SubjectReplace]
+
 class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     MODE_UNSPECIFIED: _ClassVar[Mode]
@@ -94,6 +99,8 @@ BACKOFF_KIND_UNSPECIFIED: BackoffKind
 BACKOFF_KIND_FIXED: BackoffKind
 BACKOFF_KIND_EXPONENTIAL: BackoffKind
 BACKOFF_KIND_CUSTOM: BackoffKind
+SUBJECT_REPLACE_UNSPECIFIED: SubjectReplace
+SUBJECT_REPLACE_KEEP_LATER: SubjectReplace
 MODE_UNSPECIFIED: Mode
 MODE_QUEUE: Mode
 MODE_DURABLE: Mode
@@ -184,18 +191,20 @@ class Delay(_message.Message):
     def __init__(self, delay_ns: _Optional[int] = ..., at_ns: _Optional[int] = ...) -> None: ...
 
 class Backoff(_message.Message):
-    __slots__ = ("kind", "base_ns", "max_ns", "jitter", "custom")
+    __slots__ = ("kind", "base_ns", "max_ns", "jitter", "custom", "hold_subject")
     KIND_FIELD_NUMBER: _ClassVar[int]
     BASE_NS_FIELD_NUMBER: _ClassVar[int]
     MAX_NS_FIELD_NUMBER: _ClassVar[int]
     JITTER_FIELD_NUMBER: _ClassVar[int]
     CUSTOM_FIELD_NUMBER: _ClassVar[int]
+    HOLD_SUBJECT_FIELD_NUMBER: _ClassVar[int]
     kind: BackoffKind
     base_ns: int
     max_ns: int
     jitter: float
     custom: str
-    def __init__(self, kind: _Optional[_Union[BackoffKind, str]] = ..., base_ns: _Optional[int] = ..., max_ns: _Optional[int] = ..., jitter: _Optional[float] = ..., custom: _Optional[str] = ...) -> None: ...
+    hold_subject: bool
+    def __init__(self, kind: _Optional[_Union[BackoffKind, str]] = ..., base_ns: _Optional[int] = ..., max_ns: _Optional[int] = ..., jitter: _Optional[float] = ..., custom: _Optional[str] = ..., hold_subject: _Optional[bool] = ...) -> None: ...
 
 class Retention(_message.Message):
     __slots__ = ("completed_count", "completed_age_ns", "failed_count", "failed_age_ns", "result_ttl_ns")
@@ -230,7 +239,7 @@ class ParentRef(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., job_id: _Optional[str] = ..., fail_parent_on_failure: _Optional[bool] = ..., continue_parent_on_failure: _Optional[bool] = ..., ignore_dependency_on_failure: _Optional[bool] = ..., remove_dependency_on_failure: _Optional[bool] = ..., keep_waiting_on_failure: _Optional[bool] = ...) -> None: ...
 
 class EnqueueOpts(_message.Message):
-    __slots__ = ("job_key", "idempotency", "dedup", "not_before", "priority", "lifo", "attempts", "backoff", "visibility_ns", "timeout_ns", "expires_ns", "parent", "retention", "mode", "durable_function", "subject", "job_key_from_counter", "job_key_keeps_first")
+    __slots__ = ("job_key", "idempotency", "dedup", "not_before", "priority", "lifo", "attempts", "backoff", "visibility_ns", "timeout_ns", "expires_ns", "parent", "retention", "mode", "durable_function", "subject", "job_key_from_counter", "job_key_keeps_first", "replace", "placement")
     JOB_KEY_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_FIELD_NUMBER: _ClassVar[int]
     DEDUP_FIELD_NUMBER: _ClassVar[int]
@@ -249,6 +258,8 @@ class EnqueueOpts(_message.Message):
     SUBJECT_FIELD_NUMBER: _ClassVar[int]
     JOB_KEY_FROM_COUNTER_FIELD_NUMBER: _ClassVar[int]
     JOB_KEY_KEEPS_FIRST_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     job_key: str
     idempotency: Idempotency
     dedup: Dedup
@@ -267,24 +278,28 @@ class EnqueueOpts(_message.Message):
     subject: str
     job_key_from_counter: bool
     job_key_keeps_first: bool
-    def __init__(self, job_key: _Optional[str] = ..., idempotency: _Optional[_Union[Idempotency, _Mapping]] = ..., dedup: _Optional[_Union[Dedup, _Mapping]] = ..., not_before: _Optional[_Union[Delay, _Mapping]] = ..., priority: _Optional[int] = ..., lifo: _Optional[bool] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., visibility_ns: _Optional[int] = ..., timeout_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ..., parent: _Optional[_Union[ParentRef, _Mapping]] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., durable_function: _Optional[str] = ..., subject: _Optional[str] = ..., job_key_from_counter: _Optional[bool] = ..., job_key_keeps_first: _Optional[bool] = ...) -> None: ...
+    replace: SubjectReplace
+    placement: str
+    def __init__(self, job_key: _Optional[str] = ..., idempotency: _Optional[_Union[Idempotency, _Mapping]] = ..., dedup: _Optional[_Union[Dedup, _Mapping]] = ..., not_before: _Optional[_Union[Delay, _Mapping]] = ..., priority: _Optional[int] = ..., lifo: _Optional[bool] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., visibility_ns: _Optional[int] = ..., timeout_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ..., parent: _Optional[_Union[ParentRef, _Mapping]] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., durable_function: _Optional[str] = ..., subject: _Optional[str] = ..., job_key_from_counter: _Optional[bool] = ..., job_key_keeps_first: _Optional[bool] = ..., replace: _Optional[_Union[SubjectReplace, str]] = ..., placement: _Optional[str] = ...) -> None: ...
 
 class JobError(_message.Message):
-    __slots__ = ("code", "message", "stacktrace", "at_ns", "attempt")
+    __slots__ = ("code", "message", "stacktrace", "at_ns", "attempt", "permanent")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     STACKTRACE_FIELD_NUMBER: _ClassVar[int]
     AT_NS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PERMANENT_FIELD_NUMBER: _ClassVar[int]
     code: str
     message: str
     stacktrace: str
     at_ns: int
     attempt: int
-    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., stacktrace: _Optional[str] = ..., at_ns: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+    permanent: bool
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., stacktrace: _Optional[str] = ..., at_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., permanent: _Optional[bool] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "queue", "task", "opts", "state", "shard", "seq", "epoch", "worker", "deadline_ns", "attempt", "stalled", "created_ns", "processed_ns", "finished_ns", "due_ns", "result", "errors", "progress", "log_count", "subject_blocked", "lease_started_ns", "attempts_max", "origin_queue", "state_ns", "pending_children", "keep_last_pending", "request_hash", "parents", "children", "children_completed", "children_failed", "flow", "flow_node", "failed_child", "deferred_failure", "retry_epoch")
+    __slots__ = ("id", "queue", "task", "opts", "state", "shard", "seq", "epoch", "worker", "deadline_ns", "attempt", "stalled", "created_ns", "processed_ns", "finished_ns", "due_ns", "result", "errors", "progress", "log_count", "subject_blocked", "lease_started_ns", "attempts_max", "origin_queue", "state_ns", "pending_children", "keep_last_pending", "request_hash", "parents", "children", "children_completed", "children_failed", "flow", "flow_node", "failed_child", "deferred_failure", "retry_epoch", "subject_run")
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
@@ -322,6 +337,7 @@ class Job(_message.Message):
     FAILED_CHILD_FIELD_NUMBER: _ClassVar[int]
     DEFERRED_FAILURE_FIELD_NUMBER: _ClassVar[int]
     RETRY_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_RUN_FIELD_NUMBER: _ClassVar[int]
     id: str
     queue: str
     task: TaskSpec
@@ -359,7 +375,8 @@ class Job(_message.Message):
     failed_child: str
     deferred_failure: str
     retry_epoch: int
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., shard: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., worker: _Optional[str] = ..., deadline_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., created_ns: _Optional[int] = ..., processed_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., due_ns: _Optional[int] = ..., result: _Optional[_Union[Payload, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[JobError, _Mapping]]] = ..., progress: _Optional[bytes] = ..., log_count: _Optional[int] = ..., subject_blocked: _Optional[bool] = ..., lease_started_ns: _Optional[int] = ..., attempts_max: _Optional[int] = ..., origin_queue: _Optional[str] = ..., state_ns: _Optional[int] = ..., pending_children: _Optional[int] = ..., keep_last_pending: _Optional[bool] = ..., request_hash: _Optional[bytes] = ..., parents: _Optional[_Iterable[_Union[ParentRef, _Mapping]]] = ..., children: _Optional[int] = ..., children_completed: _Optional[int] = ..., children_failed: _Optional[int] = ..., flow: _Optional[str] = ..., flow_node: _Optional[str] = ..., failed_child: _Optional[str] = ..., deferred_failure: _Optional[str] = ..., retry_epoch: _Optional[int] = ...) -> None: ...
+    subject_run: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., shard: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., worker: _Optional[str] = ..., deadline_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., created_ns: _Optional[int] = ..., processed_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., due_ns: _Optional[int] = ..., result: _Optional[_Union[Payload, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[JobError, _Mapping]]] = ..., progress: _Optional[bytes] = ..., log_count: _Optional[int] = ..., subject_blocked: _Optional[bool] = ..., lease_started_ns: _Optional[int] = ..., attempts_max: _Optional[int] = ..., origin_queue: _Optional[str] = ..., state_ns: _Optional[int] = ..., pending_children: _Optional[int] = ..., keep_last_pending: _Optional[bool] = ..., request_hash: _Optional[bytes] = ..., parents: _Optional[_Iterable[_Union[ParentRef, _Mapping]]] = ..., children: _Optional[int] = ..., children_completed: _Optional[int] = ..., children_failed: _Optional[int] = ..., flow: _Optional[str] = ..., flow_node: _Optional[str] = ..., failed_child: _Optional[str] = ..., deferred_failure: _Optional[str] = ..., retry_epoch: _Optional[int] = ..., subject_run: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RateLimit(_message.Message):
     __slots__ = ("max", "duration_ns", "sharded")
@@ -414,7 +431,7 @@ class QueueConfig(_message.Message):
     def __init__(self, name: _Optional[str] = ..., visibility_ns: _Optional[int] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., max_stalled: _Optional[int] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., concurrency: _Optional[int] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., dead_letter_queue: _Optional[str] = ..., dead_letter_on_exhausted: _Optional[bool] = ..., shards: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ns: _Optional[int] = ..., log_cap: _Optional[int] = ..., payload_limit: _Optional[int] = ..., defer_stalled_failure: _Optional[bool] = ..., defer_child_failure: _Optional[bool] = ..., skip_stalled_check: _Optional[bool] = ..., stalled_interval_ns: _Optional[int] = ...) -> None: ...
 
 class ShardMeta(_message.Message):
-    __slots__ = ("next_seq", "outbox_seq", "counts", "enqueued_total", "leased_total", "stalled_total", "fenced_total", "completed_total", "payload_bytes")
+    __slots__ = ("next_seq", "outbox_seq", "counts", "enqueued_total", "leased_total", "stalled_total", "fenced_total", "completed_total", "payload_bytes", "subject_waiting", "subject_admitted_total", "subject_wait_ns_total")
     class CountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -438,6 +455,9 @@ class ShardMeta(_message.Message):
     FENCED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_WAITING_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_ADMITTED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_WAIT_NS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     next_seq: int
     outbox_seq: int
     counts: _containers.ScalarMap[int, int]
@@ -447,7 +467,28 @@ class ShardMeta(_message.Message):
     fenced_total: int
     completed_total: _containers.ScalarMap[str, int]
     payload_bytes: int
-    def __init__(self, next_seq: _Optional[int] = ..., outbox_seq: _Optional[int] = ..., counts: _Optional[_Mapping[int, int]] = ..., enqueued_total: _Optional[int] = ..., leased_total: _Optional[int] = ..., stalled_total: _Optional[int] = ..., fenced_total: _Optional[int] = ..., completed_total: _Optional[_Mapping[str, int]] = ..., payload_bytes: _Optional[int] = ...) -> None: ...
+    subject_waiting: int
+    subject_admitted_total: int
+    subject_wait_ns_total: int
+    def __init__(self, next_seq: _Optional[int] = ..., outbox_seq: _Optional[int] = ..., counts: _Optional[_Mapping[int, int]] = ..., enqueued_total: _Optional[int] = ..., leased_total: _Optional[int] = ..., stalled_total: _Optional[int] = ..., fenced_total: _Optional[int] = ..., completed_total: _Optional[_Mapping[str, int]] = ..., payload_bytes: _Optional[int] = ..., subject_waiting: _Optional[int] = ..., subject_admitted_total: _Optional[int] = ..., subject_wait_ns_total: _Optional[int] = ...) -> None: ...
+
+class QueueActivity(_message.Message):
+    __slots__ = ("ready", "delayed", "oldest_ready_age_ns", "subject_waiting", "subject_admitted_total", "subject_wait_ns_total", "lease_takeovers_total")
+    READY_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_READY_AGE_NS_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_WAITING_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_ADMITTED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_WAIT_NS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TAKEOVERS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    ready: int
+    delayed: int
+    oldest_ready_age_ns: int
+    subject_waiting: int
+    subject_admitted_total: int
+    subject_wait_ns_total: int
+    lease_takeovers_total: int
+    def __init__(self, ready: _Optional[int] = ..., delayed: _Optional[int] = ..., oldest_ready_age_ns: _Optional[int] = ..., subject_waiting: _Optional[int] = ..., subject_admitted_total: _Optional[int] = ..., subject_wait_ns_total: _Optional[int] = ..., lease_takeovers_total: _Optional[int] = ...) -> None: ...
 
 class QueueRuntime(_message.Message):
     __slots__ = ("window_start_ns", "used", "blocked_until_ns", "active")
