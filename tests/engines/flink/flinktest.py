@@ -59,6 +59,24 @@ class Output:
             await asyncio.sleep(0.2)
 
 
+# -- what Flink guarantees, as the counter shows it ---------------------------------------------
+# The counter's source emits 0, 1, 2, ... and keys n by n % 2, so a line whose count and seq
+# come from one consistent state (the counter's and the source position restored from the
+# same checkpoint or savepoint) has count == seq // 2 + 1, however often it is printed.
+# Flink's state is exactly-once; the print sink is not transactional, so what a job printed
+# after the checkpoint it restores from is printed again (at-least-once output).
+def state_exactly_once(lines: list[Count]) -> list[Count]:
+    """The lines whose count disagrees with their position in the source (none is right)."""
+    return [c for c in lines if c.count != c.seq // 2 + 1]
+
+
+def gaps(lines: list[Count]) -> list[int]:
+    """The source positions up to the newest printed that no line printed: none is right
+    for a job and its restores (a replay repeats positions; it never skips one)."""
+    seen = {c.seq for c in lines}
+    return [n for n in range(min(seen, default=0), max(seen, default=-1) + 1) if n not in seen]
+
+
 def last_per_key(lines: list[Count]) -> dict[int, Count]:
     out: dict[int, Count] = {}
     for c in lines:
