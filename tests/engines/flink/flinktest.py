@@ -113,6 +113,19 @@ def sql_counts(path, tag: str, since: int) -> list[tuple[int, int]]:
     ]
 
 
+def sql_state_disagrees(path, tag: str, since: int = 0) -> list[tuple[int, int, int]]:
+    """The (k, n, top) lines whose count is not the number of ids up to `top` in the group
+    (ids 1, 2, 3, ... grouped by id % 3; top, the group's newest id, is in group k): none for
+    exactly-once state, however often a restore prints a line again."""
+    with open(path, "rb") as f:
+        f.seek(since)
+        text = f.read().decode(errors="replace")
+    rows = [
+        tuple(map(int, m)) for m in re.findall(rf"^{tag}> \+[IU]\[(\d+), (\d+), (\d+)\]", text, re.MULTILINE)
+    ]
+    return [(k, n, top) for k, n, top in rows if n != (top - k) // 3 + (1 if k else 0)]
+
+
 async def wait_counts(path, tag, since, predicate, timeout_s=60.0):
     for _ in range(int(timeout_s / 0.2)):  # print sinks write to a file: look again shortly
         found = sql_counts(path, tag, since)

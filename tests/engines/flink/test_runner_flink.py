@@ -169,7 +169,7 @@ async def test_a_deploy_flink_cannot_run_fails_its_run_with_the_reason(stack):
         (E.FlinkDeployment(deployment="x", entrypoint="job.txt", source=b"x"), "job.flink.entrypoint"),
         (E.FlinkDeployment(deployment="x"), "job.flink.source"),
         (
-            E.FlinkDeployment(deployment="x", sql="SELECT 1", upgrade_mode="stateless"),
+            E.FlinkDeployment(deployment="x", sql="SELECT 1", upgrade_mode="yolo"),
             "job.flink.upgrade_mode",
         ),
     ):
@@ -212,10 +212,13 @@ async def status(rpc: CoreRpc, engine_runs: EngineRuns, run_id: str) -> E.FlinkJ
             after = lines[-1].n if lines else after
 
 
-async def test_upgrade_modes_stateless_and_last_state_and_a_live_status(stack, flink_cluster, counter_jar):
+async def test_upgrade_modes_stateless_and_last_state_rollback_and_a_live_status(
+    stack, flink_cluster, counter_jar
+):
     """stateless starts the new version empty (the count restarts); last-state starts it from
     the newest retained checkpoint, no savepoint taken (the count goes on; what came after
-    that checkpoint is printed again, never skipped); `status` reads Flink's REST API."""
+    that checkpoint is printed again, never skipped); a rollback to that restore point
+    rewinds the count to it; `status` reads Flink's REST API."""
     rpc, engine_runs, _ = stack
     out = Output(flink_cluster, "modes-")
     jar = counter_jar.read_bytes()
@@ -265,6 +268,19 @@ async def test_upgrade_modes_stateless_and_last_state_and_a_live_status(stack, f
     live = await status(rpc, engine_runs, run.id)
     assert (live.job_id, live.state) == (run.flink.job_id, "RUNNING")
     assert _local(live.restored_from) == _local(restore.path), (live.restored_from, restore.path)
+
+    # rollback (by default the version before, from its newest restore point: here the
+    # checkpoint last-state started from): the count rewinds to that checkpoint's
+    await out.wait(
+        mark, lambda ls: any(c.tag == "modes-v3" and c.count > v2_last[c.key].count + 5 for c in ls)
+    )
+    mark = out.mark()
+    await control(rpc, run.id, "rollback")
+    run = await settled(engine_runs, run.id)
+    assert (run.flink.state, run.flink.version, run.flink.last_action_error) == ("RUNNING", 2, ""), run.flink
+    back = await out.wait(mark, lambda ls: len({c.key for c in ls if c.tag == "modes-v2"}) == 2)
+    back_first = first_per_key([c for c in back if c.tag == "modes-v2"])
+    assert all(back_first[k].count == v3_first[k].count for k in (0, 1)), (v3_first, back_first)
 
     run = await settled(engine_runs, (await control(rpc, run.id, "cancel")).id)
     assert run.state == runs.CANCELED
