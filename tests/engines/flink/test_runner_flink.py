@@ -230,7 +230,10 @@ async def test_upgrade_modes_stateless_and_last_state_rollback_and_a_live_status
     live = await status(rpc, engine_runs, run.id)
     assert (live.job_id, live.state, live.all_running, live.error) == (run.flink.job_id, "RUNNING", True, "")
     assert live.checkpoints_completed >= 1 and not live.savepoint_in_progress
-    assert (_local(live.last_checkpoint_path) / "_metadata").exists()  # Flink's own, on disk
+    newest = _local(live.last_checkpoint_path)  # Flink's own (it keeps only the newest: 1 s apart here)
+    assert newest.parent == flink_cluster.checkpoint_dir / live.job_id and newest.name.startswith("chk-"), (
+        newest
+    )
     assert live.last_checkpoint_ns > 0 and live.restored_from == ""
     await out.wait(mark, lambda ls: len({c.key for c in ls if c.tag == "modes-v1" and c.count >= 5}) == 2)
 
