@@ -12,8 +12,10 @@
    in a subprocess times `spark.range(10).count()` (one ExecutePlan plus its
    ReleaseExecutes) and `spark.conf.get(...)` (one Config call) directly against Sail and
    through the proxy, in alternating rounds (direct, proxy, direct, ...) so a change in the
-   machine's load falls on both; the figure is the median of the rounds' differences. The
-   proxy process's CPU time per relayed call is measured too (a raw Config loop), which
+   machine's load falls on both; the figure is the median of the rounds' differences. Then
+   raw Config loops from a gRPC client, again in alternating rounds: Sail directly, through
+   the proxy, and through a bare grpc.aio relay (no token check, no routing, no pool: the
+   floor of a relay in Python's gRPC), with this process's CPU time per relayed call, which
    the load moves far less than latency.
 2. Cold start: the namespace's server stopped, a raw gRPC `Config` call through the proxy
    (no client start-up in the figure), timed to its answer; then the same call warm. Twice:
@@ -105,14 +107,18 @@ RAW_CLIENT = r"""
 import sys, time, grpc
 port, n, request, token = int(sys.argv[1]), int(sys.argv[2]), bytes.fromhex(sys.argv[3]), sys.argv[4]
 call = grpc.insecure_channel(f"127.0.0.1:{port}").unary_unary("/spark.connect.SparkConnectService/Config")
-metadata = [("authorization", f"Bearer {token}")] if token else None
+metadata = [("authorization", f"Bearer {token}")] if token != "-" else None
 for _ in range(100):
     call(request, metadata=metadata)
 print("ready", flush=True)
 sys.stdin.readline()
+times = []
 for _ in range(n):
+    t0 = time.perf_counter()
     call(request, metadata=metadata)
-print("done", flush=True)
+    times.append(time.perf_counter() - t0)
+times.sort()
+print(times[len(times) // 2] * 1000, flush=True)
 """
 
 
@@ -121,9 +127,10 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-async def proxy_cpu_per_call(port: int, token: str, calls: int) -> float:
-    """This process's CPU time (the proxy's, nothing else runs here meanwhile) per
-    relayed Config call, in µs: a raw gRPC client in a subprocess, warmed up first."""
+async def raw_loop(port: int, token: str, calls: int) -> tuple[float, float]:
+    """`calls` raw Config calls from a gRPC client in a subprocess (warmed up first): their
+    p50 in ms, and this process's CPU time per call in µs (the proxy's or the bare relay's:
+    nothing else runs here meanwhile). `token` "-": no authorization sent."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", RAW_CLIENT, str(port), str(calls), config_request(str(uuid.uuid4())).hex(), token,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)  # fmt: skip
@@ -131,10 +138,30 @@ async def proxy_cpu_per_call(port: int, token: str, calls: int) -> float:
     before = cpu_s()
     proc.stdin.write(b"go\n")
     await proc.stdin.drain()
-    assert (await proc.stdout.readline()).strip() == b"done"
+    p50 = float((await proc.stdout.readline()).strip())
     used = cpu_s() - before
     await proc.wait()
-    return round(used / calls * 1e6, 1)
+    return round(p50, 3), round(used / calls * 1e6, 1)
+
+
+async def bare_relay(upstream_port: int) -> tuple[grpc.aio.Server, int]:
+    """The floor under the proxy: a grpc.aio server that relays Config to Sail as raw
+    bytes with nothing else (no token check, no routing, no pool)."""
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{upstream_port}")
+    upstream = channel.unary_unary(CONFIG)
+
+    async def relay(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return await upstream(request)
+
+    class Handler(grpc.GenericRpcHandler):
+        def service(self, details):  # noqa: ANN001, ANN201
+            return grpc.unary_unary_rpc_method_handler(relay)
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((Handler(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
 
 
 def pct(values: list[float], p: float) -> float:
@@ -252,12 +279,27 @@ async def proxy_figures(python: Path, calls: int, rounds: int, cold_runs: int, w
             for op in d:
                 direct.setdefault(op, []).append(d[op])
                 proxied.setdefault(op, []).append(p[op])
-        cpu = await proxy_cpu_per_call(port, token, 10 * calls)
+        bare, bare_port = await bare_relay(backend.port)
+        raw: dict[str, list[tuple[float, float]]] = {"direct": [], "proxy": [], "bare_relay": []}
+        for _ in range(rounds):  # paired again: Sail directly, the proxy, the bare relay
+            raw["direct"].append(await raw_loop(backend.port, "-", 10 * calls))
+            raw["proxy"].append(await raw_loop(port, token, 10 * calls))
+            raw["bare_relay"].append(await raw_loop(bare_port, "-", 10 * calls))
+        await bare.stop(0)
     finally:
         await proxy.stop()
         await pool.close()
         await store.close()
-    out: dict = {"proxy_cpu_us_per_config_call": cpu, "rounds": rounds}
+    med = {
+        k: (statistics.median(p for p, _ in v), statistics.median(c for _, c in v)) for k, v in raw.items()
+    }
+    added = {k: round(statistics.median(x[0] - d[0] for d, x in zip(raw["direct"], raw[k], strict=True)), 3)
+             for k in ("proxy", "bare_relay")}  # fmt: skip
+    out: dict = {"rounds": rounds, "proxy_cpu_us_per_config_call": med["proxy"][1], "raw_config": {
+        "direct_p50_ms": round(med["direct"][0], 3), "proxy_p50_ms": round(med["proxy"][0], 3),
+        "bare_relay_p50_ms": round(med["bare_relay"][0], 3), "proxy_added_p50_ms": added["proxy"],
+        "bare_relay_added_p50_ms": added["bare_relay"], "proxy_cpu_us_per_call": med["proxy"][1],
+        "bare_relay_cpu_us_per_call": med["bare_relay"][1], "per_round": raw}}  # fmt: skip
     for op in ("range_count", "conf_get"):
         ds, ps = direct[op], proxied[op]
         added = [pct(p, 0.5) - pct(d, 0.5) for d, p in zip(ds, ps, strict=True)]
@@ -340,7 +382,11 @@ async def main() -> int:
         f = px[op]
         print(f"{'proxy added p50, ' + op + ' (' + str(f['direct_p50_ms']) + ' -> ' + str(f['proxy_p50_ms']) + ' ms)':58} "
               f"{f['added_p50_ms']:>8} ms {'<= 1 ms':>8}")  # fmt: skip
-    print(f"{'proxy process CPU per relayed Config call':58} {px['proxy_cpu_us_per_config_call']:>8} us")
+    raw = px["raw_config"]
+    print(f"{'raw Config added p50: the proxy / a bare grpc.aio relay':58} {raw['proxy_added_p50_ms']:>5} / "
+          f"{raw['bare_relay_added_p50_ms']} ms")  # fmt: skip
+    print(f"{'CPU per relayed Config: the proxy / a bare grpc.aio relay':58} {raw['proxy_cpu_us_per_call']:>5} / "
+          f"{raw['bare_relay_cpu_us_per_call']} us")  # fmt: skip
     print(f"{'cold start through the proxy to the first answer, no spare':58} {px['cold_start']['median_ms']:>8} ms "
           f"{'<= 150':>8}")  # fmt: skip
     print(f"{'cold start through the proxy, from the warm spare':58} {px['cold_start_from_spare']['median_ms']:>8} ms "
