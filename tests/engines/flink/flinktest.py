@@ -126,6 +126,19 @@ def sql_state_disagrees(path, tag: str, since: int = 0) -> list[tuple[int, int, 
     return [(k, n, top) for k, n, top in rows if n != (top - k) // 3 + (1 if k else 0)]
 
 
+def sql_gaps(path, tag: str, since: int = 0) -> list[tuple[int, int, int]]:
+    """(k, count, next count) wherever a group's printed count jumps by more than one: every
+    id updates its group's count, so a count printed again after a restore (a replay) may go
+    down, and otherwise goes up by one; a jump is an id whose update was lost."""
+    last: dict[int, int] = {}
+    out = []
+    for k, n in sql_counts(path, tag, since):
+        if k in last and n > last[k] + 1:
+            out.append((k, last[k], n))
+        last[k] = n
+    return out
+
+
 async def wait_counts(path, tag, since, predicate, timeout_s=60.0):
     for _ in range(int(timeout_s / 0.2)):  # print sinks write to a file: look again shortly
         found = sql_counts(path, tag, since)

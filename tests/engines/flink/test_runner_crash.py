@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from flinktest import COUNTS_SQL, sql_counts, sql_state_disagrees, wait_counts
+from flinktest import COUNTS_SQL, sql_counts, sql_gaps, sql_state_disagrees, wait_counts
 
 import loam
 from loam_common.gen.loam.jobs.v1 import engines_pb2 as E
@@ -101,6 +101,7 @@ async def test_loam_dev_killed_mid_upgrade_converges_on_restart_without_a_duplic
             assert all(first[k] > 1 for k in first), (before, first)
             assert all(first[k] <= printed[k] + 1 for k in printed), (printed, first)  # no gap
             assert sql_state_disagrees(out, "crash") == []
+            assert sql_gaps(out, "crash") == []
             await c.flink_action(run.id, "cancel")
     finally:
         dev.stop(timeout=60)
