@@ -214,17 +214,18 @@ class FlinkActions:
         run = await self.runs.get(ns, run_id)
         live = E.FlinkJobLive(seq=seq, read_ns=time.time_ns())
         try:
-            lc = (await self.engine()).lifecycle
             d = await self.recorder.load(ns, run.job.flink.deployment)
             job_id = (
                 (d.job_id or (d.pending.new_job_id if d.pending else None))
                 if d and d.run_id == run_id
                 else None
             )
-            job = await lc.job_status(job_id) if job_id else None
+            # No job, nothing to ask (and no cluster to start for it: a suspended deployment's).
+            job = await (await self.engine()).lifecycle.job_status(job_id) if job_id else None
             if job is None:
                 live.job_id = job_id or ""
-                live.error = "Flink knows no job of this deployment" + (f" ({job_id})" if job_id else " now")
+                live.error = (f"Flink does not know job {job_id}" if job_id else
+                              f"no job runs now (the deployment is {d.state.value if d else 'not deployed'})")  # fmt: skip
             else:
                 live.job_id, live.state, live.all_running, live.restarts = (job.job_id, job.state, job.all_running,
                                                                             job.restarts)  # fmt: skip
