@@ -445,7 +445,19 @@ class FlinkLifecycle:
         job = p.job_id
         if p.stop_requested_ns is None:
             p.stop_requested_ns = self._now()
-        await self._cancel_job(job)
+        try:
+            await self._cancel_job(job)
+        except (NotReady, FlinkRestError) as e:
+            # The job did not go: abandon the upgrade, and say so; a job still running stays
+            # the deployment's (as when a savepoint upgrade's stop fails).
+            detail = await self.rest.job(job)
+            running = detail is not None and detail.state not in TERMINAL_STATES
+            d.state, d.pending = (State.RUNNING if running else State.FAILED), None
+            d.job_id = job if running else None
+            d.versions = [v for v in d.versions if v.number != p.target_version]
+            d.last_error = f"upgrade abandoned: cancelling job {job} failed: {e}"
+            await self.recorder.record(ns, d, d.last_error)
+            raise FlinkRefused(d.last_error) from e
         d.job_id = None
         line = f"job {job} cancelled"
         if p.mode == "last-state":
