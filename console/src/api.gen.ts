@@ -2292,6 +2292,11 @@ export interface components {
          * ScheduleBody
          * @description A schedule: one rule (`cron`, with `tz`, or `every_ns`) and the job each tick
          *     enqueues (queue, task name, payload, options). The id is in the path.
+         *
+         *     With `mode` `durable` each tick starts a durable function on a Resonate group's
+         *     workers instead (the root promise `<id>-<tick ms>`): `queue` is the group,
+         *     `durable_function` the registered function (default: `name`), `data` its arguments
+         *     (a JSON array, or an object of keyword arguments).
          */
         ScheduleBody: {
             /**
@@ -2317,6 +2322,11 @@ export interface components {
              * @description a binary payload, instead of data
              */
             data_base64?: string | null;
+            /**
+             * Durable Function
+             * @description durable mode: the function each tick runs; default: name
+             */
+            durable_function?: string | null;
             /**
              * End Ns
              * @description no tick after this; 0: none
@@ -2361,6 +2371,13 @@ export interface components {
              */
             misfire_grace_ns: number;
             /**
+             * Mode
+             * @description queue: enqueue a job; durable: start a durable function
+             * @default queue
+             * @enum {string}
+             */
+            mode: "queue" | "durable";
+            /**
              * Name
              * @description the task name
              */
@@ -2379,7 +2396,7 @@ export interface components {
             priority: number;
             /**
              * Queue
-             * @description the queue each tick's job goes to
+             * @description the queue each tick's job goes to; in durable mode the Resonate group
              */
             queue: string;
             /**
@@ -2431,6 +2448,11 @@ export interface components {
             created_ns: number;
             /** Cron */
             cron: string;
+            /**
+             * Durable Function
+             * @description durable mode: the function each tick runs
+             */
+            durable_function: string;
             /** End Ns */
             end_ns: number;
             /** Every Ns */
@@ -2469,6 +2491,11 @@ export interface components {
             misfire: "fire_latest" | "skip" | "fire_all";
             /** Misfire Grace Ns */
             misfire_grace_ns: number;
+            /**
+             * Mode
+             * @enum {string}
+             */
+            mode: "queue" | "durable";
             /** Name */
             name: string;
             /**
