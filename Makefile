@@ -182,7 +182,9 @@ $(FLINK_VENV)/.installed: Makefile
 
 engines-flink: $(FLINK_VENV)/.installed
 
-# The long Flink lifecycle tests (a few minutes on 2 cores); `make test` runs the short ones.
+# The long Flink lifecycle tests (a few minutes on 2 cores); `make test` runs the short ones,
+# which prove each action once on one shared session cluster (the table in
+# tests/engines/flink/conftest.py says which test proves what, and which are long).
 test-engines-flink: venv engines-flink
 	LOAM_FLINK_LONG=1 $(BIN)/python -m pytest -q -p no:randomly tests/engines/flink
 

@@ -6,10 +6,17 @@
 | cold start of a namespace's Sail through the proxy, to the first answer | <= 150 ms |
 | a SparkBatch run from submit to the script's first line | <= 1 s |
 
-1. A Sail server and the proxy run in this process (SailPool + SparkConnectProxy, a
-   token check that accepts one token); a PySpark 4.2 client in a subprocess times
-   `spark.range(10).count()` (one ExecutePlan plus its ReleaseExecutes) and
-   `spark.conf.get(...)` (one Config call) directly against Sail and through the proxy.
+1. A Sail server and the proxy run in this process (SailPool +
+   SparkConnectProxy, with the gateway's token check: `StoreAuthenticator` over a real
+   LMDB store holding the bench's token, so the figure includes it); a PySpark 4.2 client
+   in a subprocess times `spark.range(10).count()` (one ExecutePlan plus its
+   ReleaseExecutes) and `spark.conf.get(...)` (one Config call) directly against Sail and
+   through the proxy, in alternating rounds (direct, proxy, direct, ...) so a change in the
+   machine's load falls on both; the figure is the median of the rounds' differences. Then
+   raw Config loops from a gRPC client, again in alternating rounds: Sail directly, through
+   the proxy, and through a bare grpc.aio relay (no token check, no routing, no pool: the
+   floor of a relay in Python's gRPC), with this process's CPU time per relayed call, which
+   the load moves far less than latency.
 2. Cold start: the namespace's server stopped, a raw gRPC `Config` call through the proxy
    (no client start-up in the figure), timed to its answer; then the same call warm. Twice:
    with no spare (every start imports pysail and pays Sail's first-request set-up), and
@@ -25,7 +32,7 @@
 Needs `make engines-spark`. Prints a table and writes JSON (`--out`, default
 bench/results/spark_bench.json).
 
-    .venv/bin/python bench/spark_bench.py [--calls 300] [--cold 5] [--batches 5]
+    .venv/bin/python bench/spark_bench.py [--calls 300] [--rounds 3] [--cold 5] [--batches 5]
 """
 
 from __future__ import annotations
@@ -35,20 +42,24 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import grpc
 
-from loam_common.auth import ACTIONS, Principal
+from loam_common.auth import ACTIONS, ENGINE, Principal, token_create
 from loam_common.errors import Unauthenticated
+from loam_common.store import LmdbBackend, Store
 from loam_engines.spark.proxy import SparkConnectProxy
 from loam_engines.spark.sail import SailPool, SailSettings, find_spark_python
+from loam_gateway.auth import StoreAuthenticator
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-token"
@@ -77,10 +88,80 @@ print(json.dumps(out))
 
 
 class OneToken:
+    """The cold-start figures' token check (their subject is Sail's start, not auth)."""
+
     async def authenticate(self, headers):  # noqa: ANN001, ANN201
         if headers.get("authorization") != f"Bearer {TOKEN}":
             raise Unauthenticated("bad token")
         return Principal(namespace="bench", actions=ACTIONS, token_id="bench")
+
+
+async def store_token(work: Path) -> tuple[Store, str]:
+    """A real store with one engine token in it, as `loam dev --auth` keeps them."""
+    store = Store(LmdbBackend(work / "auth.lmdb"))
+    token, _ = await store.transact(token_create, "bench", [ENGINE], "spark bench")
+    return store, token
+
+
+RAW_CLIENT = r"""
+import sys, time, grpc
+port, n, request, token = int(sys.argv[1]), int(sys.argv[2]), bytes.fromhex(sys.argv[3]), sys.argv[4]
+call = grpc.insecure_channel(f"127.0.0.1:{port}").unary_unary("/spark.connect.SparkConnectService/Config")
+metadata = [("authorization", f"Bearer {token}")] if token != "-" else None
+for _ in range(100):
+    call(request, metadata=metadata)
+print("ready", flush=True)
+sys.stdin.readline()
+times = []
+for _ in range(n):
+    t0 = time.perf_counter()
+    call(request, metadata=metadata)
+    times.append(time.perf_counter() - t0)
+times.sort()
+print(times[len(times) // 2] * 1000, flush=True)
+"""
+
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+async def raw_loop(port: int, token: str, calls: int) -> tuple[float, float]:
+    """`calls` raw Config calls from a gRPC client in a subprocess (warmed up first): their
+    p50 in ms, and this process's CPU time per call in µs (the proxy's or the bare relay's:
+    nothing else runs here meanwhile). `token` "-": no authorization sent."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", RAW_CLIENT, str(port), str(calls), config_request(str(uuid.uuid4())).hex(), token,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)  # fmt: skip
+    assert (await proc.stdout.readline()).strip() == b"ready"
+    before = cpu_s()
+    proc.stdin.write(b"go\n")
+    await proc.stdin.drain()
+    p50 = float((await proc.stdout.readline()).strip())
+    used = cpu_s() - before
+    await proc.wait()
+    return round(p50, 3), round(used / calls * 1e6, 1)
+
+
+async def bare_relay(upstream_port: int) -> tuple[grpc.aio.Server, int]:
+    """The floor under the proxy: a grpc.aio server that relays Config to Sail as raw
+    bytes with nothing else (no token check, no routing, no pool)."""
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{upstream_port}")
+    upstream = channel.unary_unary(CONFIG)
+
+    async def relay(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return await upstream(request)
+
+    class Handler(grpc.GenericRpcHandler):
+        def service(self, details):  # noqa: ANN001, ANN201
+            return grpc.unary_unary_rpc_method_handler(relay)
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((Handler(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
 
 
 def pct(values: list[float], p: float) -> float:
@@ -181,24 +262,53 @@ async def cold_through_proxy(python: Path, runs: int, work: Path, spares: int) -
             "warm_median_ms": round(statistics.median(warm), 2), "from_spare": claims}  # fmt: skip
 
 
-async def proxy_figures(python: Path, calls: int, cold_runs: int, work: Path) -> dict:
+async def proxy_figures(python: Path, calls: int, rounds: int, cold_runs: int, work: Path) -> dict:
     pool = SailPool(SailSettings(python=python, work_dir=work / "sail", pid_dir=work / "pids", idle_s=3600))
-    proxy = SparkConnectProxy(OneToken(), {"sail": pool}, port=0)
+    store, token = await store_token(work)
+    proxy = SparkConnectProxy(StoreAuthenticator(store), {"sail": pool}, port=0)
     port = await proxy.start()
+    direct: dict[str, list[dict]] = {}
+    proxied: dict[str, list[dict]] = {}
     try:
         backend = await pool.acquire("bench", None)
         pool.release(backend, None)
-        direct = await asyncio.to_thread(run_client, python, f"sc://127.0.0.1:{backend.port}", calls)
-        proxied = await asyncio.to_thread(run_client, python, f"sc://127.0.0.1:{port}/;authorization=Bearer {TOKEN}",
-                                          calls)  # fmt: skip
+        for _ in range(rounds):  # paired: direct then proxy, again and again
+            d = await asyncio.to_thread(run_client, python, f"sc://127.0.0.1:{backend.port}", calls)
+            p = await asyncio.to_thread(run_client, python, f"sc://127.0.0.1:{port}/;authorization=Bearer {token}",
+                                        calls)  # fmt: skip
+            for op in d:
+                direct.setdefault(op, []).append(d[op])
+                proxied.setdefault(op, []).append(p[op])
+        bare, bare_port = await bare_relay(backend.port)
+        raw: dict[str, list[tuple[float, float]]] = {"direct": [], "proxy": [], "bare_relay": []}
+        for _ in range(rounds):  # paired again: Sail directly, the proxy, the bare relay
+            raw["direct"].append(await raw_loop(backend.port, "-", 10 * calls))
+            raw["proxy"].append(await raw_loop(port, token, 10 * calls))
+            raw["bare_relay"].append(await raw_loop(bare_port, "-", 10 * calls))
+        await bare.stop(0)
     finally:
         await proxy.stop()
         await pool.close()
-    out = {}
+        await store.close()
+    med = {
+        k: (statistics.median(p for p, _ in v), statistics.median(c for _, c in v)) for k, v in raw.items()
+    }
+    added = {k: round(statistics.median(x[0] - d[0] for d, x in zip(raw["direct"], raw[k], strict=True)), 3)
+             for k in ("proxy", "bare_relay")}  # fmt: skip
+    out: dict = {"rounds": rounds, "proxy_cpu_us_per_config_call": med["proxy"][1], "raw_config": {
+        "direct_p50_ms": round(med["direct"][0], 3), "proxy_p50_ms": round(med["proxy"][0], 3),
+        "bare_relay_p50_ms": round(med["bare_relay"][0], 3), "proxy_added_p50_ms": added["proxy"],
+        "bare_relay_added_p50_ms": added["bare_relay"], "proxy_cpu_us_per_call": med["proxy"][1],
+        "bare_relay_cpu_us_per_call": med["bare_relay"][1], "per_round": raw}}  # fmt: skip
     for op in ("range_count", "conf_get"):
-        d, p = direct[op], proxied[op]
-        out[op] = {"direct_p50_ms": pct(d, 0.5), "direct_p95_ms": pct(d, 0.95), "proxy_p50_ms": pct(p, 0.5),
-                   "proxy_p95_ms": pct(p, 0.95), "added_p50_ms": round(pct(p, 0.5) - pct(d, 0.5), 3)}  # fmt: skip
+        ds, ps = direct[op], proxied[op]
+        added = [pct(p, 0.5) - pct(d, 0.5) for d, p in zip(ds, ps, strict=True)]
+        out[op] = {"direct_p50_ms": round(statistics.median(pct(d, 0.5) for d in ds), 3),
+                   "direct_p95_ms": round(statistics.median(pct(d, 0.95) for d in ds), 3),
+                   "proxy_p50_ms": round(statistics.median(pct(p, 0.5) for p in ps), 3),
+                   "proxy_p95_ms": round(statistics.median(pct(p, 0.95) for p in ps), 3),
+                   "added_p50_ms": round(statistics.median(added), 3),
+                   "added_p50_ms_per_round": [round(a, 3) for a in added]}  # fmt: skip
     out["cold_start"] = await cold_through_proxy(python, cold_runs, work, spares=0)
     out["cold_start_from_spare"] = await cold_through_proxy(python, cold_runs, work, spares=1)
     out["cold_start_phases"] = await cold_phases(python, cold_runs, work)
@@ -243,6 +353,7 @@ async def batch_figures(runs: int, work: Path) -> dict:
 async def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--rounds", type=int, default=3, help="direct/proxy pairs of client runs")
     p.add_argument("--cold", type=int, default=5)
     p.add_argument("--batches", type=int, default=5)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "spark_bench.json")
@@ -260,7 +371,7 @@ async def main() -> int:
                 "python": platform.python_version(),
                 "load_avg": os.getloadavg(),
             },
-            "proxy": await proxy_figures(python, args.calls, args.cold, work),
+            "proxy": await proxy_figures(python, args.calls, args.rounds, args.cold, work),
             "batch": await batch_figures(args.batches, work),
         }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -271,6 +382,11 @@ async def main() -> int:
         f = px[op]
         print(f"{'proxy added p50, ' + op + ' (' + str(f['direct_p50_ms']) + ' -> ' + str(f['proxy_p50_ms']) + ' ms)':58} "
               f"{f['added_p50_ms']:>8} ms {'<= 1 ms':>8}")  # fmt: skip
+    raw = px["raw_config"]
+    print(f"{'raw Config added p50: the proxy / a bare grpc.aio relay':58} {raw['proxy_added_p50_ms']:>5} / "
+          f"{raw['bare_relay_added_p50_ms']} ms")  # fmt: skip
+    print(f"{'CPU per relayed Config: the proxy / a bare grpc.aio relay':58} {raw['proxy_cpu_us_per_call']:>5} / "
+          f"{raw['bare_relay_cpu_us_per_call']} us")  # fmt: skip
     print(f"{'cold start through the proxy to the first answer, no spare':58} {px['cold_start']['median_ms']:>8} ms "
           f"{'<= 150':>8}")  # fmt: skip
     print(f"{'cold start through the proxy, from the warm spare':58} {px['cold_start_from_spare']['median_ms']:>8} ms "
@@ -278,7 +394,10 @@ async def main() -> int:
     print("cold start phases without the proxy (median ms): "
           + ", ".join(f"{k} {v}" for k, v in px["cold_start_phases"].items()))  # fmt: skip
     print(f"{'SparkBatch submit to first line (median)':58} {b['median_ms']:>8} ms {'<= 1000':>8}")
-    print(f"load average {report['machine']['load_avg']}; JSON in {args.out}")
+    print(
+        f"load average {report['machine']['load_avg']} at the start, {os.getloadavg()} at the end; "
+        f"JSON in {args.out}"
+    )
     return 0
 
 

@@ -1274,6 +1274,13 @@ export interface components {
              * @description Flink SQL statements, instead of an artifact
              */
             sql?: string | null;
+            /**
+             * Upgrade Mode
+             * @description how an upgrade to this version carries the state
+             * @default savepoint
+             * @enum {string}
+             */
+            upgrade_mode: "savepoint" | "last-state" | "stateless";
         };
         /** DrainBody */
         DrainBody: {
@@ -1595,6 +1602,45 @@ export interface components {
              * @description Flink SQL statements, instead of a file
              */
             sql?: string | null;
+            /**
+             * Upgrade Mode
+             * @description how an upgrade to this version carries the state (default savepoint)
+             * @default
+             * @enum {string}
+             */
+            upgrade_mode: "" | "savepoint" | "last-state" | "stateless";
+        };
+        /**
+         * FlinkLiveView
+         * @description What Flink's REST API said of the job at the last `status` action.
+         */
+        FlinkLiveView: {
+            /** All Running */
+            all_running: boolean;
+            /** Checkpoints Completed */
+            checkpoints_completed: number;
+            /** Checkpoints Failed */
+            checkpoints_failed: number;
+            /** Error */
+            error: string;
+            /** Job Id */
+            job_id: string;
+            /** Last Checkpoint Ns */
+            last_checkpoint_ns: number;
+            /** Last Checkpoint Path */
+            last_checkpoint_path: string;
+            /** Read Ns */
+            read_ns: number;
+            /** Restarts */
+            restarts: number;
+            /** Restored From */
+            restored_from: string;
+            /** Savepoint In Progress */
+            savepoint_in_progress: boolean;
+            /** Seq */
+            seq: number;
+            /** State */
+            state: string;
         };
         /** FlinkSavepointView */
         FlinkSavepointView: {
@@ -1651,6 +1697,13 @@ export interface components {
              * @description Flink SQL statements, instead of a file
              */
             sql?: string | null;
+            /**
+             * Upgrade Mode
+             * @description how an upgrade to this version carries the state (default savepoint)
+             * @default
+             * @enum {string}
+             */
+            upgrade_mode: "" | "savepoint" | "last-state" | "stateless";
         };
         /** FlinkStatusView */
         FlinkStatusView: {
@@ -1668,12 +1721,18 @@ export interface components {
             last_action_error: string;
             /** Last Error */
             last_error: string;
+            live?: components["schemas"]["FlinkLiveView"] | null;
             /** Pending Action */
             pending_action: string;
             /** Savepoints */
             savepoints: components["schemas"]["FlinkSavepointView"][];
             /** State */
             state: string;
+            /**
+             * Status Requested
+             * @default 0
+             */
+            status_requested: number;
             /** Timings Ms */
             timings_ms: {
                 [key: string]: number;
@@ -1904,6 +1963,13 @@ export interface components {
              * @description Flink SQL statements, instead of an artifact
              */
             sql?: string | null;
+            /**
+             * Upgrade Mode
+             * @description how an upgrade to this version carries the state
+             * @default savepoint
+             * @enum {string}
+             */
+            upgrade_mode: "savepoint" | "last-state" | "stateless";
         };
         /** JobView */
         JobView: {

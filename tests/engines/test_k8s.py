@@ -86,6 +86,12 @@ def test_flink_sql_and_pyflink_run_through_the_python_driver():
     assert py["spec"]["job"]["args"] == ["-py", "/opt/flink/usrlib/job.py", "--x"]
 
 
+@pytest.mark.parametrize("mode", ["savepoint", "last-state", "stateless"])
+def test_each_upgrade_mode_is_the_operators_own(mode):
+    d = k8s.flink_deployment("acme", "c", kind="jar", artifact="ab" * 32 + "/c.jar", upgrade_mode=mode)
+    assert d["spec"]["job"]["upgradeMode"] == mode  # and the CRD schema accepted it
+
+
 def test_each_flink_action_maps_onto_a_valid_operator_resource():
     d = k8s.flink_deployment("acme", "c", kind="jar", artifact="ab" * 32 + "/c.jar")
     snap = k8s.flink_action(d, "savepoint", snapshot_id="01JSNAP")

@@ -3,7 +3,20 @@ take 10-20 s to start on two cores), the test jobs (a Java keyed counter compile
 javac against the distribution's lib/, a PyFlink counter), and a `FlinkEngine` per test over
 a real SQLite store.
 
-Tests marked `long` run only under `make test-engines-flink` (LOAM_FLINK_LONG=1).
+Tests marked `long` run only under `make test-engines-flink` (LOAM_FLINK_LONG=1). `make test`
+proves each action once on the session's one cluster:
+
+| action | where in `make test` |
+|---|---|
+| deploy (jar through the runner), upgrade stateless / last-state, rollback, status (live), cancel | test_runner_flink: upgrade modes |
+| upgrade from a savepoint, its automatic rollback | test_lifecycle: a broken version |
+| bad input refused, the job untouched | test_lifecycle: bad input |
+| SQL deploy, savepoint, suspend, resume (counts continue), cancel, over REST and the CLI | test_rest |
+| a deploy Flink cannot run; no Flink engine; no JVM outlives its manager | test_runner_flink, test_rest, test_crash |
+
+`make test-engines-flink` adds the long ones: the keyed counter's whole lifecycle, PyFlink,
+SQL upgrades, periodic savepoints, non-restorable changes, `kill -9` mid-upgrade (the
+lifecycle's and `loam dev`'s), the `loam flink` CLI and the split deployment's runner process.
 """
 
 from __future__ import annotations

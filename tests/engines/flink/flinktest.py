@@ -59,6 +59,24 @@ class Output:
             await asyncio.sleep(0.2)
 
 
+# -- what Flink guarantees, as the counter shows it ---------------------------------------------
+# The counter's source emits 0, 1, 2, ... and keys n by n % 2, so a line whose count and seq
+# come from one consistent state (the counter's and the source position restored from the
+# same checkpoint or savepoint) has count == seq // 2 + 1, however often it is printed.
+# Flink's state is exactly-once; the print sink is not transactional, so what a job printed
+# after the checkpoint it restores from is printed again (at-least-once output).
+def state_exactly_once(lines: list[Count]) -> list[Count]:
+    """The lines whose count disagrees with their position in the source (none is right)."""
+    return [c for c in lines if c.count != c.seq // 2 + 1]
+
+
+def gaps(lines: list[Count]) -> list[int]:
+    """The source positions up to the newest printed that no line printed: none is right
+    for a job and its restores (a replay repeats positions; it never skips one)."""
+    seen = {c.seq for c in lines}
+    return [n for n in range(min(seen, default=0), max(seen, default=-1) + 1) if n not in seen]
+
+
 def last_per_key(lines: list[Count]) -> dict[int, Count]:
     out: dict[int, Count] = {}
     for c in lines:
@@ -93,6 +111,32 @@ def sql_counts(path, tag: str, since: int) -> list[tuple[int, int]]:
     return [
         (int(k), int(n)) for k, n in re.findall(rf"^{tag}> \+[IU]\[(\d+), (\d+), \d+\]", text, re.MULTILINE)
     ]
+
+
+def sql_state_disagrees(path, tag: str, since: int = 0) -> list[tuple[int, int, int]]:
+    """The (k, n, top) lines whose count is not the number of ids up to `top` in the group
+    (ids 1, 2, 3, ... grouped by id % 3; top, the group's newest id, is in group k): none for
+    exactly-once state, however often a restore prints a line again."""
+    with open(path, "rb") as f:
+        f.seek(since)
+        text = f.read().decode(errors="replace")
+    rows = [
+        tuple(map(int, m)) for m in re.findall(rf"^{tag}> \+[IU]\[(\d+), (\d+), (\d+)\]", text, re.MULTILINE)
+    ]
+    return [(k, n, top) for k, n, top in rows if n != (top - k) // 3 + (1 if k else 0)]
+
+
+def sql_gaps(path, tag: str, since: int = 0) -> list[tuple[int, int, int]]:
+    """(k, count, next count) wherever a group's printed count jumps by more than one: every
+    id updates its group's count, so a count printed again after a restore (a replay) may go
+    down, and otherwise goes up by one; a jump is an id whose update was lost."""
+    last: dict[int, int] = {}
+    out = []
+    for k, n in sql_counts(path, tag, since):
+        if k in last and n > last[k] + 1:
+            out.append((k, last[k], n))
+        last[k] = n
+    return out
 
 
 async def wait_counts(path, tag, since, predicate, timeout_s=60.0):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from flinktest import COUNTS_SQL, sql_counts, wait_counts
+from flinktest import COUNTS_SQL, sql_counts, sql_gaps, sql_state_disagrees, wait_counts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark"))
 from sparkdev import make_tokens, start_spark_dev  # noqa: E402  (the path above)
@@ -67,6 +67,27 @@ async def test_loam_flink_drives_a_sql_deployment_on_loam_devs_cluster(dev, tmp_
     assert r.returncode == 0, r.stderr
     assert [s["reason"] for s in json.loads(r.stdout)["savepoints"]][-1] == "savepoint"
 
+    # status: what Flink's REST API says now, beside the record
+    r = loam(dev, "--json", "flink", "status", "counts")
+    assert r.returncode == 0, r.stderr
+    live = json.loads(r.stdout)["live"]
+    assert (live["state"], live["error"]) == ("RUNNING", "") and live["checkpoints_completed"] >= 1, live
+    r = loam(dev, "flink", "status", "counts")
+    assert r.returncode == 0 and f"flink: job {live['job_id']} RUNNING" in r.stdout, r.stdout
+
+    # a last-state upgrade: no savepoint taken, the counts go on from the newest checkpoint
+    # (what came after it is printed again: the print sink is at-least-once)
+    r = loam(dev, "--json", "flink", "upgrade", "counts", "--sql-file", str(sql), "--mode", "last-state")
+    assert r.returncode == 0, r.stderr
+    upgraded = json.loads(r.stdout)
+    assert (upgraded["state"], upgraded["version"]) == ("RUNNING", 2)
+    assert upgraded["savepoints"][-1]["reason"] == "last-state"
+    since = out.stat().st_size
+    later = await wait_counts(out, "clisql", since, lambda ps: len({k for k, _ in ps}) == 3)
+    assert all(n > 5 for _, n in later), later[:6]  # not from zero
+    assert sql_gaps(out, "clisql") == []  # through suspend, resume and the upgrade: no update lost
+    assert sql_state_disagrees(out, "clisql") == []
+
     # bad input: a clear error, exit 1, and the job keeps running
     r = loam(dev, "flink", "resume", "counts")
     assert r.returncode == 1 and "cannot resume 'counts': it is RUNNING" in r.stderr, r.stderr
@@ -88,6 +109,7 @@ async def test_loam_flink_drives_a_sql_deployment_on_loam_devs_cluster(dev, tmp_
         assert r.status_code == 422 or r.json()["code"] == "invalid_argument", r.text
         r = await http.post(f"/v1/engines/runs/{run['id']}/status")
         assert r.status_code == 200 and r.json()["flink"]["state"] == "RUNNING", r.text
+        assert r.json()["flink"]["status_requested"] >= 2  # answered on the run as flink.live
 
     r = loam(dev, "--json", "flink", "cancel", "counts")
     assert r.returncode == 0, r.stderr

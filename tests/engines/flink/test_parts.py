@@ -10,7 +10,7 @@ from loam_common.store import open_store
 from loam_engines.flink.cluster import wheel_java_opts
 from loam_engines.flink.model import Deployment, JobSpec, Kind, Pending, Savepoint, State, Version, job_id_for
 from loam_engines.flink.recorder import LOG_CAP, StoreRunRecorder
-from loam_engines.flink.rest import root_cause
+from loam_engines.flink.rest import checkpoint_stats, root_cause
 from loam_engines.flink.sql_runner import split_statements
 
 REF = "a" * 64 + "/job.jar"
@@ -110,3 +110,32 @@ def test_flink_errors_are_cut_to_their_root_cause():
 def test_the_java_17_options_come_from_the_wheels_config(flink_dist):
     opts = wheel_java_opts(flink_dist.home)
     assert "--add-opens=java.base/java.lang=ALL-UNNAMED" in opts
+
+
+def test_a_jobs_checkpoints_say_when_a_savepoint_is_in_progress():
+    # GET /jobs/:id/checkpoints as Flink 2.3 answers it while a stop-with-savepoint runs
+    # (trimmed to the fields read): the newest of completed and savepoint wins.
+    answer = {
+        "counts": {"restored": 1, "total": 14, "in_progress": 1, "completed": 12, "failed": 1},
+        "latest": {
+            "completed": {"id": 12, "status": "COMPLETED", "is_savepoint": False, "latest_ack_timestamp": 1_700,
+                          "external_path": "file:/data/checkpoints/j/chk-12"},
+            "savepoint": {"id": 9, "status": "COMPLETED", "is_savepoint": True, "latest_ack_timestamp": 1_800,
+                          "external_path": "file:/data/savepoints/savepoint-j-1"},
+            "restored": {"id": 3, "is_savepoint": True, "external_path": "file:/data/savepoints/savepoint-x"},
+        },
+        "history": [
+            {"id": 14, "status": "IN_PROGRESS", "is_savepoint": True, "checkpoint_type": "SYNC_SAVEPOINT"},
+            {"id": 13, "status": "FAILED", "is_savepoint": False},
+        ],
+    }  # fmt: skip
+    stats = checkpoint_stats(answer)
+    assert (stats.completed, stats.failed, stats.savepoint_in_progress) == (12, 1, True)
+    assert (stats.latest_completed_path, stats.latest_completed_ms) == (
+        "file:/data/savepoints/savepoint-j-1",
+        1_800,
+    )
+    assert stats.restored_path == "file:/data/savepoints/savepoint-x"
+    answer["history"][0]["is_savepoint"] = False  # a checkpoint in progress is not a savepoint
+    assert not checkpoint_stats(answer).savepoint_in_progress
+    assert checkpoint_stats({}) == checkpoint_stats({"counts": {}, "latest": None, "history": []})

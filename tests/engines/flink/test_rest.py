@@ -11,7 +11,7 @@ import socket
 import httpx
 import pytest
 import uvicorn
-from flinktest import COUNTS_SQL, NS, sql_counts, wait_counts
+from flinktest import COUNTS_SQL, NS, sql_counts, sql_gaps, sql_state_disagrees, wait_counts
 
 from loam_engines.flink import cli as flink_cli
 from loam_gateway.app import create_app
@@ -83,6 +83,8 @@ async def test_a_flink_sql_job_suspended_and_resumed_over_rest_keeps_counting(ga
     for k, n in resumed:
         first.setdefault(k, n)
     assert all(first[k] == before[k] + 1 for k in before), (before, first)
+    assert sql_state_disagrees(out, tag) == []  # every count agrees with the ids it has seen
+    assert sql_gaps(out, tag) == []  # and no id's update went missing across the suspend
 
     r = await http.get("/deployments/counts/logs")
     texts = [line["text"] for line in r.json()["lines"]]

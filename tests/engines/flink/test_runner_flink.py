@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 
 import pytest
-from flinktest import COUNTER_CLASS, Output, first_per_key, last_per_key
+from flinktest import COUNTER_CLASS, Output, first_per_key, gaps, last_per_key, state_exactly_once
 
 from loam_common.blobs import DirBlobStore
 from loam_common.errors import AlreadyExists, InvalidArgument, JobsError, NotFound
@@ -168,7 +169,7 @@ async def test_a_deploy_flink_cannot_run_fails_its_run_with_the_reason(stack):
         (E.FlinkDeployment(deployment="x", entrypoint="job.txt", source=b"x"), "job.flink.entrypoint"),
         (E.FlinkDeployment(deployment="x"), "job.flink.source"),
         (
-            E.FlinkDeployment(deployment="x", sql="SELECT 1", upgrade_mode="stateless"),
+            E.FlinkDeployment(deployment="x", sql="SELECT 1", upgrade_mode="yolo"),
             "job.flink.upgrade_mode",
         ),
     ):
@@ -192,3 +193,105 @@ async def test_a_server_without_flink_refuses_a_deploy_at_once(tmp_path):
         assert (await rpc.list_engine_runs(NS, J.ListEngineRunsRequest())).runs == []
     finally:
         await store.close()
+
+
+def _local(path: str) -> Path:
+    return Path(path.removeprefix("file://").removeprefix("file:"))
+
+
+async def status(rpc: CoreRpc, engine_runs: EngineRuns, run_id: str) -> E.FlinkJobLive:
+    """A live status read, through the runner, once Flink's answer is on the run."""
+    asked = (await control(rpc, run_id, "status")).flink.status_requested
+    after = 0
+    async with asyncio.timeout(60):
+        while True:
+            run = await engine_runs.get(NS, run_id)
+            if run.flink.live.seq >= asked:
+                return run.flink.live
+            lines, _ = await engine_runs.logs(NS, run_id, after, wait_ns=5 * 10**9)
+            after = lines[-1].n if lines else after
+
+
+async def test_upgrade_modes_stateless_and_last_state_rollback_and_a_live_status(
+    stack, flink_cluster, counter_jar
+):
+    """stateless starts the new version empty (the count restarts); last-state starts it from
+    the newest retained checkpoint, no savepoint taken (the count goes on; what came after
+    that checkpoint is printed again, never skipped); a rollback to that restore point
+    rewinds the count to it; `status` reads Flink's REST API."""
+    rpc, engine_runs, _ = stack
+    out = Output(flink_cluster, "modes-")
+    jar = counter_jar.read_bytes()
+    mark = out.mark()
+    req = J.SubmitEngineJobRequest(job=E.EngineJob(flink=deployment("modes", jar, "modes-v1")))
+    run = await settled(engine_runs, (await rpc.submit_engine_job(NS, req)).record.id)
+    assert (run.state, run.flink.state) == (runs.RUNNING, "RUNNING"), run.flink
+
+    live = await status(rpc, engine_runs, run.id)
+    assert (live.job_id, live.state, live.all_running, live.error) == (run.flink.job_id, "RUNNING", True, "")
+    assert live.checkpoints_completed >= 1 and not live.savepoint_in_progress
+    newest = _local(live.last_checkpoint_path)  # Flink's own (it keeps only the newest: 1 s apart here)
+    assert newest.parent == flink_cluster.checkpoint_dir / live.job_id and newest.name.startswith("chk-"), (
+        newest
+    )
+    assert live.last_checkpoint_ns > 0 and live.restored_from == ""
+    await out.wait(mark, lambda ls: len({c.key for c in ls if c.tag == "modes-v1" and c.count >= 5}) == 2)
+
+    # stateless: v1 cancelled, v2 starts empty: its counts (and the source) begin again
+    mark = out.mark()
+    upgrade = deployment("", jar, "modes-v2", upgrade_mode="stateless")
+    await control(rpc, run.id, "upgrade", flink=upgrade)
+    run = await settled(engine_runs, run.id)
+    assert (run.flink.state, run.flink.version, run.flink.last_action_error) == ("RUNNING", 2, ""), run.flink
+    assert [s.reason for s in run.flink.savepoints] == []  # no savepoint was taken
+    v2 = await out.wait(
+        mark, lambda ls: len({c.key for c in ls if c.tag == "modes-v2" and c.count >= 8}) == 2
+    )
+    v2 = [c for c in v2 if c.tag == "modes-v2"]
+    assert {k: c.count for k, c in first_per_key(v2).items()} == {0: 1, 1: 1}, first_per_key(v2)
+
+    # last-state: v2 cancelled, v3 starts from v2's newest retained checkpoint
+    mark = out.mark()
+    upgrade = deployment("", jar, "modes-v3", upgrade_mode="last-state")
+    await control(rpc, run.id, "upgrade", flink=upgrade)
+    run = await settled(engine_runs, run.id)
+    assert (run.flink.state, run.flink.version, run.flink.last_action_error) == ("RUNNING", 3, ""), run.flink
+    restore = run.flink.savepoints[-1]
+    assert (restore.reason, restore.version) == ("last-state", 2) and "/chk-" in restore.path
+    v3 = await out.wait(
+        mark, lambda ls: len({c.key for c in ls if c.tag == "modes-v3" and c.count >= 3}) == 2
+    )
+    v2 = [c for c in out.read(0) if c.tag == "modes-v2"]
+    v3 = [c for c in v3 if c.tag == "modes-v3"]
+    v2_last, v3_first = last_per_key(v2), first_per_key(v3)
+    assert all(1 < v3_first[k].count <= v2_last[k].count + 1 for k in (0, 1)), (v2_last, v3_first)  # goes on
+    assert state_exactly_once(v2 + v3) == []  # every count agrees with the source position it came with
+    assert gaps(v2 + v3) == []  # replayed since the checkpoint, nothing skipped
+
+    live = await status(rpc, engine_runs, run.id)
+    assert (live.job_id, live.state) == (run.flink.job_id, "RUNNING")
+    assert _local(live.restored_from) == _local(restore.path), (live.restored_from, restore.path)
+
+    # rollback (by default the version before, from its newest restore point: here the
+    # checkpoint last-state started from): the count rewinds to that checkpoint's
+    await out.wait(
+        mark, lambda ls: any(c.tag == "modes-v3" and c.count > v2_last[c.key].count + 5 for c in ls)
+    )
+    mark = out.mark()
+    await control(rpc, run.id, "rollback")
+    run = await settled(engine_runs, run.id)
+    assert (run.flink.state, run.flink.version, run.flink.last_action_error) == ("RUNNING", 2, ""), run.flink
+    back = await out.wait(mark, lambda ls: len({c.key for c in ls if c.tag == "modes-v2"}) == 2)
+    back_first = first_per_key([c for c in back if c.tag == "modes-v2"])
+    assert all(back_first[k].count == v3_first[k].count for k in (0, 1)), (v3_first, back_first)
+
+    run = await settled(engine_runs, (await control(rpc, run.id, "cancel")).id)
+    assert run.state == runs.CANCELED
+    log = [line.line for line in (await engine_runs.logs(NS, run.id, 0, limit=1000))[0]]
+    for words in (
+        "(stateless): cancel job",
+        "starts without state",
+        "(last-state): cancel job",
+        "starts from file:",
+    ):
+        assert any(words in line for line in log), (words, log)

@@ -5,11 +5,7 @@ deploy, and carries them out; the run's record says how they went."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from flinktest import COUNTS_SQL
@@ -18,23 +14,8 @@ from loam_common.connect_client import jobs_client
 from loam_common.gen.loam.jobs.v1 import engines_pb2 as E
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark"))
-from sparkdev import free_port  # noqa: E402  (the path above)
-
 pytestmark = [pytest.mark.long, pytest.mark.timeout(900)]  # the runner process's own cluster
 NS = "split"
-
-
-def _start(args: list[str], marker: str, log) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOAM_", "SPARK_"))}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", *args], stdout=subprocess.PIPE, stderr=log, text=True, env=env
-    )
-    for line in proc.stdout:  # a service prints its ready line once it serves
-        if marker in line:
-            return proc
-    proc.kill()
-    raise RuntimeError(f"{args[0]} did not get ready")
 
 
 async def settled(client, headers, run_id: str, timeout_s: float = 300) -> E.EngineRun:
@@ -50,37 +31,23 @@ async def settled(client, headers, run_id: str, timeout_s: float = 300) -> E.Eng
     raise AssertionError(f"run {run_id} did not settle: {run}")
 
 
-async def test_a_runner_process_deploys_and_controls_what_a_queue_core_process_took(tmp_path, flink_dist):
-    store, blobs, port = f"sqlite:///{tmp_path / 'loam.db'}", str(tmp_path / "blobs"), free_port()
-    log = open(tmp_path / "procs.log", "w")  # noqa: SIM115 - closed in finally
-    procs = []
-    try:
-        procs.append(_start(["loam_queue_core.server", "--store", store, "--blobs", blobs, "--port", str(port)],
-                            "ready", log))  # fmt: skip
-        procs.append(_start(["loam_engines", "--store", store, "--blobs", blobs, "--queue-cores",
-                             f"http://127.0.0.1:{port}", "--data", str(tmp_path / "engines"), "--id", "runner-1",
-                             "--spark-port", "0"], "ready", log))  # fmt: skip
-        assert not (
-            tmp_path / "engines" / "flink" / "cluster" / "cluster.json"
-        ).exists()  # not before first use
-        client = jobs_client(f"http://127.0.0.1:{port}")
-        headers = {"x-loam-namespace": NS}
-        job = E.EngineJob(flink=E.FlinkDeployment(deployment="counts", sql=COUNTS_SQL.format(tag="split")))
-        submitted = await client.submit_engine_job(J.SubmitEngineJobRequest(job=job), headers=headers)
-        run = await settled(client, headers, submitted.run)
-        assert (run.state, run.flink.state) == (E.ENGINE_RUN_STATE_RUNNING, "RUNNING"), run
-        assert (tmp_path / "engines" / "flink" / "cluster" / "cluster.json").exists()
-        for action in ("savepoint", "suspend", "resume", "cancel"):
-            req = J.ControlEngineJobRequest(run=run.id, action=E.EngineAction(action=action))
-            await client.control_engine_job(req, headers=headers)
-            run = await settled(client, headers, run.id)
-            assert run.flink.last_action == action and not run.flink.last_action_error, run.flink
-        assert (run.state, run.flink.state) == (E.ENGINE_RUN_STATE_CANCELED, "CANCELLED")
-        assert [s.reason for s in run.flink.savepoints] == ["savepoint", "suspend"]
-        await client.close()
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(60)
-        log.close()
+async def test_a_runner_process_deploys_and_controls_what_a_queue_core_process_took(
+    split_deployment, flink_dist
+):
+    cluster_file = split_deployment.engines_data / "flink" / "cluster" / "cluster.json"
+    assert not cluster_file.exists()  # not before first use
+    client = jobs_client(split_deployment.core_url)
+    headers = {"x-loam-namespace": NS}
+    job = E.EngineJob(flink=E.FlinkDeployment(deployment="counts", sql=COUNTS_SQL.format(tag="split")))
+    submitted = await client.submit_engine_job(J.SubmitEngineJobRequest(job=job), headers=headers)
+    run = await settled(client, headers, submitted.run)
+    assert (run.state, run.flink.state) == (E.ENGINE_RUN_STATE_RUNNING, "RUNNING"), run
+    assert cluster_file.exists()
+    for action in ("savepoint", "suspend", "resume", "cancel"):
+        req = J.ControlEngineJobRequest(run=run.id, action=E.EngineAction(action=action))
+        await client.control_engine_job(req, headers=headers)
+        run = await settled(client, headers, run.id)
+        assert run.flink.last_action == action and not run.flink.last_action_error, run.flink
+    assert (run.state, run.flink.state) == (E.ENGINE_RUN_STATE_CANCELED, "CANCELLED")
+    assert [s.reason for s in run.flink.savepoints] == ["savepoint", "suspend"]
+    await client.close()

@@ -40,7 +40,7 @@ def loam(server, *argv: str, ns: str = "alpha", timeout: float = 120) -> subproc
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, check=False)
 
 
-def test_submit_follow_prints_the_output_and_exits_with_the_run_status(spark_dev, tmp_path):
+def test_submit_and_restart_follow_print_the_output_and_exit_with_the_run_status(spark_dev, tmp_path):
     script = tmp_path / "hello.py"
     script.write_text("import sys\nprint('hello', *sys.argv[1:])\nsys.exit(int(sys.argv[-1]))\n")
     ok = loam(spark_dev, "spark", "submit", "--follow", str(script), "a", "0")
@@ -51,6 +51,12 @@ def test_submit_follow_prints_the_output_and_exits_with_the_run_status(spark_dev
     assert "failed" in bad.stderr
     listed = json.loads(loam(spark_dev, "--json", "spark", "runs").stdout)
     assert [r["state"] for r in listed[:2]] == ["failed", "succeeded"]
+    # restart runs the failed run's script again, followed to the same exit status
+    again = loam(spark_dev, "spark", "restart", "--follow", listed[0]["id"])
+    assert again.returncode == 5, again.stderr
+    assert "hello b 5" in again.stdout
+    fresh = json.loads(loam(spark_dev, "--json", "spark", "restart", listed[1]["id"]).stdout)
+    assert fresh["id"] not in (listed[0]["id"], listed[1]["id"])  # without --follow: the new run, at once
 
 
 SLOW = pytest.mark.skipif(

@@ -3,7 +3,8 @@
     loam flink deploy NAME ARTIFACT [-- ARGS...] [--entry-class C] [--parallelism N] [--config K=V]
                       [--savepoint PATH] [--savepoint-interval S] [--allow-non-restored-state]
     loam flink deploy NAME --sql 'statements' | --sql-file FILE.sql
-    loam flink upgrade NAME ARTIFACT [-- ARGS...] [--entry-class C] ...   (or --sql / --sql-file)
+    loam flink upgrade NAME ARTIFACT [-- ARGS...] [--mode savepoint|last-state|stateless] [--entry-class C] ...
+                       (or --sql / --sql-file)
     loam flink savepoint|suspend|cancel|status NAME
     loam flink resume NAME [--savepoint PATH]
     loam flink rollback NAME [--version N] [--savepoint PATH]
@@ -48,10 +49,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser, group: Any) -> None:
     u = flink.add_parser("upgrade", parents=[common], help="stop with a savepoint, run a new version from it")
     u.add_argument("name")
     _spec_args(u)
+    u.add_argument("--mode", choices=("savepoint", "last-state", "stateless"), default="savepoint",
+                   help="how the state is carried: a savepoint (default), the newest retained checkpoint "
+                        "(no savepoint taken), or none")  # fmt: skip
     u.add_argument("--no-wait", action="store_true")
     for verb, help_ in (("savepoint", "take a savepoint; the job keeps running"),
                         ("suspend", "stop the job with a savepoint"), ("cancel", "cancel the job (no savepoint)"),
-                        ("status", "the deployment: state, version, job, savepoints")):  # fmt: skip
+                        ("status", "the deployment, and its job as Flink's REST API reports it now")):  # fmt: skip
         v = flink.add_parser(verb, parents=[common], help=help_)
         v.add_argument("name")
         v.add_argument("--no-wait", action="store_true")
@@ -79,7 +83,16 @@ def run_dict(r: Any) -> dict[str, Any]:
                        for s in f.savepoints],
         "last_action": f.last_action, "last_action_error": f.last_action_error, "error": r.error,
         "timings_ms": dict(f.timings_ms),
+        "live": _live_dict(f.live) if f.live.seq else None,
     }  # fmt: skip
+
+
+def _live_dict(live: Any) -> dict[str, Any]:
+    return {"job_id": live.job_id, "state": live.state, "all_running": live.all_running, "restarts": live.restarts,
+            "checkpoints_completed": live.checkpoints_completed, "checkpoints_failed": live.checkpoints_failed,
+            "last_checkpoint": live.last_checkpoint_path, "last_checkpoint_ns": live.last_checkpoint_ns,
+            "savepoint_in_progress": live.savepoint_in_progress, "restored_from": live.restored_from,
+            "read_ns": live.read_ns, "error": live.error}  # fmt: skip
 
 
 class _Failed(Exception):
@@ -143,7 +156,7 @@ async def _cmd_flink(args: argparse.Namespace) -> int:
             run = await client.flink_run(args.name)
             kw: dict[str, Any] = {}
             if args.cmd == "upgrade":
-                kw["upgrade"] = client.flink_spec(**_spec(args))
+                kw["upgrade"] = client.flink_spec(**_spec(args), upgrade_mode=args.mode)
             if args.cmd in ("resume", "rollback"):
                 kw["savepoint"] = args.savepoint
             if args.cmd == "rollback":
@@ -156,6 +169,14 @@ async def _cmd_flink(args: argparse.Namespace) -> int:
         else:
             print(f"{d['deployment']}  {d['state'] or d['run_state']}  v{d['version']}  job {d['job_id'] or '-'}  "
                   f"run {d['run']}" + (f"  ({d['pending']})" if d["pending"] else ""))  # fmt: skip
+            live = d["live"] if args.cmd == "status" else None
+            if live is not None:  # what Flink says now, next to what Loam recorded
+                print(f"flink: {live['error']}" if live["error"] else
+                      f"flink: job {live['job_id']} {live['state']}{' (all running)' if live['all_running'] else ''}, "
+                      f"{live['restarts']} restarts, {live['checkpoints_completed']} checkpoints"
+                      + (f", the last {live['last_checkpoint']} at {_when(live['last_checkpoint_ns'])}"
+                         if live["last_checkpoint"] else "")
+                      + (", a savepoint in progress" if live["savepoint_in_progress"] else ""))  # fmt: skip
             if d["savepoints"]:
                 _table(None, ["savepoint", "version", "reason", "taken"],
                        [(s["path"], s["version"], s["reason"], _when(s["taken_ns"])) for s in d["savepoints"]])  # fmt: skip

@@ -83,6 +83,20 @@ async def _follow(client: Any, run: str, as_json: bool) -> Any:
     return await client.engine_run(run)
 
 
+async def _started(client: Any, run: Any, follow: bool, as_json: bool) -> int:
+    """A run just made (`submit`, `restart`): print it and exit 0, or with `--follow`
+    stream its log until it ends and exit with its script's status (1 for a run that
+    failed without one)."""
+    from loam.cli import _emit_json
+
+    if not follow:
+        _emit_json(run_dict(run)) if as_json else print(f"run {run.id}  {STATES.get(run.state)}")
+        return 0
+    done = await _follow(client, run.id, as_json)
+    print(f"run {done.id}  {STATES.get(done.state)}  {done.error}".rstrip(), file=sys.stderr)
+    return done.exit_code if done.HasField("exit_code") and done.exit_code > 0 else int(done.state != 4)
+
+
 async def cmd_spark(args: argparse.Namespace) -> int:
     from loam.cli import EXIT_USAGE, CliError, _client, _emit_json, _table, _when
 
@@ -102,14 +116,7 @@ async def cmd_spark(args: argparse.Namespace) -> int:
             if isinstance(out, str):
                 _emit_json({"schedule": out}) if as_json else print(f"schedule {out}")
                 return 0
-            if not args.follow:
-                _emit_json(run_dict(out)) if as_json else print(f"run {out.id}  {STATES.get(out.state)}")
-                return 0
-            done = await _follow(client, out.id, as_json)
-            print(f"run {done.id}  {STATES.get(done.state)}  {done.error}".rstrip(), file=sys.stderr)
-            return (
-                done.exit_code if done.HasField("exit_code") and done.exit_code > 0 else int(done.state != 4)
-            )
+            return await _started(client, out, args.follow, as_json)
         if args.cmd == "runs":
             runs = await client.engine_runs()
             if as_json:
@@ -121,14 +128,7 @@ async def cmd_spark(args: argparse.Namespace) -> int:
             return 0
         if args.cmd == "restart":
             out = await client.restart_engine_run(args.run)
-            if not args.follow:
-                _emit_json(run_dict(out)) if as_json else print(f"run {out.id}  {STATES.get(out.state)}")
-                return 0
-            done = await _follow(client, out.id, as_json)
-            print(f"run {done.id}  {STATES.get(done.state)}  {done.error}".rstrip(), file=sys.stderr)
-            return (
-                done.exit_code if done.HasField("exit_code") and done.exit_code > 0 else int(done.state != 4)
-            )
+            return await _started(client, out, args.follow, as_json)
         if args.cmd in ("get", "cancel"):
             r = await (
                 client.engine_run(args.run) if args.cmd == "get" else client.cancel_engine_run(args.run)

@@ -978,15 +978,28 @@ class Client:
         """A control action on a Flink run: savepoint, suspend, resume (`savepoint`: a
         recorded one, default the newest), upgrade (`upgrade`: the new version, see
         `flink_spec`), rollback (`version`, `savepoint`: default the previous version from
-        its newest savepoint), cancel, status. Refused at once (nothing changes) when the
+        its newest savepoint), cancel. Refused at once (nothing changes) when the
         deployment's state does not allow it; with `wait`, returns once it is done, the
-        record's `flink.last_action_error` empty if it went well."""
+        record's `flink.last_action_error` empty if it went well. `status` reads the job
+        from Flink's REST API in any state (busy too) and, with `wait`, returns the record
+        with Flink's answer in `flink.live` (job state, checkpoints, a savepoint in progress)."""
         action_ = epb.EngineAction(action=action, savepoint=savepoint, version=version)
         if upgrade is not None:
             action_.flink.CopyFrom(upgrade)
         req = jpb.ControlEngineJobRequest(run=run, action=action_)
         record = (await self._call(self._rpc.control_engine_job, req)).record
-        return await self.wait_flink(run) if wait and action != "status" else record
+        if action == "status":  # a live read of Flink, answered on the run as `flink.live`
+            return await self._wait_flink_status(run, record.flink.status_requested) if wait else record
+        return await self.wait_flink(run) if wait else record
+
+    async def _wait_flink_status(self, run: str, seq: int) -> epb.EngineRun:
+        after = 0
+        while True:
+            record = await self.engine_run(run)
+            if record.flink.live.seq >= seq or record.state in _ENGINE_FINISHED:
+                return record
+            lines, _ = await self.engine_run_logs(run, after=after, wait=25)
+            after = lines[-1].n if lines else after
 
     @staticmethod
     def flink_spec(
@@ -998,10 +1011,16 @@ class Client:
         args: Iterable[str] = (),
         parallelism: int = 0,
         config: Mapping[str, str] | None = None,
+        upgrade_mode: str = "",
     ) -> epb.FlinkDeployment:
-        """A Flink job version (for `flink_action(run, "upgrade", upgrade=...)`)."""
-        return _flink_spec("", artifact, entrypoint=entrypoint, sql=sql, entry_class=entry_class, args=args,
+        """A Flink job version (for `flink_action(run, "upgrade", upgrade=...)`).
+        `upgrade_mode`: how the upgrade to it carries the state: "savepoint" (the default),
+        "last-state" (from the newest retained checkpoint, no savepoint taken) or
+        "stateless" (start empty)."""
+        spec = _flink_spec("", artifact, entrypoint=entrypoint, sql=sql, entry_class=entry_class, args=args,
                            parallelism=parallelism, config=config)  # fmt: skip
+        spec.upgrade_mode = upgrade_mode
+        return spec
 
     async def flink_run(self, deployment: str) -> epb.EngineRun:
         """The newest engine run of the Flink deployment of that name; NotFound if none."""
@@ -1240,6 +1259,11 @@ for _name, _fn in inspect.getmembers(
         setattr(SyncClient, _name, _blocking(_name, _fn))
 del _name, _fn
 SyncClient.flink_spec = staticmethod(Client.flink_spec)  # builds a request: nothing to block on
+
+
+_ENGINE_FINISHED = frozenset(
+    {epb.ENGINE_RUN_STATE_SUCCEEDED, epb.ENGINE_RUN_STATE_FAILED, epb.ENGINE_RUN_STATE_CANCELED}
+)
 
 
 def _flink_spec(

@@ -233,10 +233,14 @@ def run_flink_sync(
     if run is None:
         return
     keep = (run.flink.actions_requested, run.flink.actions_done, run.flink.last_action,
-            run.flink.last_action_error)  # fmt: skip
+            run.flink.last_action_error, run.flink.status_requested)  # fmt: skip
+    live = E.FlinkJobLive()
+    live.CopyFrom(run.flink.live)
     run.flink.CopyFrom(status)
     (run.flink.actions_requested, run.flink.actions_done, run.flink.last_action,
-     run.flink.last_action_error) = keep  # fmt: skip
+     run.flink.last_action_error, run.flink.status_requested) = keep  # fmt: skip
+    if live.seq:
+        run.flink.live.CopyFrom(live)
     now = tx.now_ns()
     if state == RUNNING and not run.started_ns:
         run.started_ns = now
@@ -261,6 +265,41 @@ def run_flink_request_action(tx: Txn, ns: str, run_id: str, action: str) -> tupl
     _append_loam_line(tx, ns, run, f"{action} requested (action {run.flink.actions_requested})")
     _put(tx, ns, run)
     return run, run.flink.actions_requested
+
+
+def run_flink_request_status(tx: Txn, ns: str, run_id: str) -> tuple[E.EngineRun, int]:
+    """Count a live status read in: (the run, the request's number). Not an action: it
+    changes nothing, waits for nothing, and is answered in any state."""
+    run = _must(tx, ns, run_id)
+    run.flink.status_requested += 1
+    _put(tx, ns, run)
+    return run, run.flink.status_requested
+
+
+def run_flink_live(tx: Txn, ns: str, run_id: str, live: E.FlinkJobLive) -> E.EngineRun | None:
+    """Record Flink's answer to a status request (a newer one is never overwritten by an
+    older one that finished later)."""
+    run = _load(tx, ns, run_id)
+    if run is None or live.seq <= run.flink.live.seq:
+        return run
+    run.flink.live.CopyFrom(live)
+    # A line of its own: the log is what the caller waits on, and says what Flink said when.
+    _append_loam_line(
+        tx,
+        ns,
+        run,
+        f"status {live.seq}: "
+        + (
+            live.error
+            or (
+                f"job {live.job_id} {live.state}, {live.checkpoints_completed} checkpoints"
+                + (f", the last {live.last_checkpoint_path}" if live.last_checkpoint_path else "")
+                + (", a savepoint in progress" if live.savepoint_in_progress else "")
+            )
+        ),
+    )
+    _put(tx, ns, run)
+    return run
 
 
 def run_flink_action_done(tx: Txn, ns: str, run_id: str, seq: int, action: str, error: str) -> E.EngineRun:

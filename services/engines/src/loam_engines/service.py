@@ -40,6 +40,7 @@ from loam_engines.flink import actions as flink_actions
 from loam_engines.flink.artifacts import Artifacts, kind_of
 from loam_engines.flink.lifecycle import MAX_PARALLELISM, FlinkRefused
 from loam_engines.flink.model import ACTION_FROM, Deployment, State
+from loam_engines.flink.model import UPGRADE_MODES as MODEL_UPGRADE_MODES
 from loam_engines.flink.recorder import flink_deployment_get
 from loam_engines.spark.pydeps import check_requirements
 
@@ -55,7 +56,7 @@ SPARK_ACTIONS = ("cancel", "restart")
 # A Flink action's job may come back after a runner crash (its lease runs out): attempts
 # for that, never for a refusal (the runner fails those outright).
 FLINK_JOB_ATTEMPTS = 5
-UPGRADE_MODES = ("", "savepoint")
+UPGRADE_MODES = ("", *MODEL_UPGRADE_MODES)  # "": savepoint
 CONTENT_TYPE = "application/x-protobuf; type=loam.jobs.v1.EngineJob"
 MAX_SOURCE_BYTES = 10 * 1024 * 1024
 MAX_ATTEMPTS = 100
@@ -131,7 +132,7 @@ def _check_flink(f: E.FlinkDeployment, field: str = "job.flink", *, upgrade: boo
         validate.text(f"{field}.config[{k}]", v, 4096)
     if f.upgrade_mode not in UPGRADE_MODES:
         raise InvalidArgument(
-            f"{field}.upgrade_mode", f"{f.upgrade_mode!r}: only savepoint upgrades are supported"
+            f"{field}.upgrade_mode", f"{f.upgrade_mode!r}: use {', '.join(UPGRADE_MODES[1:])}"
         )
     if f.savepoint_interval_s > 366 * 86400:
         raise InvalidArgument(f"{field}.savepoint_interval_s", "at most a year")
@@ -288,9 +289,9 @@ class EngineRuns:
         if a not in flink_actions.ACTIONS:
             raise InvalidArgument("action.action", f"{a!r} is not an action of a Flink run: use "
                                   f"{', '.join(flink_actions.ACTIONS)}")  # fmt: skip
-        if a == "status":
-            return run
         name = run.job.flink.deployment
+        if a == "status":
+            return await self._flink_status(ns, run)
         d = await self._deployment(ns, name)
         if d is None or d.run_id != run.id:
             if a == "cancel" and run.state not in runs.FINISHED:
@@ -333,6 +334,24 @@ class EngineRuns:
         await self.jobs.enqueue(ns, J.EnqueueRequest(queue=flink_actions.QUEUE, task=task,
                                                      opts=pb.EnqueueOpts(attempts=FLINK_JOB_ATTEMPTS)))  # fmt: skip
         self.changed(ns, run.id)
+        return run
+
+    async def _flink_status(self, ns: str, run: E.EngineRun) -> E.EngineRun:
+        """A live read of the run's Flink job, by the runner that has the cluster: counted in
+        (`flink.status_requested`), answered on the run as `flink.live` (its `seq` reaching
+        the count). Any state, busy or not; a run whose deploy has not started has nothing
+        to read."""
+        if run.state in runs.FINISHED or not run.flink.deployment:
+            return run
+        run, seq = await self.store.transact(runs.run_flink_request_status, ns, run.id)
+        payload = J.ControlEngineJobRequest(run=run.id, action=E.EngineAction(action="status"))
+        task = pb.TaskSpec(name="flink_status", headers={flink_actions.HEADER_STATUS_SEQ: str(seq)},
+                           payload=pb.Payload(data=payload.SerializeToString(),
+                                              content_type=flink_actions.CONTROL_CONTENT_TYPE))  # fmt: skip
+        if self.on_namespace is not None:
+            self.on_namespace(ns)
+        await self.jobs.enqueue(ns, J.EnqueueRequest(queue=flink_actions.QUEUE, task=task,
+                                                     opts=pb.EnqueueOpts(attempts=FLINK_JOB_ATTEMPTS)))  # fmt: skip
         return run
 
     # -- reads ---------------------------------------------------------------------------

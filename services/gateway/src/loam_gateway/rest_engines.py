@@ -26,7 +26,7 @@ import base64
 import binascii
 import json
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
@@ -86,6 +86,9 @@ class FlinkSpecBody(_Model):
     parallelism: int = Field(0, ge=0, le=256, description="0 = 1")
     config: dict[str, str] = Field(default_factory=dict, description="Flink options of this job")
     allow_non_restored_state: bool = False
+    upgrade_mode: Literal["", "savepoint", "last-state", "stateless"] = Field(
+        "", description="how an upgrade to this version carries the state (default savepoint)"
+    )
 
 
 class FlinkDeployBody(FlinkSpecBody):
@@ -111,6 +114,24 @@ class FlinkSavepointView(BaseModel):
     taken_ns: int
 
 
+class FlinkLiveView(BaseModel):
+    """What Flink's REST API said of the job at the last `status` action."""
+
+    seq: int
+    read_ns: int
+    job_id: str
+    state: str
+    all_running: bool
+    restarts: int
+    checkpoints_completed: int
+    checkpoints_failed: int
+    last_checkpoint_path: str
+    last_checkpoint_ns: int
+    savepoint_in_progress: bool
+    restored_from: str
+    error: str
+
+
 class FlinkStatusView(BaseModel):
     deployment: str
     state: str
@@ -125,6 +146,8 @@ class FlinkStatusView(BaseModel):
     last_action: str
     last_action_error: str
     timings_ms: dict[str, float]
+    status_requested: int = 0
+    live: FlinkLiveView | None = None
 
 
 class EngineAttemptView(BaseModel):
@@ -184,7 +207,8 @@ def flink_view(f: E.FlinkStatus) -> FlinkStatusView:
                     for s in f.savepoints],
         pending_action=f.pending_action, last_error=f.last_error, actions_requested=f.actions_requested,
         actions_done=f.actions_done, last_action=f.last_action, last_action_error=f.last_action_error,
-        timings_ms=dict(f.timings_ms),
+        timings_ms=dict(f.timings_ms), status_requested=f.status_requested,
+        live=FlinkLiveView(**{k.name: getattr(f.live, k.name) for k in f.live.DESCRIPTOR.fields}) if f.live.seq else None,
     )  # fmt: skip
 
 
@@ -233,7 +257,8 @@ def _source(body: SparkRunBody) -> bytes:
 
 def flink_spec(body: FlinkSpecBody) -> E.FlinkDeployment:
     spec = E.FlinkDeployment(entrypoint=body.entrypoint, sql=body.sql or "", entry_class=body.entry_class,
-                             parallelism=body.parallelism, allow_non_restored_state=body.allow_non_restored_state)  # fmt: skip
+                             parallelism=body.parallelism, allow_non_restored_state=body.allow_non_restored_state,
+                             upgrade_mode=body.upgrade_mode)  # fmt: skip
     if body.source_base64 is not None:
         try:
             spec.source = base64.b64decode(body.source_base64, validate=True)

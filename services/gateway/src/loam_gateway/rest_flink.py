@@ -14,7 +14,7 @@ no Flink engine answers 400 `failed_precondition`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,6 +40,9 @@ class JobSpecBody(BaseModel):
     config: dict[str, str] = Field(default_factory=dict, description="Flink options for this job")
     allow_non_restored_state: bool = Field(
         False, description="start even if savepoint state has no operator to go to"
+    )
+    upgrade_mode: Literal["savepoint", "last-state", "stateless"] = Field(
+        "savepoint", description="how an upgrade to this version carries the state"
     )
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from loam_engines import runs
 from loam_engines.flink.artifacts import kind_of
 from loam_engines.flink.model import Deployment, JobSpec, State
 from loam_engines.flink.recorder import StoreRunRecorder
+from loam_engines.flink.rest import FlinkRestError
 
 log = logging.getLogger("loam.engines.flink")
 
@@ -45,6 +47,7 @@ QUEUE = "engines.flink"
 DEPLOY_CONTENT_TYPE = "application/x-protobuf; type=loam.jobs.v1.EngineJob"
 CONTROL_CONTENT_TYPE = "application/x-protobuf; type=loam.jobs.v1.ControlEngineJobRequest"
 HEADER_ACTION_SEQ = "x-loam-flink-action"
+HEADER_STATUS_SEQ = "x-loam-flink-status"  # a live status read: its request number
 ACTIONS = ("savepoint", "suspend", "resume", "upgrade", "rollback", "cancel", "status")
 
 RUN_STATE = {State.CANCELLED: runs.CANCELED, State.FAILED: runs.FAILED}  # any other: RUNNING
@@ -54,7 +57,8 @@ def spec_of(f: E.FlinkDeployment) -> JobSpec:
     """The lifecycle's JobSpec of a checked FlinkDeployment whose artifact is stored."""
     return JobSpec(kind=kind_of(f.artifact), artifact=f.artifact, entry_class=f.entry_class or None,
                    args=tuple(f.args), parallelism=f.parallelism or 1, config=dict(f.config),
-                   allow_non_restored_state=f.allow_non_restored_state)  # fmt: skip
+                   allow_non_restored_state=f.allow_non_restored_state,
+                   upgrade_mode=f.upgrade_mode or "savepoint")  # fmt: skip
 
 
 def status_of(d: Deployment) -> E.FlinkStatus:
@@ -174,6 +178,9 @@ class FlinkActions:
         payload = lease.task.payload
         if payload.content_type == CONTROL_CONTENT_TYPE:
             req = J.ControlEngineJobRequest.FromString(payload.data)
+            if req.action.action == "status":
+                await self._live_status(ns, req.run, int(lease.task.headers.get(HEADER_STATUS_SEQ, "0") or 0))
+                return ""
             seq = int(lease.task.headers.get(HEADER_ACTION_SEQ, "0") or 0)
             return await self._control(ns, req.run, req.action, seq)
         return await self._deploy(ns, lease.token.job, E.EngineJob.FromString(payload.data))
@@ -199,6 +206,38 @@ class FlinkActions:
                 await self.store.transact(runs.run_flink_refused, ns, run_id, e.message)
                 self.runs.changed(ns, run_id)
             return e.message
+
+    async def _live_status(self, ns: str, run_id: str, seq: int) -> None:
+        """Read the deployment's job from Flink's REST API onto the run (`flink.live`). It
+        takes no lock: it reads, and answers while an action is under way (that is when a
+        savepoint is in progress)."""
+        run = await self.runs.get(ns, run_id)
+        live = E.FlinkJobLive(seq=seq, read_ns=time.time_ns())
+        try:
+            d = await self.recorder.load(ns, run.job.flink.deployment)
+            job_id = (
+                (d.job_id or (d.pending.new_job_id if d.pending else None))
+                if d and d.run_id == run_id
+                else None
+            )
+            # No job, nothing to ask (and no cluster to start for it: a suspended deployment's).
+            job = await (await self.engine()).lifecycle.job_status(job_id) if job_id else None
+            if job is None:
+                live.job_id = job_id or ""
+                live.error = (f"Flink does not know job {job_id}" if job_id else
+                              f"no job runs now (the deployment is {d.state.value if d else 'not deployed'})")  # fmt: skip
+            else:
+                live.job_id, live.state, live.all_running, live.restarts = (job.job_id, job.state, job.all_running,
+                                                                            job.restarts)  # fmt: skip
+                live.checkpoints_completed, live.checkpoints_failed = job.checkpoints, job.checkpoints_failed
+                live.last_checkpoint_path = job.latest_checkpoint or ""
+                live.last_checkpoint_ns = job.latest_checkpoint_ms * 1_000_000
+                live.savepoint_in_progress = job.savepoint_in_progress
+                live.restored_from = job.restored_from or ""
+        except (JobsError, FlinkRestError) as e:
+            live.error = f"Flink's REST API could not be read: {e}"
+        await self.store.transact(runs.run_flink_live, ns, run_id, live)
+        self.runs.changed(ns, run_id)
 
     async def _control(self, ns: str, run_id: str, action: E.EngineAction, seq: int) -> str:
         run = await self.runs.get(ns, run_id)

@@ -136,7 +136,8 @@ class FlinkEngine:
             raise InvalidArgument("parallelism", "must be an integer")
         return JobSpec(kind=kind_of(artifact), artifact=artifact, entry_class=body.get("entry_class") or None,
                        args=tuple(args), parallelism=parallelism, config=dict(config),
-                       allow_non_restored_state=bool(body.get("allow_non_restored_state", False)))  # fmt: skip
+                       allow_non_restored_state=bool(body.get("allow_non_restored_state", False)),
+                       upgrade_mode=str(body.get("upgrade_mode") or "savepoint"))  # fmt: skip
 
 
 # -- views ---------------------------------------------------------------------------------------------
@@ -161,7 +162,8 @@ def log_view(line: LogLine) -> dict:
 def job_view(job: JobStatus) -> dict:
     return {"job_id": job.job_id, "state": job.state, "all_running": job.all_running, "restarts": job.restarts,
             "checkpoints": job.checkpoints, "latest_checkpoint": job.latest_checkpoint,
-            "restored_from": job.restored_from}  # fmt: skip
+            "restored_from": job.restored_from, "checkpoints_failed": job.checkpoints_failed,
+            "latest_checkpoint_ms": job.latest_checkpoint_ms, "savepoint_in_progress": job.savepoint_in_progress}  # fmt: skip
 
 
 def deployment_view(d: Deployment, job: JobStatus | None = None) -> dict:

@@ -6,6 +6,8 @@ not running and checkpointing by the readiness deadline), rollback, cancel, stat
 Every action is a short program of steps over `Deployment.pending`:
 
     stop    stop the running job with a savepoint (its trigger id recorded first)
+    cancel  a last-state or stateless upgrade: cancel the job, no savepoint; last-state
+            restores from its newest retained checkpoint
     submit  submit the target version, from the savepoint, under a job id fixed in advance
     verify  wait until every vertex runs, a checkpoint completed, and nothing restarted
 
@@ -33,6 +35,7 @@ from loam_engines.flink.artifacts import Artifacts, kind_of
 from loam_engines.flink.distribution import FlinkDistribution
 from loam_engines.flink.model import (
     ACTION_FROM,
+    UPGRADE_MODES,
     Deployment,
     JobSpec,
     Kind,
@@ -77,6 +80,9 @@ class JobStatus:
     checkpoints: int
     latest_checkpoint: str | None
     restored_from: str | None
+    checkpoints_failed: int = 0
+    latest_checkpoint_ms: int = 0
+    savepoint_in_progress: bool = False
 
 
 class FlinkLifecycle:
@@ -205,21 +211,31 @@ class FlinkLifecycle:
             return await self._run(ns, d)
 
     async def upgrade(self, ns: str, name: str, spec: JobSpec, *, seq: int = 0) -> Deployment:
-        """Stop with a savepoint, run `spec` as the next version from it; if that version is not
-        ready by the readiness deadline, run the previous one again from the same savepoint
-        (raises UpgradeRolledBack)."""
+        """Run `spec` as the next version, carrying the state as its `upgrade_mode` says (the
+        Flink operator's modes): `savepoint` stops the job with a savepoint and starts the new
+        version from it; `last-state` cancels the job without a savepoint and starts from its
+        newest retained checkpoint (what a savepoint would hold, minus the time since that
+        checkpoint, which the sources replay); `stateless` cancels it and starts empty. If the
+        new version is not ready by the readiness deadline, the previous one runs again from
+        the same state (raises UpgradeRolledBack)."""
         await self.check_spec(ns, spec)
         async with self._lock(ns, name):
             d = await self._for_action(ns, name, "upgrade")
+            mode = spec.upgrade_mode
+            if mode == "last-state" and not (d.job_id and self._latest_checkpoint(d.job_id)) \
+                    and d.latest_savepoint() is None:  # fmt: skip
+                raise FlinkRefused(f"{name!r} has no retained checkpoint or savepoint for a last-state upgrade "
+                                   "to start from: use the savepoint mode")  # fmt: skip
             d.action_seq = max(d.action_seq, seq)
             number = max(v.number for v in d.versions) + 1
             d.versions.append(Version(number, spec, self._now()))
             d.state = State.UPGRADING
-            d.pending = Pending(
-                "upgrade", "stop", number, self._now(), job_id=d.job_id, from_version=d.version
-            )
+            d.pending = Pending("upgrade", "stop" if mode == "savepoint" else "cancel", number, self._now(),
+                                job_id=d.job_id, from_version=d.version, mode=mode)  # fmt: skip
+            how = {"savepoint": "stop job {} with a savepoint", "last-state": "cancel job {} (its state: "
+                   "the newest retained checkpoint)", "stateless": "cancel job {} (no state carried)"}[mode]  # fmt: skip
             await self.recorder.record(
-                ns, d, f"upgrade v{d.version} -> v{number}: stop job {d.job_id} with a savepoint"
+                ns, d, f"upgrade v{d.version} -> v{number} ({mode}): {how.format(d.job_id)}"
             )
             return await self._run(ns, d)
 
@@ -285,7 +301,8 @@ class FlinkLifecycle:
         cps = await self.rest.checkpoints(job_id)
         restarts = await self.rest.restarts(job_id) if detail.state not in TERMINAL_STATES else 0
         return JobStatus(job_id, detail.state, detail.all_running, restarts, cps.completed,
-                         cps.latest_completed_path, cps.restored_path)  # fmt: skip
+                         cps.latest_completed_path, cps.restored_path, cps.failed, cps.latest_completed_ms,
+                         cps.savepoint_in_progress)  # fmt: skip
 
     async def reconcile(self) -> list[tuple[str, str]]:
         """Finish every action a previous runner left in flight; the deployments it touched."""
@@ -340,6 +357,8 @@ class FlinkLifecycle:
         self.artifacts.check_ref(spec.artifact)
         if kind_of(spec.artifact) != spec.kind:
             raise InvalidArgument("artifact", f"{spec.artifact!r} is not a {spec.kind} artifact")
+        if spec.upgrade_mode not in UPGRADE_MODES:
+            raise InvalidArgument("upgrade_mode", f"{spec.upgrade_mode!r}: use {', '.join(UPGRADE_MODES)}")
         if not 1 <= spec.parallelism <= MAX_PARALLELISM:
             raise InvalidArgument("parallelism", f"must be 1-{MAX_PARALLELISM}")
         if spec.kind != Kind.JAR and spec.entry_class:
@@ -361,6 +380,8 @@ class FlinkLifecycle:
             try:
                 if p.step == "stop":
                     await self._step_stop(ns, d)
+                elif p.step == "cancel":
+                    await self._step_cancel(ns, d)
                 elif p.step == "submit":
                     await self._step_submit(ns, d)
                 elif p.step == "verify":
@@ -412,6 +433,48 @@ class FlinkLifecycle:
         await self._wait_stopped(job)
         self._forget_checkpoints(job)
         await self._stopped(ns, d, job, location, f"job {job} stopped with savepoint {location}")
+
+    async def _step_cancel(self, ns: str, d: Deployment) -> None:
+        """A last-state or stateless upgrade: the old job is cancelled, no savepoint taken.
+        Cancelling a job that is gone (a restarted runner) is no error, so this step may run
+        again. last-state goes on from the job's newest retained checkpoint (Flink keeps it on
+        cancel: RETAIN_ON_CANCELLATION), recorded as a restore point a rollback can use; a job
+        lost without one goes on from the deployment's newest savepoint."""
+        p = d.pending
+        assert p is not None and p.job_id is not None
+        job = p.job_id
+        if p.stop_requested_ns is None:
+            p.stop_requested_ns = self._now()
+        try:
+            await self._cancel_job(job)
+        except (NotReady, FlinkRestError) as e:
+            # The job did not go: abandon the upgrade, and say so; a job still running stays
+            # the deployment's (as when a savepoint upgrade's stop fails).
+            detail = await self.rest.job(job)
+            running = detail is not None and detail.state not in TERMINAL_STATES
+            d.state, d.pending = (State.RUNNING if running else State.FAILED), None
+            d.job_id = job if running else None
+            d.versions = [v for v in d.versions if v.number != p.target_version]
+            d.last_error = f"upgrade abandoned: cancelling job {job} failed: {e}"
+            await self.recorder.record(ns, d, d.last_error)
+            raise FlinkRefused(d.last_error) from e
+        d.job_id = None
+        line = f"job {job} cancelled"
+        if p.mode == "last-state":
+            checkpoint = self._latest_checkpoint(job)
+            if checkpoint is not None:
+                d.savepoints.append(Savepoint(checkpoint, d.version, job, self._now(), "last-state"))
+                p.savepoint = checkpoint
+            else:
+                sp = d.latest_savepoint()
+                p.savepoint = sp.path if sp else None
+            line += f"; v{p.target_version} starts from " + (p.savepoint or "no state (nothing retained)")
+        else:
+            p.savepoint = None
+            line += f"; v{p.target_version} starts without state"
+        p.step = "submit"
+        await self.recorder.record(ns, d, line)
+        await self._retain(ns, d)
 
     async def _stopped(self, ns: str, d: Deployment, job: str, location: str, line: str) -> None:
         """The old job is gone and `location` holds its state: the action goes on from it."""
@@ -476,15 +539,22 @@ class FlinkLifecycle:
         assert p is not None
         if p.new_job_id is not None:
             await self._cancel_job(p.new_job_id)
-        if p.action == "upgrade" and p.failed_version is None and p.from_version is not None and p.savepoint:
+        stateless = p.mode == "stateless"  # the previous version then starts empty too
+        if (
+            p.action == "upgrade"
+            and p.failed_version is None
+            and p.from_version is not None
+            and (p.savepoint or stateless)
+        ):
             failed = p.target_version
             d.last_error = f"upgrade to v{failed} failed: {reason}"
             p.failed_version, p.target_version, p.new_job_id, p.step = failed, p.from_version, None, "submit"
             d.job_id = None
+            source = p.savepoint or "no state"
             await self.recorder.record(
-                ns, d, f"{d.last_error}; rolling back to v{p.from_version} from {p.savepoint}"
+                ns, d, f"{d.last_error}; rolling back to v{p.from_version} from {source}"
             )
-            return UpgradeRolledBack(f"{d.last_error}; v{p.from_version} runs again from {p.savepoint}")
+            return UpgradeRolledBack(f"{d.last_error}; v{p.from_version} runs again from {source}")
         d.state, d.job_id, d.pending = State.FAILED, None, None
         d.last_error = f"{p.action} of v{p.target_version} failed: {reason}"
         await self.recorder.record(ns, d, d.last_error)
@@ -585,6 +655,10 @@ class FlinkLifecycle:
         if not dropped:
             return
         for s in dropped:
+            if s.reason == "last-state" and self.checkpoint_dir is not None:
+                # a retained checkpoint of a cancelled job: its job's whole directory goes
+                shutil.rmtree(self.checkpoint_dir / s.job_id, ignore_errors=True)
+                continue
             try:
                 await self.rest.dispose_savepoint(s.path)
             except FlinkRestError:

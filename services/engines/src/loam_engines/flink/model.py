@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 ENCODING = 1
+UPGRADE_MODES = ("savepoint", "last-state", "stateless")
 
 
 class Kind(StrEnum):
@@ -65,6 +66,10 @@ class JobSpec:
     parallelism: int = 1
     config: dict[str, str] = field(default_factory=dict)
     allow_non_restored_state: bool = False
+    # How an upgrade *to* this version carries the state (the Flink operator's modes):
+    # savepoint (stop with a savepoint, start from it), last-state (cancel, start from the
+    # newest retained checkpoint: no savepoint taken), stateless (cancel, start empty).
+    upgrade_mode: str = "savepoint"
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -76,7 +81,8 @@ class JobSpec:
     def from_dict(cls, d: dict[str, Any]) -> JobSpec:
         return cls(kind=Kind(d["kind"]), artifact=d["artifact"], entry_class=d.get("entry_class"),
                    args=tuple(d.get("args", ())), parallelism=d.get("parallelism", 1), config=dict(d.get("config", {})),
-                   allow_non_restored_state=d.get("allow_non_restored_state", False))  # fmt: skip
+                   allow_non_restored_state=d.get("allow_non_restored_state", False),
+                   upgrade_mode=d.get("upgrade_mode", "savepoint"))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,9 @@ class Savepoint:
     version: int  # the version whose job wrote it
     job_id: str
     taken_ns: int
-    reason: str  # savepoint | suspend | upgrade | rollback | cancel
+    # savepoint | periodic | suspend | upgrade | rollback; last-state: not a savepoint but the
+    # retained checkpoint a last-state upgrade started from (kept so a rollback can use it)
+    reason: str
 
 
 @dataclass
@@ -110,6 +118,7 @@ class Pending:
     from_version: int | None = None
     stop_requested_ns: int | None = None  # when the old job was asked to stop (downtime starts)
     failed_version: int | None = None  # an upgrade rolling back: the version that failed
+    mode: str = "savepoint"  # an upgrade's: savepoint | last-state | stateless (JobSpec.upgrade_mode)
 
 
 @dataclass

@@ -93,6 +93,9 @@ class CheckpointStats:
     completed: int
     latest_completed_path: str | None
     restored_path: str | None
+    failed: int = 0
+    latest_completed_ms: int = 0  # when the newest completed (its last acknowledgement), ms
+    savepoint_in_progress: bool = False  # a savepoint or a stop-with-savepoint is being taken
 
 
 @dataclass(frozen=True)
@@ -205,14 +208,7 @@ class FlinkRest:
 
     async def checkpoints(self, job_id: str) -> CheckpointStats:
         d = await self._call("GET", f"/jobs/{job_id}/checkpoints")
-        latest = d.get("latest") or {}
-        completed = latest.get("completed") or {}
-        restored = latest.get("restored") or {}
-        return CheckpointStats(
-            completed=(d.get("counts") or {}).get("completed", 0),
-            latest_completed_path=completed.get("external_path"),
-            restored_path=restored.get("external_path"),
-        )
+        return checkpoint_stats(d)
 
     async def restarts(self, job_id: str) -> int:
         d = await self._call("GET", f"/jobs/{job_id}/metrics", params={"get": "numRestarts"})
@@ -283,6 +279,29 @@ class FlinkRest:
         op = await _wait(status, timeout_s, f"disposal of {path}")
         if op.failure:
             raise FlinkRestError(409, f"disposing of {path} failed: {op.failure}")
+
+
+def checkpoint_stats(d: dict) -> CheckpointStats:
+    """GET /jobs/:id/checkpoints: counts, the newest completed checkpoint or savepoint
+    (`latest.completed` / `latest.savepoint`, whichever is newer), what the job restored
+    from, and whether a savepoint is being taken (an IN_PROGRESS entry of the history
+    marked `is_savepoint`: a triggered savepoint, or a stop's)."""
+    latest = d.get("latest") or {}
+    counts = d.get("counts") or {}
+    done = [c for c in (latest.get("completed"), latest.get("savepoint")) if c]
+    newest = max(done, key=lambda c: c.get("latest_ack_timestamp") or 0) if done else {}
+    restored = latest.get("restored") or {}
+    in_progress = any(
+        h.get("status") == "IN_PROGRESS" and h.get("is_savepoint") for h in d.get("history") or ()
+    )
+    return CheckpointStats(
+        completed=counts.get("completed", 0),
+        latest_completed_path=newest.get("external_path"),
+        restored_path=restored.get("external_path"),
+        failed=counts.get("failed", 0),
+        latest_completed_ms=newest.get("latest_ack_timestamp") or 0,
+        savepoint_in_progress=in_progress,
+    )
 
 
 def _operation(d: dict) -> AsyncOperation:

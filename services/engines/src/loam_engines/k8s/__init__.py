@@ -210,7 +210,8 @@ FLINK_ACTIONS: dict[str, str] = {
     "savepoint": "create a FlinkStateSnapshot (spec.savepoint, jobReference = the FlinkDeployment); "
     "its status.path is the savepoint",
     "upgrade": "patch spec.job (and flinkConfiguration) with the new version: the operator stops the job "
-    "with a savepoint and starts the new spec from it (upgradeMode savepoint); "
+    "with a savepoint and starts the new spec from it (upgradeMode savepoint), or cancels it and starts "
+    "from the newest checkpoint in its HA metadata (last-state) or empty (stateless); "
     "kubernetes.operator.deployment.rollback.enabled rolls a version that does not become ready back by itself",
     "rollback": "patch spec.job back to the recorded version with job.initialSavepointPath = the named "
     "savepoint and savepointRedeployNonce bumped: the operator redeploys from that savepoint",
@@ -253,6 +254,7 @@ def flink_deployment(
     config: dict[str, str] | None = None,
     savepoint: str | None = None,
     savepoint_interval_s: int = 0,
+    upgrade_mode: str = "savepoint",
     k8s_namespace: str | None = None,
     image: str = FLINK_IMAGE,
     state_dir: str = "s3://loam-flink",
@@ -279,7 +281,7 @@ def flink_deployment(
         k.V1Container(name="flink-main-container", security_context=k.V1SecurityContext(
             run_as_non_root=True, allow_privilege_escalation=False))])))  # fmt: skip
     job = _flink_job(kind, artifact, entry_class, list(args or []), parallelism)
-    job.update({"state": "running", "upgradeMode": "savepoint"})
+    job.update({"state": "running", "upgradeMode": upgrade_mode})  # the operator's modes are Loam's
     if savepoint:
         job["initialSavepointPath"] = savepoint
     resource = {

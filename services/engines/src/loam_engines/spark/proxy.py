@@ -120,6 +120,11 @@ def upstream_metadata(incoming: Any, ns: str) -> list[tuple[str, Any]]:
     return out
 
 
+def call_headers(incoming: Any) -> dict[str, str]:
+    """The call's text metadata by lower-case name (binary `-bin` values left out)."""
+    return {k.lower(): v for k, v in incoming or () if isinstance(v, str)}
+
+
 def downstream_trailers(trailers: Any) -> tuple[tuple[str, Any], ...]:
     """The upstream's trailing metadata a client may see: everything but gRPC's own
     reserved keys, except the error details PySpark needs."""
@@ -207,7 +212,8 @@ class SparkConnectProxy:
     ) -> tuple[SailPool, Any, str | None, list[tuple[str, Any]]]:
         """Authenticate the call and find its server: (pool, backend acquired for the call,
         session id, upstream metadata). Aborts the call with the code PySpark expects."""
-        headers = {k.lower(): v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        incoming = context.invocation_metadata()
+        headers = call_headers(incoming)
         principal = await self._principal(context, headers)
         ns = principal.namespace
         engine = headers.get(ENGINE_HEADER, DEFAULT_ENGINE)
@@ -226,14 +232,14 @@ class SparkConnectProxy:
         except (OSError, RuntimeError) as e:  # spawning failed: still not a code PySpark retries
             log.exception("namespace %s: starting its %s server failed", ns, engine)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the {engine} server cannot start: {e}")
-        metadata = upstream_metadata(context.invocation_metadata(), ns)
+        metadata = upstream_metadata(incoming, ns)
         if backend.authorization:
             metadata.append(("authorization", backend.authorization))
         return pool, backend, session, metadata
 
     async def relay_unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         pool, backend, session, metadata = await self._route(context, request)
-        call = backend.channel.unary_unary(method)(request, metadata=metadata)
+        call = backend.unary(method)(request, metadata=metadata)
         closed = False
         try:
             reply = await call
@@ -245,7 +251,8 @@ class SparkConnectProxy:
         except grpc.aio.AioRpcError as e:
             await context.abort(e.code(), e.details() or "", downstream_trailers(e.trailing_metadata()))
         finally:
-            call.cancel()  # the client went away first: so does the upstream call
+            if not call.done():
+                call.cancel()  # the client went away first: so does the upstream call
             pool.release(backend, session, closed)
 
     async def relay(

@@ -9,8 +9,11 @@ from its first call until `ReleaseSession` (PySpark's `spark.stop()`), or until 
 been quiet for Sail's own session timeout (`SAIL_SPARK__SESSION_TIMEOUT_SECS`, set to
 the same value here), after which Sail itself has dropped it. A server stops only when
 no call is in flight, no session is open and `idle_s` has passed since the last call.
-The check runs on a timer armed for the earliest moment it could pass (re-armed when a
-call moved that moment), never on a polling loop.
+The check runs on a timer armed for the earliest moment it could pass, never on a
+polling loop. A call does not touch the timer (that would cost every call a cancel and a
+re-arm): a call only moves that moment later, and the timer, when it fires, re-arms
+itself for the moment the calls since have moved it to; a session's end, which can move
+it earlier, drops the timer for the last call in flight to arm again.
 
 A call naming a session that a stopped or crashed server held is refused
 (`SessionLost`) instead of being sent to a fresh server that would re-create it empty.
@@ -101,6 +104,14 @@ class SailBackend:
         self.stderr_tail: deque[str] = deque(maxlen=40)
         self.exited = asyncio.Event()
         self.authorization: str | None = None  # sent upstream by the proxy, if the server wants one
+        self._unary: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
+
+    def unary(self, method: str) -> grpc.aio.UnaryUnaryMultiCallable:
+        """The channel's raw-bytes unary callable for `method`, made once per method."""
+        call = self._unary.get(method)
+        if call is None:
+            call = self._unary[method] = self.channel.unary_unary(method)
+        return call
 
     @property
     def pid(self) -> int:
@@ -148,9 +159,8 @@ class SailPool:
                 self._sessions[session] = (ns, backend.generation, time.monotonic())
             backend.inflight += 1
             backend.last_call = time.monotonic()
-            timer = self._timers.pop(ns, None)
-            if timer is not None:
-                timer.cancel()
+            # The idle timer, if armed, stays: when it fires it finds the call (or the
+            # later last_call) and stands down or re-arms, so a call costs no timer churn.
             return backend
 
     def release(self, backend: SailBackend, session: str | None, closed: bool = False) -> None:
@@ -161,10 +171,15 @@ class SailPool:
         if session:
             if closed:
                 self._sessions.pop(session, None)
+                # The stop time may now come earlier than the armed timer's: the timer
+                # goes, and the last call in flight arms a new one.
+                timer = self._timers.pop(backend.ns, None)
+                if timer is not None:
+                    timer.cancel()
             elif session in self._sessions:
                 ns, gen, _ = self._sessions[session]
                 self._sessions[session] = (ns, gen, now)
-        if backend.inflight == 0:
+        if backend.inflight == 0 and backend.ns not in self._timers:
             self._arm(backend)
 
     # -- idle stop -----------------------------------------------------------------------

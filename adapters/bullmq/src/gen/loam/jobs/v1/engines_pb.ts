@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file loam/jobs/v1/engines.proto.
  */
 export const file_loam_jobs_v1_engines: GenFile = /*@__PURE__*/
-  fileDesc("Chpsb2FtL2pvYnMvdjEvZW5naW5lcy5wcm90bxIMbG9hbS5qb2JzLnYxIqMDCglFbmdpbmVKb2ISKAoGZW5naW5lGAEgASgOMhgubG9hbS5qb2JzLnYxLkVuZ2luZUtpbmQSDAoEbmFtZRgCIAEoCRIQCghhcnRpZmFjdBgDIAEoCRIzCgZjb25maWcYBCADKAsyIy5sb2FtLmpvYnMudjEuRW5naW5lSm9iLkNvbmZpZ0VudHJ5EhAKCGF0dGVtcHRzGBQgASgNEiYKB2JhY2tvZmYYFSABKAsyFS5sb2FtLmpvYnMudjEuQmFja29mZhISCgp0aW1lb3V0X25zGBYgASgDEi8KC3NwYXJrX2JhdGNoGB4gASgLMhgubG9hbS5qb2JzLnYxLlNwYXJrQmF0Y2hIABIxCgxzcGFya19zdWJtaXQYHyABKAsyGS5sb2FtLmpvYnMudjEuU3BhcmtTdWJtaXRIABIuCgVmbGluaxggIAEoCzIdLmxvYW0uam9icy52MS5GbGlua0RlcGxveW1lbnRIABotCgtDb25maWdFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgYKBHNwZWMisgEKClNwYXJrQmF0Y2gSEgoKZW50cnlwb2ludBgBIAEoCRIOCgZzb3VyY2UYAiABKAwSDAoEYXJncxgDIAMoCRIwCgRjb25mGAQgAygLMiIubG9hbS5qb2JzLnYxLlNwYXJrQmF0Y2guQ29uZkVudHJ5EhMKC3B5dGhvbl9kZXBzGAUgAygJGisKCUNvbmZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIq8BCgtTcGFya1N1Ym1pdBISCgplbnRyeXBvaW50GAEgASgJEg4KBnNvdXJjZRgCIAEoDBIMCgRhcmdzGAMgAygJEjEKBGNvbmYYBCADKAsyIy5sb2FtLmpvYnMudjEuU3BhcmtTdWJtaXQuQ29uZkVudHJ5Eg4KBm1hc3RlchgFIAEoCRorCglDb25mRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLzAgoPRmxpbmtEZXBsb3ltZW50EhIKCmRlcGxveW1lbnQYASABKAkSEgoKZW50cnlwb2ludBgCIAEoCRIOCgZzb3VyY2UYAyABKAwSCwoDc3FsGAQgASgJEhMKC2VudHJ5X2NsYXNzGAUgASgJEgwKBGFyZ3MYBiADKAkSEwoLcGFyYWxsZWxpc20YByABKA0SOQoGY29uZmlnGAggAygLMikubG9hbS5qb2JzLnYxLkZsaW5rRGVwbG95bWVudC5Db25maWdFbnRyeRIUCgx1cGdyYWRlX21vZGUYCSABKAkSIAoYYWxsb3dfbm9uX3Jlc3RvcmVkX3N0YXRlGAogASgIEhEKCXNhdmVwb2ludBgLIAEoCRIcChRzYXZlcG9pbnRfaW50ZXJ2YWxfcxgMIAEoDRIQCghhcnRpZmFjdBgNIAEoCRotCgtDb25maWdFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBInAKDEVuZ2luZUFjdGlvbhIOCgZhY3Rpb24YASABKAkSEQoJc2F2ZXBvaW50GAIgASgJEg8KB3ZlcnNpb24YAyABKA0SLAoFZmxpbmsYBCABKAsyHS5sb2FtLmpvYnMudjEuRmxpbmtEZXBsb3ltZW50ImcKFEZsaW5rU2F2ZXBvaW50UmVjb3JkEgwKBHBhdGgYASABKAkSDwoHdmVyc2lvbhgCIAEoDRIOCgZqb2JfaWQYAyABKAkSEAoIdGFrZW5fbnMYBCABKAMSDgoGcmVhc29uGAUgASgJIq4DCgtGbGlua1N0YXR1cxISCgpkZXBsb3ltZW50GAEgASgJEg0KBXN0YXRlGAIgASgJEg8KB3ZlcnNpb24YAyABKA0SEAoIdmVyc2lvbnMYBCABKA0SDgoGam9iX2lkGAUgASgJEjYKCnNhdmVwb2ludHMYBiADKAsyIi5sb2FtLmpvYnMudjEuRmxpbmtTYXZlcG9pbnRSZWNvcmQSFgoOcGVuZGluZ19hY3Rpb24YByABKAkSFAoMcGVuZGluZ19zdGVwGAggASgJEhIKCmxhc3RfZXJyb3IYCSABKAkSPAoKdGltaW5nc19tcxgKIAMoCzIoLmxvYW0uam9icy52MS5GbGlua1N0YXR1cy5UaW1pbmdzTXNFbnRyeRIZChFhY3Rpb25zX3JlcXVlc3RlZBgLIAEoBBIUCgxhY3Rpb25zX2RvbmUYDCABKAQSEwoLbGFzdF9hY3Rpb24YDSABKAkSGQoRbGFzdF9hY3Rpb25fZXJyb3IYDiABKAkaMAoOVGltaW5nc01zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgBOgI4ASKeAQoQRW5naW5lUnVuQXR0ZW1wdBIPCgdhdHRlbXB0GAEgASgNEhIKCnN0YXJ0ZWRfbnMYAiABKAMSEwoLZmluaXNoZWRfbnMYAyABKAMSFgoJZXhpdF9jb2RlGAQgASgFSACIAQESDQoFZXJyb3IYBSABKAkSDgoGcnVubmVyGAYgASgJEgsKA3BpZBgHIAEoBUIMCgpfZXhpdF9jb2RlIq0DCglFbmdpbmVSdW4SCgoCaWQYASABKAkSJAoDam9iGAIgASgLMhcubG9hbS5qb2JzLnYxLkVuZ2luZUpvYhIrCgVzdGF0ZRgDIAEoDjIcLmxvYW0uam9icy52MS5FbmdpbmVSdW5TdGF0ZRISCgpjcmVhdGVkX25zGAQgASgDEhIKCnN0YXJ0ZWRfbnMYBSABKAMSEwoLZmluaXNoZWRfbnMYBiABKAMSMAoIYXR0ZW1wdHMYByADKAsyHi5sb2FtLmpvYnMudjEuRW5naW5lUnVuQXR0ZW1wdBIWCglleGl0X2NvZGUYCCABKAVIAIgBARINCgVlcnJvchgJIAEoCRINCgVxdWV1ZRgKIAEoCRIQCghzY2hlZHVsZRgLIAEoCRIRCglsb2dfY291bnQYDCABKA0SGAoQY2FuY2VsX3JlcXVlc3RlZBgNIAEoCBINCgVlcG9jaBgOIAEoBBIoCgVmbGluaxgPIAEoCzIZLmxvYW0uam9icy52MS5GbGlua1N0YXR1cxIWCg5yZXN0YXJ0ZWRfZnJvbRgQIAEoCUIMCgpfZXhpdF9jb2RlIkcKDUVuZ2luZUxvZ0xpbmUSCQoBbhgBIAEoDRINCgVhdF9ucxgCIAEoAxIOCgZzdHJlYW0YAyABKAkSDAoEbGluZRgEIAEoCSpxCgpFbmdpbmVLaW5kEhsKF0VOR0lORV9LSU5EX1VOU1BFQ0lGSUVEEAASFAoQRU5HSU5FX0tJTkRfU0FJTBABEhUKEUVOR0lORV9LSU5EX0ZMSU5LEAISGQoVRU5HSU5FX0tJTkRfU1BBUktfSlZNEAMq6AEKDkVuZ2luZVJ1blN0YXRlEiAKHEVOR0lORV9SVU5fU1RBVEVfVU5TUEVDSUZJRUQQABIbChdFTkdJTkVfUlVOX1NUQVRFX1FVRVVFRBABEhwKGEVOR0lORV9SVU5fU1RBVEVfUlVOTklORxACEh0KGUVOR0lORV9SVU5fU1RBVEVfUkVUUllJTkcQAxIeChpFTkdJTkVfUlVOX1NUQVRFX1NVQ0NFRURFRBAEEhsKF0VOR0lORV9SVU5fU1RBVEVfRkFJTEVEEAUSHQoZRU5HSU5FX1JVTl9TVEFURV9DQU5DRUxFRBAGYgZwcm90bzM", [file_loam_jobs_v1_types]);
+  fileDesc("Chpsb2FtL2pvYnMvdjEvZW5naW5lcy5wcm90bxIMbG9hbS5qb2JzLnYxIqMDCglFbmdpbmVKb2ISKAoGZW5naW5lGAEgASgOMhgubG9hbS5qb2JzLnYxLkVuZ2luZUtpbmQSDAoEbmFtZRgCIAEoCRIQCghhcnRpZmFjdBgDIAEoCRIzCgZjb25maWcYBCADKAsyIy5sb2FtLmpvYnMudjEuRW5naW5lSm9iLkNvbmZpZ0VudHJ5EhAKCGF0dGVtcHRzGBQgASgNEiYKB2JhY2tvZmYYFSABKAsyFS5sb2FtLmpvYnMudjEuQmFja29mZhISCgp0aW1lb3V0X25zGBYgASgDEi8KC3NwYXJrX2JhdGNoGB4gASgLMhgubG9hbS5qb2JzLnYxLlNwYXJrQmF0Y2hIABIxCgxzcGFya19zdWJtaXQYHyABKAsyGS5sb2FtLmpvYnMudjEuU3BhcmtTdWJtaXRIABIuCgVmbGluaxggIAEoCzIdLmxvYW0uam9icy52MS5GbGlua0RlcGxveW1lbnRIABotCgtDb25maWdFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgYKBHNwZWMisgEKClNwYXJrQmF0Y2gSEgoKZW50cnlwb2ludBgBIAEoCRIOCgZzb3VyY2UYAiABKAwSDAoEYXJncxgDIAMoCRIwCgRjb25mGAQgAygLMiIubG9hbS5qb2JzLnYxLlNwYXJrQmF0Y2guQ29uZkVudHJ5EhMKC3B5dGhvbl9kZXBzGAUgAygJGisKCUNvbmZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIq8BCgtTcGFya1N1Ym1pdBISCgplbnRyeXBvaW50GAEgASgJEg4KBnNvdXJjZRgCIAEoDBIMCgRhcmdzGAMgAygJEjEKBGNvbmYYBCADKAsyIy5sb2FtLmpvYnMudjEuU3BhcmtTdWJtaXQuQ29uZkVudHJ5Eg4KBm1hc3RlchgFIAEoCRorCglDb25mRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLzAgoPRmxpbmtEZXBsb3ltZW50EhIKCmRlcGxveW1lbnQYASABKAkSEgoKZW50cnlwb2ludBgCIAEoCRIOCgZzb3VyY2UYAyABKAwSCwoDc3FsGAQgASgJEhMKC2VudHJ5X2NsYXNzGAUgASgJEgwKBGFyZ3MYBiADKAkSEwoLcGFyYWxsZWxpc20YByABKA0SOQoGY29uZmlnGAggAygLMikubG9hbS5qb2JzLnYxLkZsaW5rRGVwbG95bWVudC5Db25maWdFbnRyeRIUCgx1cGdyYWRlX21vZGUYCSABKAkSIAoYYWxsb3dfbm9uX3Jlc3RvcmVkX3N0YXRlGAogASgIEhEKCXNhdmVwb2ludBgLIAEoCRIcChRzYXZlcG9pbnRfaW50ZXJ2YWxfcxgMIAEoDRIQCghhcnRpZmFjdBgNIAEoCRotCgtDb25maWdFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBInAKDEVuZ2luZUFjdGlvbhIOCgZhY3Rpb24YASABKAkSEQoJc2F2ZXBvaW50GAIgASgJEg8KB3ZlcnNpb24YAyABKA0SLAoFZmxpbmsYBCABKAsyHS5sb2FtLmpvYnMudjEuRmxpbmtEZXBsb3ltZW50ImcKFEZsaW5rU2F2ZXBvaW50UmVjb3JkEgwKBHBhdGgYASABKAkSDwoHdmVyc2lvbhgCIAEoDRIOCgZqb2JfaWQYAyABKAkSEAoIdGFrZW5fbnMYBCABKAMSDgoGcmVhc29uGAUgASgJIvIDCgtGbGlua1N0YXR1cxISCgpkZXBsb3ltZW50GAEgASgJEg0KBXN0YXRlGAIgASgJEg8KB3ZlcnNpb24YAyABKA0SEAoIdmVyc2lvbnMYBCABKA0SDgoGam9iX2lkGAUgASgJEjYKCnNhdmVwb2ludHMYBiADKAsyIi5sb2FtLmpvYnMudjEuRmxpbmtTYXZlcG9pbnRSZWNvcmQSFgoOcGVuZGluZ19hY3Rpb24YByABKAkSFAoMcGVuZGluZ19zdGVwGAggASgJEhIKCmxhc3RfZXJyb3IYCSABKAkSPAoKdGltaW5nc19tcxgKIAMoCzIoLmxvYW0uam9icy52MS5GbGlua1N0YXR1cy5UaW1pbmdzTXNFbnRyeRIZChFhY3Rpb25zX3JlcXVlc3RlZBgLIAEoBBIUCgxhY3Rpb25zX2RvbmUYDCABKAQSEwoLbGFzdF9hY3Rpb24YDSABKAkSGQoRbGFzdF9hY3Rpb25fZXJyb3IYDiABKAkSKAoEbGl2ZRgPIAEoCzIaLmxvYW0uam9icy52MS5GbGlua0pvYkxpdmUSGAoQc3RhdHVzX3JlcXVlc3RlZBgQIAEoBBowCg5UaW1pbmdzTXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAE6AjgBIqwCCgxGbGlua0pvYkxpdmUSCwoDc2VxGAEgASgEEg8KB3JlYWRfbnMYAiABKAMSDgoGam9iX2lkGAMgASgJEg0KBXN0YXRlGAQgASgJEhMKC2FsbF9ydW5uaW5nGAUgASgIEhAKCHJlc3RhcnRzGAYgASgNEh0KFWNoZWNrcG9pbnRzX2NvbXBsZXRlZBgHIAEoBBIaChJjaGVja3BvaW50c19mYWlsZWQYCCABKAQSHAoUbGFzdF9jaGVja3BvaW50X3BhdGgYCSABKAkSGgoSbGFzdF9jaGVja3BvaW50X25zGAogASgDEh0KFXNhdmVwb2ludF9pbl9wcm9ncmVzcxgLIAEoCBIVCg1yZXN0b3JlZF9mcm9tGAwgASgJEg0KBWVycm9yGA0gASgJIp4BChBFbmdpbmVSdW5BdHRlbXB0Eg8KB2F0dGVtcHQYASABKA0SEgoKc3RhcnRlZF9ucxgCIAEoAxITCgtmaW5pc2hlZF9ucxgDIAEoAxIWCglleGl0X2NvZGUYBCABKAVIAIgBARINCgVlcnJvchgFIAEoCRIOCgZydW5uZXIYBiABKAkSCwoDcGlkGAcgASgFQgwKCl9leGl0X2NvZGUirQMKCUVuZ2luZVJ1bhIKCgJpZBgBIAEoCRIkCgNqb2IYAiABKAsyFy5sb2FtLmpvYnMudjEuRW5naW5lSm9iEisKBXN0YXRlGAMgASgOMhwubG9hbS5qb2JzLnYxLkVuZ2luZVJ1blN0YXRlEhIKCmNyZWF0ZWRfbnMYBCABKAMSEgoKc3RhcnRlZF9ucxgFIAEoAxITCgtmaW5pc2hlZF9ucxgGIAEoAxIwCghhdHRlbXB0cxgHIAMoCzIeLmxvYW0uam9icy52MS5FbmdpbmVSdW5BdHRlbXB0EhYKCWV4aXRfY29kZRgIIAEoBUgAiAEBEg0KBWVycm9yGAkgASgJEg0KBXF1ZXVlGAogASgJEhAKCHNjaGVkdWxlGAsgASgJEhEKCWxvZ19jb3VudBgMIAEoDRIYChBjYW5jZWxfcmVxdWVzdGVkGA0gASgIEg0KBWVwb2NoGA4gASgEEigKBWZsaW5rGA8gASgLMhkubG9hbS5qb2JzLnYxLkZsaW5rU3RhdHVzEhYKDnJlc3RhcnRlZF9mcm9tGBAgASgJQgwKCl9leGl0X2NvZGUiRwoNRW5naW5lTG9nTGluZRIJCgFuGAEgASgNEg0KBWF0X25zGAIgASgDEg4KBnN0cmVhbRgDIAEoCRIMCgRsaW5lGAQgASgJKnEKCkVuZ2luZUtpbmQSGwoXRU5HSU5FX0tJTkRfVU5TUEVDSUZJRUQQABIUChBFTkdJTkVfS0lORF9TQUlMEAESFQoRRU5HSU5FX0tJTkRfRkxJTksQAhIZChVFTkdJTkVfS0lORF9TUEFSS19KVk0QAyroAQoORW5naW5lUnVuU3RhdGUSIAocRU5HSU5FX1JVTl9TVEFURV9VTlNQRUNJRklFRBAAEhsKF0VOR0lORV9SVU5fU1RBVEVfUVVFVUVEEAESHAoYRU5HSU5FX1JVTl9TVEFURV9SVU5OSU5HEAISHQoZRU5HSU5FX1JVTl9TVEFURV9SRVRSWUlORxADEh4KGkVOR0lORV9SVU5fU1RBVEVfU1VDQ0VFREVEEAQSGwoXRU5HSU5FX1JVTl9TVEFURV9GQUlMRUQQBRIdChlFTkdJTkVfUlVOX1NUQVRFX0NBTkNFTEVEEAZiBnByb3RvMw", [file_loam_jobs_v1_types]);
 
 /**
  * @generated from message loam.jobs.v1.EngineJob
@@ -247,8 +247,10 @@ export type FlinkDeployment = Message<"loam.jobs.v1.FlinkDeployment"> & {
   config: { [key: string]: string };
 
   /**
-   * How an upgrade carries state: "savepoint" (default: stop with a savepoint, start
-   * the new version from it) or "stateless" (cancel, start the new version empty).
+   * How an upgrade to this version carries the state (the Flink operator's modes):
+   * "savepoint" (default: stop with a savepoint, start the new version from it),
+   * "last-state" (cancel without a savepoint, start from the newest retained checkpoint;
+   * the sources replay what came after it) or "stateless" (cancel, start empty).
    *
    * @generated from field: string upgrade_mode = 9;
    */
@@ -459,6 +461,21 @@ export type FlinkStatus = Message<"loam.jobs.v1.FlinkStatus"> & {
    * @generated from field: string last_action_error = 14;
    */
   lastActionError: string;
+
+  /**
+   * What Flink's REST API said of the deployment's job at the last `status` action (the
+   * record above is what Loam did; this is what Flink reports now).
+   *
+   * @generated from field: loam.jobs.v1.FlinkJobLive live = 15;
+   */
+  live?: FlinkJobLive | undefined;
+
+  /**
+   * `status` actions asked; `live.seq` reaches it when answered
+   *
+   * @generated from field: uint64 status_requested = 16;
+   */
+  statusRequested: bigint;
 };
 
 /**
@@ -467,6 +484,103 @@ export type FlinkStatus = Message<"loam.jobs.v1.FlinkStatus"> & {
  */
 export const FlinkStatusSchema: GenMessage<FlinkStatus> = /*@__PURE__*/
   messageDesc(file_loam_jobs_v1_engines, 6);
+
+/**
+ * A live read of one Flink job through Flink's REST API (GET /jobs/:id, its checkpoints).
+ *
+ * @generated from message loam.jobs.v1.FlinkJobLive
+ */
+export type FlinkJobLive = Message<"loam.jobs.v1.FlinkJobLive"> & {
+  /**
+   * the status request this answers
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * when Flink was asked
+   *
+   * @generated from field: int64 read_ns = 2;
+   */
+  readNs: bigint;
+
+  /**
+   * @generated from field: string job_id = 3;
+   */
+  jobId: string;
+
+  /**
+   * Flink's job state: RUNNING, RESTARTING, FAILING, FINISHED, CANCELED, ...
+   *
+   * @generated from field: string state = 4;
+   */
+  state: string;
+
+  /**
+   * every vertex RUNNING (Flink says RUNNING as soon as it schedules)
+   *
+   * @generated from field: bool all_running = 5;
+   */
+  allRunning: boolean;
+
+  /**
+   * @generated from field: uint32 restarts = 6;
+   */
+  restarts: number;
+
+  /**
+   * @generated from field: uint64 checkpoints_completed = 7;
+   */
+  checkpointsCompleted: bigint;
+
+  /**
+   * @generated from field: uint64 checkpoints_failed = 8;
+   */
+  checkpointsFailed: bigint;
+
+  /**
+   * the newest completed checkpoint (or savepoint)
+   *
+   * @generated from field: string last_checkpoint_path = 9;
+   */
+  lastCheckpointPath: string;
+
+  /**
+   * when it completed
+   *
+   * @generated from field: int64 last_checkpoint_ns = 10;
+   */
+  lastCheckpointNs: bigint;
+
+  /**
+   * a savepoint (or a stop's) is being taken
+   *
+   * @generated from field: bool savepoint_in_progress = 11;
+   */
+  savepointInProgress: boolean;
+
+  /**
+   * the checkpoint or savepoint the job started from
+   *
+   * @generated from field: string restored_from = 12;
+   */
+  restoredFrom: string;
+
+  /**
+   * Flink could not say: no job, the cluster unreachable
+   *
+   * @generated from field: string error = 13;
+   */
+  error: string;
+};
+
+/**
+ * Describes the message loam.jobs.v1.FlinkJobLive.
+ * Use `create(FlinkJobLiveSchema)` to create a new message.
+ */
+export const FlinkJobLiveSchema: GenMessage<FlinkJobLive> = /*@__PURE__*/
+  messageDesc(file_loam_jobs_v1_engines, 7);
 
 /**
  * @generated from message loam.jobs.v1.EngineRunAttempt
@@ -517,7 +631,7 @@ export type EngineRunAttempt = Message<"loam.jobs.v1.EngineRunAttempt"> & {
  * Use `create(EngineRunAttemptSchema)` to create a new message.
  */
 export const EngineRunAttemptSchema: GenMessage<EngineRunAttempt> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_engines, 7);
+  messageDesc(file_loam_jobs_v1_engines, 8);
 
 /**
  * One engine run, a Loam object in the namespace (`t/<ns>/eng/run/<id>`). Its id is the
@@ -627,7 +741,7 @@ export type EngineRun = Message<"loam.jobs.v1.EngineRun"> & {
  * Use `create(EngineRunSchema)` to create a new message.
  */
 export const EngineRunSchema: GenMessage<EngineRun> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_engines, 8);
+  messageDesc(file_loam_jobs_v1_engines, 9);
 
 /**
  * @generated from message loam.jobs.v1.EngineLogLine
@@ -661,7 +775,7 @@ export type EngineLogLine = Message<"loam.jobs.v1.EngineLogLine"> & {
  * Use `create(EngineLogLineSchema)` to create a new message.
  */
 export const EngineLogLineSchema: GenMessage<EngineLogLine> = /*@__PURE__*/
-  messageDesc(file_loam_jobs_v1_engines, 9);
+  messageDesc(file_loam_jobs_v1_engines, 10);
 
 /**
  * @generated from enum loam.jobs.v1.EngineKind

@@ -173,7 +173,7 @@ class FlinkSavepointRecord(_message.Message):
     def __init__(self, path: _Optional[str] = ..., version: _Optional[int] = ..., job_id: _Optional[str] = ..., taken_ns: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class FlinkStatus(_message.Message):
-    __slots__ = ("deployment", "state", "version", "versions", "job_id", "savepoints", "pending_action", "pending_step", "last_error", "timings_ms", "actions_requested", "actions_done", "last_action", "last_action_error")
+    __slots__ = ("deployment", "state", "version", "versions", "job_id", "savepoints", "pending_action", "pending_step", "last_error", "timings_ms", "actions_requested", "actions_done", "last_action", "last_action_error", "live", "status_requested")
     class TimingsMsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +195,8 @@ class FlinkStatus(_message.Message):
     ACTIONS_DONE_FIELD_NUMBER: _ClassVar[int]
     LAST_ACTION_FIELD_NUMBER: _ClassVar[int]
     LAST_ACTION_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     deployment: str
     state: str
     version: int
@@ -209,7 +211,39 @@ class FlinkStatus(_message.Message):
     actions_done: int
     last_action: str
     last_action_error: str
-    def __init__(self, deployment: _Optional[str] = ..., state: _Optional[str] = ..., version: _Optional[int] = ..., versions: _Optional[int] = ..., job_id: _Optional[str] = ..., savepoints: _Optional[_Iterable[_Union[FlinkSavepointRecord, _Mapping]]] = ..., pending_action: _Optional[str] = ..., pending_step: _Optional[str] = ..., last_error: _Optional[str] = ..., timings_ms: _Optional[_Mapping[str, float]] = ..., actions_requested: _Optional[int] = ..., actions_done: _Optional[int] = ..., last_action: _Optional[str] = ..., last_action_error: _Optional[str] = ...) -> None: ...
+    live: FlinkJobLive
+    status_requested: int
+    def __init__(self, deployment: _Optional[str] = ..., state: _Optional[str] = ..., version: _Optional[int] = ..., versions: _Optional[int] = ..., job_id: _Optional[str] = ..., savepoints: _Optional[_Iterable[_Union[FlinkSavepointRecord, _Mapping]]] = ..., pending_action: _Optional[str] = ..., pending_step: _Optional[str] = ..., last_error: _Optional[str] = ..., timings_ms: _Optional[_Mapping[str, float]] = ..., actions_requested: _Optional[int] = ..., actions_done: _Optional[int] = ..., last_action: _Optional[str] = ..., last_action_error: _Optional[str] = ..., live: _Optional[_Union[FlinkJobLive, _Mapping]] = ..., status_requested: _Optional[int] = ...) -> None: ...
+
+class FlinkJobLive(_message.Message):
+    __slots__ = ("seq", "read_ns", "job_id", "state", "all_running", "restarts", "checkpoints_completed", "checkpoints_failed", "last_checkpoint_path", "last_checkpoint_ns", "savepoint_in_progress", "restored_from", "error")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    READ_NS_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ALL_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_FAILED_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_NS_FIELD_NUMBER: _ClassVar[int]
+    SAVEPOINT_IN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_FROM_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    read_ns: int
+    job_id: str
+    state: str
+    all_running: bool
+    restarts: int
+    checkpoints_completed: int
+    checkpoints_failed: int
+    last_checkpoint_path: str
+    last_checkpoint_ns: int
+    savepoint_in_progress: bool
+    restored_from: str
+    error: str
+    def __init__(self, seq: _Optional[int] = ..., read_ns: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., all_running: _Optional[bool] = ..., restarts: _Optional[int] = ..., checkpoints_completed: _Optional[int] = ..., checkpoints_failed: _Optional[int] = ..., last_checkpoint_path: _Optional[str] = ..., last_checkpoint_ns: _Optional[int] = ..., savepoint_in_progress: _Optional[bool] = ..., restored_from: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class EngineRunAttempt(_message.Message):
     __slots__ = ("attempt", "started_ns", "finished_ns", "exit_code", "error", "runner", "pid")
