@@ -171,14 +171,22 @@ async def test_a_batch_is_recorded_once_done_with_how_many_jobs(gateway, token):
     while batch["state"] != "done":  # the batch record's long poll: wakes on each change
         batch = (await gateway.get(f"/v1/batches/{batch['id']}?after_version={batch['version']}&wait_ms=10000",
                                    headers=admin)).json()  # fmt: skip
-    for _ in range(50):  # the audit record follows the batch record's last write
+    for _ in range(50):  # the summary follows the batch record's last write
         entries = (await gateway.get("/v1/audit", headers=admin)).json()["entries"]
-        if entries:
+        if entries and entries[0]["action"].startswith("batch."):
             break
         await gateway.get("/v1/whoami", headers=admin)  # yields to the batch task
-    (entry,) = entries
-    assert (entry["action"], entry["count"], entry["role"]) == ("batch.remove", 3, "admin")
+    entry, *each = entries  # the summary, then each job's own record (the core's, as a part of the batch)
+    assert (entry["action"], entry["count"], entry["role"], entry["batch"]) == (
+        "batch.remove",
+        3,
+        "admin",
+        batch["id"],
+    )
     assert "3 succeeded, 1 failed" in entry["detail"]
+    assert sorted((e["action"], e["job"], e["batch"]) for e in each) == sorted(
+        ("job.remove", j, batch["id"]) for j in ids
+    )
 
 
 # -- metrics history ----------------------------------------------------------------------

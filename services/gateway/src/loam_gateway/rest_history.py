@@ -68,6 +68,8 @@ class AuditEntry(BaseModel):
     token_id: str = Field(description="the token that acted; empty without auth")
     role: str = Field(description="viewer, operator, admin or other, from the token's actions")
     actions: list[str]
+    via: str = Field("", description="the transport the action came by: rest or connect")
+    batch: str = Field("", description="the bulk batch this action was a part of (its id); empty if none")
 
 
 class AuditPage(BaseModel):
