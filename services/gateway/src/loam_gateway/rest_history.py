@@ -103,7 +103,7 @@ def build_history_router() -> APIRouter:
         if history is None:
             step = int((RANGES[range][0] or 0) * 1e9)
             return MetricsHistoryView(queue=queue, range=range, step_ns=step, enabled=False, points=[])
-        points = [MetricsPoint(**x) for x in history.points(p.namespace, queue, range)]
+        points = [MetricsPoint(**x) for x in await history.points(p.namespace, queue, range)]
         return MetricsHistoryView(queue=queue, range=range, step_ns=history.steps_ns[range], enabled=True,
                                   points=points)  # fmt: skip
 
