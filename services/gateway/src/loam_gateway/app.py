@@ -38,6 +38,7 @@ from loam_gateway.audit_log import AuditLog
 from loam_gateway.auth import Authenticator
 from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix, strip_namespace
 from loam_gateway.guard import GuardPolicy, RequestGuard
+from loam_gateway.list_lane import JobListLane
 from loam_gateway.metrics_history import MetricsHistory
 from loam_gateway.redaction import Redaction
 from loam_gateway.rest import build_router
@@ -75,10 +76,13 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 
 class GatewayApp(FastAPI):
-    """FastAPI, with the common Connect call served first by the `UnaryLane`, before
-    FastAPI's middleware; anything the lane does not take goes the usual way."""
+    """FastAPI, with the common Connect call served first by the `UnaryLane` and the job
+    list by the `JobListLane`, before FastAPI's middleware; anything the lanes do not
+    take goes the usual way."""
 
     unary_lane: UnaryLane | None = None
+    #: the console's job list, served the same way (list_lane.py)
+    list_lane: JobListLane | None = None
     #: the Resonate-protocol app, served straight from here too: a durable step is two
     #: small requests, and FastAPI's routing and middleware would cost more than the step
     durable_app: Any = None
@@ -93,7 +97,8 @@ class GatewayApp(FastAPI):
         await self._serve(scope, receive, send)
 
     async def _serve(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and (self.unary_lane is not None or self.durable_app is not None):
+        lanes = (self.unary_lane, self.list_lane, self.durable_app)
+        if scope["type"] == "http" and any(lane is not None for lane in lanes):
             lane_scope = strip_namespace(scope) if scope["path"].startswith("/ns/") else scope
             path = lane_scope["path"]
             if self.durable_app is not None and (path.startswith(DURABLE_PREFIX) or path == DURABLE_BASE):
@@ -101,6 +106,8 @@ class GatewayApp(FastAPI):
                 await self.durable_app(dict(lane_scope, root_path=root), receive, send)
                 return
             if self.unary_lane is not None and await self.unary_lane(lane_scope, receive, send):
+                return
+            if self.list_lane is not None and await self.list_lane(lane_scope, receive, send):
                 return
         await super().__call__(scope, receive, send)
 
@@ -210,6 +217,7 @@ def create_app(
     app.mount(connect_app.path, connect_app)
     app.add_middleware(NamespacePrefix, connect_app=connect_app)
     app.unary_lane = UnaryLane(connect_app)
+    app.list_lane = JobListLane(app.state, error_json)
     # By default: with auth, any Host (an in-process app knows no bind address); without,
     # the loopback names. The commands pass their bind address and flags.
     policy = guard or GuardPolicy.for_server(
