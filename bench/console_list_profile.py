@@ -34,7 +34,10 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         store = open_store(f"lmdb://{d}/jobs.lmdb")
         rpc = CoreRpc(QueueCore(store))
-        task = {"name": "bulk", "payload": {"data": b'{"user":"ada","n":1}', "content_type": "application/json"}}
+        task = {
+            "name": "bulk",
+            "payload": {"data": b'{"user":"ada","n":1}', "content_type": "application/json"},
+        }
         for _ in range(3):
             await rpc.enqueue_bulk("default", J.EnqueueBulkRequest(queue="big", jobs=[{"task": task}] * 1000))
         app = create_app(Router(local=rpc))

@@ -63,7 +63,11 @@ async def test_the_lane_answers_what_the_route_answers(apps, store):
         assert (await client.post("/v1/queues/pay/jobs", json=body, headers=admin)).status_code == 200
     first = (await client.get("/v1/queues/pay/jobs?page_size=3", headers=viewer)).json()
     served = spy.served
-    assert served == 1 and len(first["jobs"]) == 3 and first["jobs"][0]["payload"]["data"]["password"] != "hunter2"
+    assert (
+        served == 1
+        and len(first["jobs"]) == 3
+        and first["jobs"][0]["payload"]["data"]["password"] != "hunter2"
+    )
     common = [
         "/v1/queues/pay/jobs",
         "/v1/queues/pay/jobs?state=waiting&page_size=2",
@@ -102,7 +106,9 @@ async def test_the_lane_answers_what_the_route_answers(apps, store):
 async def test_without_auth_the_namespace_prefix_picks_the_namespace(store):
     router = Router(local=CoreRpc(QueueCore(store)))
     app = create_app(router)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+    ) as client:
         r = await client.post("/ns/team-a/v1/queues/q/jobs", json={"name": "t", "data": {}})
         assert r.status_code == 200, r.text
         assert len((await client.get("/ns/team-a/v1/queues/q/jobs")).json()["jobs"]) == 1
