@@ -14,6 +14,7 @@ only; a request that names another namespace is refused.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -26,6 +27,10 @@ from loam_common.auth import Principal
 from loam_common.errors import PermissionDenied
 from loam_gateway.auth import Authenticator, DevAuthenticator, require
 from loam_gateway.routing import Router
+
+# The same few callers call again and again (a token's principal is cached, the dev one is
+# equal each time): their actors are made once.
+_actor_of = functools.lru_cache(maxsize=4096)(Actor.of)
 
 
 class Access:
@@ -43,7 +48,7 @@ class Access:
         principal = await self.identify(headers)
         if self._dev is None and not (not operation.writes and principal.can(auth.READ)):
             require(principal, operation.action)
-        ACTOR.set(Actor.of(principal, via))
+        ACTOR.set(_actor_of(principal, via))
         return principal
 
     async def identify(self, headers: Mapping[str, str]) -> Principal:
