@@ -128,8 +128,8 @@ def create_app(
     sweeper there and closes the store). `durable` (a durable_mount.DurableMount) adds
     durable mode: the Resonate-protocol app at `/resonate` and `/v1/durable/...`. `guard`
     is the request policy (guard.py); by default a loopback server's. `redaction`: the
-    payload fields REST hides (loam_gateway.redaction); `audit`: where REST writes are
-    recorded (loam_gateway.audit_log); `metrics_history`: the sampler behind
+    payload fields REST hides (loam_gateway.redaction); `audit`: the audit log `/v1/audit`
+    reads (the core writes each action's record; loam_gateway.audit_log); `metrics_history`: the sampler behind
     `/v1/queues/{q}/metrics`, started and stopped with the app."""
     access = Access(authenticator)
     metrics_operation = operation("metrics")
