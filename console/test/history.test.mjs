@@ -93,7 +93,7 @@ describe("audit log", () => {
     await seen.locator("tbody tr").nth(1).waitFor();
     const rows = await seen.locator("tbody tr").evaluateAll((trs) => trs.map((tr) => tr.textContent));
     assert.equal(rows.length, 2);
-    assert.match(rows[0], new RegExp(`job\\.cancel.*${job}.*${me}.*admin`));
+    assert.match(rows[0], new RegExp(`job\\.cancel.*${job}.*${me}.*admin via rest`));
     assert.match(rows[1], /job\.change-priority.*priority 7/);
     await shot(seen, "audit");
     await axe(seen, "audit page");
