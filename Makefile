@@ -162,8 +162,9 @@ test: venv engines-flink engines-spark engines-spark-jvm
 	$(MAKE) test-durable-ts
 	$(MAKE) test-console
 
-# The chaos soak (tests/chaos/soak.py): the split deployment under a steady mixed load for
-# 10 minutes with process faults on, its history checked; prints the checker's figures and
+# The chaos soak (tests/chaos/soak.py): the split deployment under a steady mixed load (jobs,
+# a FIFO queue, durable workflows on a Resonate SDK worker) for 10 minutes with process
+# faults and server clock jumps on, its history checked; prints the checker's figures and
 # each process's memory and file descriptors. LOAM_SOAK_S=60 for a shorter run.
 test-chaos: venv
 	$(BIN)/python tests/chaos/soak.py

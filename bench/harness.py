@@ -20,6 +20,12 @@ Systems (name: client and worker → store):
   celery-rabbitmq       Celery on rabbitmq-server (pyamqp), no result backend
   bullmq-redis          BullMQ 6.7 on redis-server (concurrency 50)
   bullmq-postgres       BullMQ 6.7 on its built-in Postgres backend (concurrency 50)
+  bullmq-redis-aof      BullMQ 6.7 on Redis as BullMQ's production guide sets it: appendonly yes,
+                        appendfsync everysec, maxmemory-policy noeviction
+  celery-redis-results-aof  Celery + Redis results on that Redis
+  loam-durable          Python SDK → `loam dev --durable` (an fsync before each acknowledgement)
+  bullmq-redis-always   BullMQ 6.7 on Redis with appendfsync always (an fsync per write), the
+                        anchor for loam-durable
 
 Rounds are interleaved (round 1 of every system, then round 2, ...), so the machine's
 load drifts over all systems alike; every figure is the median of the rounds, with min
@@ -180,12 +186,12 @@ def _stop_proc(proc: subprocess.Popen, timeout: float = 20) -> None:
             proc.wait()
 
 
-def start_loam(work: Path, label: str = "loam") -> Service:
+def start_loam(work: Path, label: str = "loam", durable: bool = False) -> Service:
     port = free_port()
     data = work / f"{label}-data"
     exe = Path(PY).with_name("loam")
     cmd = [str(exe), "dev"] if exe.exists() else [PY, "-m", "loam_gateway.dev"]
-    cmd += ["--port", str(port), "--data", str(data)]
+    cmd += ["--port", str(port), "--data", str(data)] + (["--durable"] if durable else [])
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOAM_")}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)  # fmt: skip
@@ -201,11 +207,22 @@ def start_loam(work: Path, label: str = "loam") -> Service:
                    pids=[proc.pid], extra={"port": port, "data": data})  # fmt: skip
 
 
-def start_redis(work: Path) -> Service:
+#: Redis as BullMQ's production guide configures it (and `appendfsync always` for the
+#: anchor of `loam dev --durable`, which fsyncs before every acknowledgement)
+REDIS_PERSISTENCE = {
+    "redis": ["--appendonly", "no"],
+    "redis-aof": ["--appendonly", "yes", "--appendfsync", "everysec", "--maxmemory-policy", "noeviction"],
+    "redis-always": ["--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction"],
+}
+
+
+def start_redis(work: Path, label: str = "redis") -> Service:
     port = free_port()
-    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-           "--dir", str(work), "--daemonize", "no"]  # fmt: skip
-    with open(work / "redis.log", "wb") as logf:
+    d = work / label
+    d.mkdir(exist_ok=True)
+    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", *REDIS_PERSISTENCE[label],
+           "--dir", str(d), "--daemonize", "no"]  # fmt: skip
+    with open(work / f"{label}.log", "wb") as logf:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 20
     while True:
@@ -218,10 +235,10 @@ def start_redis(work: Path) -> Service:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
             _stop_proc(proc)
-            raise RuntimeError(f"redis-server did not start: {(work / 'redis.log').read_text()[-800:]}")
+            raise RuntimeError(f"redis-server did not start: {(work / f'{label}.log').read_text()[-800:]}")
         time.sleep(0.05)
     version = out_of(["redis-server", "--version"]).split(" v=")[-1].split(" ")[0]
-    return Service("redis", f"redis://127.0.0.1:{port}", shlex.join(cmd), version, lambda: _stop_proc(proc),
+    return Service(label, f"redis://127.0.0.1:{port}", shlex.join(cmd), version, lambda: _stop_proc(proc),
                    [proc.pid])  # fmt: skip
 
 
@@ -334,19 +351,33 @@ SYSTEMS = [
         "BullMQ 6.7 · Postgres backend · concurrency 50",
         growth=True,
     ),
+    System("bullmq-redis-aof", "bullmq", ("redis-aof",), "BullMQ 6.7 · Redis AOF everysec · concurrency 50"),
+    System(
+        "celery-redis-results-aof", "celery", ("redis-aof",), "Celery · Redis AOF everysec broker + results"
+    ),
+    System("loam-durable", "loam", ("loam-durable",), "Python SDK · loam.Worker → loam dev --durable"),
+    System(
+        "bullmq-redis-always", "bullmq", ("redis-always",), "BullMQ 6.7 · Redis AOF always · concurrency 50"
+    ),
 ]
 BY_NAME = {s.name: s for s in SYSTEMS}
 # Within a round, each Loam side runs next to its anchors, so they share the same minutes of load
-RUN_ORDER = ["loam", "bullmq-redis", "bullmq-postgres", "loam-bullmq", "loam-celery", "celery-redis",
-             "celery-rabbitmq", "loam-celery-results", "celery-redis-results"]  # fmt: skip
+RUN_ORDER = ["loam", "bullmq-redis", "bullmq-redis-aof", "bullmq-postgres", "loam-bullmq", "loam-celery",
+             "celery-redis", "celery-rabbitmq", "loam-celery-results", "celery-redis-results",
+             "celery-redis-results-aof", "loam-durable", "bullmq-redis-always"]  # fmt: skip
 # (Loam side, anchor) pairs for the ratio table: like for like first, then the native SDK
 PAIRS = [
     ("loam-celery", "celery-redis"),
     ("loam-celery", "celery-rabbitmq"),
     ("loam-celery-results", "celery-redis-results"),
+    ("loam-celery-results", "celery-redis-results-aof"),
     ("loam-bullmq", "bullmq-redis"),
+    ("loam-bullmq", "bullmq-redis-aof"),
     ("loam-bullmq", "bullmq-postgres"),
     ("loam", "bullmq-redis"),
+    ("loam", "bullmq-redis-aof"),
+    ("loam-durable", "bullmq-redis-always"),
+    ("loam-durable", "bullmq-redis-aof"),
     ("loam", "bullmq-postgres"),
     ("loam", "celery-redis"),
     ("loam", "celery-rabbitmq"),
@@ -369,10 +400,11 @@ def driver_cmd(system: System, svc: dict[str, Service], args: argparse.Namespace
     ]
     growth_args = ["--samples", str(args.growth_samples), "--repeats", str(args.runs)]
     if system.family == "loam":
-        cmd = [PY, str(DRIVERS / "loam_driver.py"), "--url", svc["loam"].url, *common, mode]
+        loam_svc = svc[system.needs[0]]
+        cmd = [PY, str(DRIVERS / "loam_driver.py"), "--url", loam_svc.url, *common, mode]
         if mode == "run":
             return cmd + run_args, env
-        pids = ",".join(map(str, svc["loam"].pids))
+        pids = ",".join(map(str, loam_svc.pids))
         return cmd + ["--levels", args.growth_levels, *growth_args, "--settle-pids", pids], env
     if system.family == "celery":
         backend = ""
@@ -380,8 +412,9 @@ def driver_cmd(system: System, svc: dict[str, Service], args: argparse.Namespace
             broker = svc["loam"].url.replace("http://", "loam://") + "/bench"
             backend = broker if system.name.endswith("results") else ""
         elif system.name.startswith("celery-redis"):
-            broker = svc["redis"].url + "/0"
-            backend = svc["redis"].url + "/1" if system.name.endswith("results") else ""
+            redis = svc[system.needs[0]]
+            broker = redis.url + "/0"
+            backend = redis.url + "/1" if "results" in system.name else ""
         else:
             broker = svc["rabbitmq"].url
         env.update(BENCH_BROKER=broker, BENCH_BACKEND=backend)
@@ -392,16 +425,16 @@ def driver_cmd(system: System, svc: dict[str, Service], args: argparse.Namespace
         cmd = [str(ADAPTER_BULLMQ / "node_modules" / ".bin" / "tsx"), script, mode, "--backend", "loam",
                "--lib", str(ADAPTER_BULLMQ / "package.json"), "--adapter", str(ADAPTER_BULLMQ / "src" / "index.ts"),
                "--loam-url", svc["loam"].url]  # fmt: skip
-    elif system.name == "bullmq-redis":
+    elif system.name.startswith("bullmq-redis"):
         cmd = ["node", script, mode, "--backend", "redis", "--lib", str(NODE_DIR / "package.json"),
-               "--redis-url", svc["redis"].url]  # fmt: skip
+               "--redis-url", svc[system.needs[0]].url]  # fmt: skip
     else:
         cmd = ["node", script, mode, "--backend", "postgres", "--lib", str(NODE_DIR / "package.json"),
                "--pg-url", svc["postgres"].url]  # fmt: skip
     cmd += common
     if mode == "run":
         return cmd + run_args, env
-    store = svc["loam" if system.name == "loam-bullmq" else system.name.split("-")[1]]
+    store = svc[system.needs[0]]
     pids = ",".join(map(str, store.pids))
     return cmd + ["--levels", args.anchor_growth_levels, *growth_args, "--settle-pids", pids], env
 
@@ -466,6 +499,14 @@ def ratio_rows(systems: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def memory_cell(memory: dict[str, Any] | None) -> str:
+    """The store's processes' resident memory at a growth level: PSS (shared pages split
+    among the processes sharing them) and, in brackets, the RSS sum."""
+    if not memory:
+        return "–"
+    return f"{memory['pss_mb']:,.0f} ({memory['rss_mb']:,.0f})"
+
+
 def markdown(report: dict[str, Any]) -> str:
     m, s = report["machine"], report["settings"]
     out = [f"# Loam Jobs next to Celery and BullMQ ({report['date'][:16].replace('T', ' ')} UTC)", ""]
@@ -508,16 +549,17 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("growth"):
         out += ["", "## Growth: per-call latency by backlog", "",
                 ("One queue grown to each level (bulk), then left until the store's processes are idle "
-                 "(the last column: how long the background work the fill left behind took); then, per round: "
+                 "(\"idle after fill\": how long the background work the fill left behind took; the memory is "
+                 "the store's process tree's, read from /proc after the level's calls); then, per round: "
                  f"{s['growth_samples']} single enqueues, then {s['growth_samples']} lease(1) + complete, "
                  "each call timed alone (p50 per round; median (min–max) of the rounds). BullMQ's lease is "
                  "`worker.getNextJob` (manual processing) and its complete `job.moveToCompleted`."), ""]  # fmt: skip
         out.append("| system | waiting | enqueue p50 (ms) | enqueue p99 (ms) | lease p50 (ms) | lease p99 (ms) "
-                   "| complete p50 (ms) | fill (jobs/s) | idle after fill (s) |")  # fmt: skip
-        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+                   "| complete p50 (ms) | fill (jobs/s) | idle after fill (s) | server memory, PSS (RSS) MB |")  # fmt: skip
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for name, g in report["growth"].items():
             if "error" in g:
-                out.append(f"| {name} | {g['error']} | | | | | | | |")
+                out.append(f"| {name} | {g['error']} | | | | | | | | |")
                 continue
             for level, lv in g["levels"].items():
                 c = [
@@ -533,7 +575,7 @@ def markdown(report: dict[str, Any]) -> str:
                 out.append(
                     f"| {name} | {int(level):,} | "
                     + " | ".join(c)
-                    + f" | {lv['fill_per_s']:,.0f} | {lv.get('settle_s') or 0:.0f} |"
+                    + f" | {lv['fill_per_s']:,.0f} | {lv.get('settle_s') or 0:.0f} | {memory_cell(lv.get('memory'))} |"
                 )
         flat = [f"{n}: enqueue ×{g['flatness']['enqueue_p50']:.2f}, lease ×{g['flatness']['lease_p50']:.2f}"
                 for n, g in report["growth"].items() if g.get("flatness")]  # fmt: skip
@@ -553,7 +595,8 @@ def markdown(report: dict[str, Any]) -> str:
 COLORS = {
     "loam": "#1b7a55", "loam-celery": "#3fa37a", "loam-celery-results": "#7cc6a2", "loam-bullmq": "#0f4d35",
     "celery-redis": "#d4652a", "celery-redis-results": "#f0a070", "celery-rabbitmq": "#a33b1c",
-    "bullmq-redis": "#3b5ba5", "bullmq-postgres": "#8a5cc2",
+    "bullmq-redis": "#3b5ba5", "bullmq-postgres": "#8a5cc2", "bullmq-redis-aof": "#6f8cd0",
+    "celery-redis-results-aof": "#f5c09a", "loam-durable": "#5fb38c", "bullmq-redis-always": "#9db1e3",
 }  # fmt: skip
 
 
@@ -686,7 +729,7 @@ def versions(services: dict[str, Service], git_start: str) -> dict[str, str]:
     with contextlib.suppress(OSError, ValueError):
         v["@loam/bullmq"] = json.loads((ADAPTER_BULLMQ / "package.json").read_text())["version"]
         v["bullmq (under @loam/bullmq)"] = node_pkg(ADAPTER_BULLMQ, "bullmq")
-    for name in ("redis", "rabbitmq", "postgres"):
+    for name in ("redis", "redis-aof", "redis-always", "rabbitmq", "postgres"):
         if name in services:
             v[f"{name} server"] = services[name].version
     return v
@@ -764,7 +807,8 @@ def main(argv: list[str] | None = None) -> int:
     notes: dict[str, str] = {}
     needs = {svc for s in wanted for svc in s.needs}
     if not args.no_install:
-        apt = {"redis": "redis-server", "rabbitmq": "rabbitmq-server", "postgres": "postgresql"}
+        apt = {"redis": "redis-server", "redis-aof": "redis-server", "redis-always": "redis-server",
+               "rabbitmq": "rabbitmq-server", "postgres": "postgresql"}  # fmt: skip
         need = {apt[s] for s in needs if s in apt} | {s.name for s in wanted}
         if any(s.family == "bullmq" for s in wanted):
             need |= {"nodejs", "npm"}
@@ -790,14 +834,17 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     starters: dict[str, Callable[[], Service]] = {
         "loam": lambda: start_loam(work),
+        "loam-durable": lambda: start_loam(work, "loam-durable", durable=True),
         "redis": lambda: start_redis(work),
+        "redis-aof": lambda: start_redis(work, "redis-aof"),
+        "redis-always": lambda: start_redis(work, "redis-always"),
         "rabbitmq": lambda: start_rabbitmq(work),
         "postgres": start_postgres,
     }
     commands: dict[str, Any] = {"harness": shlex.join(["python", "bench/harness.py", *(argv or sys.argv[1:])]),
                                 "services": {}, "systems": {}}  # fmt: skip
     try:
-        for name in ["loam", "redis", "rabbitmq", "postgres"]:
+        for name in ["loam", "loam-durable", "redis", "redis-aof", "redis-always", "rabbitmq", "postgres"]:
             if name not in needs:
                 continue
             t0 = time.monotonic()
@@ -931,6 +978,7 @@ def main(argv: list[str] | None = None) -> int:
                         g["levels"][level]["fill_per_s"] = lv["fill_per_s"]
                         g["levels"][level]["settle_s"] = lv.get("settle_s")
                         g["levels"][level]["waiting"] = lv.get("waiting")
+                        g["levels"][level]["memory"] = lv.get("memory")
                     lv_sorted = sorted(g["levels"], key=int)
                     if len(lv_sorted) > 1:
                         lo, hi = g["levels"][lv_sorted[0]], g["levels"][lv_sorted[-1]]

@@ -12,6 +12,9 @@ hand. SQLite, the other embedded store, runs the store's own suite (tests/store)
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from loam_common import keys
@@ -22,6 +25,9 @@ from loam_common.store import LmdbBackend, ManualClock, MemoryBackend, Store
 from loam_queue_core import QueueCore
 
 DEFAULT_NS = "acme"
+
+# tests/support: helpers every test folder may import (processes.py: services as OS processes)
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 
 @pytest.fixture

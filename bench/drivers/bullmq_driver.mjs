@@ -179,6 +179,22 @@ function treeCpu(roots) {
   return out;
 }
 
+// Resident memory of the trees under `roots`, MB (as procstat.tree_memory): RSS and PSS
+function treeMemory(roots) {
+  const pids = [...treeCpu(roots).keys()];
+  if (!pids.length) return null;
+  let rss = 0, pss = 0;
+  for (const pid of pids) {
+    try {
+      for (const line of readFileSync(`/proc/${pid}/smaps_rollup`, "utf8").split("\n")) {
+        if (line.startsWith("Rss:")) rss += Number(line.split(/\s+/)[1]);
+        else if (line.startsWith("Pss:")) pss += Number(line.split(/\s+/)[1]);
+      }
+    } catch {}
+  }
+  return { rss_mb: Math.round(rss / 102.4) / 10, pss_mb: Math.round(pss / 102.4) / 10, processes: pids.length };
+}
+
 // Until the trees under `roots` use under 5 % of a core over a second (as procstat.py)
 async function settle(roots, maxWaitS = 300) {
   if (!roots.length) return 0;
@@ -248,7 +264,8 @@ async function growth() {
       });
     }
     const waiting = await queue.getWaitingCount();
-    out.levels[String(level)] = { runs, fill_per_s: fillPerS, settle_s: settleS, waiting };
+    const memory = treeMemory(a["settle-pids"].split(",").filter(Boolean).map(Number));
+    out.levels[String(level)] = { runs, fill_per_s: fillPerS, settle_s: settleS, waiting, memory };
     console.error(`  bullmq-${a.backend} growth ${level}: enqueue p50 ${runs.map((r) => r.enqueue_p50_ms.toFixed(3))} ms, lease p50 ${runs.map((r) => r.lease_p50_ms.toFixed(3))} ms`);
   }
   await worker.close();

@@ -184,7 +184,8 @@ async def growth(args: argparse.Namespace) -> dict[str, Any]:
             counts = await client.queue_counts(queue)
             before = levels[levels.index(level) - 1] if levels.index(level) else 0
             out["levels"][str(level)] = {"runs": runs, "fill_per_s": (level - before) / fill_s,
-                                         "settle_s": settle_s, "waiting": counts.get("waiting")}  # fmt: skip
+                                         "settle_s": settle_s, "waiting": counts.get("waiting"),
+                                         "memory": procstat.tree_memory(args.settle_pids)}  # fmt: skip
             print(f"  loam growth {level}: " + json.dumps({k: round(statistics.median(r[k] for r in runs), 3)
                                                             for k in runs[0]}), file=sys.stderr, flush=True)  # fmt: skip
     finally:

@@ -1,4 +1,4 @@
-"""CPU time of a process tree from /proc (Linux), and `settle()`: wait until a store's
+"""CPU time and resident memory of a process tree from /proc (Linux), and `settle()`: wait until a store's
 processes are idle, so one measurement does not pay for background work another one
 left behind (a server catching up after a million enqueues, say)."""
 
@@ -41,6 +41,28 @@ def tree_cpu(roots: Iterable[int]) -> dict[int, float]:
             out[pid] = stats[pid][1]
             todo.extend(children.get(pid, ()))
     return out
+
+
+def tree_memory(roots: Iterable[int]) -> dict[str, float] | None:
+    """Resident memory of the trees under `roots`, MB: `rss_mb` (what `ps` shows, pages
+    shared between the processes counted in each) and `pss_mb` (each shared page split
+    among its sharers: Postgres's backends share its buffers, so their RSS sum overcounts).
+    None where /proc has no smaps_rollup."""
+    rss = pss = 0
+    pids = list(tree_cpu(roots))
+    if not pids:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1])
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1])
+        except OSError:
+            continue
+    return {"rss_mb": round(rss / 1024, 1), "pss_mb": round(pss / 1024, 1), "processes": len(pids)}
 
 
 def busy_cpu(before: dict[int, float], after: dict[int, float]) -> float:

@@ -805,6 +805,25 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/quotas": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The namespace's quotas and what it holds */
+        get: operations["quotas_get_v1_quotas_get"];
+        /** Replace the namespace's quotas (deployment:admin); 0 or missing: no limit */
+        put: operations["quotas_put_v1_quotas_put"];
+        post?: never;
+        /** Drop the namespace's quotas: the deployment's (--quotas) apply again */
+        delete: operations["quotas_delete_v1_quotas_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/results/{key}": {
         parameters: {
             query?: never;
@@ -2145,6 +2164,52 @@ export interface components {
             /** Name */
             name: string;
         };
+        /** QuotaValues */
+        QuotaValues: {
+            /**
+             * Active Leases
+             * @description jobs leased at once; 0: no limit
+             * @default 0
+             */
+            active_leases: number;
+            /**
+             * Enqueue Rate
+             * @description jobs enqueued per second; 0: no limit
+             * @default 0
+             */
+            enqueue_rate: number;
+            /**
+             * Payload Bytes
+             * @description payload bytes of the jobs stored; 0: no limit
+             * @default 0
+             */
+            payload_bytes: number;
+            /**
+             * Schedules
+             * @description schedules defined; 0: no limit
+             * @default 0
+             */
+            schedules: number;
+            /**
+             * Stored Jobs
+             * @description jobs stored, every state; 0: no limit
+             * @default 0
+             */
+            stored_jobs: number;
+        };
+        /** QuotasView */
+        QuotasView: {
+            /** @description in force now */
+            quotas: components["schemas"]["QuotaValues"];
+            /**
+             * Source
+             * @description namespace: set through this API; deployment: the server's --quotas
+             * @enum {string}
+             */
+            source: "namespace" | "deployment";
+            /** @description what the namespace holds now (enqueue_rate: this second's) */
+            usage: components["schemas"]["QuotaValues"];
+        };
         /** RateLimitModel */
         RateLimitModel: {
             /** Duration Ns */
@@ -2238,6 +2303,11 @@ export interface components {
          * ScheduleBody
          * @description A schedule: one rule (`cron`, with `tz`, or `every_ns`) and the job each tick
          *     enqueues (queue, task name, payload, options). The id is in the path.
+         *
+         *     With `mode` `durable` each tick starts a durable function on a Resonate group's
+         *     workers instead (the root promise `<id>-<tick ms>`): `queue` is the group,
+         *     `durable_function` the registered function (default: `name`), `data` its arguments
+         *     (a JSON array, or an object of keyword arguments).
          */
         ScheduleBody: {
             /**
@@ -2263,6 +2333,11 @@ export interface components {
              * @description a binary payload, instead of data
              */
             data_base64?: string | null;
+            /**
+             * Durable Function
+             * @description durable mode: the function each tick runs; default: name
+             */
+            durable_function?: string | null;
             /**
              * End Ns
              * @description no tick after this; 0: none
@@ -2307,6 +2382,13 @@ export interface components {
              */
             misfire_grace_ns: number;
             /**
+             * Mode
+             * @description queue: enqueue a job; durable: start a durable function
+             * @default queue
+             * @enum {string}
+             */
+            mode: "queue" | "durable";
+            /**
              * Name
              * @description the task name
              */
@@ -2325,7 +2407,7 @@ export interface components {
             priority: number;
             /**
              * Queue
-             * @description the queue each tick's job goes to
+             * @description the queue each tick's job goes to; in durable mode the Resonate group
              */
             queue: string;
             /**
@@ -2377,6 +2459,11 @@ export interface components {
             created_ns: number;
             /** Cron */
             cron: string;
+            /**
+             * Durable Function
+             * @description durable mode: the function each tick runs
+             */
+            durable_function: string;
             /** End Ns */
             end_ns: number;
             /** Every Ns */
@@ -2415,6 +2502,11 @@ export interface components {
             misfire: "fire_latest" | "skip" | "fire_all";
             /** Misfire Grace Ns */
             misfire_grace_ns: number;
+            /**
+             * Mode
+             * @enum {string}
+             */
+            mode: "queue" | "durable";
             /** Name */
             name: string;
             /**
@@ -7726,6 +7818,295 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["QueueStatsList"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    quotas_get_v1_quotas_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuotasView"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    quotas_put_v1_quotas_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuotaValues"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuotasView"];
+                };
+            };
+            /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthenticated: a missing or bad token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description permission_denied: the token lacks the action, or names another namespace */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such queue, job or key */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description already_exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description resource_exhausted: a rate limit or a payload over the limit */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: the store or a queue core, retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description deadline_exceeded */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    quotas_delete_v1_quotas_delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuotasView"];
                 };
             };
             /** @description invalid_argument or failed_precondition (a fenced lease, a job in the wrong state) */

@@ -9,14 +9,27 @@
 - at most one active job per subject: no two jobs of one subject held by workers at
   once, judged by client times (a lease's answer arrived before the other's completion
   was sent, both completions acknowledged);
+- per-queue FIFO where it is promised (the FIFO queue: one shard, one priority, no
+  retries or delays): the jobs' first leases, in the order the log records them, are
+  in the order their enqueues were acknowledged by its one sequential producer. The
+  log's order counts, not the worker's: a lease whose answer was lost still took its
+  job in order, and the job's later lease (after the stalled sweep) is a redelivery;
 - counts equal to the records: each state's counter is the number of job records in it;
+- durable steps (the Resonate SDK worker's runs, durable_steps_worker.py, against the
+  durable promises the store ends with): every acknowledged workflow resolved; no step
+  ran once its promise was settled (each run asked the server first); every settled
+  step's value is the output of one of its runs, and every later step, in every run,
+  was fed exactly that value (a promise settled twice, or a result read two ways,
+  would feed two); each workflow's result is its last step's settled value;
 - the event log per shard is 1..head with no gap or repeat, and a Watch that reconnected
   along the way received a gapless, repeat-free run of it up to the head.
 """
 
 from __future__ import annotations
 
+import base64
 import collections
+import json
 from dataclasses import dataclass, field
 
 from history import History
@@ -61,6 +74,10 @@ class Report:
     acknowledged_jobs: int = 0
     completions: int = 0
     fenced: int = 0
+    fifo_checked: int = 0
+    durable_workflows: int = 0
+    durable_steps: int = 0
+    durable_step_runs: int = 0
     events_watched: int = 0
     watch_reconnects: int = 0
     lost: list[str] = field(default_factory=list)
@@ -71,16 +88,26 @@ class Report:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(history.faults.items())) or "none"
         return (
             f"operations checked {self.operations} ({self.ok} ok); jobs acknowledged {self.acknowledged_jobs}, "
-            f"completions acknowledged {self.completions}, fenced {self.fenced}; events watched "
+            f"completions acknowledged {self.completions}, fenced {self.fenced}; FIFO order checked over "
+            f"{self.fifo_checked} jobs; durable workflows {self.durable_workflows}, steps settled "
+            f"{self.durable_steps} in {self.durable_step_runs} runs; events watched "
             f"{self.events_watched} over {self.watch_reconnects} reconnects; faults: {faults}; bad inputs tried "
             f"{history.bad_inputs} ({len(history.bad_input_failures)} answered wrongly); violations {len(self.violations)}; "
             f"lost {len(self.lost)}, doubled {len(self.doubled)}"
         )
 
 
-def check(history: History, final: FinalState) -> Report:
+def check(history: History, finals: dict[str, FinalState], *, watched: str, fifo: str | None = None,
+          durable: tuple[dict[str, dict], list[dict]] | None = None) -> Report:  # fmt: skip
+    """Check a run over several queues (`finals`: each queue's final state): `watched` is
+    the queue the run's Watch followed, `fifo` the queue that promises FIFO order,
+    `durable` the durable promises at the end (by id) and the worker's step runs."""
     r = Report(operations=len(history.ops), ok=sum(1 for o in history.ops if o.status == "ok"))
     v = r.violations
+    final = FinalState({}, [], {}, None)  # every queue's jobs and log, for the per-job checks
+    for f in finals.values():
+        final.jobs.update(f.jobs)
+        final.log += f.log
 
     acked = {o.value for o in history.of("enqueue", "ok")}
     r.acknowledged_jobs = len(acked)
@@ -109,8 +136,13 @@ def check(history: History, final: FinalState) -> Report:
                      f"{acked_completions[job_id]} acknowledged completions")  # fmt: skip
 
     _check_subjects(history, v)
-    _check_counts(final, v)
-    _check_event_log(history, final, r)
+    if fifo is not None:
+        _check_fifo(history, finals[fifo], fifo, r)
+    for queue, f in finals.items():
+        _check_counts(queue, f, v)
+    _check_event_log(history, finals[watched], r)
+    if durable is not None:
+        _check_durable(history, *durable, r)
     for bad in history.bad_input_failures:
         v.append(f"a bad input was answered wrongly: {bad}")
     return r
@@ -134,12 +166,77 @@ def _check_subjects(history: History, v: list[str]) -> None:
                 v.append(f"subject {subject}: jobs {a} and {b} held at once ({a0:.3f}-{a1:.3f}, {b0:.3f}-)")
 
 
-def _check_counts(final: FinalState, v: list[str]) -> None:
+def _check_fifo(history: History, final: FinalState, queue: str, r: Report) -> None:
+    enqueued = [o for o in history.of("enqueue", "ok") if o.args["queue"] == queue]
+    enqueued.sort(key=lambda o: o.invoked)
+    order = {o.value: i for i, o in enumerate(enqueued)}
+    first_leases: list[str] = []
+    seen: set[str] = set()
+    for e in sorted(final.log, key=lambda e: (e.shard, e.seq)):
+        if e.event == "active" and e.job_id not in seen:
+            seen.add(e.job_id)
+            if e.job_id in order:
+                first_leases.append(e.job_id)
+    r.fifo_checked = len(first_leases)
+    for a, b in zip(first_leases, first_leases[1:], strict=False):
+        if order[b] < order[a]:
+            r.violations.append(f"FIFO queue {queue}: job {b} (enqueued {order[b]}th) first leased after "
+                                f"job {a} (enqueued {order[a]}th)")  # fmt: skip
+
+
+def _decoded(value: dict | None):
+    """A settled promise's value as the SDK wrote it (base64 of JSON)."""
+    data = (value or {}).get("data")
+    return json.loads(base64.b64decode(data)) if data else None
+
+
+def _check_durable(history: History, promises: dict[str, dict], runs: list[dict], r: Report) -> None:
+    v = r.violations
+    roots = {o.value for o in history.of("durable-start", "ok")}
+    r.durable_workflows = len(roots)
+    r.durable_step_runs = len(runs)
+    runs_of: dict[str, list[dict]] = collections.defaultdict(list)
+    for run in runs:
+        runs_of[run["promise"]].append(run)
+        if run["settled_before"]:
+            v.append(
+                f"durable step {run['promise']} ran although its promise was already {run['state_at_start']}"
+            )
+    settled: dict[str, str] = {}  # step promise -> its value
+    for pid, step_runs in runs_of.items():
+        p = promises.get(pid)
+        if p is None or p["state"] == "pending":
+            continue  # a run whose workflow went another way (never the case here) or is unfinished
+        value = _decoded(p.get("value"))
+        settled[pid] = value
+        if value not in {run["output"] for run in step_runs}:
+            v.append(
+                f"durable step {pid}: settled with {value!r}, which none of its {len(step_runs)} runs returned"
+            )
+    r.durable_steps = len(settled)
+    fed = set(settled.values())
+    for run in runs:
+        if "+" in run["input"] and run["input"] not in fed:  # not a workflow's start value
+            v.append(f"durable step {run['promise']} was fed {run['input']!r}, no settled step's value")
+    for root in sorted(roots):
+        p = promises.get(root)
+        if p is None or p["state"] != "resolved":
+            r.lost.append(root)
+            v.append(
+                f"lost: durable workflow {root} acknowledged, {'missing' if p is None else p['state']} at the end"
+            )
+            continue
+        result = _decoded(p.get("value"))
+        if result not in fed:
+            v.append(f"durable workflow {root}: result {result!r} is no settled step's value")
+
+
+def _check_counts(queue: str, final: FinalState, v: list[str]) -> None:
     by_state = collections.Counter(S.name(j.state) for j in final.jobs.values())
     counted = admin.counts_by_state_name(final.counts)
     for state, n in counted.items():
         if n != by_state.get(state, 0):
-            v.append(f"counts: {state} counter {n}, records {by_state.get(state, 0)}")
+            v.append(f"counts of {queue}: {state} counter {n}, records {by_state.get(state, 0)}")
 
 
 def _check_event_log(history: History, final: FinalState, r: Report) -> None:

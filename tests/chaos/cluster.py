@@ -1,89 +1,23 @@
 """The split deployment as separate OS processes on one SQLite file (gateway, queue
-core, sweeper, relay, started as `loam` starts them), and the faults a harness injects
-into them: kill -9 and restart, SIGSTOP then SIGCONT. Each process's RSS and open file
-descriptors can be read for the soak's report."""
+core, sweeper, relay, started as `loam` starts them, through tests/support/processes.py),
+and the faults a harness injects into them: kill -9 and restart, SIGSTOP then SIGCONT,
+and jumps of the server processes' clock (`jump_clock`: the store clock's test hook,
+`loam_common.store.base.OffsetFileClock`, one offset file every process reads). Each
+process's RSS and open file descriptors can be read for the soak's report."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import secrets
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
+
+from processes import Proc, free_port, service_env
 
 from loam_common.jobs.queue import QueueTx
 
 SEC = 1_000_000_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Proc:
-    """One service process; its output goes to a log file kept for failure reports."""
-
-    def __init__(self, name: str, args: list[str], env: dict, logdir: Path) -> None:
-        self.name, self.args, self.env, self.logdir = name, args, env, logdir
-        self.p: subprocess.Popen | None = None
-        self.runs = 0
-
-    @property
-    def log(self) -> Path:
-        return self.logdir / f"{self.name}.{self.runs}.log"
-
-    def start(self) -> None:
-        self.runs += 1
-        with open(self.log, "wb") as out:
-            self.p = subprocess.Popen([sys.executable, "-m", *self.args], env=self.env, stdout=out,
-                                      stderr=subprocess.STDOUT)  # fmt: skip
-
-    def signal(self, sig: int) -> None:
-        assert self.p is not None
-        self.p.send_signal(sig)
-
-    def kill9(self) -> None:
-        self.signal(signal.SIGKILL)
-        self.p.wait(10)
-
-    def term(self) -> int | None:
-        if self.p is None or self.p.poll() is not None:
-            return self.p.returncode if self.p else None
-        self.p.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-        self.p.send_signal(signal.SIGTERM)
-        try:
-            return self.p.wait(15)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait(5)
-            return None
-
-    async def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.p.poll() is not None:
-                raise AssertionError(f"{self.name} exited with {self.p.returncode}:\n{self.tail()}")
-            if b"ready" in self.log.read_bytes():
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"{self.name} not ready after {timeout} s:\n{self.tail()}")
-
-    def usage(self) -> tuple[int, int]:
-        """(RSS in KiB, open file descriptors) of the running process."""
-        pid = self.p.pid
-        rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                   if line.startswith("VmRSS:"))  # fmt: skip
-        return rss, len(os.listdir(f"/proc/{pid}/fd"))
-
-    def tail(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
-                         for p in sorted(self.logdir.glob(f"{self.name}.*.log")))  # fmt: skip
+MINUTE = 60 * SEC
 
 
 class SplitDeployment:
@@ -97,8 +31,11 @@ class SplitDeployment:
         logs.mkdir(exist_ok=True)
         core_port, gw_port = free_port(), free_port()
         self.core_url, self.gateway_url = f"http://127.0.0.1:{core_port}", f"http://127.0.0.1:{gw_port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LOAM_")}
-        env.update(LOAM_INTERNAL_TOKEN=secrets.token_hex(16), PYTHONUNBUFFERED="1")
+        # The server clock is the wall clock plus the offset in this file (jump_clock).
+        self.clock_file = data / "clock-offset-ns"
+        self.clock_offset_ns = self.max_clock_offset_ns = 0
+        env = service_env(LOAM_INTERNAL_TOKEN=secrets.token_hex(16), LOAM_TEST_HOOKS="1",
+                          LOAM_TEST_CLOCK_OFFSET_FILE=str(self.clock_file))  # fmt: skip
         self.visibility_ns = int(visibility_s * SEC)
         self.core = Proc("queue-core", ["loam_queue_core.server", "--store", self.url, "--port", str(core_port),
                                         "--blobs", str(data / "blobs")], env, logs)  # fmt: skip
@@ -110,6 +47,15 @@ class SplitDeployment:
         self.relay = Proc("relay", ["loam_relay", "--store", self.url, "--id", "relay-a", "--interval", "0.1"],
                           env, logs)  # fmt: skip
         self.procs = [self.core, self.gateway, self.sweeper, self.relay]
+        # A client of the deployment, started once it serves: a Resonate SDK worker on the
+        # gateway's /resonate in namespace `durable_ns` (durable_steps_worker.py).
+        self.durable_ns, self.durable_group = "chaos", "chaos-steps"
+        self.durable_url = f"{self.gateway_url}/ns/{self.durable_ns}/resonate"
+        self.durable_runs = data / "durable-runs.jsonl"
+        worker = Path(__file__).resolve().parent / "durable_steps_worker.py"
+        self.durable_worker = Proc("durable-worker", [str(worker), "--url", self.durable_url, "--group",
+                                                      self.durable_group, "--runs", str(self.durable_runs)],
+                                   service_env(), logs, script=True)  # fmt: skip
 
     async def configure(self, store, ns: str, queue: str, shards: int) -> None:
         def configure(tx) -> None:
@@ -122,13 +68,24 @@ class SplitDeployment:
 
         await store.transact(configure)
 
+    def jump_clock(self, delta_ns: int) -> None:
+        """Move every server process's clock by `delta_ns` (forward or back) at once; each
+        sees it within 50 ms (OffsetFileClock). Written by rename so no reader sees half."""
+        self.clock_offset_ns += delta_ns
+        self.max_clock_offset_ns = max(self.max_clock_offset_ns, self.clock_offset_ns)
+        tmp = self.clock_file.with_suffix(".tmp")
+        tmp.write_text(str(self.clock_offset_ns))
+        os.replace(tmp, self.clock_file)
+
     async def start(self) -> None:
         for p in self.procs:
             p.start()
         await asyncio.gather(*(p.wait_ready() for p in self.procs))
+        self.durable_worker.start()
+        await self.durable_worker.wait_ready()
 
     def stop(self) -> dict[str, int | None]:
-        return {p.name: p.term() for p in reversed(self.procs)}
+        return {p.name: p.term() for p in [self.durable_worker, *reversed(self.procs)]}
 
     def tails(self) -> str:
-        return "\n".join(p.tail() for p in self.procs)
+        return "\n".join(p.tail() for p in [*self.procs, self.durable_worker])

@@ -1,10 +1,15 @@
 """One chaos run on the split deployment: the workload of workload.py for `load_s`
 seconds while faults hit the processes, then a drain, then the checker. Used by the
-bounded test (test_chaos.py) and the soak (`make test-chaos`, soak.py)."""
+bounded test (test_chaos.py) and the soak (`make test-chaos`, soak.py).
+
+Two queues: `work` (2 shards, subjects, many workers: no order promised) and `fifo` (1
+shard, one priority, no retries or delays: lease order is enqueue order, which the
+checker holds it to)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import signal
 import time
@@ -12,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checker import Report, check, read_final_state
-from cluster import SplitDeployment
+from cluster import MINUTE, SplitDeployment
 from history import History
 from workload import Workload
 
@@ -22,6 +27,12 @@ from loam_common.jobs import states as S
 from loam_common.store.runner import open_store
 
 NS, QUEUE, SHARDS = "chaos", "work", 2
+FIFO_QUEUE = "fifo"
+QUEUES = {QUEUE: SHARDS, FIFO_QUEUE: 1}
+#: how far the server clock may wander from the wall clock, either way
+CLOCK_SPAN_NS = 5 * MINUTE
+#: the steps of each durable workflow (durable_steps_worker.py: chain)
+DURABLE_STEPS = 3
 
 
 @dataclass
@@ -30,24 +41,38 @@ class RunResult:
     report: Report
     usage: dict[str, list[tuple[float, int, int]]] = field(default_factory=dict)  # name -> (t, rss KiB, fds)
     exit_codes: dict = field(default_factory=dict)
+    #: the latest time a job record was written, less the wall clock when it was read:
+    #: about the server clock's final offset when the processes honoured the jumps
+    server_clock_lead_ns: int = 0
 
 
 async def faults(cluster: SplitDeployment, history: History, rng: random.Random, load_s: float,
                  every_s: float) -> None:  # fmt: skip
-    """kill -9 (and restart) or SIGSTOP (longer than a lease, then SIGCONT) a random
-    process at random points, every `every_s` on average, until `load_s` is over and
-    every kind has happened once."""
+    """Faults at random points, every `every_s` on average, until `load_s` is over and
+    every kind has happened once: kill -9 (and restart) of a process, SIGSTOP of one
+    longer than a lease (then SIGCONT), and a jump of the server clock by 1-4 minutes
+    forward or back (kept within CLOCK_SPAN_NS of the wall clock)."""
     t_end = time.monotonic() + load_s - 2
     pause_s = cluster.visibility_ns / 1e9 + 1.5
-    kinds = [("kill9", p) for p in cluster.procs] + [("stop", cluster.core), ("stop", cluster.sweeper),
-                                                     ("stop", cluster.gateway)]  # fmt: skip
+    kinds = [("kill9", p) for p in [*cluster.procs, cluster.durable_worker]]
+    kinds += [("stop", cluster.core), ("stop", cluster.sweeper), ("stop", cluster.gateway)]
+    kinds += [("clock-forward", None), ("clock-back", None)]
     order = kinds[:]  # every kind once first, in a random order, then at random
     rng.shuffle(order)
     while order or time.monotonic() < t_end:  # every kind at least once, however short the run
         await asyncio.sleep(rng.uniform(0.3, 1.7) * every_s)
         if not order and time.monotonic() >= t_end:
-            return
+            break
         kind, proc = order.pop() if order else rng.choice(kinds)
+        if proc is None:
+            jump = rng.randrange(1 * MINUTE, 4 * MINUTE)
+            if kind == "clock-back":
+                jump = -jump
+            if abs(cluster.clock_offset_ns + jump) > CLOCK_SPAN_NS:
+                jump, kind = -jump, ("clock-back" if kind == "clock-forward" else "clock-forward")
+            history.faults[kind] += 1
+            cluster.jump_clock(jump)
+            continue
         history.faults[f"{kind}:{proc.name}"] += 1
         if kind == "kill9":
             proc.kill9()
@@ -58,31 +83,53 @@ async def faults(cluster: SplitDeployment, history: History, rng: random.Random,
             proc.signal(signal.SIGSTOP)
             await asyncio.sleep(pause_s)
             proc.signal(signal.SIGCONT)
+    # A lease's deadline is judged by the clock that set it: one taken while the clock
+    # was ahead stays held after a jump back until the clock catches up with it. The
+    # drain cannot wait minutes for that, so the run ends with one more jump forward, to
+    # a minute past the furthest the clock went ahead.
+    history.faults["clock-forward"] += 1
+    cluster.jump_clock(cluster.max_clock_offset_ns + MINUTE - cluster.clock_offset_ns)
 
 
-def _heads(tx) -> dict[int, int]:
-    k = keys.QueueKeys(NS, QUEUE)
+def _durable_promise(tx, ns: str, promise_id: str) -> dict | None:
+    raw = tx.get(keys.durable_promise(ns, promise_id))
+    return json.loads(raw) if raw is not None else None
+
+
+def _durable_settled(promise: dict | None) -> bool:
+    return promise is not None and promise.get("state") != "pending"
+
+
+def _durable_promises(tx, ns: str) -> dict[str, dict]:
+    p = keys.durable_promises(ns)
+    return {(d := json.loads(v))["id"]: d for _k, v in tx.scan(p, keys.prefix_end(p))}
+
+
+def _heads(tx, queue: str = QUEUE) -> dict[int, int]:
+    k = keys.QueueKeys(NS, queue)
     out = {}
-    for shard in range(SHARDS):
+    for shard in range(QUEUES[queue]):
         raw = tx.get(k.shard_meta(shard))
         out[shard] = pb.ShardMeta.FromString(raw).outbox_seq if raw else 0
     return out
 
 
-def _settled(tx, ids: list[str]) -> set[str]:
-    k = keys.QueueKeys(NS, QUEUE)
-    found = tx.batch_get([k.job(i) for i in ids])
-    return {i for i in ids if (raw := found.get(k.job(i))) and pb.Job.FromString(raw).state == S.COMPLETED}
+def _settled(tx, ids: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which of the (queue, job) pairs are completed."""
+    wanted = {keys.QueueKeys(NS, q).job(j): (q, j) for q, j in ids}
+    found = tx.batch_get(list(wanted))
+    return {wanted[k] for k, raw in found.items() if pb.Job.FromString(raw).state == S.COMPLETED}
 
 
 async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.0, drain_s: float = 90.0,
-                    sample_s: float = 0.0) -> RunResult:  # fmt: skip
+                    sample_s: float = 0.0, durable_every_s: float = 1.0) -> RunResult:  # fmt: skip
     cluster = SplitDeployment(data)
     store = open_store(cluster.url)
-    await cluster.configure(store, NS, QUEUE, SHARDS)
+    for queue, shards in QUEUES.items():
+        await cluster.configure(store, NS, queue, shards)
     history = History()
     rng = random.Random(seed)
-    work = Workload(cluster.gateway_url, NS, QUEUE, history, seed)
+    work = Workload(cluster.gateway_url, NS, QUEUE, history, seed, fifo_queue=FIFO_QUEUE)
     result = RunResult(history, Report())
     tasks: list[asyncio.Task] = []
     try:
@@ -90,21 +137,32 @@ async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.
         ready = asyncio.Event()
         watcher = asyncio.create_task(work.watcher(ready, lambda: store.snapshot(_heads)))
         await asyncio.wait_for(ready.wait(), 30)
-        tasks = [asyncio.create_task(work.producer(i)) for i in range(3)]
-        tasks += [asyncio.create_task(work.worker(i)) for i in range(4)]
-        tasks += [asyncio.create_task(work.stalling_worker(cluster.visibility_ns / 1e9 + 1.0)),
-                  asyncio.create_task(work.vandal())]  # fmt: skip
+        producers = [asyncio.create_task(work.producer(i)) for i in range(3)]
+        producers += [asyncio.create_task(work.fifo_producer()), asyncio.create_task(work.vandal()),
+                      asyncio.create_task(work.stalling_worker(cluster.visibility_ns / 1e9 + 1.0)),
+                      asyncio.create_task(work.durable_starter(cluster.durable_url, cluster.durable_group,
+                                                               DURABLE_STEPS, durable_every_s))]  # fmt: skip
+        tasks = [*producers, *(asyncio.create_task(work.worker(i)) for i in range(4))]
+        tasks.append(asyncio.create_task(work.fifo_worker()))
         sampler = asyncio.create_task(_sample(cluster, result, sample_s)) if sample_s else None
         await faults(cluster, history, rng, load_s, every_s)
         work.stop_producing.set()
+        # every call the producers made has its answer before the drain takes their list
+        await asyncio.wait_for(asyncio.gather(*producers), 60)
 
         # Drain: every acknowledged job completed, then the Watch catches up to the heads.
         deadline = time.monotonic() + drain_s
-        pending = list(dict.fromkeys(o.value for o in history.of("enqueue", "ok")))
-        while pending and time.monotonic() < deadline:
+        pending = list(dict.fromkeys((o.args["queue"], o.value) for o in history.of("enqueue", "ok")))
+        roots = list(dict.fromkeys(o.value for o in history.of("durable-start", "ok")))
+        while (pending or roots) and time.monotonic() < deadline:
             done = await store.snapshot(_settled, pending)
             pending = [i for i in pending if i not in done]
-            if pending:
+            roots = [
+                r
+                for r in roots
+                if not _durable_settled(await store.snapshot(_durable_promise, cluster.durable_ns, r))
+            ]
+            if pending or roots:
                 await asyncio.sleep(0.25)
         work.stop_working.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 60)
@@ -116,8 +174,13 @@ async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.
             pass  # the checker reports what the Watch missed
         if sampler is not None:
             sampler.cancel()
-        final = await store.snapshot(read_final_state, NS, QUEUE)
-        result.report = check(history, final)
+        finals = {q: await store.snapshot(read_final_state, NS, q) for q in QUEUES}
+        promises = await store.snapshot(_durable_promises, cluster.durable_ns)
+        runs = [json.loads(line) for line in cluster.durable_runs.read_text().splitlines()] \
+            if cluster.durable_runs.exists() else []  # fmt: skip
+        result.report = check(history, finals, watched=QUEUE, fifo=FIFO_QUEUE, durable=(promises, runs))
+        latest = max((j.state_ns for f in finals.values() for j in f.jobs.values()), default=0)
+        result.server_clock_lead_ns = latest - time.time_ns()
     except BaseException:
         print(cluster.tails())
         raise
@@ -137,7 +200,7 @@ async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.
 async def _sample(cluster: SplitDeployment, result: RunResult, every_s: float) -> None:
     t0 = time.monotonic()
     while True:
-        for p in cluster.procs:
+        for p in [*cluster.procs, cluster.durable_worker]:
             try:
                 rss, fds = p.usage()
             except (OSError, StopIteration):

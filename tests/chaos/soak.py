@@ -1,5 +1,7 @@
 """The long chaos run (`make test-chaos`): the run of test_chaos.py for `--seconds`
-(600 by default) at a steady mixed load with the faults on, every process's RSS and
+(600 by default) at a steady mixed load (jobs with and without subjects, a FIFO queue,
+durable workflows on a Resonate SDK worker, a Watch, a vandal) with the faults on
+(kill -9 and SIGSTOP of the processes, server clock jumps), every process's RSS and
 open file descriptors sampled, the checker's figures and the resource figures printed.
 Exits 1 on any violation.
 
@@ -15,7 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from run import chaos_run
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))  # tests/support/processes.py
+from run import chaos_run  # noqa: E402  (the path above)
 
 
 def resource_lines(usage: dict[str, list[tuple[float, int, int]]]) -> list[str]:

@@ -87,7 +87,7 @@ async def test_no_acknowledged_job_is_lost_or_doubled_under_store_faults():
     await asyncio.gather(*workers)
     history.faults.update({f"store:{f.value}": n for f, n in plan.injected.items()})
     final = await store.snapshot(read_final_state, NS, QUEUE)
-    report = check(history, final)
+    report = check(history, {QUEUE: final}, watched=QUEUE)
     print(f"\nstore faults (seed {seed}): {report.text(history)}")
     await store.close()
     assert not report.violations, "\n".join(report.violations[:20])

@@ -1,7 +1,9 @@
 """The clients of a chaos run, each recording into the History: producers (some jobs
 with a subject), workers, a worker that stalls past its lease (a GC pause), a Watch
-that reconnects from its cursor every few seconds, and a vandal sending malformed and
-hostile requests (none may get a 500)."""
+that reconnects from its cursor every few seconds, a vandal sending malformed and
+hostile requests (none may get a 500), on the FIFO queue one producer and one
+worker (lease order must be enqueue order there), and a starter of durable workflows
+(run by the Resonate SDK worker of durable_steps_worker.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ SEC = 1_000_000_000
 #: outcomes a client cannot know: the call may or may not have happened
 UNKNOWN = {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.UNKNOWN, Code.INTERNAL, Code.CANCELED, Code.ABORTED}
 SUBJECTS = [f"customer-{i}" for i in range(4)]
+RESONATE_VERSION = "2026-04-01"
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Workload:
     queue: str
     history: History
     seed: int = 0
+    fifo_queue: str = ""
     stop_producing: asyncio.Event = field(default_factory=asyncio.Event)
     stop_working: asyncio.Event = field(default_factory=asyncio.Event)
     stop_watching: asyncio.Event = field(default_factory=asyncio.Event)
@@ -63,7 +67,7 @@ class Workload:
             subject = self.rng.choice(SUBJECTS) if n % 3 == 0 else ""
             req = J.EnqueueRequest(queue=self.queue, task=pb.TaskSpec(name="noop", payload=pb.Payload(data=b"%d-%d" % (i, n))),
                                    opts=pb.EnqueueOpts(subject=subject))  # fmt: skip
-            op = self.history.invoke("enqueue", f"producer-{i}", subject=subject)
+            op = self.history.invoke("enqueue", f"producer-{i}", queue=self.queue, subject=subject)
             try:
                 resp = await c.enqueue(req, headers=self.headers)
                 self.history.ok(op, resp.enqueued.job)
@@ -95,10 +99,11 @@ class Workload:
                 self.history.fail(op, f"{e.code.name}: {e.message}")
                 return
 
-    async def lease(self, c, process: str, max_jobs: int) -> list[J.Lease]:
-        op = self.history.invoke("lease", process, max=max_jobs)
+    async def lease(self, c, process: str, max_jobs: int, queue: str = "") -> list[J.Lease]:
+        queue = queue or self.queue
+        op = self.history.invoke("lease", process, queue=queue, max=max_jobs)
         try:
-            resp = await c.lease(J.LeaseRequest(queues=[self.queue], worker=process, max=max_jobs, wait_ns=SEC // 2),
+            resp = await c.lease(J.LeaseRequest(queues=[queue], worker=process, max=max_jobs, wait_ns=SEC // 2),
                                  headers=self.headers)  # fmt: skip
         except ConnectError as e:
             (self.history.info if e.code in UNKNOWN else self.history.fail)(op, f"{e.code.name}: {e.message}")
@@ -126,6 +131,66 @@ class Workload:
                 for lease in leases:
                     await self.complete(c, "stalling", lease, retry_s=5)
             await asyncio.sleep(1)
+
+    # -- the FIFO queue: one producer, one worker, one priority, no retries or delays --
+    async def fifo_producer(self) -> None:
+        """Enqueues one job at a time (each answered before the next is sent), so the
+        acknowledged enqueues are in the queue's order."""
+        c, n = self.client(), 0
+        while not self.stop_producing.is_set():
+            n += 1
+            req = J.EnqueueRequest(queue=self.fifo_queue, task=pb.TaskSpec(name="ordered", payload=pb.Payload(data=b"%d" % n)))  # fmt: skip
+            op = self.history.invoke("enqueue", "fifo-producer", queue=self.fifo_queue, subject="")
+            try:
+                resp = await c.enqueue(req, headers=self.headers)
+                self.history.ok(op, resp.enqueued.job)
+            except ConnectError as e:
+                (self.history.info if e.code in UNKNOWN else self.history.fail)(
+                    op, f"{e.code.name}: {e.message}"
+                )
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
+
+    async def fifo_worker(self) -> None:
+        c = self.client()
+        while not self.stop_working.is_set():
+            for lease in await self.lease(c, "fifo-worker", 1, self.fifo_queue):
+                await self.complete(c, "fifo-worker", lease)
+
+    # -- durable workflows ------------------------------------------------------------------
+    async def durable_starter(self, url: str, group: str, steps: int, every_s: float) -> None:
+        """Starts `chain(start, steps)` workflows on the worker group, one every `every_s`,
+        with a raw `promise.create` (as any Resonate client does); a create whose answer
+        was lost is sent again with the same id (creates are idempotent by id)."""
+        async with httpx.AsyncClient(timeout=10) as http:
+            i = 0
+            while not self.stop_producing.is_set():
+                i += 1
+                root = f"chaos-{self.seed}-{i}"
+                data = json.dumps({"func": "chain", "args": [f"w{i}", steps], "kwargs": {}, "version": 1})
+                body = json.dumps({"kind": "promise.create", "head": {"corrId": root, "version": RESONATE_VERSION},
+                                   "data": {"id": root, "timeoutAt": 2**53, "tags": {"resonate:target": f"poll://any@{group}"},
+                                            "param": {"data": base64.b64encode(data.encode()).decode()}}})  # fmt: skip
+                while not self.stop_producing.is_set():
+                    op = self.history.invoke("durable-start", "durable-starter", id=root)
+                    try:
+                        r = await http.post(
+                            url.rstrip("/") + "/", content=body, headers={"content-type": "application/json"}
+                        )
+                    except httpx.HTTPError as e:
+                        self.history.info(op, f"{type(e).__name__}")
+                        await asyncio.sleep(0.2)
+                        continue
+                    if r.status_code == 200:
+                        self.history.ok(op, root)
+                        break
+                    (self.history.info if r.status_code >= 500 else self.history.fail)(
+                        op, f"{r.status_code} {r.text[:200]}"
+                    )
+                    if r.status_code < 500:
+                        break
+                    await asyncio.sleep(0.2)
+                await asyncio.sleep(every_s)
 
     # -- the Watch -------------------------------------------------------------------------
     async def watcher(self, ready: asyncio.Event, heads) -> None:
@@ -171,6 +236,13 @@ class Workload:
         deep = json.dumps({"name": "t", "data": json.loads("[" * 300 + "]" * 300)})
         junk = bytes(self.rng.randrange(256) for _ in range(self.rng.randrange(1, 200)))
         proto = {"content-type": "application/proto"}
+        res = "/resonate/"
+
+        def envelope(kind: str, data) -> bytes:
+            return json.dumps(
+                {"kind": kind, "head": {"corrId": "v", "version": RESONATE_VERSION}, "data": data}
+            ).encode()
+
         js = {"content-type": "application/json"}
         return [
             ("POST", svc + "Enqueue", junk, proto),
@@ -186,6 +258,15 @@ class Workload:
             ("POST", f"/v1/queues/{self.queue}:pause", b"", {"content-type": "text/plain", "origin": "http://evil.example"}),
             ("GET", f"/v1/queues/{self.queue}/jobs?page_size=-1", b"", {}),
             ("GET", "/v1/queues", b"", {"host": "attacker.example"}),
+            ("PUT", "/v1/quotas", json.dumps({"stored_jobs": -1}).encode(), js),
+            ("PUT", "/v1/quotas", json.dumps({"stored_jobs": "3"}).encode(), js),
+            # malformed Resonate envelopes: unknown kind, wrong version, data not an object, deep JSON, junk
+            ("POST", res, envelope("promise.nope", {}), js),
+            ("POST", res, json.dumps({"kind": "promise.get", "head": {"corrId": "v", "version": "1999-01-01"}, "data": {"id": "x"}}).encode(), js),
+            ("POST", res, envelope("promise.create", []), js),
+            ("POST", res, envelope("task.acquire", {"id": "nope", "version": 7, "pid": "v", "ttl": 1}), js),
+            ("POST", res, ("[" * 50_000 + "]" * 50_000).encode(), js),
+            ("POST", res, junk, js),
         ]  # fmt: skip
 
     async def vandal(self) -> None:

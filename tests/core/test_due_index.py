@@ -133,3 +133,30 @@ def counting_observe(monkeypatch) -> list[tuple]:
 
     monkeypatch.setattr(ownership, "_observe", counted)
     return calls
+
+
+async def test_a_steady_owner_renews_its_leases_without_placing_every_shard_again(
+    store, clock, configure, monkeypatch
+):
+    from loam_common import ownership as own
+
+    for q in ("a", "b", "c"):
+        await configure(q)
+    shards = await ShardLister(store).shards()
+    ownership = ShardOwnership(store, "sweeper", "s1", ttl_ns=9 * SEC)
+    fences = await ownership.refresh(shards)
+    observed = counting_observe(monkeypatch)
+    clock.advance(4 * SEC)  # past a third of the TTL: the leases are due for renewal
+    assert await ownership.refresh(shards) == fences  # same epochs, same fences
+    assert observed == []  # no shard observed or placed again
+    leases = await store.snapshot(own.ownership_list, "sweeper")
+    assert {leases[s].expires_ns for s in shards} == {clock.now_ns() + 9 * SEC}
+    assert await ownership.refresh(shards) is fences  # renewed: nothing to do until due again
+
+    # A lease another owner took meanwhile (its own expired first) is given up.
+    clock.advance(10 * SEC)
+    await store.transact(own.ownership_acquire_or_renew, "sweeper", "s2", NS, "a", 0, 9 * SEC)
+    fences = await ownership.refresh(shards)
+    assert (NS, "a", 0) not in fences and (NS, "b", 0) in fences
+    leases = await store.snapshot(own.ownership_list, "sweeper")
+    assert leases[(NS, "a", 0)].owner == "s2" and leases[(NS, "b", 0)].owner == "s1"

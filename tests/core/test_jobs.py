@@ -199,6 +199,15 @@ async def test_idempotent_retry_returns_the_first_answer_created_too(core):
     assert again == first
 
 
+async def test_idempotent_retry_of_a_job_keyed_from_the_counter_returns_the_first_answer(core, jobs_of):
+    # The record compares the request as sent, not the job key the server gave it.
+    first = await enqueue(core, job_key_from_counter=True, idempotency=pb.Idempotency(key="req-1"))
+    again = await enqueue(core, job_key_from_counter=True, idempotency=pb.Idempotency(key="req-1"))
+    assert first.created and first.job_key
+    assert (again.job_id, again.state) == (first.job_id, first.state)
+    assert len(await jobs_of()) == 1
+
+
 async def test_idempotency_key_for_a_different_request_conflicts_and_changes_nothing(
     core, store, check_invariants
 ):
@@ -1121,6 +1130,21 @@ async def test_bulk_enqueue_refuses_bad_input_whole_and_isolates_key_clashes(cor
     # A bulk call of one job answers the same way: its error in its slot, not raised.
     (alone,) = await core.jobs.enqueue_bulk(NS, "q", [(task(data=b"c"), pb.EnqueueOpts(job_key="taken"))])
     assert isinstance(alone, AlreadyExists) and len(await jobs_of()) == 3
+    # Idempotency keys: a reused key with another request is refused in its slot, the
+    # same request again gets the first answer, a new key goes in.
+    first = await enqueue(core, data=b"i", idempotency=pb.Idempotency(key="req-1"))
+    res = await core.jobs.enqueue_bulk(
+        NS,
+        "q",
+        [
+            (task(data=b"other"), pb.EnqueueOpts(idempotency=pb.Idempotency(key="req-1"))),
+            (task(data=b"i"), pb.EnqueueOpts(idempotency=pb.Idempotency(key="req-1"))),
+            (task(data=b"new"), pb.EnqueueOpts(idempotency=pb.Idempotency(key="req-2"))),
+        ],
+    )
+    assert isinstance(res[0], IdempotencyConflict)
+    assert res[1].job_id == first.job_id and res[2].created
+    assert len(await jobs_of()) == 5
     await check_invariants()
 
 

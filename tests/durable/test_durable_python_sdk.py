@@ -180,6 +180,62 @@ def test_a_loam_schedule_runs_a_durable_function_once_per_tick(dev_server, durab
     assert counts_of(counts)["bill:acme:5"] == 3  # each tick ran once, and no more ticks came
 
 
+def _rest(base: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        base + path, data=data, method=method, headers={"content-type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_a_durable_schedule_made_through_rest_runs_on_a_stock_worker(
+    dev_server, durable_url, workers, counts
+):
+    """`PUT /v1/schedules/{id}` with mode durable: the group in `queue`, the function in
+    `durable_function`, its arguments in `data`; each tick reaches the Python SDK worker."""
+    base = dev_server.url
+    _, spec = _rest(base, "GET", "/openapi.json")
+    body_schema = spec["components"]["schemas"]["ScheduleBody"]["properties"]
+    assert "durable_function" in body_schema and "mode" in body_schema
+
+    # bad input is refused and leaves nothing behind
+    status, err = _rest(base, "PUT", "/v1/schedules/rest:bad", {"queue": "workers", "name": "billed",
+                                                                "mode": "durable", "every_ns": 10**9})  # fmt: skip
+    assert status == 400 and "':'" in err["message"]
+    status, err = _rest(base, "PUT", "/v1/schedules/rest-bad", {"queue": "workers", "name": "billed",
+                                                                "durable_function": "billed", "every_ns": 10**9})  # fmt: skip
+    assert status == 400 and "durable_function" in err["message"]
+    status, err = _rest(base, "PUT", "/v1/schedules/rest-bad", {"queue": "workers", "name": "billed", "mode": "durable",
+                                                                "data_base64": "/wA=", "every_ns": 10**9})  # fmt: skip
+    assert status == 400 and "arguments must be JSON" in err["message"]
+    assert _rest(base, "GET", "/v1/schedules/rest-bad")[0] == 404
+
+    status, made = _rest(base, "PUT", "/v1/schedules/rest-billing", {
+        "queue": "workers", "name": "monthly bill", "mode": "durable", "durable_function": "billed",
+        "data": ["rest", 7], "every_ns": 10**9, "limit": 2})  # fmt: skip
+    assert status == 200, made
+    assert (made["schedule"]["mode"], made["schedule"]["durable_function"]) == ("durable", "billed")
+    wait_for(lambda: counts_of(counts).get("bill:rest:7", 0) >= 2, 30, "two ticks to run on the worker")
+    status, read = _rest(base, "GET", "/v1/schedules/rest-billing")
+    assert status == 200 and read["mode"] == "durable" and read["count"] == 2
+    _, found = envelope(
+        durable_url, "promise.search", {"tags": {"loam:schedule": "rest-billing"}, "limit": 10}
+    )
+    assert sorted(p["id"] for p in found["data"]["promises"]) == sorted(
+        f"rest-billing-{p['createdAt']}" for p in found["data"]["promises"]
+    )
+    assert len(found["data"]["promises"]) == 2
+    assert _rest(base, "DELETE", "/v1/schedules/rest-billing") == (200, {"removed": True})
+
+
 def test_a_root_past_its_timeout_is_rejected_timedout(durable_url, workers):
     async def go(r):
         handle = r.options(target="workers", timeout=timedelta(seconds=2)).rpc("timeout-1", "hangs")

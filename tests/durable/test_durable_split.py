@@ -1,9 +1,9 @@
 """Durable mode split over processes, as docker-compose runs it: queue core, gateway and
 sweeper as separate processes on one SQLite file. The gateway serves the Resonate
 protocol; the durable timers run in the sweeper, which has no SSE connections, so its
-pushes go through the store's outbox to the gateway. A workflow that sleeps (its wake-up
-is the sweeper's timer) and a worker killed mid-step (its lease lapses in the sweeper)
-both finish."""
+pushes go through the store's outbox to the gateway, which drains it when the sweeper
+tells it to. A workflow that sleeps (its wake-up is the sweeper's timer) and a worker
+killed mid-step (its lease lapses in the sweeper) both finish."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -54,8 +55,10 @@ def test_timers_in_the_sweeper_reach_workers_through_the_gateway(tmp_path):
             tmp_path / "core.log",
         )
     ]
-    services.append(Service("gateway", ["loam_gateway", "--queue-cores", core_url, "--store", store, "--port", str(gw_port)],
-                            tmp_path / "gateway.log"))  # fmt: skip
+    # The gateway's own read of the outbox is made an hour apart: every push of the
+    # sweeper's timers below reaches the worker only because the sweeper's notice wakes it.
+    services.append(Service("gateway", ["loam_gateway", "--queue-cores", core_url, "--store", store, "--port", str(gw_port),
+                                        "--durable-outbox-interval", "3600"], tmp_path / "gateway.log"))  # fmt: skip
     services.append(Service("sweeper", ["loam_sweeper", "--store", store, "--queue-cores", core_url, "--id", "sw-1",
                                         "--interval", "0.2"], tmp_path / "sweeper.log"))  # fmt: skip
     url = f"http://127.0.0.1:{gw_port}/resonate"
@@ -72,7 +75,9 @@ def test_timers_in_the_sweeper_reach_workers_through_the_gateway(tmp_path):
             finally:
                 await r.stop()
 
+        started = time.monotonic()
         assert asyncio.run(go()) == "slept"
+        assert time.monotonic() - started < 40  # not the gateway's hourly read
         c = counts_of(counts)
         assert c["before"] == 1 and c["after"] == 1
 
@@ -156,8 +161,11 @@ def test_the_push_hand_over_is_internal(tmp_path):
             {"ns": "default", "address": "poll://any@g", "message": {"kind": "execute"}}
         ).encode()
 
-        def post(headers: dict) -> tuple[int, object]:
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/resonate/internal/push", data=body,
+        def post(
+            headers: dict, path: str = "/internal/push", payload: dict | None = None
+        ) -> tuple[int, object]:
+            data = body if payload is None else json.dumps(payload).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/resonate{path}", data=data,
                                          headers={"content-type": "application/json", **headers}, method="POST")  # fmt: skip
             try:
                 with urllib.request.urlopen(req, timeout=10) as resp:
@@ -168,6 +176,13 @@ def test_the_push_hand_over_is_internal(tmp_path):
         assert post({})[0] == 401
         assert post({"x-loam-internal-token": "wrong"})[0] == 401
         assert post({"x-loam-internal-token": "s3cret"}) == (200, {"delivered": False})  # no stream of g here
+        # the sweeper's outbox notice: the same rule
+        assert post({}, "/internal/outbox", {"ns": "default"})[0] == 401
+        assert post({"x-loam-internal-token": "s3cret"}, "/internal/outbox", {"ns": 1})[0] == 400
+        assert post({"x-loam-internal-token": "s3cret"}, "/internal/outbox", {"ns": "default"}) == (
+            200,
+            {"draining": True},
+        )
     finally:
         for s in reversed(services):
             s.stop()

@@ -16,19 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import random
 import secrets
-import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
+from processes import Proc, free_port, service_env
 
 from loam_common import keys
 from loam_common.connect_client import jobs_client
@@ -56,69 +51,6 @@ RETRYABLE = {
 
 LOAD_S = 11.0  # producers stop after this
 DRAIN_S = 35.0  # every acknowledged job must be completed within this after that
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Proc:
-    """One service process; its output goes to a log file kept for failure reports."""
-
-    def __init__(self, name: str, args: list[str], env: dict, logdir: Path) -> None:
-        self.name, self.args, self.env, self.logdir = name, args, env, logdir
-        self.p: subprocess.Popen | None = None
-        self.runs = 0
-
-    @property
-    def log(self) -> Path:
-        return self.logdir / f"{self.name}.{self.runs}.log"
-
-    def start(self, args: list[str] | None = None) -> None:
-        if args is not None:
-            self.args = args
-        self.runs += 1
-        out = open(self.log, "wb")
-        self.p = subprocess.Popen(
-            [sys.executable, "-m", *self.args], env=self.env, stdout=out, stderr=subprocess.STDOUT
-        )
-
-    def kill9(self) -> None:
-        assert self.p is not None
-        self.p.send_signal(signal.SIGKILL)
-        self.p.wait(10)
-
-    def term(self) -> int | None:
-        if self.p is None or self.p.poll() is not None:
-            return self.p.returncode if self.p else None
-        self.p.send_signal(signal.SIGTERM)
-        try:
-            return self.p.wait(10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait(5)
-            return None
-
-    async def wait_ready(self, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.p is not None
-            if self.p.poll() is not None:
-                raise AssertionError(
-                    f"{self.name} exited with {self.p.returncode}:\n{self.log.read_text()[-3000:]}"
-                )
-            if b"ready" in self.log.read_bytes():
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"{self.name} not ready after {timeout} s:\n{self.log.read_text()[-3000:]}")
-
-    def tail(self) -> str:
-        return "\n".join(
-            f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
-            for p in sorted(self.logdir.glob(f"{self.name}.*.log"))
-        )
 
 
 def _configure(tx) -> None:
@@ -169,11 +101,9 @@ async def test_every_acknowledged_job_completes_once_across_kill_9(tmp_path):
     url = f"sqlite:///{db}"
     logs = tmp_path / "logs"
     logs.mkdir()
-    core_port, gw_port = _free_port(), _free_port()
+    core_port, gw_port = free_port(), free_port()
     core_url, gw_url = f"http://127.0.0.1:{core_port}", f"http://127.0.0.1:{gw_port}"
-    env = {**os.environ, "LOAM_INTERNAL_TOKEN": secrets.token_hex(16), "PYTHONUNBUFFERED": "1"}
-    for var in ("LOAM_STORE", "LOAM_QUEUE_CORES", "LOAM_AUTH"):
-        env.pop(var, None)
+    env = service_env(LOAM_INTERNAL_TOKEN=secrets.token_hex(16))
 
     store = open_store(url)
     await store.transact(_configure)

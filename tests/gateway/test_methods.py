@@ -80,7 +80,9 @@ def test_actions_are_what_the_gateway_checked_before():
             "job_get",
             "workers",
             "durable_admin",
-        },  # REST reads the console added (decision 0028)
+        }  # REST reads the console added (decision 0028)
+        | {"get_quotas"},
+        auth.DEPLOYMENT_ADMIN: {"set_quotas"},  # the operator's: a tenant cannot lift its own limits
     }
 
 
@@ -146,6 +148,8 @@ ROUTES = [
     ("exchange_unbind", J.ExchangeUnbindRequest(exchange="x1", queue="q1"), "exchanges/x1"),
     ("exchange_bindings", J.ExchangeBindingsRequest(exchange="x1"), "exchanges/x1"),
     ("exchange_publish", J.ExchangePublishRequest(exchange="x1"), "exchanges/x1"),
+    ("get_quotas", J.GetQuotasRequest(), ""),  # the namespace's, in the store: any core
+    ("set_quotas", J.SetQuotasRequest(reset=True), ""),
 ]
 
 

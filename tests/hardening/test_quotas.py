@@ -4,6 +4,7 @@ on the SQLite store through the core, and through Connect and REST."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -114,3 +115,107 @@ async def test_quotas_through_connect_and_rest(quota_core):
         r = await http.post(SVC + "EnqueueBulk", content=body, headers={**JSON, **small})
         assert r.status_code == 429 and "stored_jobs" in r.json()["message"], r.text
         assert len((await http.get("/v1/queues/q/jobs", headers=small)).json()["jobs"]) == 3
+
+
+# -- payload_bytes: the bytes a namespace stores -------------------------------------------
+async def test_payload_bytes_limits_what_the_namespace_stores_across_calls(quota_core):
+    first = await quota_core.jobs.enqueue("small", "q", task(b"x" * 60))
+    with pytest.raises(QuotaExceeded, match="payload_bytes") as e:
+        await quota_core.jobs.enqueue("small", "other-queue", task(b"y" * 60))  # each call fits; both do not
+    assert "needs 120" in str(e.value)
+    assert (await quota_core.quotas.get("small")).usage.payload_bytes == 60
+    await quota_core.job_admin.remove("small", "q", first.job_id, False)  # removing a job frees its bytes
+    assert (await quota_core.quotas.get("small")).usage.payload_bytes == 0
+    second = await quota_core.jobs.enqueue("small", "q", task(b"y" * 60))
+    await quota_core.job_admin.update_data("small", "q", second.job_id, pb.Payload(data=b"z" * 90))
+    assert (await quota_core.quotas.get("small")).usage.payload_bytes == 90  # a new payload replaces the old
+    with pytest.raises(QuotaExceeded, match="payload_bytes"):
+        await quota_core.jobs.enqueue("small", "q", task(b"x" * 20))
+    assert await stored(quota_core, "small") == 1
+
+
+async def test_draining_a_queue_gives_its_bytes_back(quota_core):
+    await quota_core.quotas.set("drained", quotas.Quota(payload_bytes=1000))
+    await quota_core.jobs.enqueue_bulk("drained", "q", [(task(b"x" * 300), None)] * 3)
+    with pytest.raises(QuotaExceeded, match="payload_bytes"):
+        await quota_core.jobs.enqueue("drained", "q", task(b"x" * 300))
+    assert await quota_core.queues.drain("drained", "q", False) == 3
+    assert (await quota_core.quotas.get("drained")).usage.payload_bytes == 0
+    await quota_core.jobs.enqueue("drained", "q", task(b"x" * 300))
+
+
+# -- the admin API ---------------------------------------------------------------------------
+async def test_a_namespace_quota_set_through_the_core_applies_at_once_and_resets(quota_core):
+    view = await quota_core.quotas.get("fresh")
+    assert view.source == "deployment" and view.quota == quotas.Quota(stored_jobs=1000)  # the `*` entry
+    view = await quota_core.quotas.set("fresh", quotas.Quota(stored_jobs=1))
+    assert view.source == "namespace" and view.quota == quotas.Quota(stored_jobs=1)
+    await quota_core.jobs.enqueue("fresh", "q", task())
+    with pytest.raises(QuotaExceeded, match="stored_jobs"):
+        await quota_core.jobs.enqueue("fresh", "q", task())
+    assert (await quota_core.quotas.get("other")).quota == quotas.Quota(stored_jobs=1000)  # its own only
+    view = await quota_core.quotas.set("fresh", None)
+    assert view.source == "deployment" and view.usage.stored_jobs == 1
+    await quota_core.jobs.enqueue("fresh", "q", task())
+
+
+async def test_a_second_core_on_the_same_store_sees_a_change_without_restart(quota_core, tmp_path):
+    other = QueueCore(
+        quota_core.store, DirBlobStore(tmp_path / "blobs2")
+    )  # another process's core: no --quotas
+    other.quotas.refresh_s = 0.1  # (1 s by default) how long it keeps what it read
+    await other.jobs.enqueue("shared", "q", task())  # it has read "no quota" for the namespace
+    await quota_core.quotas.set("shared", quotas.Quota(stored_jobs=1))
+    await asyncio.sleep(0.2)
+    with pytest.raises(QuotaExceeded, match="stored_jobs"):
+        await other.jobs.enqueue("shared", "q", task())
+    await quota_core.quotas.set("shared", quotas.Quota(active_leases=1))  # replaces the whole record
+    await asyncio.sleep(0.2)
+    await other.jobs.enqueue("shared", "q", task())
+    assert len(await other.jobs.lease("shared", ["q"], "w", 5)) == 1
+    with pytest.raises(QuotaExceeded, match="active_leases"):
+        await other.jobs.lease("shared", ["q"], "w", 1)
+
+
+async def test_quota_api_over_rest_and_connect_with_auth(quota_core, tmp_path):
+    from loam_common import auth
+    from loam_gateway.auth import StoreAuthenticator
+
+    store = quota_core.store
+    admin_token, _ = await store.transact(auth.token_create, "small", [auth.ADMIN], "", None)
+    operator_token, _ = await store.transact(auth.token_create, "small", [auth.DEPLOYMENT_ADMIN], "", None)
+    app = create_app(Router(local=CoreRpc(quota_core)), StoreAuthenticator(store))
+    async with client_for(app) as http:
+        tenant = {"authorization": f"Bearer {admin_token}"}
+        operator = {"authorization": f"Bearer {operator_token}", **JSON}
+        r = await http.get("/v1/quotas", headers=tenant)
+        assert r.status_code == 200 and r.json()["source"] == "deployment", r.text
+        assert r.json()["quotas"]["stored_jobs"] == 3
+        # a tenant's jobs:admin cannot lift its own limits, on either transport
+        r = await http.put("/v1/quotas", json={"stored_jobs": 10**6}, headers=tenant)
+        assert r.status_code == 403 and r.json()["code"] == "permission_denied", r.text
+        r = await http.post(SVC + "SetQuotas", content=b'{"reset": true}', headers={**tenant, **JSON})
+        assert r.status_code == 403, r.text
+        # the operator can; the change applies to the tenant's next call
+        r = await http.put("/v1/quotas", json={"stored_jobs": 1}, headers=operator)
+        assert r.status_code == 200 and r.json()["source"] == "namespace", r.text
+        assert r.json()["quotas"] == {"enqueue_rate": 0, "stored_jobs": 1, "payload_bytes": 0,
+                                      "active_leases": 0, "schedules": 0}  # fmt: skip
+        r = await http.post(SVC + "GetQuotas", content=b"{}", headers={**tenant, **JSON})
+        assert r.status_code == 200 and r.json()["quotas"]["storedJobs"] == "1", r.text
+        # bad input is refused and changes nothing
+        for body in ({"stored_jobs": -1}, {"stored_jobs": "3"}, {"stored_jobs": 2**64}, {"stored": 1}):
+            r = await http.put("/v1/quotas", json=body, headers=operator)
+            assert r.status_code == 400 and r.json()["code"] == "invalid_argument", (body, r.text)
+        bad = json.dumps({"quotas": {"storedJobs": "5"}, "reset": True}).encode()
+        r = await http.post(SVC + "SetQuotas", content=bad, headers=operator)
+        assert r.status_code == 400 and "reset" in r.json()["message"], r.text
+        r = await http.get("/v1/quotas", headers=tenant)
+        assert r.json()["quotas"]["stored_jobs"] == 1
+        # reset: the deployment's apply again
+        r = await http.delete("/v1/quotas", headers=operator)
+        assert (
+            r.status_code == 200
+            and r.json()["source"] == "deployment"
+            and r.json()["quotas"]["stored_jobs"] == 3
+        )

@@ -292,3 +292,29 @@ def test_flows_errors_and_human_output(cli, url: str, ns: str) -> None:
     assert out.startswith("flow h  created: 2 job(s)")
     out = run("flows", "get", "h", *common).stdout
     assert "waiting-children" in out and "hq" in out
+
+
+def test_quotas_get_set_reset(cli, url: str, ns: str) -> None:
+    got = cli("quotas", "get")
+    assert got["source"] == "deployment" and got["quotas"]["stored_jobs"] == 0
+    assert got["usage"]["stored_jobs"] == 0
+    cli("jobs", "add", "q", "t", '"0123456789"')
+    got = cli("quotas", "set", "stored_jobs=2", "payload_bytes=1000")
+    assert got["source"] == "namespace" and got["quotas"]["stored_jobs"] == 2
+    assert got["usage"]["stored_jobs"] == 1 and got["usage"]["payload_bytes"] == 10  # the string's bytes
+    cli("jobs", "add", "q", "t")
+    refused = cli("jobs", "add", "q", "t", ok=False)
+    assert (
+        refused.returncode == 1 and "resource_exhausted" in refused.stderr and "stored_jobs" in refused.stderr
+    )
+    # a set changes only the limits it names
+    got = cli("quotas", "set", "stored_jobs=0")
+    assert got["quotas"]["stored_jobs"] == 0 and got["quotas"]["payload_bytes"] == 1000
+    cli("jobs", "add", "q", "t")
+    for bad in (["bogus=1"], ["stored_jobs=-1"], ["stored_jobs=x"], [], ["stored_jobs=1", "--reset"]):
+        p = cli("quotas", "set", *bad, ok=False)
+        assert p.returncode == 2 and p.stderr.startswith("loam: "), (bad, p.stderr)
+    assert cli("quotas", "get")["quotas"]["payload_bytes"] == 1000  # the refusals changed nothing
+    assert cli("quotas", "set", "--reset")["source"] == "deployment"
+    human = run("quotas", "get", "--url", url, "--namespace", ns).stdout
+    assert "payload_bytes" in human and "no limit" in human and "deployment" in human

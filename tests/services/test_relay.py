@@ -175,7 +175,8 @@ async def test_two_relays_split_shards_and_a_fenced_relay_writes_nothing(
     queues = [f"q{i}" for i in range(4)]
     for q in queues:
         await configure(q, shards=2)
-    a, b = RelayService(store, "relay-a"), RelayService(store, "relay-b")
+    # outbox_every_s=0: each pass looks at the outboxes (idle relays look every 10 s).
+    a, b = RelayService(store, "relay-a", outbox_every_s=0), RelayService(store, "relay-b", outbox_every_s=0)
     for r in (a, b, a, b):
         await r.run_once()
     assert a.ownership.held and b.ownership.held
@@ -271,3 +272,14 @@ async def test_reads_merge_an_earlier_servers_outbox_with_the_log_by_sequence(st
     first = await store.snapshot(events.events_after, NS, "q", 0, 0, 4)
     rest = await store.snapshot(events.events_after, NS, "q", 0, first[-1].seq, 1000)
     assert [_key(e) for e in first + rest] == [_key(e) for e in seen]
+
+
+async def test_an_idle_relay_looks_at_the_outboxes_every_ten_seconds(store, core, clock):
+    relay = RelayService(store, "relay-a")
+    await _earlier_servers_traffic(store, core, "q", 1, shards=1)
+    assert (await relay.run_once()).copied > 0  # a first pass looks
+    assert (await relay.run_once()).copied == 0  # and so does the one after a copy
+    await _earlier_servers_traffic(store, core, "q", 2, shards=1)
+    assert (await relay.run_once()).copied == 0  # idle: not looked at yet
+    clock.advance(10 * 1_000_000_000)
+    assert (await relay.run_once()).copied > 0

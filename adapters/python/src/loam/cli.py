@@ -6,6 +6,7 @@
     loam schedules add|ls|get|rm ...                                     cron and interval schedules
     loam flows add|get ...                                               job graphs (chain, group, chord, trees)
     loam tokens create|ls|revoke ...                                     API tokens (on the store)
+    loam quotas get|set ...                                              the namespace's quotas
     loam spark submit|runs|get|logs|cancel|restart|check ...             PySpark runs (loam.cli_spark)
     loam flink deploy|savepoint|upgrade|rollback|suspend|resume|cancel|status|ls   Flink (loam.cli_flink)
 
@@ -238,6 +239,20 @@ def build_parser() -> argparse.ArgumentParser:
     fg = flows.add_parser("get", parents=[common], help="a flow's jobs and their states")
     fg.add_argument("id")
 
+    # quotas
+    quotas = _group(sub, "quotas", "the namespace's quotas: get, set")
+    quotas.add_parser("get", parents=[common], help="the quotas in force and what the namespace holds")
+    qs = quotas.add_parser(
+        "set", parents=[common], help="change the namespace's limits (a deployment:admin token)",
+        description="Each NAME=N sets one limit (0 lifts it); the others keep the values in force. Names: "
+        "enqueue_rate (jobs a second), stored_jobs, payload_bytes (of the jobs stored), active_leases, "
+        "schedules. Applies without a restart, within a second on every server.",
+    )  # fmt: skip
+    qs.add_argument("limits", nargs="*", metavar="NAME=N")
+    qs.add_argument(
+        "--reset", action="store_true", help="drop the namespace's own limits: the server's --quotas apply"
+    )
+
     # tokens
     output = _common(connection=False)
     tokens = _group(sub, "tokens", "API tokens, directly on the store")
@@ -245,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--namespace", "-n", dest="token_namespace", required=True, help="the namespace it acts in"
     )
-    c.add_argument("--actions", required=True, help="comma-separated: jobs:enqueue, jobs:consume, jobs:admin, jobs:schedule, jobs:engine, jobs:read (read only)")  # fmt: skip
+    c.add_argument("--actions", required=True, help="comma-separated: jobs:enqueue, jobs:consume, jobs:admin, jobs:schedule, jobs:engine, jobs:read (read only), deployment:admin (every namespace's metrics; setting quotas)")  # fmt: skip
     c.add_argument("--name", default="", help="a label for listings")
     c.add_argument("--expires", type=float, help="seconds until it expires (default never)")
     _store_flag(c)
@@ -732,6 +747,50 @@ async def _flow_states(client: Any, info: Any) -> dict[str, str]:
     return dict(zip(names, await asyncio.gather(*(one(n) for n in names)), strict=True))
 
 
+QUOTA_UNITS = {"enqueue_rate": "jobs/s", "stored_jobs": "jobs", "payload_bytes": "bytes",
+               "active_leases": "jobs", "schedules": "schedules"}  # fmt: skip
+
+
+def _quota_limits(items: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, number = item.partition("=")
+        if name not in QUOTA_UNITS or not sep:
+            raise CliError(f"{item!r}: use NAME=N with NAME one of {', '.join(QUOTA_UNITS)}", EXIT_USAGE)
+        try:
+            value = int(number)
+        except ValueError:
+            raise CliError(f"{item!r}: {number!r} is not a whole number", EXIT_USAGE) from None
+        if value < 0:
+            raise CliError(f"{item!r}: a limit is 0 (none) or more", EXIT_USAGE)
+        out[name] = value
+    return out
+
+
+def _print_quotas(view: dict[str, Any]) -> None:
+    rows = [(name, f"{view['quotas'][name]:,}" if view["quotas"][name] else "no limit",
+             f"{view['usage'][name]:,}", unit) for name, unit in QUOTA_UNITS.items()]  # fmt: skip
+    _table(f"quotas (from the {view['source']})", ["quota", "limit", "in use", "unit"], rows)
+
+
+async def cmd_quotas(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        if args.cmd == "get":
+            view = await client.get_quotas()
+        elif args.reset:
+            if args.limits:
+                raise CliError("quotas set: give NAME=N limits or --reset, not both", EXIT_USAGE)
+            view = await client.reset_quotas()
+        else:
+            changes = _quota_limits(args.limits)
+            if not changes:
+                raise CliError("quotas set: give at least one NAME=N (or --reset)", EXIT_USAGE)
+            current = (await client.get_quotas())["quotas"]
+            view = await client.set_quotas(**{**current, **changes})
+        _emit_json(view) if getattr(args, "json", False) else _print_quotas(view)
+        return 0
+
+
 async def cmd_flows(args: argparse.Namespace) -> int:
     async with _client(args) as client:
         as_json = getattr(args, "json", False)
@@ -865,7 +924,7 @@ def main(argv: list[str] | None = None) -> int:
         from loam.cli_spark import cmd_spark
 
         handler = {"jobs": cmd_jobs, "queues": cmd_queues, "schedules": cmd_schedules, "flows": cmd_flows,
-                   "tokens": cmd_tokens, "spark": cmd_spark, "flink": cmd_flink}[args.group]  # fmt: skip
+                   "quotas": cmd_quotas, "tokens": cmd_tokens, "spark": cmd_spark, "flink": cmd_flink}[args.group]  # fmt: skip
         return asyncio.run(handler(args))
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPTED)

@@ -18,7 +18,6 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -28,6 +27,7 @@ from pyqwest import Client as HTTPClient
 from pyqwest import HTTPTransport
 
 from loam import options, payloads
+from loam.async_unary import AsyncUnaryClient
 from loam.blocking import BlockingJobsClient
 from loam.errors import JobsError, NotFound, Unavailable, from_connect, from_item
 from loam.flows import Flow, FlowNode, flow_spec
@@ -43,7 +43,6 @@ from loam.views import (
     state_value,
 )
 from loam_common.api.headers import NAMESPACE_HEADER
-from loam_common.connect_client import jobs_client
 from loam_common.gen.loam.jobs.v1 import engines_pb2 as epb
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -66,13 +65,26 @@ RETRIES = 3
 Token = jpb.LeaseToken | LeasedJob
 
 
+_UUID7_CLEAR = ~(0xF << 76 | 0x3 << 62)
+_UUID7_SET = 0x7 << 76 | 0x2 << 62  # version 7, RFC 4122 variant
+
+
 def uuid7() -> str:
     """A UUIDv7 (RFC 9562): 48-bit Unix ms, version, 74 random bits. Time-ordered, so
     the server's idempotency records for one producer stay close in the key space."""
-    value = (time.time_ns() // 1_000_000 & (1 << 48) - 1) << 80 | int.from_bytes(os.urandom(10), "big")
-    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
-    value = value & ~(0x3 << 62) | 0x2 << 62  # RFC 4122 variant
-    return str(uuid.UUID(int=value))
+    return uuid7s(1)[0]
+
+
+def uuid7s(n: int) -> list[str]:
+    """`n` UUIDv7s from one clock reading and one read of the random source: a bulk
+    enqueue makes one per job, and `uuid.UUID` objects cost more than the jobs' messages."""
+    ms = (time.time_ns() // 1_000_000 & (1 << 48) - 1) << 80
+    rand = os.urandom(10 * n)
+    out = []
+    for i in range(0, 10 * n, 10):
+        h = f"{(ms | int.from_bytes(rand[i : i + 10], 'big')) & _UUID7_CLEAR | _UUID7_SET:032x}"
+        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return out
 
 
 def worker_id() -> str:
@@ -185,15 +197,15 @@ class Client:
             self._transport = self._http = None
             self._rpc: Any = BlockingJobsClient(self.url)
             return
-        # One connection pool per client, closed with it, deep enough for a worker's
-        # concurrent leases, extends and completions (pyqwest keeps 2 idle by default).
-        # `http_transport`: any pyqwest Transport (with `aclose`), e.g. a pure-Python one in
-        # a process forked after pyqwest started: its runtime threads do not survive fork.
-        self._transport = http_transport or HTTPTransport(pool_max_idle_per_host=64)
+        # pyqwest carries the REST calls (`list_queues`) only. `http_transport`: any pyqwest
+        # Transport (with `aclose`), e.g. a pure-Python one in a process forked after
+        # pyqwest started: its runtime threads do not survive fork.
+        self._transport = http_transport or HTTPTransport()
         self._http = HTTPClient(self._transport)
+        # JobsService's calls on this loop (loam.async_unary): no thread hand-off per call.
         # No request compression: the payloads are small protobufs and gzip costs more
         # CPU per job than it saves on a local network.
-        self._rpc = jobs_client(self.url, timeout_ms=_ms(timeout), http_client=self._http)
+        self._rpc = AsyncUnaryClient(self.url, timeout_ms=_ms(timeout))
 
     def __repr__(self) -> str:
         return f"Client({self.url!r}, namespace={self.namespace!r})"
@@ -250,14 +262,29 @@ class Client:
         raise AssertionError("unreachable")
 
     # -- producing -------------------------------------------------------------------
-    def _item(self, name: str, payload: Any, opts: Mapping[str, Any]) -> jpb.BulkItem:
-        o, headers = options.enqueue_opts(opts)
-        key = opts.get("idempotency_key")
-        if key is None and self.idempotent and not o.HasField("idempotency"):
-            o.idempotency.key = uuid7()
-            o.idempotency.ttl_ns = payloads.ns(opts.get("idempotency_ttl"), "idempotency_ttl")
-        task = pb.TaskSpec(name=name, payload=payloads.encode(payload), headers=headers)
-        return jpb.BulkItem(task=task, opts=o)
+    def _fill(
+        self, task: pb.TaskSpec, o: pb.EnqueueOpts, name: str, payload: Any, opts: Mapping[str, Any],
+        idem_key: str | None = None,
+    ) -> None:  # fmt: skip
+        """Write one job into its request's `task` and `opts` in place (building separate
+        messages and copying them in costs a bulk call more than all else it does).
+        `idem_key`: the default idempotency key to use (made here when None)."""
+        task.name = name
+        if payload is None:
+            task.payload.SetInParent()
+        else:
+            task.payload.CopyFrom(payloads.encode(payload))
+        if opts:
+            built, headers = options.enqueue_opts(opts)
+            o.CopyFrom(built)
+            if headers:
+                task.headers.update(headers)
+            if opts.get("idempotency_key") is not None:
+                return  # given (or False: none)
+        if self.idempotent and not o.HasField("idempotency"):
+            o.idempotency.key = idem_key or uuid7()
+            if opts.get("idempotency_ttl") is not None:
+                o.idempotency.ttl_ns = payloads.ns(opts["idempotency_ttl"], "idempotency_ttl")
 
     async def enqueue(self, queue: str, name: str, payload: Any = None, **opts: Any) -> Enqueued:
         """Add one job. `payload`: bytes, str or anything JSON can encode. `opts`:
@@ -265,8 +292,8 @@ class Client:
         or timedelta) or at (datetime), priority, lifo, attempts, backoff, visibility,
         timeout, expires, subject, headers, parent, remove_on_complete, remove_on_fail,
         result_ttl, durable_function, opts (a ready-made EnqueueOpts)."""
-        item = self._item(name, payload, opts)
-        req = jpb.EnqueueRequest(queue=queue, task=item.task, opts=item.opts)
+        req = jpb.EnqueueRequest(queue=queue)
+        self._fill(req.task, req.opts, name, payload, opts)
         resp = await self._retrying(self._rpc.enqueue, req)
         return Enqueued.from_pb(resp.enqueued)
 
@@ -274,17 +301,22 @@ class Client:
         """Add many jobs in one call and one transaction. Each job is a dict
         `{"name", "payload", **opts}`, a `(name, payload)` or `(name, payload, opts)`
         tuple, or a BulkItem. A job refused for its key gets its error in its slot."""
-        items = []
-        for job in jobs:
+        jobs = jobs if isinstance(jobs, list) else list(jobs)
+        keys = uuid7s(len(jobs)) if self.idempotent else [None] * len(jobs)
+        req = jpb.EnqueueBulkRequest(queue=queue)
+        add = req.jobs.add
+        for job, key in zip(jobs, keys, strict=True):
             if isinstance(job, jpb.BulkItem):
-                items.append(job)
-            elif isinstance(job, Mapping):
+                add().CopyFrom(job)
+                continue
+            item = add()
+            if isinstance(job, Mapping):
                 rest = {k: v for k, v in job.items() if k not in ("name", "payload")}
-                items.append(self._item(job["name"], job.get("payload"), rest))
+                self._fill(item.task, item.opts, job["name"], job.get("payload"), rest, key)
             else:
                 name, payload, *more = job
-                items.append(self._item(name, payload, more[0] if more else {}))
-        resp = await self._retrying(self._rpc.enqueue_bulk, jpb.EnqueueBulkRequest(queue=queue, jobs=items))
+                self._fill(item.task, item.opts, name, payload, more[0] if more else {}, key)
+        resp = await self._retrying(self._rpc.enqueue_bulk, req)
         return [
             Enqueued.from_pb(r.enqueued)
             if r.WhichOneof("result") == "enqueued"
@@ -729,6 +761,33 @@ class Client:
     async def list_schedules(self) -> list[ScheduleInfo]:
         """Every schedule of the namespace, in id order."""
         return [s async for s in self.iter_schedules(page_size=1000)]
+
+    # -- quotas -------------------------------------------------------------------------
+    QUOTA_NAMES = ("enqueue_rate", "stored_jobs", "payload_bytes", "active_leases", "schedules")
+
+    @staticmethod
+    def _quotas_dict(r: jpb.GetQuotasResponse | jpb.SetQuotasResponse) -> dict[str, Any]:
+        names = Client.QUOTA_NAMES
+        return {"quotas": {n: getattr(r.quotas, n) for n in names}, "source": r.source,
+                "usage": {n: getattr(r.usage, n) for n in names}}  # fmt: skip
+
+    async def get_quotas(self) -> dict[str, Any]:
+        """The namespace's quotas in force (0: no limit), where they come from
+        (`namespace` or `deployment`), and what it holds now (`usage`)."""
+        return self._quotas_dict(await self._call(self._rpc.get_quotas, jpb.GetQuotasRequest()))
+
+    async def set_quotas(self, **limits: int) -> dict[str, Any]:
+        """Replace the namespace's quotas whole (a name not given: no limit); needs a
+        deployment:admin token. `set_quotas()` with no names lifts every limit."""
+        unknown = set(limits) - set(self.QUOTA_NAMES)
+        if unknown:
+            raise ValueError(f"unknown quota {sorted(unknown)[0]!r}: use {', '.join(self.QUOTA_NAMES)}")
+        req = jpb.SetQuotasRequest(quotas=pb.NamespaceQuotas(**limits))
+        return self._quotas_dict(await self._call(self._rpc.set_quotas, req))
+
+    async def reset_quotas(self) -> dict[str, Any]:
+        """Drop the namespace's own quotas: the deployment's (--quotas) apply again."""
+        return self._quotas_dict(await self._call(self._rpc.set_quotas, jpb.SetQuotasRequest(reset=True)))
 
     # -- engine runs (Spark) ------------------------------------------------------------
     async def submit_spark(

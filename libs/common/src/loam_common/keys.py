@@ -12,7 +12,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `Q cfg`                                     | QueueConfig          | created on first use           |
 | `Q ctr`                                     | u64                  | job-key counter (BullMQ ids)   |
 | `Q rt`, `Q rt/<shard u8>`                   | QueueRuntime         | rate bucket (sharded or not)   |
-| `Q m/<shard u8>`                            | ShardMeta            | seqs, counts per state         |
+| `Q m/<shard u8>`                            | ShardMeta            | seqs, counts per state, payload bytes |
 | `Q j/<job id>`                              | Job                  | ULID: byte order = age         |
 | `Q log/<job id>/<n u32>`                    | LogLine              | capped per job                 |
 | `Q r/<shard><band u8><prio u32><seq u64>`   | job id               | ready index (waiting, prio.)   |
@@ -39,6 +39,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `t/<ns>/sdue/<next_ns u64><schedule id>`    | empty                | schedules by next tick (sweep) |
 | `t/<ns>/flow/<flow id>`                     | FlowRecord           | flow ids: submit once          |
 | `t/<ns>/quota/rate`                         | u64 start s, u64 n   | enqueue_rate window (quotas.py)|
+| `t/<ns>/quota/set`                          | NamespaceQuotas      | the namespace's own quotas (SetQuotas) |
 | `t/<ns>/xb/<len u16><exchange><queue>/<rk>` | ExchangeBinding      | exchanges.py (kombu bindings)  |
 | `dn/<ns>`                                   | empty                | namespaces with durable state  |
 | `t/<ns>/dur/p/<promise id>`                 | durable promise JSON | loam_durable (Resonate)        |
@@ -408,6 +409,11 @@ def namespaces_prefix() -> bytes:
 # quotas (jobs/quotas.py) ---------------------------------------------------------------
 def quota_rate_window(ns: str) -> bytes:
     return ns_prefix(ns) + b"quota/rate"
+
+
+def namespace_quotas(ns: str) -> bytes:
+    """The namespace's own quotas, set by the admin API; absent: the deployment's."""
+    return ns_prefix(ns) + b"quota/set"
 
 
 # schedules and flows (schedules.py, flows.py) ---------------------------------------

@@ -29,7 +29,7 @@ from loam_durable.app import create_durable_app
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 from loam_durable.peers import Peers
-from loam_durable.timers import DurableOutbox
+from loam_durable.timers import OUTBOX_INTERVAL_S, DurableOutbox
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -42,10 +42,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--auth", action="store_true", default=env.get("LOAM_AUTH", "").lower() in ("1", "on", "true", "yes")
     )
     p.add_argument("--advertise-url", default=env.get("LOAM_ADVERTISE_URL"))
+    p.add_argument("--outbox-interval", type=float,
+                   default=float(env.get("LOAM_DURABLE_OUTBOX_INTERVAL_S", OUTBOX_INTERVAL_S)),
+                   help="seconds between two reads of the outbox when no sweeper says it has pushes")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     args = p.parse_args(argv)
     if not args.store:
         p.error("--store (or LOAM_STORE) is required")
+    if not args.outbox_interval > 0:
+        p.error("--outbox-interval must be a positive number of seconds")
     return args
 
 
@@ -53,7 +58,7 @@ async def run(args: argparse.Namespace) -> None:
     store = open_store(args.store)
     hub = Hub()
     core = DurableCore(store, hub)
-    outbox = DurableOutbox(core)
+    outbox = DurableOutbox(core, args.outbox_interval)
     internal_token = os.environ.get("LOAM_INTERNAL_TOKEN")
     peers = core.peers = Peers(store, args.advertise_url or f"http://{args.host}:{args.port}", internal_token)
 

@@ -7,6 +7,9 @@ plain ASGI app the gateway mounts (at `/resonate`) or `loam-durable` serves alon
   a string `data` on every refusal).
 - `POST {base}/internal/push`: a peer serving the same store hands over a push whose
   stream may be here (peers.py); internal: the deployment's token, else loopback only.
+- `POST {base}/internal/outbox`: a process without connections (a sweeper's durable
+  timers) wrote pushes to the store's outbox: drain it now (peers.OutboxNotice);
+  internal, as above.
 - `GET {base}/poll/{group}/{pid}`: the push channel, Server-Sent Events: each push one
   `data: <json>` line; a `: keepalive` comment every `KEEPALIVE_S` so proxies keep the
   stream open. Authenticated by the `Authorization` header only.
@@ -28,7 +31,7 @@ from loam_common.errors import JobsError, PermissionDenied, Unauthenticated
 from loam_common.store.base import StoreUnavailable
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
-from loam_durable.peers import PUSH_PATH, internal_allowed
+from loam_durable.peers import OUTBOX_PATH, PUSH_PATH, internal_allowed
 from loam_durable.records import PROTOCOL_VERSION, DurableError, dumps, loads, response
 
 log = logging.getLogger(__name__)
@@ -80,10 +83,14 @@ async def _read_body(receive: Callable[[], Awaitable[dict]]) -> bytes | None:
             return b"".join(chunks)
 
 
-async def _send_json(send: Callable[[dict], Awaitable[None]], status: int, body: Any) -> None:
+async def _send_json(
+    send: Callable[[dict], Awaitable[None]], status: int, body: Any, extra_headers: list | None = None
+) -> None:
     raw = dumps(body)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]})  # fmt: skip
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(raw))]
+    if extra_headers:
+        headers += extra_headers
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": raw})
 
 
@@ -92,6 +99,9 @@ def _headers(scope: dict) -> dict[str, str]:
 
 
 class DurableApp:
+    #: the largest request body; a larger one is refused as not being a JSON object
+    max_body = MAX_BODY
+
     def __init__(
         self, core: DurableCore, hub: Hub, authenticate: Authenticate, internal_token: str | None = None
     ) -> None:
@@ -120,6 +130,8 @@ class DurableApp:
             await self._envelope(scope, receive, send)
         elif path == PUSH_PATH and method == "POST":
             await self._push(scope, receive, send)
+        elif path == OUTBOX_PATH and method == "POST":
+            await self._outbox(scope, receive, send)
         elif path.startswith("/poll/") and method == "GET":
             await self._poll(scope, receive, send, path[len("/poll/") :])
         elif path in ("/promises", "/tasks", "/schedules") or path.startswith(
@@ -136,6 +148,14 @@ class DurableApp:
         body = await _read_body(receive)
         if body is None:
             return
+        await self.envelope(body, _headers(scope), send)
+
+    async def envelope(
+        self, body: bytes, headers: dict[str, str], send: Any, extra_headers: list | None = None
+    ) -> None:
+        """Answer one request envelope whose body has been read (b"" for one over
+        MAX_BODY). `headers` by lower-case name, this call's own (it may add to them);
+        `extra_headers` go on the answer (the gateway's CORS headers)."""
         kind, corr_id = "", ""
         try:
             try:
@@ -158,7 +178,6 @@ class DurableApp:
             data = req.get("data")
             if not isinstance(data, dict):
                 raise DurableError(400, "data must be an object")
-            headers = _headers(scope)
             auth = head.get("auth")
             if isinstance(auth, str) and auth:
                 headers["authorization"] = f"Bearer {auth}"
@@ -166,9 +185,9 @@ class DurableApp:
             status, out = await self.core.request(ns, kind, data)
         except Exception as e:  # noqa: BLE001 - every refusal becomes an envelope
             status, message = _status_of(e)
-            await _send_json(send, status, response(kind, corr_id, status, message))
+            await _send_json(send, status, response(kind, corr_id, status, message), extra_headers)
             return
-        await _send_json(send, status, response(kind, corr_id, status, out))
+        await _send_json(send, status, response(kind, corr_id, status, out), extra_headers)
 
     # -- POST /internal/push ----------------------------------------------------------------
     async def _push(self, scope: dict, receive: Any, send: Any) -> None:
@@ -190,6 +209,29 @@ class DurableApp:
             await _send_json(send, 400, "a push is {ns, address, message}")
             return
         await _send_json(send, 200, {"delivered": self.hub.send(ns, address, message, hold=False)})
+
+    # -- POST /internal/outbox --------------------------------------------------------------
+    async def _outbox(self, scope: dict, receive: Any, send: Any) -> None:
+        """The store's outbox has pushes: wake this process's drain (it reads every
+        namespace's outbox, so the body only has to be well formed)."""
+        body = await _read_body(receive)
+        if body is None:
+            return
+        client = scope.get("client")
+        if not internal_allowed(_headers(scope), client[0] if client else None, self.internal_token):
+            await _send_json(send, 401, "internal calls need this deployment's internal token")
+            return
+        try:
+            req = loads(body)
+            if not isinstance(req, dict) or not isinstance(req.get("ns"), str):
+                raise TypeError
+        except (ValueError, TypeError):
+            await _send_json(send, 400, "an outbox notice is {ns}")
+            return
+        waiting = self.core.outbox_waiting
+        if waiting is not None:
+            waiting()
+        await _send_json(send, 200, {"draining": waiting is not None})
 
     # -- GET /poll/{group}/{pid} -------------------------------------------------------------
     async def _poll(self, scope: dict, receive: Any, send: Any, rest: str) -> None:

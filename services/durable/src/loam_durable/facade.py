@@ -19,7 +19,7 @@ from loam_common.schedule_rules import CronRule, parse_cron
 from loam_common.store.runner import Store
 from loam_durable import transitions as tr
 from loam_durable.hub import Hub
-from loam_durable.peers import Peers
+from loam_durable.peers import OutboxNotice, Peers
 from loam_durable.records import (
     TAG_DELAY,
     TAG_TARGET,
@@ -80,6 +80,11 @@ class DurableCore:
         #: the other processes serving the push channel (a split deployment), set by the
         #: process that starts them: a push no local stream takes is offered to them
         self.peers: Peers | None = None
+        #: in a process without connections (a sweeper): who is told, after a commit that
+        #: wrote pushes to the store's outbox, to drain it (peers.OutboxNotice)
+        self.outbox_notice: OutboxNotice | None = None
+        #: in a process with connections: wakes its outbox drain (timers.DurableOutbox)
+        self.outbox_waiting: Callable[[], None] | None = None
         self._handlers: dict[str, Callable[[str, dict], Awaitable[tuple[int, Any]]]] = {
             "promise.get": self._promise_get,
             "promise.create": self._promise_create,
@@ -115,7 +120,10 @@ class DurableCore:
         return result
 
     async def deliver(self, fx: tr.Effects) -> None:
-        """Hand the pushes of a committed transaction to this process's connections."""
+        """Hand the pushes of a committed transaction to this process's connections (or,
+        written to the outbox, tell the processes that have connections)."""
+        if fx.outboxed and self.outbox_notice is not None:
+            self.outbox_notice.notify(fx.ns)
         for address, message in fx.messages:
             self.push(fx.ns, address, message)
 

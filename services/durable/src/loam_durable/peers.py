@@ -14,6 +14,16 @@ retry timer and the SDKs' listener refresh stay the last resort, as in Resonate.
 
 The peer list is read from the store every `interval` and again whenever a push finds
 no taker among the peers known, so a gateway that started a moment ago is found at once.
+
+`OutboxNotice`: the wake-up of the store's outbox. The durable timers of a process
+without connections (a sweeper) write their pushes to the outbox in the transaction that
+makes them; after that commit they POST `{"ns"}` to `<peer base>/internal/outbox` of every
+live member of the same membership, and each one drains the outbox onto its streams at
+once (timers.DurableOutbox.wake). SQLite and LMDB have no cross-process notification and
+TiKV deployments share no memory, so the wake-up is this POST, as the sweeper's
+`RemoteWake` wakes a queue core's parked leases. The outbox's own slow pass only
+recovers a notice that was lost (a gateway restarting at that moment).
+
 Internal calls carry LOAM_INTERNAL_TOKEN (`x-loam-internal-token`); without one
 configured only loopback peers may call (`internal_allowed`).
 """
@@ -37,6 +47,7 @@ log = logging.getLogger(__name__)
 
 KIND = "durable-push"
 PUSH_PATH = "/internal/push"
+OUTBOX_PATH = "/internal/outbox"
 TTL_NS = 10_000_000_000
 FORWARD_TIMEOUT_S = 2.0
 
@@ -117,17 +128,69 @@ class Peers(Loop):
             from pyqwest import Client
 
             self._http = Client()
-        headers = {"content-type": "application/json"}
-        if self.internal_token:
-            headers[TOKEN_HEADER] = self.internal_token
-        try:
-            resp = await asyncio.wait_for(
-                self._http.post(peer + PUSH_PATH, headers=headers, content=body), FORWARD_TIMEOUT_S
+        resp = await _post_internal(self._http, peer + PUSH_PATH, body, self.internal_token)
+        return resp is not None and bool(json.loads(resp.content).get("delivered"))
+
+
+async def _post_internal(http, url: str, body: bytes, token: str | None):  # noqa: ANN001 - a pyqwest Client
+    """One internal POST; its response when it answered 200, else None (logged)."""
+    headers = {"content-type": "application/json"}
+    if token:
+        headers[TOKEN_HEADER] = token
+    try:
+        resp = await asyncio.wait_for(http.post(url, headers=headers, content=body), FORWARD_TIMEOUT_S)
+    except Exception as e:  # noqa: BLE001 - a peer that is gone or slow: the caller goes on
+        log.info("durable peers: %s did not answer: %s", url, e)
+        return None
+    if resp.status != 200:
+        log.warning("durable peers: %s refused: HTTP %s %r", url, resp.status, resp.content[:200])
+        return None
+    return resp
+
+
+class OutboxNotice:
+    """Tells the processes serving the push channel that the outbox holds pushes of `ns`.
+
+    `notify(ns)` is called after the commit that wrote them and returns at once; the
+    POSTs run in the background, one round at a time: notices that arrive while a round
+    is in flight make one more round after it, never one each."""
+
+    def __init__(self, store: Store, internal_token: str | None = None) -> None:
+        self.store = store
+        self.internal_token = internal_token or None
+        self.sent = 0
+        self._pending: set[str] = set()
+        self._task: asyncio.Task | None = None
+        self._http = None
+
+    def notify(self, ns: str) -> None:
+        self._pending.add(ns)
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._rounds())
+
+    async def _rounds(self) -> None:
+        while self._pending:
+            namespaces, self._pending = self._pending, set()
+            try:
+                await self._send(namespaces)
+            except Exception:  # noqa: BLE001 - the outbox's slow pass still drains it
+                log.exception("durable outbox notice failed")
+
+    async def _send(self, namespaces: set[str]) -> None:
+        members = await self.store.snapshot(members_live, KIND)
+        if not members:
+            return
+        if self._http is None:
+            from pyqwest import Client
+
+            self._http = Client()
+        for ns in sorted(namespaces):
+            body = json.dumps({"ns": ns}, separators=(",", ":")).encode()
+            answered = await asyncio.gather(
+                *(_post_internal(self._http, m + OUTBOX_PATH, body, self.internal_token) for m in members)
             )
-        except Exception as e:  # noqa: BLE001 - a peer that is gone or slow: try the next
-            log.info("durable peers: %s did not answer a push: %s", peer, e)
-            return False
-        if resp.status != 200:
-            log.warning("durable peers: %s refused a push: HTTP %s %r", peer, resp.status, resp.content[:200])
-            return False
-        return bool(json.loads(resp.content).get("delivered"))
+            self.sent += sum(r is not None for r in answered)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

@@ -69,11 +69,14 @@ def dumps(record: Any) -> bytes:
 
 
 def loads(raw: bytes | str) -> Any:
-    """JSON -> Python; ValueError on malformed input."""
+    """JSON -> Python; ValueError on malformed input, and on input nested deeper than the
+    decoder can follow (a RecursionError would otherwise surface as a 500)."""
     try:
         return _decode(raw)
     except msgspec.DecodeError as e:
         raise ValueError(str(e)) from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def promise_wire(p: dict) -> dict:

@@ -12,7 +12,10 @@ stored before it existed (a batch a pass until done); and every
 namespace's retention TTL. Run by the sweeper service and, in process, by `loam dev`.
 
 `DurableOutbox`: in the process that holds the SSE connections, moves the pushes that a
-timer process without connections wrote to the store's outbox onto the connections.
+timer process without connections wrote to the store's outbox onto the connections. It
+runs when that process is told (`POST {base}/internal/outbox`, sent after the timers'
+commit by peers.OutboxNotice) and otherwise only every `interval` (5 s), which recovers
+a notice that was lost.
 """
 
 from __future__ import annotations
@@ -108,6 +111,8 @@ class DurableTimers(Loop):
         return rep
 
     async def on_stop(self) -> None:
+        if self.core.outbox_notice is not None:
+            await self.core.outbox_notice.close()
         try:
             await self.ownership.release_all()
         except Exception:
@@ -125,13 +130,17 @@ def outbox_take(tx: Txn, ns: str, limit: int = 500) -> list[tuple[str, dict]]:
     return out
 
 
+OUTBOX_INTERVAL_S = 5.0
+
+
 class DurableOutbox(Loop):
     name = "durable-outbox"
 
-    def __init__(self, core: DurableCore, interval: float = 0.1) -> None:
+    def __init__(self, core: DurableCore, interval: float = OUTBOX_INTERVAL_S) -> None:
         super().__init__(interval)
         self.core = core
         assert core.hub is not None, "the outbox is drained where the connections are"
+        core.outbox_waiting = self.wake
 
     async def run_once(self) -> int:
         sent = 0

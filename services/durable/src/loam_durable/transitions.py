@@ -78,6 +78,9 @@ class Effects:
     messages: list[tuple[str, dict]] = field(default_factory=list)
     #: (kind, subject, detail) of what changed, for the event log
     changes: list[tuple[str, str, dict]] = field(default_factory=list)
+    #: pushes went to the store's outbox (a process without connections): after the
+    #: commit the processes that hold connections are told to drain it
+    outboxed: int = 0
 
     def send(self, address: str, message: dict) -> None:
         self.messages.append((address, message))
@@ -103,6 +106,7 @@ def run(tx: Txn, ns: str, retry_ms: int, outbox: bool, fn: Any, *args: Any) -> t
                 keys.durable_outbox(ns, tx.now_ns(), os.urandom(8)),
                 dumps({"address": address, "message": message}),
             )
+        fx.outboxed = len(fx.messages)
         fx.messages = []
     return result, fx
 

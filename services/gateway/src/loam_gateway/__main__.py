@@ -24,7 +24,7 @@ import sys
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 from loam_durable.peers import Peers
-from loam_durable.timers import DurableOutbox
+from loam_durable.timers import OUTBOX_INTERVAL_S, DurableOutbox
 
 from loam_common import tracing
 from loam_common.errors import InvalidArgument
@@ -63,6 +63,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--advertise-url", default=env.get("LOAM_ADVERTISE_URL"),
                    help="the URL other gateways reach this one at, for durable pushes (LOAM_ADVERTISE_URL; "
                         "default http://<host>:<port>, the machine's name for a wildcard host)")  # fmt: skip
+    p.add_argument("--durable-outbox-interval", type=float,
+                   default=float(env.get("LOAM_DURABLE_OUTBOX_INTERVAL_S", OUTBOX_INTERVAL_S)),
+                   help="seconds between two reads of the durable outbox when no sweeper says it has pushes: "
+                        "recovers a lost notice (LOAM_DURABLE_OUTBOX_INTERVAL_S)")  # fmt: skip
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     guard_flags(p, env)
     p.add_argument("--metrics-interval", type=float, default=float(env.get("LOAM_METRICS_INTERVAL_S", 10)),
@@ -73,6 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.redaction = _redaction(p, args.redact)
     if not args.metrics_interval > 0:
         p.error("--metrics-interval must be a positive number of seconds")
+    if not args.durable_outbox_interval > 0:
+        p.error("--durable-outbox-interval must be a positive number of seconds")
     args.cores = [c.strip() for c in args.queue_cores.split(",") if c.strip()]
     if not args.cores:
         p.error("--queue-cores (or LOAM_QUEUE_CORES) is required")
@@ -92,7 +98,10 @@ async def run(args: argparse.Namespace) -> None:
         core = DurableCore(store, hub)
         advertised = (args.advertise_url or _reachable_url(args.host, args.port)).rstrip("/")
         peers = core.peers = Peers(store, advertised + DURABLE_BASE, internal_token)
-        durable, outbox = DurableMount(core, hub, internal_token), DurableOutbox(core)
+        durable, outbox = (
+            DurableMount(core, hub, internal_token),
+            DurableOutbox(core, args.durable_outbox_interval),
+        )
 
     async def start() -> None:
         if peers is not None:

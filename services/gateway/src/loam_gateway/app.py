@@ -37,7 +37,7 @@ from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
 from loam_gateway.audit_log import AuditLog
 from loam_gateway.auth import Authenticator
 from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix, strip_namespace
-from loam_gateway.guard import GuardPolicy, RequestGuard
+from loam_gateway.guard import GuardPolicy, RequestGuard, header_dict
 from loam_gateway.list_lane import JobListLane
 from loam_gateway.metrics_history import MetricsHistory
 from loam_gateway.redaction import Redaction
@@ -47,6 +47,7 @@ from loam_gateway.rest_engines import build_engines_router
 from loam_gateway.rest_events import build_events_router
 from loam_gateway.rest_flink import build_flink_router
 from loam_gateway.rest_history import build_history_router
+from loam_gateway.rest_quotas import build_quotas_router
 from loam_gateway.routing import Router
 from loam_gateway.unary_lane import UnaryLane
 
@@ -54,6 +55,7 @@ DEFAULT_PORT = 7720
 
 DURABLE_BASE = "/resonate"
 DURABLE_PREFIX = DURABLE_BASE + "/"
+_ENVELOPE_PATHS = frozenset({DURABLE_BASE, DURABLE_PREFIX})
 _STATUS_CODES = {404: "not_found", 405: "unimplemented", 401: "unauthenticated", 403: "permission_denied",
                  413: "invalid_argument", 415: "invalid_argument"}  # fmt: skip
 
@@ -91,10 +93,47 @@ class GatewayApp(FastAPI):
     guard: RequestGuard | None = None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self.guard is not None:
-            await self.guard(scope, receive, send, self._serve)
-            return
+        if scope["type"] == "http":
+            if self.guard is not None:
+                if (
+                    self.durable_app is not None
+                    and scope["method"] == "POST"
+                    and scope["path"] in _ENVELOPE_PATHS
+                ):
+                    await self._durable_envelope(self.guard, scope, receive, send)
+                    return
+                await self.guard(scope, receive, send, self._serve)
+                return
         await self._serve(scope, receive, send)
+
+    async def _durable_envelope(self, guard: RequestGuard, scope: dict, receive: Any, send: Any) -> None:
+        """`POST /resonate/`, a durable step's two requests: the guard's checks on headers
+        decoded once, the body read here within the guard's limit, then the envelope,
+        with none of the per-message wrapping the general path puts around an app.
+        (`/ns/<ns>/resonate/`, the dev namespace prefix, takes the general path.)"""
+        headers = header_dict(scope)
+        extra = await guard.check_open_post(scope, headers, send)
+        if extra is None:
+            return  # refused, answered
+        limit = guard.policy.max_body_bytes
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await guard.too_large(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if size > self.durable_app.max_body:
+            body = b""  # the protocol's own limit: refused as the envelope path refuses it
+        await self.durable_app.envelope(body, headers, send, extra)
 
     async def _serve(self, scope: dict, receive: Any, send: Any) -> None:
         lanes = (self.unary_lane, self.list_lane, self.durable_app)
@@ -212,6 +251,7 @@ def create_app(
     app.include_router(build_flink_router())
     app.include_router(build_console_router())  # /v1/whoami, queues:stats, ...; /console
     app.include_router(build_history_router())  # /v1/queues/{q}/metrics, /v1/audit
+    app.include_router(build_quotas_router())  # /v1/quotas
     app.include_router(build_engines_router())
     connect_app = JobsServiceASGIApplication(GatewayJobsService(router, access), codecs=api_codec.codecs())
     app.mount(connect_app.path, connect_app)

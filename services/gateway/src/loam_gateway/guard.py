@@ -157,13 +157,12 @@ class RequestGuard:
         self.authenticator = authenticator
 
     async def __call__(self, scope: dict, receive: Any, send: Any, app: Any) -> None:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = header_dict(scope)
         try:
             cors = self._check_origin(headers)
             if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
                 return await self._preflight(send, cors)
-            self._check_size(headers)
-            self._check_not_simple(scope["method"], headers)
+            self.check_write(scope["method"], headers)
             if self.authenticator is not None and _needs_credential(scope["path"]):
                 try:
                     await self.authenticator.authenticate(headers)
@@ -172,6 +171,29 @@ class RequestGuard:
         except Refused as r:
             return await _answer(send, r.status, {"code": r.code, "message": r.message})
         await self._run(scope, receive, send, app, cors)
+
+    def check_write(self, method: str, headers: dict[str, str]) -> None:
+        """Checks 5 (the declared size) and 4 (a write a browser sends only after a
+        preflight); Refused if either fails."""
+        self._check_size(headers)
+        self._check_not_simple(method, headers)
+
+    async def check_open_post(self, scope: dict, headers: dict[str, str], send: Any) -> list | None:
+        """Checks 1, 2, 4 and 5 of a POST to an open path (one that authenticates itself,
+        so check 6 does not apply), for a transport served ahead of `__call__` that reads
+        its body itself within `policy.max_body_bytes` (the Resonate envelope): the CORS
+        headers its answer must carry, or None when it was refused here (already answered)."""
+        try:
+            cors = self._check_origin(headers)
+            self.check_write(scope["method"], headers)
+        except Refused as r:
+            await _answer(send, r.status, {"code": r.code, "message": r.message})
+            return None
+        return _cors_headers(cors) if cors is not None else []
+
+    async def too_large(self, send: Any) -> None:
+        """The answer to a body that grew past `policy.max_body_bytes` while being read."""
+        await _answer(send, 413, {"code": "invalid_argument", "message": self._too_large()})
 
     def _check_origin(self, headers: dict[str, str]) -> str | None:
         """The Host check, then the Origin's: the origin to name in CORS headers (an
@@ -270,6 +292,11 @@ class RequestGuard:
                 raise
         if too_large and not answered:
             await _answer(send, 413, {"code": "invalid_argument", "message": self._too_large()})
+
+
+def header_dict(scope: dict) -> dict[str, str]:
+    """A request's headers by lower-case name (the last of a repeated one wins)."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
 
 
 def _cors_headers(origin: str) -> list[tuple[bytes, bytes]]:

@@ -269,6 +269,7 @@ class IncrResult(BaseModel):
 
 # -- schedules and flows ----------------------------------------------------------------------
 MisfireName = Literal["fire_latest", "skip", "fire_all"]
+ScheduleModeName = Literal["queue", "durable"]
 FailurePolicyName = Literal["fail_parent", "continue_parent", "ignore_dependency", "remove_dependency"]
 DependencyStateName = Literal["pending", "processed", "failed", "ignored"]
 MIN_EVERY_NS = 1_000_000  # 1 ms (schedule_rules.MIN_EVERY_NS)
@@ -298,10 +299,21 @@ _DEP_STATE_NAME = {
 
 class ScheduleBody(_Model):
     """A schedule: one rule (`cron`, with `tz`, or `every_ns`) and the job each tick
-    enqueues (queue, task name, payload, options). The id is in the path."""
+    enqueues (queue, task name, payload, options). The id is in the path.
 
-    queue: str = Field(min_length=1, max_length=128, description="the queue each tick's job goes to")
+    With `mode` `durable` each tick starts a durable function on a Resonate group's
+    workers instead (the root promise `<id>-<tick ms>`): `queue` is the group,
+    `durable_function` the registered function (default: `name`), `data` its arguments
+    (a JSON array, or an object of keyword arguments)."""
+
+    queue: str = Field(min_length=1, max_length=128,
+                       description="the queue each tick's job goes to; in durable mode the Resonate group")  # fmt: skip
     name: str = Field(min_length=1, max_length=256, description="the task name")
+    mode: ScheduleModeName = Field(
+        "queue", description="queue: enqueue a job; durable: start a durable function"
+    )
+    durable_function: str | None = Field(None, min_length=1, max_length=256,
+                                         description="durable mode: the function each tick runs; default: name")  # fmt: skip
     data: Any = Field(None, description="a JSON payload (at most 16 KiB: it is stored with the schedule)")
     data_base64: str | None = Field(None, description="a binary payload, instead of data")
     content_type: str | None = Field(None, max_length=256)
@@ -330,6 +342,8 @@ class ScheduleView(BaseModel):
     id: str
     queue: str
     name: str
+    mode: ScheduleModeName
+    durable_function: str = Field(description="durable mode: the function each tick runs")
     payload: PayloadView
     headers: dict[str, str]
     cron: str
@@ -635,12 +649,18 @@ def schedule_spec(schedule_id: str, body: ScheduleBody) -> pb.ScheduleSpec:
     )  # fmt: skip
     if body.misfire:
         spec.misfire = _MISFIRE[body.misfire]
+    if body.mode == "durable":
+        spec.opts.mode = pb.MODE_DURABLE
+        spec.opts.durable_function = body.durable_function or body.name
+    elif body.durable_function is not None:
+        raise InvalidArgument("durable_function", "is for mode durable only")
     return spec
 
 
 def schedule_view(r: pb.ScheduleRecord, redact: Redactor | None = None) -> ScheduleView:
     return ScheduleView(
         id=r.id, queue=r.queue, name=r.task.name, payload=payload_view(r.task.payload, redact), headers=dict(r.task.headers),
+        mode="durable" if r.opts.mode == pb.MODE_DURABLE else "queue", durable_function=r.opts.durable_function,
         cron=r.cron, tz=r.tz, every_ns=r.every_ns, limit=r.limit, start_ns=r.start_ns, end_ns=r.end_ns,
         offset_ns=r.offset_ns, immediately=r.immediately,
         misfire=_MISFIRE_NAME.get(r.misfire, "fire_latest"), misfire_grace_ns=r.misfire_grace_ns,

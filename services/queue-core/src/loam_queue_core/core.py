@@ -16,6 +16,7 @@ from loam_queue_core.facade.job_admin import JobAdmin
 from loam_queue_core.facade.jobs import Jobs
 from loam_queue_core.facade.payloads import Payloads
 from loam_queue_core.facade.queues import Queues
+from loam_queue_core.facade.quotas import Quotas
 from loam_queue_core.facade.results import Results
 from loam_queue_core.facade.schedules import Schedules
 from loam_queue_core.waiters import Waiters
@@ -31,7 +32,9 @@ class QueueCore:
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         quotas: QuotaTable | None = None,
     ) -> None:
-        """`quotas`: each namespace's limits (loam_common.jobs.quotas); none by default."""
+        """`quotas`: the deployment's limits per namespace (loam_common.jobs.quotas, the
+        `--quotas` flag); none by default. A namespace's own quotas (`self.quotas`, the
+        admin API) replace them for that namespace."""
         self.store = store
         self.blobs = blobs
         self.waiters = Waiters()  # parked leases and result long-polls of this process
@@ -40,7 +43,7 @@ class QueueCore:
         self.effects = CoreEffects(self.waiters, self.hub)
         store.add_sink(self.effects)
         payloads = Payloads(blobs, payload_limit)
-        self.quotas = quotas or QuotaTable()
+        self.quotas = Quotas(store, quotas or QuotaTable())
         self.jobs = Jobs(store, payloads, self.waiters, self.quotas)
         self.job_admin = JobAdmin(store, self.jobs)
         self.queues = Queues(store)

@@ -23,7 +23,7 @@ from loam_common.api.methods import AnswersUnimplemented
 from loam_common.errors import InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import schedules
+from loam_common.jobs import quotas, schedules
 from loam_common.jobs.complete import (
     Completed,
     Delay,
@@ -401,6 +401,21 @@ class CoreRpc(AnswersUnimplemented):
             else:
                 out.routed.add(queue=queue).result.error.CopyFrom(item_error(r))
         return out
+
+    # -- quotas ----------------------------------------------------------------------------
+    async def get_quotas(self, ns: Namespace, req: J.GetQuotasRequest) -> J.GetQuotasResponse:
+        return quotas_response(await self.core.quotas.get(ns), J.GetQuotasResponse)
+
+    async def set_quotas(self, ns: Namespace, req: J.SetQuotasRequest) -> J.SetQuotasResponse:
+        if req.reset and req.HasField("quotas"):
+            raise InvalidArgument("reset", "either quotas or reset, not both")
+        quota = None if req.reset else quotas.from_pb(req.quotas)
+        return quotas_response(await self.core.quotas.set(ns, quota), J.SetQuotasResponse)
+
+
+def quotas_response(view: quotas.QuotaView, response: type) -> Any:
+    """GetQuotasResponse or SetQuotasResponse (the same fields) of a quota view."""
+    return response(quotas=quotas.to_pb(view.quota), source=view.source, usage=quotas.to_pb(view.usage))
 
 
 # -- QueueAdmin: one mapping per op ------------------------------------------------------------

@@ -5,7 +5,8 @@
 
 Every flag has an environment variable: LOAM_STORE, LOAM_BLOBS, LOAM_QUEUE_CORES,
 LOAM_SWEEPER_ID (default `<host>-<pid>`), LOAM_SWEEPER_INTERVAL, LOAM_SWEEPER_LEASE_TTL;
-LOAM_INTERNAL_TOKEN is sent on the wake-ups to the queue cores. SIGINT / SIGTERM stop
+LOAM_INTERNAL_TOKEN is sent on the wake-ups to the queue cores and on the durable
+timers' outbox notices to the gateways. SIGINT / SIGTERM stop
 it gracefully: the current pass finishes and its leases are released, so another
 sweeper takes its shards at once. Several sweepers may run; they split the shards.
 """
@@ -19,6 +20,7 @@ import socket
 import sys
 
 from loam_durable.facade import DurableCore
+from loam_durable.peers import OutboxNotice
 from loam_durable.timers import DurableTimers
 
 from loam_common.blobs import open_blobs
@@ -79,8 +81,10 @@ async def run(args: argparse.Namespace) -> None:
     blobs = open_blobs(args.blobs) if args.blobs else None
     ttl_ns = int(args.lease_ttl * 1e9)
     # Durable timers here have no SSE connections: their pushes go to the store's outbox,
-    # which the gateway (or `loam durable`) drains onto its connections.
-    durable = DurableTimers(DurableCore(store, None), args.id, args.interval, ttl_ns=ttl_ns)
+    # which the gateway (or `loam durable`) drains onto its connections when told to.
+    durable_core = DurableCore(store, None)
+    durable_core.outbox_notice = OutboxNotice(store, os.environ.get("LOAM_INTERNAL_TOKEN"))
+    durable = DurableTimers(durable_core, args.id, args.interval, ttl_ns=ttl_ns)
     service = SweeperService(
         store, blobs, args.id, args.queue_cores, args.interval, ttl_ns=ttl_ns, durable=durable
     )

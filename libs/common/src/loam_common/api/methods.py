@@ -29,7 +29,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from google.protobuf import message_factory
 
-from loam_common.auth import ADMIN, CONSUME, ENGINE, ENQUEUE, SCHEDULE
+from loam_common.auth import ADMIN, CONSUME, DEPLOYMENT_ADMIN, ENGINE, ENQUEUE, SCHEDULE
 from loam_common.gen.loam.jobs.v1 import jobs_pb2
 
 SERVICE = jobs_pb2.DESCRIPTOR.services_by_name["JobsService"]
@@ -227,6 +227,10 @@ JOBS_METHODS: tuple[Method, ...] = (
     _rpc("exchange_unbind",    CONSUME,  WRITE, by_exchange,         "unbind a queue from an exchange"),
     _rpc("exchange_bindings",  CONSUME,  READ,  by_exchange,         "an exchange's bindings"),
     _rpc("exchange_publish",   ENQUEUE,  WRITE, by_exchange,         "enqueue a copy on every matching bound queue"),
+    # Quotas are the namespace's, in the store: any core answers. Setting them is the
+    # operator's (deployment:admin): a tenant's jobs:admin cannot lift its own limits.
+    _rpc("get_quotas",         ADMIN,    READ,  anywhere,            "the namespace's quotas and what it holds"),
+    _rpc("set_quotas",         DEPLOYMENT_ADMIN, WRITE, anywhere,    "set or reset the namespace's quotas"),
 )
 
 # The operations that are not JobsService methods: served by the REST facade and the

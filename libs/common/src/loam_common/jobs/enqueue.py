@@ -4,7 +4,7 @@ stored by `insert.job_insert`; in a bulk call a refused job gets its error in it
 from __future__ import annotations
 
 from loam_common.effects import Handed
-from loam_common.errors import JobsError
+from loam_common.errors import IdempotencyConflict, JobsError
 from loam_common.jobs import lease
 from loam_common.jobs.insert import check_payload_limit, job_insert
 from loam_common.jobs.linked import LinkedQueueTx
@@ -39,6 +39,8 @@ def job_enqueue(
                     tx.rollback_to(sp)
                     tx.release(sp)
                     out.append(e)
+                elif isinstance(e, IdempotencyConflict) and (bulk or len(new_jobs) > 1):
+                    out.append(e)  # raised before job_insert wrote anything
                 else:
                     raise
     return out
@@ -59,13 +61,13 @@ def job_enqueue_then_lease(
 
 
 def _refusable(nj: NewJob) -> bool:
-    """Whether enqueueing `nj` can end in a per-job error (a key clash, a missing parent).
-    A key that keeps the first job, or one the counter makes, never clashes into an error."""
+    """Whether enqueueing `nj` can end in a per-job error after it has written something
+    (a key clash, a missing parent). A key that keeps the first job, or one the counter
+    makes, never clashes into an error. An idempotency key alone needs no savepoint: its
+    conflict is the first check `job_insert` makes, before any write (and the SDK puts one
+    on every job, so a bulk call would otherwise pay a savepoint and an undo record per
+    write for every job)."""
     o = nj.opts
     return bool(
-        (o.job_key and not o.job_key_keeps_first)
-        or nj.init
-        or o.HasField("idempotency")
-        or o.HasField("dedup")
-        or o.HasField("parent")
+        (o.job_key and not o.job_key_keeps_first) or nj.init or o.HasField("dedup") or o.HasField("parent")
     )

@@ -74,7 +74,7 @@ def job_insert(qt: QueueTx, nj: NewJob) -> Enqueued:
                 if opts.job_key_keeps_first:  # BullMQ: the first job with an id wins
                     qt.emit("duplicated", existing)
                     return _remember(
-                        qt, nj, Enqueued(existing.id, False, existing.state, existing.opts.job_key)
+                        qt, nj, Enqueued(existing.id, False, existing.state, existing.opts.job_key), rhash
                     )
                 rhash = rhash or request_hash(nj.task, opts)
                 if existing.request_hash != rhash:
@@ -83,12 +83,14 @@ def job_insert(qt: QueueTx, nj: NewJob) -> Enqueued:
                         "parameters; use another key or remove that job first",
                         existing.id,
                     )
-                return _remember(qt, nj, Enqueued(existing.id, False, existing.state, existing.opts.job_key))
+                return _remember(
+                    qt, nj, Enqueued(existing.id, False, existing.state, existing.opts.job_key), rhash
+                )
 
     if opts.HasField("dedup"):
         hit = dedup.duplicate_of(qt, nj)
         if hit is not None:
-            return _remember(qt, nj, hit)
+            return _remember(qt, nj, hit, rhash)
 
     if "traceparent" not in nj.task.headers:  # every job gets a trace context (spec §6.11)
         nj.task.headers["traceparent"] = tracing.new_traceparent()
@@ -115,17 +117,19 @@ def job_insert(qt: QueueTx, nj: NewJob) -> Enqueued:
         tx.put(k.job_key(opts.job_key), job.id.encode())
     if opts.HasField("dedup"):
         dedup.record(qt, nj)
-    return _remember(qt, nj, Enqueued(job.id, True, job.state, job.opts.job_key))
+    return _remember(qt, nj, Enqueued(job.id, True, job.state, job.opts.job_key), rhash)
 
 
-def _remember(qt: QueueTx, nj: NewJob, result: Enqueued) -> Enqueued:
-    """Store the idempotency record: the first call's answer, for its TTL."""
+def _remember(qt: QueueTx, nj: NewJob, result: Enqueued, rhash: bytes | None) -> Enqueued:
+    """Store the idempotency record: the first call's answer, for its TTL. `rhash` is
+    the hash of the request as the caller sent it, taken before the job got a key from
+    the counter or a trace context (so a retry of the same call compares equal)."""
     opts = nj.opts
     if opts.HasField("idempotency"):
         ttl = opts.idempotency.ttl_ns or DEFAULT_IDEMPOTENCY_TTL_NS
         expires = qt.now + ttl
         rec = pb.IdempotencyRecord(
-            request_hash=request_hash(nj.task, opts),
+            request_hash=rhash or request_hash(nj.task, opts),
             job_id=result.job_id,
             state=result.state,
             expires_ns=expires,

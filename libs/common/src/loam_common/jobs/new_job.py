@@ -54,6 +54,14 @@ def request_hash(task: pb.TaskSpec, opts: pb.EnqueueOpts) -> bytes:
 
 def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
     """Refuse contradictory or out-of-range options before any transaction."""
+    present = opts.ListFields()
+    if not present or (len(present) == 1 and present[0][0].name == "idempotency"):
+        # The common job (the SDK's default: an idempotency key, nothing else): every
+        # other check below is of a field at its default, which passes. A bulk call
+        # makes this check per job.
+        if present:
+            _check_idempotency(opts, field)
+        return
     if opts.priority > validate.PRIORITY_LIMIT:
         raise InvalidArgument(f"{field}.priority", f"must be at most {validate.PRIORITY_LIMIT}")
     validate.attempts(f"{field}.attempts", opts.attempts)
@@ -80,8 +88,7 @@ def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
     if opts.job_key:
         validate.text(f"{field}.job_key", opts.job_key, 1024)
     if opts.HasField("idempotency"):
-        validate.text(f"{field}.idempotency.key", opts.idempotency.key, 1024, allow_empty=False)
-        validate.duration_ns(f"{field}.idempotency.ttl_ns", opts.idempotency.ttl_ns)
+        _check_idempotency(opts, field)
     if opts.HasField("dedup"):
         d = opts.dedup
         validate.text(f"{field}.dedup.id", d.id, 1024, allow_empty=False)
@@ -106,6 +113,11 @@ def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
             raise InvalidArgument(f"{field}.dedup", "cannot be used on a job with a parent")
     if opts.mode == pb.MODE_DURABLE and not opts.durable_function:
         raise InvalidArgument(f"{field}.durable_function", "durable mode names the function to run")
+
+
+def _check_idempotency(opts: pb.EnqueueOpts, field: str) -> None:
+    validate.text(f"{field}.idempotency.key", opts.idempotency.key, 1024, allow_empty=False)
+    validate.duration_ns(f"{field}.idempotency.ttl_ns", opts.idempotency.ttl_ns)
 
 
 _PARENT_FLAGS = (

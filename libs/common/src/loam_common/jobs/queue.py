@@ -33,6 +33,11 @@ JobEvent = events_pb2.JobEvent
 EVENT_HEADERS = ("traceparent", "x-loam-schedule")
 
 
+def payload_size(payload: pb.Payload) -> int:
+    """A payload's bytes, inline or in the blob store (`size` is kept for both)."""
+    return len(payload.data) or payload.size
+
+
 def default_config(queue: str, now_ns: int) -> pb.QueueConfig:
     return pb.QueueConfig(
         name=queue, visibility_ns=DEFAULT_VISIBILITY_NS, attempts=1, shards=1, created_ns=now_ns
@@ -253,6 +258,13 @@ class QueueTx:
         n = keys.U64.unpack(raw)[0] if raw else 0
         self.tx.prefetch([self.k.job_key(str(n + i)) for i in range(1, count + 1)])
 
+    def _add_payload_bytes(self, shard: int, delta: int) -> None:
+        """Keep the shard's stored payload bytes (the payload_bytes quota); never below 0,
+        since jobs stored before the count was kept were never added."""
+        if delta:
+            m = self.meta_for_update(shard)
+            m.payload_bytes = max(m.payload_bytes + delta, 0)
+
     def _count(self, shard: int, state: int, delta: int) -> None:
         m = self.meta(shard)
         m.counts[state] = m.counts[state] + delta
@@ -331,12 +343,13 @@ class QueueTx:
         """Give `job` a new payload (BullMQ's updateData, a worker's data report): held
         to the queue's payload limit; the old payload's blob, if any, is collected."""
         limit = self.cfg.payload_limit or DEFAULT_PAYLOAD_LIMIT
-        size = len(payload.data) or payload.size
+        size = payload_size(payload)
         if size > limit:
             raise PayloadTooLarge(size, limit)
         old = job.task.payload.blob_ref
         if old and old != payload.blob_ref:
             self.tx.put(keys.blob_gc(self.ns, old), b"")
+        self._add_payload_bytes(job.shard, size - payload_size(job.task.payload))
         job.task.payload.CopyFrom(payload)
 
     def _index_key(self, job: pb.Job) -> bytes | None:
@@ -393,7 +406,11 @@ class QueueTx:
             job.seq = self.next_seq(job.shard)
         self._index_add(job)
         self._count(job.shard, job.state, 1)
-        self.meta_for_update(job.shard).enqueued_total += 1
+        meta = self.meta_for_update(job.shard)
+        meta.enqueued_total += 1
+        size = payload_size(job.task.payload)
+        if size:
+            meta.payload_bytes += size
         self.put_job(job)
         if event:
             self.emit(event, job)
@@ -456,6 +473,7 @@ class QueueTx:
         """Delete a job and everything that points at it."""
         self._index_remove(job)
         self._count(job.shard, job.state, -1)
+        self._add_payload_bytes(job.shard, -payload_size(job.task.payload))
         self.tx.delete(self.k.job(job.id))
         for key, _ in self.tx.scan(self.k.logs(job.id), keys.prefix_end(self.k.logs(job.id))):
             self.tx.delete(key)

@@ -6,14 +6,22 @@ concurrent calls cannot both squeeze under a limit).
 |------------------|-----------------------------------------------------|-------------------------|
 | `enqueue_rate`   | jobs enqueued per second (a one-second window)      | enqueue, bulk           |
 | `stored_jobs`    | jobs stored in the namespace, every state           | enqueue, bulk           |
-| `payload_bytes`  | payload bytes of one enqueue call (all its jobs)    | enqueue, bulk           |
+| `payload_bytes`  | payload bytes of the jobs stored in the namespace   | enqueue, bulk           |
 | `active_leases`  | jobs leased at once across the namespace            | lease                   |
 | `schedules`      | schedules defined                                   | schedule upsert (new id)|
 
 0 means no limit. Exceeding one raises `QuotaExceeded` (resource_exhausted) naming it.
-Counts come from the per-queue counters every transition keeps (O(queues x shards) per
-check, only in namespaces that have a quota); the rate window is one key per namespace
-(`keys.quota_rate_window`). Configured by the services' `--quotas` flag (`parse`).
+Counts come from the per-shard counters every transition keeps in ShardMeta (`counts`
+per state, and `payload_bytes`, kept by `QueueTx.insert`, `replace_payload` and
+`remove` in the transaction that stores or drops a payload): O(queues x shards) per
+check, only in namespaces that have a quota. The rate window is one key per namespace
+(`keys.quota_rate_window`).
+
+Where a namespace's quotas come from: its own record (`keys.namespace_quotas`, written by
+the admin API, `quotas_set`) when it has one, else the deployment's table (the
+services' `--quotas` flag, `parse`); `in_force` reads which. The queue core's Quotas
+facade keeps what it read for at most a second, so a change applies at once in the
+process that made it and within a second everywhere else, with no read on the hot path.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from dataclasses import dataclass, field, fields
 
 from loam_common import keys
 from loam_common.errors import InvalidArgument, JobsError
-from loam_common.jobs import admin, schedules
+from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import schedules
 from loam_common.jobs import states as S
 from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import LeaseResult, job_lease
@@ -38,7 +47,7 @@ class QuotaExceeded(JobsError):
     def __init__(self, ns: str, quota: str, limit: int, wanted: int) -> None:
         super().__init__(
             f"namespace {ns!r} is over its {quota} quota ({limit}): this call needs {wanted}; "
-            "ask the operator to raise it (--quotas), or wait for room"
+            "ask the operator to raise it (loam quotas set), or wait for room"
         )
         self.ns, self.quota, self.limit, self.wanted = ns, quota, limit, wanted
         self.args = (ns, quota, limit, wanted)
@@ -57,6 +66,16 @@ class Quota:
 
 
 NAMES = tuple(f.name for f in fields(Quota))
+#: the largest limit a quota takes (a protobuf uint64 field, less the sign bit)
+MAX_LIMIT = 2**63 - 1
+
+
+def from_pb(q: pb.NamespaceQuotas) -> Quota:
+    return Quota(**{n: getattr(q, n) for n in NAMES})
+
+
+def to_pb(q: Quota) -> pb.NamespaceQuotas:
+    return pb.NamespaceQuotas(**{n: getattr(q, n) for n in NAMES})
 
 
 @dataclass(frozen=True)
@@ -96,26 +115,59 @@ def parse(text: str | None) -> QuotaTable:
     return QuotaTable(default, table)
 
 
-def _totals(tx: Txn, ns: str) -> dict[int, int]:
-    """Jobs per state across the namespace's queues."""
-    out: dict[int, int] = {}
+def in_force(tx: Txn, ns: str, deployment: Quota) -> tuple[Quota, str]:
+    """The namespace's quotas now and where they come from: its own record
+    ("namespace"), else the deployment's (`deployment`, "deployment")."""
+    raw = tx.get(keys.namespace_quotas(ns))
+    if raw is None:
+        return deployment, "deployment"
+    return from_pb(pb.NamespaceQuotas.FromString(raw)), "namespace"
+
+
+@dataclass
+class Usage:
+    """What a namespace holds: jobs per state and their payload bytes."""
+
+    jobs: dict[int, int] = field(default_factory=dict)
+    payload_bytes: int = 0
+
+
+def usage(tx: Txn, ns: str) -> Usage:
+    """Jobs per state and payload bytes across the namespace's queues, from each
+    shard's counters (a queue whose config is gone, obliterated, holds nothing)."""
+    out = Usage()
     prefix = keys.queue_registry(ns)
     for k, _ in tx.scan(prefix, keys.prefix_end(prefix)):
-        counts = admin.queue_counts(tx, ns, keys.queue_from_registry_key(ns, k))
-        for st, n in admin.counts_by_state_name(counts).items():
-            out[S.BY_NAME[st]] = out.get(S.BY_NAME[st], 0) + n
+        qk = keys.QueueKeys(ns, keys.queue_from_registry_key(ns, k))
+        raw_cfg = tx.get(qk.config())
+        if raw_cfg is None:
+            continue
+        shards = max(pb.QueueConfig.FromString(raw_cfg).shards, 1)
+        for raw in tx.batch_get([qk.shard_meta(s) for s in range(shards)]).values():
+            meta = pb.ShardMeta.FromString(raw)
+            out.payload_bytes += max(meta.payload_bytes, 0)
+            for st, n in meta.counts.items():
+                out.jobs[st] = out.jobs.get(st, 0) + n
     return out
+
+
+def _totals(tx: Txn, ns: str) -> dict[int, int]:
+    """Jobs per state across the namespace's queues."""
+    return usage(tx, ns).jobs
 
 
 def check_enqueue(tx: Txn, ns: str, quota: Quota, jobs: int, payload_bytes: int) -> None:
     """Refuse `jobs` new jobs carrying `payload_bytes` over any of the namespace's quotas;
     count them into the rate window when they fit."""
-    if quota.payload_bytes and payload_bytes > quota.payload_bytes:
+    if quota.payload_bytes and payload_bytes > quota.payload_bytes:  # too big even for an empty namespace
         raise QuotaExceeded(ns, "payload_bytes", quota.payload_bytes, payload_bytes)
-    if quota.stored_jobs:
-        stored = sum(_totals(tx, ns).values())
-        if stored + jobs > quota.stored_jobs:
+    if quota.stored_jobs or quota.payload_bytes:
+        held = usage(tx, ns)
+        stored = sum(held.jobs.values())
+        if quota.stored_jobs and stored + jobs > quota.stored_jobs:
             raise QuotaExceeded(ns, "stored_jobs", quota.stored_jobs, stored + jobs)
+        if quota.payload_bytes and held.payload_bytes + payload_bytes > quota.payload_bytes:
+            raise QuotaExceeded(ns, "payload_bytes", quota.payload_bytes, held.payload_bytes + payload_bytes)
     if quota.enqueue_rate:
         key = keys.quota_rate_window(ns)
         now_s = tx.now_ns() // 1_000_000_000
@@ -155,6 +207,8 @@ def _payload_bytes(new_jobs) -> int:
     return sum(nj.task.payload.size or len(nj.task.payload.data) for nj in new_jobs)
 
 
+# Each takes the namespace's quota in force (the facade's Quotas.of) and is used only
+# when the namespace has one; without, the facades run the plain transitions.
 def job_enqueue_within_quota(tx: Txn, ns: str, queue: str, new_jobs, bulk: bool, quota: Quota):
     check_enqueue(tx, ns, quota, len(new_jobs), _payload_bytes(new_jobs))
     return job_enqueue(tx, ns, queue, new_jobs, bulk)
@@ -181,3 +235,42 @@ def job_lease_within_quota(tx: Txn, ns: str, queues, worker: str, max_jobs: int,
 def schedule_upsert_within_quota(tx: Txn, ns: str, spec, quota: Quota):
     check_new_schedule(tx, ns, quota, spec.id)
     return schedules.schedule_upsert(tx, ns, spec)
+
+
+# -- the admin API (GetQuotas / SetQuotas) ---------------------------------------------
+@dataclass(frozen=True)
+class QuotaView:
+    quota: Quota
+    source: str  # "namespace" | "deployment"
+    usage: Quota  # what the namespace holds, in the quotas' own terms
+
+
+def quotas_get(tx: Txn, ns: str, deployment: Quota) -> QuotaView:
+    quota, source = in_force(tx, ns, deployment)
+    held = usage(tx, ns)
+    raw = tx.get(keys.quota_rate_window(ns))
+    start, used = _WINDOW.unpack(raw) if raw else (0, 0)
+    now_s = tx.now_ns() // 1_000_000_000
+    prefix = keys.schedules_all(ns)
+    have = len(tx.scan(prefix, keys.prefix_end(prefix), MAX_SCHEDULES_COUNTED))
+    return QuotaView(quota, source, Quota(enqueue_rate=used if start == now_s else 0,
+                                          stored_jobs=sum(held.jobs.values()), payload_bytes=held.payload_bytes,
+                                          active_leases=held.jobs.get(S.ACTIVE, 0), schedules=have))  # fmt: skip
+
+
+#: schedules counted for usage at most (the check itself stops at the limit)
+MAX_SCHEDULES_COUNTED = 100_000
+
+
+def quotas_set(tx: Txn, ns: str, quota: Quota | None, deployment: Quota) -> QuotaView:
+    """Store the namespace's own quotas (whole: a 0 is no limit), or with None drop them
+    (back to the deployment's). Takes effect on the next checked call anywhere; what is
+    stored already stays, a lower limit only refuses what comes next."""
+    if quota is None:
+        tx.delete(keys.namespace_quotas(ns))
+    else:
+        for name in NAMES:
+            if getattr(quota, name) > MAX_LIMIT:
+                raise InvalidArgument(f"quotas.{name}", f"at most {MAX_LIMIT}")
+        tx.put(keys.namespace_quotas(ns), to_pb(quota).SerializeToString())
+    return quotas_get(tx, ns, deployment)

@@ -17,6 +17,8 @@ Backends implement `Backend` (open a `Txn`) and declare their capabilities;
 from __future__ import annotations
 
 import abc
+import logging
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -54,6 +56,57 @@ class Clock:
 
     def now_ns(self) -> int:
         return time.time_ns()
+
+
+#: Test hooks: a file holding an offset in ns added to the store clock of every process
+#: that reads it (the chaos harness's clock jumps), honoured only with LOAM_TEST_HOOKS=1
+#: so a stray variable in production cannot move a server's clock.
+CLOCK_OFFSET_FILE_ENV = "LOAM_TEST_CLOCK_OFFSET_FILE"
+TEST_HOOKS_ENV = "LOAM_TEST_HOOKS"
+
+
+class OffsetFileClock(Clock):
+    """Test only: the wall clock plus the offset (whole ns, may be negative) written in
+    `path`, so a harness can jump the clock of running server processes forward and back.
+    The file is re-read at most every `reread_s` (by the monotonic clock, which no jump
+    moves), so a jump takes effect within that time; a missing or empty file is offset 0."""
+
+    def __init__(self, path: str, reread_s: float = 0.05) -> None:
+        self.path, self.reread_s = path, reread_s
+        self._offset_ns, self._read_at = 0, float("-inf")
+
+    def offset_ns(self) -> int:
+        t = time.monotonic()
+        if t - self._read_at >= self.reread_s:
+            self._read_at = t
+            try:
+                with open(self.path, "rb") as f:
+                    self._offset_ns = int(f.read().strip() or 0)
+            except FileNotFoundError:
+                self._offset_ns = 0
+            except ValueError:
+                pass  # a write caught half-done: keep the last offset, read again next time
+        return self._offset_ns
+
+    def now_ns(self) -> int:
+        return time.time_ns() + self.offset_ns()
+
+
+def process_clock() -> Clock:
+    """The clock a backend uses when none is given: the wall clock, or under the test
+    hooks (LOAM_TEST_HOOKS=1) the offset file named by LOAM_TEST_CLOCK_OFFSET_FILE."""
+    path = os.environ.get(CLOCK_OFFSET_FILE_ENV)
+    if not path:
+        return Clock()
+    if os.environ.get(TEST_HOOKS_ENV) != "1":
+        logging.getLogger("loam.store").warning(
+            "%s is set but ignored: it is a test hook, honoured only with %s=1",
+            CLOCK_OFFSET_FILE_ENV,
+            TEST_HOOKS_ENV,
+        )
+        return Clock()
+    logging.getLogger("loam.store").warning("test hook: the store clock reads its offset from %s", path)
+    return OffsetFileClock(path)
 
 
 class ManualClock(Clock):

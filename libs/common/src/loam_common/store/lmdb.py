@@ -51,7 +51,15 @@ from os import PathLike
 
 import lmdb
 
-from loam_common.store.base import Backend, Capabilities, Clock, StoreUnavailable, Txn, WriteConflict
+from loam_common.store.base import (
+    Backend,
+    Capabilities,
+    Clock,
+    StoreUnavailable,
+    Txn,
+    WriteConflict,
+    process_clock,
+)
 
 log = logging.getLogger(__name__)
 
@@ -525,7 +533,7 @@ class LmdbBackend(Backend):
         map_size: int = DEFAULT_MAP_SIZE,
     ) -> None:
         self.path = str(path)
-        self.clock = clock or Clock()
+        self.clock = clock or process_clock()
         self.capabilities = Capabilities(
             group_commit=True,
             unknown_commit_outcomes=False,

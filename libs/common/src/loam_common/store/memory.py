@@ -40,6 +40,7 @@ from loam_common.store.base import (
     RegionError,
     Txn,
     WriteConflict,
+    process_clock,
 )
 
 
@@ -283,7 +284,7 @@ class MemoryTxn(Txn):
 
 class MemoryBackend(Backend):
     def __init__(self, clock: Clock | None = None, faults: FaultPlan | None = None) -> None:
-        self.clock = clock or Clock()
+        self.clock = clock or process_clock()
         self.faults = faults
         self.capabilities = Capabilities(
             group_commit=True, unknown_commit_outcomes=True, multi_process=False, pessimistic=False

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Iterable
 from os import PathLike
 
-from loam_common.store.base import Backend, Capabilities, Clock, StoreUnavailable, Txn
+from loam_common.store.base import Backend, Capabilities, Clock, StoreUnavailable, Txn, process_clock
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ class SqliteBackend(Backend):
         clock: Clock | None = None,
     ) -> None:
         self.path = str(path)
-        self.clock = clock or Clock()
+        self.clock = clock or process_clock()
         self.capabilities = Capabilities(
             group_commit=True, unknown_commit_outcomes=False, multi_process=True, pessimistic=False
         )

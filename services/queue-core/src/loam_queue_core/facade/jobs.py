@@ -29,12 +29,12 @@ from loam_common.jobs.complete import (
 from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import job_lease
 from loam_common.jobs.new_job import Enqueued, NewJob
-from loam_common.jobs.quotas import QuotaTable
 from loam_common.metrics import count_fenced
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
 from loam_queue_core.facade.audited import AuditedAction
 from loam_queue_core.facade.payloads import Payloads
+from loam_queue_core.facade.quotas import Quotas
 from loam_queue_core.waiters import Waiters
 
 log = logging.getLogger(__name__)
@@ -48,12 +48,12 @@ Completion = tuple[str, str, int, Outcome]
 
 class Jobs:
     def __init__(
-        self, store: Store, payloads: Payloads, waiters: Waiters, quotas: QuotaTable | None = None
+        self, store: Store, payloads: Payloads, waiters: Waiters, quotas: Quotas | None = None
     ) -> None:
         self.store = store
         self.payloads = payloads
         self.waiters = waiters
-        self.quotas = quotas or QuotaTable()
+        self.quotas = quotas or Quotas(store)  # each namespace's quotas in force
 
     # -- producing -------------------------------------------------------------------
     async def enqueue(
@@ -103,7 +103,7 @@ class Jobs:
         leases for it and the poll gets the jobs without reading again (decision 0023)."""
         claim = self.waiters.claim(ns, queue) if any(_may_be_ready(n) for n in news) else None
         if claim is None:
-            if quota := self.quotas.of(ns):
+            if quota := await self.quotas.of(ns):
                 return await self.store.transact(
                     quotas.job_enqueue_within_quota, ns, queue, news, bulk, quota
                 )
@@ -120,7 +120,7 @@ class Jobs:
         poll, lease_args = claim
         leased = None
         try:
-            if quota := self.quotas.of(ns):
+            if quota := await self.quotas.of(ns):
                 results, leased = await self.store.transact(
                     quotas.job_enqueue_then_lease_within_quota, ns, queue, news, bulk, lease_args, quota
                 )
@@ -164,7 +164,7 @@ class Jobs:
             # Park before reading, so a job that arrives after the read wakes us.
             fut = self.waiters.park(ns, queues, worker) if wait_ns else None
             try:
-                if quota := self.quotas.of(ns):
+                if quota := await self.quotas.of(ns):
                     res = await self.store.transact(quotas.job_lease_within_quota, ns, queues, worker, max_jobs,
                                                     name_set, random.randrange(64), visibility_ns, quota)  # fmt: skip
                 else:

@@ -7,20 +7,20 @@ from __future__ import annotations
 from loam_common import validate
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import quotas, schedules
-from loam_common.jobs.quotas import QuotaTable
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
+from loam_queue_core.facade.quotas import Quotas
 
 
 class Schedules:
-    def __init__(self, store: Store, quota_table: QuotaTable | None = None) -> None:
+    def __init__(self, store: Store, quotas: Quotas | None = None) -> None:
         self.store = store
-        self.quotas = quota_table or QuotaTable()
+        self.quotas = quotas or Quotas(store)  # each namespace's quotas in force
 
     async def upsert(self, ns: Namespace, spec: pb.ScheduleSpec) -> schedules.Upserted:
         """Create or replace schedule `spec.id`; the same rule again changes nothing."""
         schedules.check_schedule(spec)
-        if quota := self.quotas.of(ns):
+        if quota := await self.quotas.of(ns):
             return await self.store.transact(quotas.schedule_upsert_within_quota, ns, spec, quota)
         return await self.store.transact(schedules.schedule_upsert, ns, spec)
 

@@ -1042,3 +1042,35 @@ class ExchangePublishResponse(_message.Message):
     ROUTED_FIELD_NUMBER: _ClassVar[int]
     routed: _containers.RepeatedCompositeFieldContainer[ExchangeRouted]
     def __init__(self, routed: _Optional[_Iterable[_Union[ExchangeRouted, _Mapping]]] = ...) -> None: ...
+
+class GetQuotasRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SetQuotasRequest(_message.Message):
+    __slots__ = ("quotas", "reset")
+    QUOTAS_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    quotas: _types_pb2.NamespaceQuotas
+    reset: bool
+    def __init__(self, quotas: _Optional[_Union[_types_pb2.NamespaceQuotas, _Mapping]] = ..., reset: _Optional[bool] = ...) -> None: ...
+
+class GetQuotasResponse(_message.Message):
+    __slots__ = ("quotas", "source", "usage")
+    QUOTAS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    quotas: _types_pb2.NamespaceQuotas
+    source: str
+    usage: _types_pb2.NamespaceQuotas
+    def __init__(self, quotas: _Optional[_Union[_types_pb2.NamespaceQuotas, _Mapping]] = ..., source: _Optional[str] = ..., usage: _Optional[_Union[_types_pb2.NamespaceQuotas, _Mapping]] = ...) -> None: ...
+
+class SetQuotasResponse(_message.Message):
+    __slots__ = ("quotas", "source", "usage")
+    QUOTAS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    quotas: _types_pb2.NamespaceQuotas
+    source: str
+    usage: _types_pb2.NamespaceQuotas
+    def __init__(self, quotas: _Optional[_Union[_types_pb2.NamespaceQuotas, _Mapping]] = ..., source: _Optional[str] = ..., usage: _Optional[_Union[_types_pb2.NamespaceQuotas, _Mapping]] = ...) -> None: ...

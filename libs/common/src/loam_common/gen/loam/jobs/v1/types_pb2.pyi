@@ -414,7 +414,7 @@ class QueueConfig(_message.Message):
     def __init__(self, name: _Optional[str] = ..., visibility_ns: _Optional[int] = ..., attempts: _Optional[int] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., max_stalled: _Optional[int] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., concurrency: _Optional[int] = ..., retention: _Optional[_Union[Retention, _Mapping]] = ..., dead_letter_queue: _Optional[str] = ..., dead_letter_on_exhausted: _Optional[bool] = ..., shards: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ns: _Optional[int] = ..., log_cap: _Optional[int] = ..., payload_limit: _Optional[int] = ..., defer_stalled_failure: _Optional[bool] = ..., defer_child_failure: _Optional[bool] = ..., skip_stalled_check: _Optional[bool] = ..., stalled_interval_ns: _Optional[int] = ...) -> None: ...
 
 class ShardMeta(_message.Message):
-    __slots__ = ("next_seq", "outbox_seq", "counts", "enqueued_total", "leased_total", "stalled_total", "fenced_total", "completed_total")
+    __slots__ = ("next_seq", "outbox_seq", "counts", "enqueued_total", "leased_total", "stalled_total", "fenced_total", "completed_total", "payload_bytes")
     class CountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -437,6 +437,7 @@ class ShardMeta(_message.Message):
     STALLED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     FENCED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
     next_seq: int
     outbox_seq: int
     counts: _containers.ScalarMap[int, int]
@@ -445,7 +446,8 @@ class ShardMeta(_message.Message):
     stalled_total: int
     fenced_total: int
     completed_total: _containers.ScalarMap[str, int]
-    def __init__(self, next_seq: _Optional[int] = ..., outbox_seq: _Optional[int] = ..., counts: _Optional[_Mapping[int, int]] = ..., enqueued_total: _Optional[int] = ..., leased_total: _Optional[int] = ..., stalled_total: _Optional[int] = ..., fenced_total: _Optional[int] = ..., completed_total: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    payload_bytes: int
+    def __init__(self, next_seq: _Optional[int] = ..., outbox_seq: _Optional[int] = ..., counts: _Optional[_Mapping[int, int]] = ..., enqueued_total: _Optional[int] = ..., leased_total: _Optional[int] = ..., stalled_total: _Optional[int] = ..., fenced_total: _Optional[int] = ..., completed_total: _Optional[_Mapping[str, int]] = ..., payload_bytes: _Optional[int] = ...) -> None: ...
 
 class QueueRuntime(_message.Message):
     __slots__ = ("window_start_ns", "used", "blocked_until_ns", "active")
@@ -792,3 +794,17 @@ class FlowSpec(_message.Message):
     id: str
     nodes: _containers.RepeatedCompositeFieldContainer[FlowNode]
     def __init__(self, id: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[FlowNode, _Mapping]]] = ...) -> None: ...
+
+class NamespaceQuotas(_message.Message):
+    __slots__ = ("enqueue_rate", "stored_jobs", "payload_bytes", "active_leases", "schedules")
+    ENQUEUE_RATE_FIELD_NUMBER: _ClassVar[int]
+    STORED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_LEASES_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    enqueue_rate: int
+    stored_jobs: int
+    payload_bytes: int
+    active_leases: int
+    schedules: int
+    def __init__(self, enqueue_rate: _Optional[int] = ..., stored_jobs: _Optional[int] = ..., payload_bytes: _Optional[int] = ..., active_leases: _Optional[int] = ..., schedules: _Optional[int] = ...) -> None: ...
