@@ -963,6 +963,12 @@ export interface components {
             /** At Ns */
             at_ns: number;
             /**
+             * Batch
+             * @description the bulk batch this action was a part of (its id); empty if none
+             * @default
+             */
+            batch: string;
+            /**
              * Count
              * @description jobs the action touched
              */
@@ -991,6 +997,12 @@ export interface components {
              * @description the token that acted; empty without auth
              */
             token_id: string;
+            /**
+             * Via
+             * @description the transport the action came by: rest or connect
+             * @default
+             */
+            via: string;
         };
         /** AuditPage */
         AuditPage: {

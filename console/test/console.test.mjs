@@ -3,50 +3,13 @@
 // retry; namespace A's token sees nothing of B), desktop and phone widths, dark mode,
 // the keyboard, and axe-core with no serious violations.
 import assert from "node:assert/strict";
-import { readFileSync, mkdirSync } from "node:fs";
-import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
+import { readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
-import { rest, startBrowser, startServer } from "./harness.mjs";
-
-const require = createRequire(import.meta.url);
-const AXE = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
-const SHOTS = process.env.CONSOLE_SCREENSHOTS; // a directory: save the main pages there
-const here = dirname(fileURLToPath(import.meta.url));
+import { axe, DESKTOP, PHONE, rest, shot, signedIn as signIn, startBrowser, startServer } from "./harness.mjs";
 
 let server, browser, admin, viewer, adminB, ids;
-const DESKTOP = { width: 1280, height: 800 };
-const PHONE = { width: 390, height: 844 };
 
-async function signedIn(token, viewport = DESKTOP, path = "/console/") {
-  const context = await browser.newContext({ viewport });
-  const page = await context.newPage();
-  page.setDefaultTimeout(10_000);
-  page.on("dialog", (d) => (d.type() === "prompt" ? d.accept(d.defaultValue()) : d.accept()));
-  const errors = [];
-  page.on("pageerror", (e) => errors.push(e));
-  page.errors = errors;
-  await page.goto(server.url + path);
-  await page.locator("#token").fill(token);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.locator("[data-testid=namespace]").waitFor();
-  return page;
-}
-
-async function axe(page, label) {
-  await page.addScriptTag({ content: AXE });
-  const result = await page.evaluate(async () => await window.axe.run(document, { resultTypes: ["violations"] }));
-  const bad = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
-  assert.deepEqual(bad.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`), [],
-    `${label}: accessibility violations`);
-}
-
-async function shot(page, name) {
-  if (!SHOTS) return;
-  mkdirSync(SHOTS, { recursive: true });
-  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: false });
-}
+const signedIn = (token, viewport = DESKTOP, path = "/console/") => signIn(browser, server, token, { path, viewport });
 
 /** Wait until `read()` returns `want` (the page settles after a navigation or a push). */
 async function settles(read, want, label = "value", ms = 10_000) {

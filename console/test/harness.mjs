@@ -1,8 +1,10 @@
 // One `loam dev` (auth on, a scratch data directory, a free port) with real jobs made by
 // seed.py through the Python SDK, and one Debian Chromium driven by playwright-core:
 // started once for every console test.
+import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createRequire } from "node:module";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -14,6 +16,11 @@ const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, "..", "..");
 export const python = process.env.LOAM_PYTHON || join(repo, ".venv", "bin", "python");
 const run = promisify(execFile);
+const require = createRequire(import.meta.url);
+const AXE = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
+const SHOTS = process.env.CONSOLE_SCREENSHOTS; // a directory: save the main pages there
+export const DESKTOP = { width: 1280, height: 800 };
+export const PHONE = { width: 390, height: 844 };
 
 async function freePort() {
   return new Promise((res, rej) => {
@@ -89,4 +96,40 @@ export async function rest(server, token, method, path, body) {
   });
   const text = await resp.text();
   return { status: resp.status, body: text ? JSON.parse(text) : null };
+}
+
+/**
+ * A new browser context at `viewport`, opened on `path` and signed in with `token`: the
+ * one sign-in every console test starts from. Dialogs are accepted (a prompt with its
+ * default value); the page's uncaught errors are kept in `page.errors`.
+ */
+export async function signedIn(browser, server, token, { path = "/console/", viewport = DESKTOP } = {}) {
+  const context = await browser.newContext({ viewport });
+  const page = await context.newPage();
+  page.setDefaultTimeout(15_000);
+  page.on("dialog", (d) => (d.type() === "prompt" ? d.accept(d.defaultValue()) : d.accept()));
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e));
+  page.errors = errors;
+  await page.goto(server.url + path);
+  await page.locator("#token").fill(token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.locator("[data-testid=namespace]").waitFor();
+  return page;
+}
+
+/** axe-core over the page: no serious or critical violation. */
+export async function axe(page, label) {
+  await page.addScriptTag({ content: AXE });
+  const result = await page.evaluate(async () => await window.axe.run(document, { resultTypes: ["violations"] }));
+  const bad = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
+  assert.deepEqual(bad.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`), [],
+    `${label}: accessibility violations`);
+}
+
+/** Save the page as docs' screenshot `name` when CONSOLE_SCREENSHOTS names a directory. */
+export async function shot(page, name) {
+  if (!SHOTS) return;
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: false });
 }

@@ -13,7 +13,7 @@ import math
 import httpx
 import pytest
 
-from loam_common import auth, metrics
+from loam_common import auth, keys, metrics
 from loam_common.blobs import DirBlobStore
 from loam_common.errors import InvalidArgument
 from loam_gateway.app import create_app
@@ -34,7 +34,7 @@ SECRET = {"user": "ada", "password": "hunter2", "card": {"number": "4242-4242", 
 async def app_parts(store, tmp_path):
     core = QueueCore(store, DirBlobStore(tmp_path / "blobs"))
     router = Router(local=CoreRpc(core))
-    history = MetricsHistory(router.metrics_text, interval_s=0.001)  # its loop is not started here
+    history = MetricsHistory(router.metrics_text, store, interval_s=0.001)  # its loop is not started here
     app = create_app(router, StoreAuthenticator(store), redaction=Redaction.parse(RULES), audit=AuditLog(store),
                      metrics_history=history)  # fmt: skip
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
@@ -171,14 +171,22 @@ async def test_a_batch_is_recorded_once_done_with_how_many_jobs(gateway, token):
     while batch["state"] != "done":  # the batch record's long poll: wakes on each change
         batch = (await gateway.get(f"/v1/batches/{batch['id']}?after_version={batch['version']}&wait_ms=10000",
                                    headers=admin)).json()  # fmt: skip
-    for _ in range(50):  # the audit record follows the batch record's last write
+    for _ in range(50):  # the summary follows the batch record's last write
         entries = (await gateway.get("/v1/audit", headers=admin)).json()["entries"]
-        if entries:
+        if entries and entries[0]["action"].startswith("batch."):
             break
         await gateway.get("/v1/whoami", headers=admin)  # yields to the batch task
-    (entry,) = entries
-    assert (entry["action"], entry["count"], entry["role"]) == ("batch.remove", 3, "admin")
+    entry, *each = entries  # the summary, then each job's own record (the core's, as a part of the batch)
+    assert (entry["action"], entry["count"], entry["role"], entry["batch"]) == (
+        "batch.remove",
+        3,
+        "admin",
+        batch["id"],
+    )
     assert "3 succeeded, 1 failed" in entry["detail"]
+    assert sorted((e["action"], e["job"], e["batch"]) for e in each) == sorted(
+        ("job.remove", j, batch["id"]) for j in ids
+    )
 
 
 # -- metrics history ----------------------------------------------------------------------
@@ -203,43 +211,44 @@ def _text(enqueued: int, ok: int, fail: int, waiting: int, waits: list[float], r
     return metrics.render(samples + wait.samples() + run.samples())
 
 
-def test_a_point_is_the_step_between_two_samples():
+async def test_a_point_is_the_step_between_two_samples(store):
     async def never() -> str:
         raise AssertionError
 
-    h = MetricsHistory(never, interval_s=10)
+    h = MetricsHistory(never, store, interval_s=10)
+    await store.transact(lambda tx: tx.put(keys.namespace_registry("acme"), b""))  # as its first queue does
     s = 10**9
-    h.record(_text(10, 2, 1, 5, [0.002] * 10, [0.3] * 4), now_ns=1000 * s)
-    assert h.points("acme", "emails", "1h") == []  # one sample: no step yet
-    h.record(
+    await h.record(_text(10, 2, 1, 5, [0.002] * 10, [0.3] * 4), now_ns=1000 * s)
+    assert await h.points("acme", "emails", "1h") == []  # one sample: no step yet
+    await h.record(
         _text(25, 12, 1, 8, [0.002] * 10 + [0.02] * 90 + [2.0] * 10, [0.3] * 4 + [0.7] * 96), now_ns=1010 * s
     )
-    (p,) = h.points("acme", "emails", "1h")
+    (p,) = await h.points("acme", "emails", "1h")
     assert (p["t_ns"], p["enqueued"], p["completed"], p["failed"]) == (1010 * s, 15, 10, 0)
     assert (p["depth"], p["active"], p["oldest_wait_s"]) == (8 + 1 + 2, 3, 7.5)
     # 100 waits in the step: 90 in (0.01, 0.025], 10 in (1, 2.5]
     assert 0.01 < p["wait_p50_s"] <= 0.025 and 1 < p["wait_p99_s"] <= 2.5
     assert 0.5 < p["run_p50_s"] <= 1 and 0.5 < p["run_p99_s"] <= 1
-    assert h.points("acme", "emails", "24h") == []  # its step is 5 min
+    assert await h.points("acme", "emails", "24h") == []  # its step is 5 min
     # a step with no lease has no percentiles (null, not 0)
-    h.record(
+    await h.record(
         _text(25, 12, 1, 8, [0.002] * 10 + [0.02] * 90 + [2.0] * 10, [0.3] * 4 + [0.7] * 96), now_ns=1020 * s
     )
-    assert h.points("acme", "emails", "1h")[-1]["wait_p50_s"] is None
+    assert (await h.points("acme", "emails", "1h"))[-1]["wait_p50_s"] is None
     # 24h: a point once 5 minutes have passed since its last
-    h.record(_text(30, 12, 1, 8, [], []), now_ns=1300 * s)
-    (p24,) = h.points("acme", "emails", "24h")
+    await h.record(_text(30, 12, 1, 8, [], []), now_ns=1300 * s)
+    (p24,) = await h.points("acme", "emails", "24h")
     assert p24["enqueued"] == 20
     # the 1h ring keeps 360 points; a queue gone from the metrics loses its history
     for i in range(400):
-        h.record(_text(30 + i, 12, 1, 8, [], []), now_ns=(1310 + 10 * i) * s)
-    assert len(h.points("acme", "emails", "1h")) == 360
-    assert h.points("acme", "emails", "1h")[-1]["t_ns"] == (1310 + 10 * 399) * s
-    h.record("", now_ns=10**13)
-    assert h.points("acme", "emails", "1h") == []
+        await h.record(_text(30 + i, 12, 1, 8, [], []), now_ns=(1310 + 10 * i) * s)
+    assert len(await h.points("acme", "emails", "1h")) == 360
+    assert (await h.points("acme", "emails", "1h"))[-1]["t_ns"] == (1310 + 10 * 399) * s
+    await h.record("", now_ns=10**13)
+    assert await h.points("acme", "emails", "1h") == []
     # a queue that appears after the first sample is new: its first step counts from zero
-    h.record(_text(6, 4, 0, 2, [], []), now_ns=10**13 + 10 * s)
-    assert [(p["enqueued"], p["completed"]) for p in h.points("acme", "emails", "1h")] == [(6, 4)]
+    await h.record(_text(6, 4, 0, 2, [], []), now_ns=10**13 + 10 * s)
+    assert [(p["enqueued"], p["completed"]) for p in await h.points("acme", "emails", "1h")] == [(6, 4)]
 
 
 def test_quantile_interpolates_within_a_bucket():
@@ -325,3 +334,40 @@ def test_loam_dev_refuses_a_bad_rule_or_interval(capsys):
             dev.parse_args(bad)
         assert e.value.code == 2
     assert "--redact" in capsys.readouterr().err
+
+
+async def test_two_gateways_on_one_store_serve_one_history(store, token):
+    """Two gateways sampling the same store (at the same moments and in between): each
+    step's point is written once, whoever comes first, and both serve the same points."""
+    core = QueueCore(store)
+    histories, clients = [], []
+    for _ in range(2):
+        router = Router(local=CoreRpc(core))
+        history = MetricsHistory(router.metrics_text, store, interval_s=10)
+        histories.append(history)
+        app = create_app(router, StoreAuthenticator(store), metrics_history=history)
+        clients.append(httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw"))
+    a, b = clients
+    try:
+        admin = await token("acme", *sorted(auth.ACTIONS))
+        s = 10**9
+        text = await histories[0].read_text()
+        await histories[0].record(text, now_ns=1000 * s)
+        for step in range(1, 4):
+            await enqueue(a if step % 2 else b, admin, "emails", {"n": step})
+            text = await histories[0].read_text()
+            # both sample the step's end; then one of them again, between two ends
+            await histories[step % 2].record(text, now_ns=(1000 + 10 * step) * s)
+            await histories[(step + 1) % 2].record(text, now_ns=(1000 + 10 * step) * s + 1)
+            await histories[step % 2].record(text, now_ns=(1005 + 10 * step) * s)
+        seen = [
+            (await c.get("/v1/queues/emails/metrics?range=1h", headers=admin)).json()["points"]
+            for c in clients
+        ]
+        assert seen[0] == seen[1]
+        assert [(p["t_ns"], p["enqueued"], p["depth"]) for p in seen[0]] == [
+            ((1000 + 10 * step) * s, 1, step) for step in range(1, 4)
+        ]
+    finally:
+        for c in clients:
+            await c.aclose()

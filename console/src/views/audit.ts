@@ -1,5 +1,5 @@
 /** The audit log (GET /v1/audit): who did what to which queue or job, when, with which
- * token and role, newest first; filtered by queue (and job) in the URL, paged by the
+ * token and role, by which transport (REST or Connect) and as part of which batch, newest first; filtered by queue (and job) in the URL, paged by the
  * `before` cursor. A job page shows its own entries with `auditList`. */
 import { api, type AuditEntry } from "../api";
 import { ago, h, num, replace, time } from "../dom";
@@ -17,8 +17,9 @@ export function auditRows(entries: AuditEntry[], withQueue = true): HTMLElement 
     withQueue && h("td", null, e.queue ? h("a", { href: link(`/queues/${encodeURIComponent(e.queue)}`) }, e.queue) : ""),
     h("td", null, jobLink(e)),
     h("td", { class: "num" }, num(e.count)),
-    h("td", null, e.token_id || h("span", { class: "muted" }, "no auth"), " ", h("span", { class: "badge" }, e.role)),
-    h("td", { class: "hide-sm" }, e.detail))));
+    h("td", null, e.token_id || h("span", { class: "muted" }, "no auth"), " ", h("span", { class: "badge" }, e.role),
+      e.via && h("span", { class: "muted" }, ` via ${e.via}`)),
+    h("td", { class: "hide-sm" }, e.detail, e.batch && h("span", { class: "muted" }, `${e.detail ? "; " : ""}batch ${e.batch}`)))));
 }
 
 export function auditTable(tbody: HTMLElement, withQueue = true): HTMLElement {

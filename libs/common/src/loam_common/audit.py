@@ -1,7 +1,14 @@
 """The audit log: who did what to which queue or job, when, with which token and role
-(the console's actions and every REST write on jobs and queues). One JSON record per
+(the operator actions on jobs and queues, through REST or Connect). One JSON record per
 action under `t/<ns>/audit/<at_ns><nonce>` (keys.py), so a namespace's log reads newest
 first by one reverse scan, and a namespace's tenants see only their own.
+
+Who is acting travels as an `Actor` in a context variable (`ACTOR`): the gateway sets it
+once it has checked the caller's credential (REST and Connect alike), the Router carries
+it to a remote queue core in the `x-loam-actor` header (trusted only on an internal
+call), and the core's facade writes the record in the action's own transaction
+(`AuditStep`), so an action and its record commit together or not at all. Work that no
+caller started (sweeps, schedules, the engine runner) has no actor and is not audited.
 
 Records older than RETENTION_NS are deleted by the append that finds them (a few at a
 time), so the log needs no sweeper of its own.
@@ -11,11 +18,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextvars
 import json
 import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
-from loam_common import keys
+from loam_common import auth, keys
+from loam_common.api.headers import ACTOR_HEADER
 from loam_common.errors import InvalidArgument
 from loam_common.store.base import Txn
 
@@ -23,6 +34,114 @@ RETENTION_NS = 90 * 86_400 * 10**9
 TRIM_PER_APPEND = 64
 PAGE_MAX = 500
 EXAMINED_MAX = 5_000  # entries a filtered read looks at before it returns a cursor
+
+
+DETAIL_MAX = 512
+_HEADER_MAX = 2048
+
+
+def role_of(actions: Iterable[str]) -> str:
+    """The console's roles (docs/console.md) as sets of actions."""
+    actions = frozenset(actions)
+    if actions >= auth.ACTIONS - {auth.READ}:
+        return "admin"
+    if auth.ADMIN in actions:
+        return "operator"
+    if auth.READ in actions:
+        return "viewer"
+    return "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who an action is taken for: the token's id ("" without auth), the role its actions
+    make, its actions, the transport it came by (rest, connect), and the bulk batch it is
+    a part of ("" for a single action)."""
+
+    token_id: str
+    role: str
+    actions: tuple[str, ...]
+    via: str
+    batch: str = ""
+
+    @classmethod
+    def of(cls, principal: auth.Principal, via: str) -> Actor:
+        return cls(principal.token_id, role_of(principal.actions), tuple(sorted(principal.actions)), via)
+
+    def in_batch(self, batch_id: str) -> Actor:
+        return replace(self, batch=batch_id)
+
+    def header(self) -> str:
+        """The actor as the `x-loam-actor` header of an internal call."""
+        return json.dumps(
+            [self.token_id, self.role, list(self.actions), self.via, self.batch], separators=(",", ":")
+        )
+
+    @classmethod
+    def from_header(cls, text: str) -> Actor:
+        """The actor of an internal call's header; InvalidArgument if it is not one."""
+        try:
+            if len(text) > _HEADER_MAX:
+                raise ValueError("too long")
+            token_id, role, actions, via, batch = json.loads(text)
+            if not all(isinstance(x, str) for x in (token_id, role, via, batch, *actions)):
+                raise ValueError("not strings")
+        except (ValueError, TypeError) as e:
+            raise InvalidArgument(ACTOR_HEADER, f"is not an actor: {e}") from None
+        return cls(token_id, role, tuple(actions), via, batch)
+
+
+# Who the current request acts for; None outside a caller's request (sweeps, timers).
+ACTOR: contextvars.ContextVar[Actor | None] = contextvars.ContextVar("loam_actor", default=None)
+
+
+def current_actor() -> Actor | None:
+    return ACTOR.get()
+
+
+@dataclass(frozen=True, slots=True)
+class AuditStep:
+    """One transaction of an audited action, as a transition: `step(tx, ...)` runs the
+    action's own transition, then records it in the same transaction: a new record for
+    the action's first transaction, or (`record_id`, for the later transactions of an
+    action done in bounded batches, such as a drain) the jobs this one touched added to
+    the record's count. `count` says how many jobs the transition's result touched."""
+
+    ns: str
+    actor: Actor
+    action: str
+    queue: str
+    job: str = ""
+    detail: str = ""
+    count: Callable[[Any], int] = lambda _result: 1
+    record_id: str = ""
+
+    def __call__(self, tx: Txn, fn: Callable[..., Any], *args: Any) -> tuple[Any, str]:
+        result = fn(tx, *args)
+        n = self.count(result)
+        if self.record_id:
+            audit_add_count(tx, self.ns, self.record_id, n)
+            return result, self.record_id
+        a = self.actor
+        entry = {
+            "action": self.action, "queue": self.queue, "job": self.job, "count": n,
+            "detail": self.detail[:DETAIL_MAX], "token_id": a.token_id, "role": a.role,
+            "actions": list(a.actions), "via": a.via, "batch": a.batch,
+        }  # fmt: skip
+        return result, audit_append(tx, self.ns, entry)["id"]
+
+
+def audit_add_count(tx: Txn, ns: str, record_id: str, n: int) -> None:
+    """Add `n` jobs to the count of the record `record_id` (a later batch of its action)."""
+    if not n:
+        return
+    key = keys.audit_all(ns) + _suffix(record_id)
+    raw = tx.get(key)
+    if raw is None:  # trimmed by the retention meanwhile: nothing left to add to
+        return
+    record = json.loads(raw)
+    record["count"] = int(record.get("count", 0)) + n
+    tx.put(key, json.dumps(record, separators=(",", ":")).encode())
 
 
 def audit_append(tx: Txn, ns: str, entry: dict[str, Any]) -> dict[str, Any]:

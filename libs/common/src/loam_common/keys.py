@@ -62,13 +62,16 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `sys/flink/periodic/<ns>/<deployment>`      | empty                | a RUNNING Flink deployment with a savepoint policy |
 | `t/<ns>/eng/run/<run id>`                   | EngineRun            | engine runs (loam_engines)     |
 | `t/<ns>/eng/log/<run id>/<n u32>`           | EngineLogLine        | a run's output, n from 1       |
-| `t/<ns>/audit/<at_ns u64><8 random bytes>`  | AuditEntry (JSON)    | console / REST actions (audit.py) |
+| `t/<ns>/audit/<at_ns u64><8 random bytes>`  | AuditEntry (JSON)    | operator actions, REST and Connect (audit.py) |
+| `t/<ns>/mhl/<queue>/<tier u8>`              | Totals (JSON)        | metrics history: a tier's last step end (metrics_history.py) |
+| `t/<ns>/mhp/<queue>/<tier u8><t_ns u64>`    | 13 f64 (LE)          | metrics history: one point per step, trimmed by age |
 | `sys/tokens/<token id>`                     | TokenRecord          | API tokens (auth.py), hashed   |
 | `sys/engines/ns/<ns>`                       | empty                | namespaces with engine jobs    |
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
 | `sys/members/<kind>/<id>`                   | ServiceMember        | live sweepers / relays; kind   |
 |                                             |                      | durable-push: id = a push URL  |
 | `sys/registry`                              | u64                  | registry version (registry.py) |
+| `sys/mhist/sampled`                         | u64                  | metrics history: the last sample's time, where a new queue's first step starts |
 | `sys/due/<due_ns u64><len u16><ns><len u16><queue><shard u8>` | empty | the due index (decision 0032) |
 
 Durable records (`dur/`) are JSON, not protobuf: they are the Resonate protocol's own
@@ -351,6 +354,31 @@ def audit_all(ns: str) -> bytes:
 
 def audit_entry(ns: str, at_ns: int, nonce: bytes) -> bytes:
     return audit_all(ns) + U64.pack(at_ns) + nonce
+
+
+# metrics history (metrics_history.py) ----------------------------------------------------
+def metrics_last_all(ns: str) -> bytes:
+    return ns_prefix(ns) + b"mhl/"
+
+
+def metrics_last(ns: str, queue: str, tier: int) -> bytes:
+    """A queue's totals at the end of the last step of `tier`: where its next point starts."""
+    return metrics_last_all(ns) + queue.encode() + b"/" + bytes((tier,))
+
+
+def metrics_points(ns: str, queue: str, tier: int | None = None) -> bytes:
+    """The prefix of a queue's points (of one tier, or of all)."""
+    p = ns_prefix(ns) + b"mhp/" + queue.encode() + b"/"
+    return p if tier is None else p + bytes((tier,))
+
+
+def metrics_point(ns: str, queue: str, tier: int, t_ns: int) -> bytes:
+    return metrics_points(ns, queue, tier) + U64.pack(t_ns)
+
+
+def metrics_sampled() -> bytes:
+    """When the store's metrics were last sampled, by any gateway."""
+    return b"sys/mhist/sampled"
 
 
 # result store -----------------------------------------------------------------------

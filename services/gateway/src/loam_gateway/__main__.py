@@ -126,7 +126,9 @@ async def run(args: argparse.Namespace) -> None:
         guard=guard_policy(args),
         redaction=args.redaction,
         audit=AuditLog(store) if store is not None else None,
-        metrics_history=MetricsHistory(router.metrics_text, args.metrics_interval),
+        metrics_history=MetricsHistory(router.metrics_text, store, args.metrics_interval)
+        if store is not None
+        else None,
     )
     url = f"http://{args.host}:{args.port}"
 

@@ -38,6 +38,7 @@ from loam_gateway.audit_log import AuditLog
 from loam_gateway.auth import Authenticator
 from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix, strip_namespace
 from loam_gateway.guard import GuardPolicy, RequestGuard, header_dict
+from loam_gateway.list_lane import JobListLane
 from loam_gateway.metrics_history import MetricsHistory
 from loam_gateway.redaction import Redaction
 from loam_gateway.rest import build_router
@@ -77,10 +78,13 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 
 class GatewayApp(FastAPI):
-    """FastAPI, with the common Connect call served first by the `UnaryLane`, before
-    FastAPI's middleware; anything the lane does not take goes the usual way."""
+    """FastAPI, with the common Connect call served first by the `UnaryLane` and the job
+    list by the `JobListLane`, before FastAPI's middleware; anything the lanes do not
+    take goes the usual way."""
 
     unary_lane: UnaryLane | None = None
+    #: the console's job list, served the same way (list_lane.py)
+    list_lane: JobListLane | None = None
     #: the Resonate-protocol app, served straight from here too: a durable step is two
     #: small requests, and FastAPI's routing and middleware would cost more than the step
     durable_app: Any = None
@@ -132,7 +136,8 @@ class GatewayApp(FastAPI):
         await self.durable_app.envelope(body, headers, send, extra)
 
     async def _serve(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and (self.unary_lane is not None or self.durable_app is not None):
+        lanes = (self.unary_lane, self.list_lane, self.durable_app)
+        if scope["type"] == "http" and any(lane is not None for lane in lanes):
             lane_scope = strip_namespace(scope) if scope["path"].startswith("/ns/") else scope
             path = lane_scope["path"]
             if self.durable_app is not None and (path.startswith(DURABLE_PREFIX) or path == DURABLE_BASE):
@@ -140,6 +145,8 @@ class GatewayApp(FastAPI):
                 await self.durable_app(dict(lane_scope, root_path=root), receive, send)
                 return
             if self.unary_lane is not None and await self.unary_lane(lane_scope, receive, send):
+                return
+            if self.list_lane is not None and await self.list_lane(lane_scope, receive, send):
                 return
         await super().__call__(scope, receive, send)
 
@@ -160,8 +167,8 @@ def create_app(
     sweeper there and closes the store). `durable` (a durable_mount.DurableMount) adds
     durable mode: the Resonate-protocol app at `/resonate` and `/v1/durable/...`. `guard`
     is the request policy (guard.py); by default a loopback server's. `redaction`: the
-    payload fields REST hides (loam_gateway.redaction); `audit`: where REST writes are
-    recorded (loam_gateway.audit_log); `metrics_history`: the sampler behind
+    payload fields REST hides (loam_gateway.redaction); `audit`: the audit log `/v1/audit`
+    reads (the core writes each action's record; loam_gateway.audit_log); `metrics_history`: the sampler behind
     `/v1/queues/{q}/metrics`, started and stopped with the app."""
     access = Access(authenticator)
     metrics_operation = operation("metrics")
@@ -250,6 +257,7 @@ def create_app(
     app.mount(connect_app.path, connect_app)
     app.add_middleware(NamespacePrefix, connect_app=connect_app)
     app.unary_lane = UnaryLane(connect_app)
+    app.list_lane = JobListLane(app.state, error_json)
     # By default: with auth, any Host (an in-process app knows no bind address); without,
     # the loopback names. The commands pass their bind address and flags.
     policy = guard or GuardPolicy.for_server(

@@ -14,6 +14,7 @@ only; a request that names another namespace is refused.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -21,10 +22,15 @@ from loam_common import auth
 from loam_common.api.headers import NAMESPACE_HEADER
 from loam_common.api.methods import Method, Operation
 from loam_common.api.service import JobsServiceHandlers
+from loam_common.audit import ACTOR, Actor
 from loam_common.auth import Principal
 from loam_common.errors import PermissionDenied
 from loam_gateway.auth import Authenticator, DevAuthenticator, require
 from loam_gateway.routing import Router
+
+# The same few callers call again and again (a token's principal is cached, the dev one is
+# equal each time): their actors are made once.
+_actor_of = functools.lru_cache(maxsize=4096)(Actor.of)
 
 
 class Access:
@@ -35,10 +41,14 @@ class Access:
         self.authenticator = authenticator
         self._dev = DevAuthenticator() if authenticator is None else None
 
-    async def check(self, headers: Mapping[str, str], operation: Operation) -> Principal:
+    async def check(self, headers: Mapping[str, str], operation: Operation, via: str = "rest") -> Principal:
+        """The caller, allowed `operation`; from here on the request acts for them (the
+        actor its audited actions record, loam_common.audit, carried to a remote core by
+        the Router)."""
         principal = await self.identify(headers)
         if self._dev is None and not (not operation.writes and principal.can(auth.READ)):
             require(principal, operation.action)
+        ACTOR.set(_actor_of(principal, via))
         return principal
 
     async def identify(self, headers: Mapping[str, str]) -> Principal:
@@ -64,11 +74,11 @@ class GatewayJobsService(JobsServiceHandlers):
         self.access = access
 
     async def dispatch(self, method: Method, request: Any, ctx: Any) -> Any:
-        principal = await self.access.check(ctx.request_headers, method)
+        principal = await self.access.check(ctx.request_headers, method, via="connect")
         return await self.router.call(principal.namespace, method.name, request, timeout_ms=ctx.timeout_ms)
 
     async def dispatch_stream(self, method: Method, request: Any, ctx: Any) -> AsyncIterator[Any]:
-        principal = await self.access.check(ctx.request_headers, method)
+        principal = await self.access.check(ctx.request_headers, method, via="connect")
         async for item in self.router.stream(principal.namespace, method.name, request):
             yield item
 

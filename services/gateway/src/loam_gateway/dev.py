@@ -186,7 +186,7 @@ async def run(args: argparse.Namespace) -> None:
         guard=guard_policy(args),
         redaction=args.redaction,
         audit=AuditLog(store),
-        metrics_history=MetricsHistory(router.metrics_text, args.metrics_interval),
+        metrics_history=MetricsHistory(router.metrics_text, store, args.metrics_interval),
     )
     url = f"http://{args.host}:{args.port}"
 

@@ -22,7 +22,6 @@ import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
-from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -35,7 +34,6 @@ from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_gateway.audit_log import audited
 from loam_gateway.redaction import Redaction, Redactor
 
 INT64 = 2**63 - 1
@@ -846,9 +844,6 @@ def build_router() -> APIRouter:
 
     async def queue_op(request: Request, p: Principal, queue: str, op: J.QueueOp) -> QueueActionResult:
         r = await call(request, p, "queue_admin", _proto(lambda: J.QueueAdminRequest(queue=queue, op=op)))
-        kind = op.WhichOneof("op")
-        await audited(request, p, f"queue.{kind}", queue, count=r.affected,
-                      detail=json_format.MessageToJson(getattr(op, kind), indent=None))  # fmt: skip
         return QueueActionResult(
             affected=r.affected, counts=counts_view(r.counts) if r.HasField("counts") else None
         )
@@ -1000,7 +995,6 @@ def build_router() -> APIRouter:
             request: Request, queue: QueueName, job: JobRef, p: Principal = caller("job_admin")
         ) -> JobActionResult:
             r = await job_op(request, p, queue, job, J.JobOp(**{op_field: {}}))
-            await audited(request, p, f"job.{verb}", queue, r.job.id or job)
             view = job_view(r.job, redactor(request, p)) if r.HasField("job") else None
             return JobActionResult(job=view, removed=r.removed)
 

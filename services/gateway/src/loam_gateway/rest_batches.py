@@ -21,6 +21,7 @@ if that process stops, the record stays `running` with the count it reached.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import secrets
@@ -33,6 +34,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field, model_validator
 
 from loam_common.api.methods import operation
+from loam_common.audit import ACTOR, current_actor
 from loam_common.auth import Principal
 from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
@@ -215,12 +217,18 @@ def build_batches_router() -> APIRouter:
             what = f"batch {done.id}: {done.succeeded} succeeded, {done.failed} failed"
             if done.filter is not None:
                 what += f"; filter {done.filter.model_dump_json(exclude_none=True)}"
-            await audited(request, p, f"batch.{done.action}", queue, count=done.succeeded, detail=what)
+            await audited(request, p, f"batch.{done.action}", queue, count=done.succeeded, detail=what,
+                          batch=done.id)  # fmt: skip
 
         runner = run_batch(
             router, p.namespace, view.model_copy(deep=True), body, redactor(request, p), record
         )
-        task = asyncio.create_task(runner)
+        # each job's action is audited by the core, as a part of this batch
+        context = contextvars.copy_context()
+        actor = context.run(current_actor)
+        if actor is not None:
+            context.run(ACTOR.set, actor.in_batch(view.id))
+        task = asyncio.create_task(runner, context=context)
         _running.add(task)
         task.add_done_callback(_running.discard)
         return view

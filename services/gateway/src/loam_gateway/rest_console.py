@@ -56,7 +56,6 @@ from loam_common.errors import InvalidArgument, InvalidState
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.jobs import states as S
 from loam_common.jobs.dlq import ORIGIN_QUEUE
-from loam_gateway.audit_log import audited
 from loam_gateway.rest import (
     ERROR_RESPONSES,
     PRIORITY_MAX,
@@ -350,8 +349,6 @@ def build_console_router() -> APIRouter:
             raise InvalidState(job, state, "retry", f"job {job!r} is {state}: only a finished job is retried")
         await op(J.JobOp(update_data=J.JobOp.UpdateData(data=payload)))
         r = await op(J.JobOp(retry={}))
-        await audited(request, p, "job.retry-with-payload", queue, r.job.id or job,
-                      detail=f"new payload, {len(payload.data)} bytes")  # fmt: skip
         view = job_view(r.job, redactor(request, p)) if r.HasField("job") else None
         return JobActionResult(job=view, removed=r.removed)
 
@@ -386,8 +383,6 @@ def build_console_router() -> APIRouter:
         op = J.JobOp(change_priority=J.JobOp.ChangePriority(priority=body.priority, lifo=body.lifo))
         req = _proto(lambda: J.JobAdminRequest(queue=queue, job=job, op=op))
         r = await request.app.state.router.call(p.namespace, "job_admin", req)
-        await audited(request, p, "job.change-priority", queue, r.job.id or job,
-                      detail=f"priority {body.priority}{' lifo' if body.lifo else ''}")  # fmt: skip
         view = job_view(r.job, redactor(request, p)) if r.HasField("job") else None
         return JobActionResult(job=view, removed=r.removed)
 

@@ -68,6 +68,8 @@ class AuditEntry(BaseModel):
     token_id: str = Field(description="the token that acted; empty without auth")
     role: str = Field(description="viewer, operator, admin or other, from the token's actions")
     actions: list[str]
+    via: str = Field("", description="the transport the action came by: rest or connect")
+    batch: str = Field("", description="the bulk batch this action was a part of (its id); empty if none")
 
 
 class AuditPage(BaseModel):
@@ -101,7 +103,7 @@ def build_history_router() -> APIRouter:
         if history is None:
             step = int((RANGES[range][0] or 0) * 1e9)
             return MetricsHistoryView(queue=queue, range=range, step_ns=step, enabled=False, points=[])
-        points = [MetricsPoint(**x) for x in history.points(p.namespace, queue, range)]
+        points = [MetricsPoint(**x) for x in await history.points(p.namespace, queue, range)]
         return MetricsHistoryView(queue=queue, range=range, step_ns=history.steps_ns[range], enabled=True,
                                   points=points)  # fmt: skip
 

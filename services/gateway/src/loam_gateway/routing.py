@@ -20,7 +20,8 @@ poll. Workers that need instant wake-ups on several queues lease each one separa
 With `local=` an in-process core (`loam dev`, tests: the queue core's CoreRpc, which
 only the composition root loam_gateway.dev builds) calls run in process; otherwise
 each core is reached with one cached `JobsServiceClient` (Connect binary, no request
-compression) carrying the namespace and the internal token. A forwarded ConnectError passes through
+compression) carrying the namespace, the internal token and the actor the call is made
+for (loam_common.audit: the core records its audited actions with it). A forwarded ConnectError passes through
 unchanged; a core that cannot be reached is `unavailable`. `Router.call` raises
 ConnectError only.
 """
@@ -37,8 +38,9 @@ from connectrpc.errors import ConnectError
 from pyqwest import Client as HTTPClient
 
 from loam_common import metrics, rendezvous
-from loam_common.api.headers import NAMESPACE_HEADER, TOKEN_HEADER
+from loam_common.api.headers import ACTOR_HEADER, NAMESPACE_HEADER, TOKEN_HEADER
 from loam_common.api.methods import STREAMING, UNARY
+from loam_common.audit import current_actor
 from loam_common.connect_client import jobs_client
 from loam_common.connect_errors import to_connect
 from loam_common.event_export import export_bytes
@@ -97,6 +99,9 @@ class Router:
         h = {NAMESPACE_HEADER: ns}
         if self.internal_token:
             h[TOKEN_HEADER] = self.internal_token
+        actor = current_actor()
+        if actor is not None:  # who the call acts for: the core audits its actions with it
+            h[ACTOR_HEADER] = actor.header()
         return h
 
     # -- calling -------------------------------------------------------------------------------

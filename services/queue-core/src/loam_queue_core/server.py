@@ -43,9 +43,10 @@ from starlette.routing import Mount, Route
 
 from loam_common import metrics, tracing, validate
 from loam_common.api import codec as api_codec
-from loam_common.api.headers import NAMESPACE_HEADER, TOKEN_HEADER
+from loam_common.api.headers import ACTOR_HEADER, NAMESPACE_HEADER, TOKEN_HEADER
 from loam_common.api.methods import Method
 from loam_common.api.service import JobsServiceHandlers
+from loam_common.audit import ACTOR, Actor
 from loam_common.blobs import open_blobs
 from loam_common.errors import InvalidArgument, JobsError, Unauthenticated
 from loam_common.event_export import export_bytes
@@ -103,7 +104,12 @@ class CoreService(JobsServiceHandlers):
         self.auth = auth
 
     def _ns(self, ctx: Any) -> str:
-        return self.auth.namespace(ctx.request_headers, _peer_host(ctx.client_address))
+        """The call's namespace, once the internal-call check passed; and who the call acts
+        for (the gateway's `x-loam-actor`), whom the facade's audited actions record."""
+        ns = self.auth.namespace(ctx.request_headers, _peer_host(ctx.client_address))
+        actor = ctx.request_headers.get(ACTOR_HEADER)
+        ACTOR.set(Actor.from_header(actor) if actor else None)
+        return ns
 
     async def dispatch(self, method: Method, request: Any, ctx: Any) -> Any:
         return await getattr(self.rpc, method.name)(self._ns(ctx), request)

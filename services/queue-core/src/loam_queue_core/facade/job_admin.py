@@ -1,5 +1,9 @@
 """`JobAdmin`: one job's admin ops (BullMQ's Job methods, the console's actions) and
-queries over a queue's jobs. A job is named by its id or by its job key."""
+queries over a queue's jobs. A job is named by its id or by its job key.
+
+The operator actions (remove, retry, promote, change priority or delay, cancel) are
+audited in their own transaction when a caller is acting (facade.audited); a worker's
+own writes on its job (progress, logs) are not."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from loam_common.jobs.query import job_query
 from loam_common.store.base import Txn
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
+from loam_queue_core.facade.audited import AuditedAction
 from loam_queue_core.facade.jobs import Jobs
 
 
@@ -32,7 +37,10 @@ class JobAdmin:
         return await self.store.snapshot(job_admin.job_logs, ns, queue, job_id, start, end or -1)
 
     async def remove(self, ns: Namespace, queue: str, job_id: str, children: bool) -> None:
-        await self.store.transact(job_admin.job_remove, ns, queue, job_id, False, children)
+        action = AuditedAction(
+            self.store, ns, "job.remove", queue, job_id, "with its children" if children else ""
+        )
+        await action.transact(job_admin.job_remove, ns, queue, job_id, False, children)
 
     async def remove_child_dependency(self, ns: Namespace, queue: str, job_id: str) -> bool:
         return await self.store.transact(job_admin.job_remove_child_dependency, ns, queue, job_id)
@@ -44,18 +52,26 @@ class JobAdmin:
         return await self.store.transact(job_admin.job_clear_logs, ns, queue, job_id, keep)
 
     async def retry(self, ns: Namespace, queue: str, job_id: str, keep_attempts: bool) -> pb.Job:
-        return await self.store.transact(job_admin.job_retry, ns, queue, job_id, keep_attempts)
+        action = AuditedAction(
+            self.store, ns, "job.retry", queue, job_id, "keeping its attempts" if keep_attempts else ""
+        )
+        return await action.transact(job_admin.job_retry, ns, queue, job_id, keep_attempts)
 
     async def promote(self, ns: Namespace, queue: str, job_id: str) -> pb.Job:
-        return await self.store.transact(job_admin.job_promote, ns, queue, job_id)
+        return await AuditedAction(self.store, ns, "job.promote", queue, job_id).transact(
+            job_admin.job_promote, ns, queue, job_id
+        )
 
     async def change_priority(
         self, ns: Namespace, queue: str, job_id: str, priority: int, lifo: bool
     ) -> pb.Job:
-        return await self.store.transact(job_admin.job_change_priority, ns, queue, job_id, priority, lifo)
+        detail = f"priority {priority}{' lifo' if lifo else ''}"
+        action = AuditedAction(self.store, ns, "job.change-priority", queue, job_id, detail)
+        return await action.transact(job_admin.job_change_priority, ns, queue, job_id, priority, lifo)
 
     async def change_delay(self, ns: Namespace, queue: str, job_id: str, delay_ns: int) -> pb.Job:
-        return await self.store.transact(job_admin.job_change_delay, ns, queue, job_id, delay_ns)
+        action = AuditedAction(self.store, ns, "job.change-delay", queue, job_id, f"delay {delay_ns} ns")
+        return await action.transact(job_admin.job_change_delay, ns, queue, job_id, delay_ns)
 
     async def update_data(self, ns: Namespace, queue: str, job_id: str, data: pb.Payload) -> pb.Job:
         return await self.jobs.update_data(ns, queue, job_id, data)
@@ -64,7 +80,9 @@ class JobAdmin:
         return await self.store.transact(job_admin.job_set_progress, ns, queue, job_id, progress)
 
     async def cancel(self, ns: Namespace, queue: str, job_id: str) -> pb.Job:
-        return await self.store.transact(job_admin.job_cancel, ns, queue, job_id, "")
+        return await AuditedAction(self.store, ns, "job.cancel", queue, job_id).transact(
+            job_admin.job_cancel, ns, queue, job_id, ""
+        )
 
     # -- by dedup id (BullMQ's deduplication) ------------------------------------------
     async def get_dedup(self, ns: Namespace, queue: str, dedup_id: str) -> pb.Job:

@@ -41,6 +41,7 @@ from loam_common.jobs.write_batch import (
 from loam_common.metrics import count_fenced
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
+from loam_queue_core.facade.audited import AuditedAction
 from loam_queue_core.facade.payloads import Payloads
 from loam_queue_core.facade.quotas import Quotas
 from loam_queue_core.waiters import Waiters
@@ -343,7 +344,9 @@ class Jobs:
         """BullMQ's updateData: a new payload for the job, in any state."""
         data = await self.payloads.replacement(ns, queue, job_id, data)
         try:
-            return await self.store.transact(job_admin.job_update_data, ns, queue, job_id, data)
+            detail = f"new payload, {data.size or len(data.data)} bytes"
+            action = AuditedAction(self.store, ns, "job.update-data", queue, job_id, detail)
+            return await action.transact(job_admin.job_update_data, ns, queue, job_id, data)
         except BaseException:
             await self.payloads.drop(data)
             raise

@@ -2,11 +2,13 @@
 
 Bulk ops (drain, clean, retry-all, promote-all, redrive, trim) run their batch
 transaction again while a batch comes back full, so one call covers a whole queue with
-each transaction bounded."""
+each transaction bounded. The operator actions (pause, resume and the bulk ops but the
+trim) are audited in their own transactions when a caller is acting (facade.audited):
+one record per call, counting the jobs each of its transactions touched."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ from loam_common.jobs.complete import queue_minute_metrics
 from loam_common.store.base import Txn
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
+from loam_queue_core.facade.audited import AuditedAction, jobs_touched, none_touched
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +48,12 @@ class Queues:
         return await self.store.transact(admin.queue_update, ns, _queue(queue), config, fields)
 
     async def pause(self, ns: Namespace, queue: str) -> None:
-        await self.store.transact(admin.queue_pause, ns, _queue(queue))
+        action = AuditedAction(self.store, ns, "queue.pause", _queue(queue), count=none_touched)
+        await action.transact(admin.queue_pause, ns, queue)
 
     async def resume(self, ns: Namespace, queue: str) -> None:
-        await self.store.transact(admin.queue_resume, ns, _queue(queue))
+        action = AuditedAction(self.store, ns, "queue.resume", _queue(queue), count=none_touched)
+        await action.transact(admin.queue_resume, ns, queue)
 
     async def state(self, ns: Namespace, queue: str) -> QueueState:
         return await self.store.snapshot(_state, ns, _queue(queue))
@@ -86,12 +91,20 @@ class Queues:
     # -- ops over the queue's jobs -------------------------------------------------------
     async def drain(self, ns: Namespace, queue: str, delayed: bool, limit: int = 0) -> int:
         """Remove waiting (and with `delayed`, delayed) jobs: up to `limit`, or (0) all."""
+        detail = (
+            f"delayed too{f', limit {limit}' if limit else ''}"
+            if delayed
+            else (f"limit {limit}" if limit else "")
+        )
+        action = AuditedAction(
+            self.store, ns, "queue.drain", _queue(queue), detail=detail, count=jobs_touched
+        )
         if not limit:
-            return await self._repeat(admin.queue_drain, ns, _queue(queue), delayed, admin.BATCH)
+            return await self._repeat(action.transact, admin.queue_drain, ns, queue, delayed, admin.BATCH)
         total = 0
         while total < limit:
             batch = min(admin.BATCH, limit - total)
-            n = await self.store.transact(admin.queue_drain, ns, _queue(queue), delayed, batch)
+            n = await action.transact(admin.queue_drain, ns, queue, delayed, batch)
             total += n
             if n < batch:
                 break
@@ -100,44 +113,62 @@ class Queues:
     async def clean(self, ns: Namespace, queue: str, state: int, grace_ns: int, limit: int) -> int:
         """Remove finished jobs older than `grace_ns`: up to `limit`, or (0) all of them."""
         state = state or S.COMPLETED
+        detail = f"{S.name(state)} older than {grace_ns} ns{f', limit {limit}' if limit else ''}"
+        action = AuditedAction(
+            self.store, ns, "queue.clean", _queue(queue), detail=detail, count=jobs_touched
+        )
         if limit:
-            return len(
-                await self.store.transact(admin.queue_clean, ns, _queue(queue), state, grace_ns, limit)
-            )
-        return await self._repeat(_clean_count, ns, _queue(queue), state, grace_ns, admin.BATCH)
+            return await action.transact(_clean_count, ns, queue, state, grace_ns, limit)
+        return await self._repeat(action.transact, _clean_count, ns, queue, state, grace_ns, admin.BATCH)
 
     async def obliterate(self, ns: Namespace, queue: str, force: bool) -> int:
         """Remove the queue and everything in it; the number of keys removed."""
         removed = 0
+        detail = "forced" if force else ""
+        action = AuditedAction(
+            self.store, ns, "queue.obliterate", _queue(queue), detail=detail, count=none_touched
+        )
         while True:
-            r = await self.store.transact(
-                admin.queue_obliterate, ns, _queue(queue), force, admin.OBLITERATE_BATCH
-            )
+            r = await action.transact(admin.queue_obliterate, ns, queue, force, admin.OBLITERATE_BATCH)
             removed += r.removed_keys
             if r.done:
                 return removed
 
     async def retry_all(self, ns: Namespace, queue: str, state: int) -> int:
-        return await self._repeat(admin.queue_retry_all, ns, _queue(queue), state or S.FAILED, admin.BATCH)
+        state = state or S.FAILED
+        action = AuditedAction(
+            self.store, ns, "queue.retry_all", _queue(queue), S.name(state), count=jobs_touched
+        )
+        return await self._repeat(action.transact, admin.queue_retry_all, ns, queue, state, admin.BATCH)
 
     async def promote_all(self, ns: Namespace, queue: str) -> int:
-        return await self._repeat(admin.queue_promote_all, ns, _queue(queue), admin.BATCH)
+        action = AuditedAction(self.store, ns, "queue.promote_all", _queue(queue), count=jobs_touched)
+        return await self._repeat(action.transact, admin.queue_promote_all, ns, queue, admin.BATCH)
 
     async def redrive_dead_letters(self, ns: Namespace, queue: str, limit: int) -> int:
         """Dead letters back to the queues they came from: up to `limit`, or (0) all."""
+        detail = f"limit {limit}" if limit else ""
+        action = AuditedAction(self.store, ns, "queue.redrive_dead_letters", _queue(queue), detail=detail,
+                               count=jobs_touched)  # fmt: skip
         if limit:
-            return await self.store.transact(admin.queue_redrive_dead_letters, ns, _queue(queue), limit)
-        return await self._repeat(admin.queue_redrive_dead_letters, ns, _queue(queue), admin.BATCH)
+            return await action.transact(admin.queue_redrive_dead_letters, ns, queue, limit)
+        return await self._repeat(action.transact, admin.queue_redrive_dead_letters, ns, queue, admin.BATCH)
 
     async def trim_events(self, ns: Namespace, queue: str, before_ns: int) -> int:
         validate.non_negative("op.trim_events.before_ns", before_ns)
-        return await self._repeat(events.event_log_trim, ns, _queue(queue), before_ns, events.BATCH)
+        # housekeeping of the event log, not an action on jobs: not audited
+        return await self._repeat(
+            self.store.transact, events.event_log_trim, ns, _queue(queue), before_ns, events.BATCH
+        )
 
-    async def _repeat(self, fn: Callable[..., int], ns: Namespace, queue: str, *args: Any) -> int:
-        """Run a batched op (its last argument is the batch size) until a batch is short."""
+    @staticmethod
+    async def _repeat(transact: Callable[..., Awaitable[int]], fn: Callable[..., int], ns: Namespace, queue: str,
+                      *args: Any) -> int:  # fmt: skip
+        """Run a batched op (its last argument is the batch size) through `transact` (the
+        store's, or an AuditedAction's) until a batch is short."""
         batch, total = args[-1], 0
         while True:
-            n = await self.store.transact(fn, ns, queue, *args)
+            n = await transact(fn, ns, queue, *args)
             total += n
             if n < batch:
                 return total

@@ -1,0 +1,51 @@
+"""`AuditedAction`: an operator action's transactions, each with its audit record.
+
+An action taken for a caller (the `Actor` the gateway set, loam_common.audit) writes its
+record in its own transaction: the record exists exactly when the action committed. An
+action done in several bounded transactions (a drain, a clean) has one record, written
+by its first transaction and whose count each later transaction raises by the jobs it
+touched. Without an actor (sweeps, schedules, in-process callers) the transactions run
+as they are, unrecorded."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from loam_common.audit import AuditStep, current_actor
+from loam_common.store.runner import Store
+
+
+class AuditedAction:
+    def __init__(
+        self,
+        store: Store,
+        ns: str,
+        action: str,
+        queue: str,
+        job: str = "",
+        detail: str = "",
+        count: Callable[[Any], int] = lambda _result: 1,
+    ) -> None:
+        self.store = store
+        actor = current_actor()
+        self._step = AuditStep(ns, actor, action, queue, job, detail, count) if actor is not None else None
+
+    async def transact(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`store.transact(fn, *args)`, recorded in the same transaction."""
+        if self._step is None:
+            return await self.store.transact(fn, *args)
+        result, record_id = await self.store.transact(self._step, fn, *args)
+        if not self._step.record_id:  # the later transactions add to this record
+            self._step = dataclasses.replace(self._step, record_id=record_id)
+        return result
+
+
+def jobs_touched(result: Any) -> int:
+    """The count of a batch transition that returns how many jobs it touched."""
+    return int(result)
+
+
+def none_touched(_result: Any) -> int:
+    return 0

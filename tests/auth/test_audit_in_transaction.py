@@ -1,0 +1,255 @@
+"""The audit log written by the queue core in the action's own transaction, for every
+transport: a Connect admin call is recorded like a REST one (who, what, when, how many
+jobs); a refused or failed action records nothing; an action and its record commit
+together (a failure between them undoes both; a lost or retried commit keeps exactly one
+of each); an action done in several transactions (a drain) has one record counting
+them all; each job of a bulk batch is recorded as a part of it; and a remote queue core
+records the caller the gateway checked (the actor travels in the internal call)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import httpx
+import pytest
+import uvicorn
+
+from loam_common import audit, auth, keys
+from loam_common.audit import ACTOR, Actor
+from loam_common.errors import InvalidArgument
+from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
+from loam_common.jobs import admin
+from loam_common.jobs import states as S
+from loam_common.store.memory import Fault, FaultPlan, MemoryBackend
+from loam_common.store.runner import Store, open_store
+from loam_gateway.app import create_app
+from loam_gateway.audit_log import AuditLog
+from loam_gateway.auth import StoreAuthenticator
+from loam_gateway.routing import Router
+from loam_queue_core import QueueCore
+from loam_queue_core import server as core_server
+from loam_queue_core.rpc import CoreRpc
+
+CONNECT = "/loam.jobs.v1.JobsService/"
+
+
+@pytest.fixture
+async def gateway(store, tmp_path):
+    router = Router(local=CoreRpc(QueueCore(store)))
+    app = create_app(router, StoreAuthenticator(store), audit=AuditLog(store))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+        yield client
+
+
+async def bearer(store, ns: str, *actions: str) -> dict[str, str]:
+    t, _ = await store.transact(auth.token_create, ns, list(actions), "", None)
+    return {"authorization": f"Bearer {t}"}
+
+
+async def enqueue(gw, who, queue: str, n: int = 1) -> list[str]:
+    out = []
+    for i in range(n):
+        r = await gw.post(f"/v1/queues/{queue}/jobs", json={"name": "charge", "data": {"n": i}}, headers=who)
+        assert r.status_code == 200, r.text
+        out.append(r.json()["job"])
+    return out
+
+
+async def entries(gw, who, query: str = "") -> list[dict]:
+    r = await gw.get(f"/v1/audit{query}", headers=who)
+    assert r.status_code == 200, r.text
+    return r.json()["entries"]
+
+
+def audit_rows(tx, ns: str) -> list[dict]:
+    start = keys.audit_all(ns)
+    return [json.loads(v) for _, v in tx.scan(start, keys.prefix_end(start))]
+
+
+async def test_connect_admin_calls_are_audited_like_rest(gateway, store):
+    operator = await bearer(store, "acme", auth.READ, auth.ADMIN, auth.ENQUEUE)
+    who = (await gateway.get("/v1/whoami", headers=operator)).json()["token_id"]
+    job, other = await enqueue(gateway, operator, "emails", 2)
+    r = await gateway.post(CONNECT + "JobAdmin", json={"queue": "emails", "job": job, "op": {"cancel": {}}},
+                           headers=operator)  # fmt: skip
+    assert r.status_code == 200, r.text
+    r = await gateway.post(
+        CONNECT + "QueueAdmin", json={"queue": "emails", "op": {"drain": {}}}, headers=operator
+    )
+    assert r.status_code == 200 and r.json()["affected"] == "1", r.text
+    r = await gateway.post("/v1/queues/emails:pause", headers=operator)
+    assert r.status_code == 200, r.text
+    got = [
+        (e["action"], e["job"], e["count"], e["via"], e["token_id"], e["role"])
+        for e in await entries(gateway, operator)
+    ]
+    assert got == [
+        ("queue.pause", "", 0, "rest", who, "operator"),
+        ("queue.drain", "", 1, "connect", who, "operator"),
+        ("job.cancel", job, 1, "connect", who, "operator"),
+    ]
+    assert other  # the drained one
+    # reads through Connect are not actions: nothing recorded
+    r = await gateway.post(CONNECT + "JobAdmin", json={"queue": "emails", "job": job, "op": {"get": {}}},
+                           headers=operator)  # fmt: skip
+    assert r.status_code == 200
+    assert len(await entries(gateway, operator)) == 3
+
+
+async def test_a_refused_or_failed_action_records_nothing(gateway, store, dump):
+    operator = await bearer(store, "acme", auth.READ, auth.ADMIN, auth.ENQUEUE)
+    viewer = await bearer(store, "acme", auth.READ)
+    (job,) = await enqueue(gateway, operator, "emails")
+    before = await dump()
+    # the job is waiting, not delayed: promote fails in its transition
+    r = await gateway.post(CONNECT + "JobAdmin", json={"queue": "emails", "job": job, "op": {"promote": {}}},
+                           headers=operator)  # fmt: skip
+    assert r.status_code == 400 and r.json()["code"] == "failed_precondition", r.text
+    r = await gateway.post(f"/v1/queues/emails/jobs/{job}:promote", headers=operator)
+    assert r.status_code == 400, r.text
+    # no such job; and a viewer may not act
+    r = await gateway.post(CONNECT + "JobAdmin", json={"queue": "emails", "job": "nope", "op": {"retry": {}}},
+                           headers=operator)  # fmt: skip
+    assert r.json()["code"] == "not_found", r.text
+    r = await gateway.post(
+        CONNECT + "QueueAdmin", json={"queue": "emails", "op": {"pause": {}}}, headers=viewer
+    )
+    assert r.json()["code"] == "permission_denied", r.text
+    assert await dump() == before
+    assert await entries(gateway, viewer) == []
+
+
+async def test_an_action_and_its_record_fail_together(gateway, store, dump, monkeypatch):
+    """A failure after the action's writes, while its record is written, undoes the action."""
+    operator = await bearer(store, "acme", auth.READ, auth.ADMIN, auth.ENQUEUE)
+    (job,) = await enqueue(gateway, operator, "emails")
+    before = await dump()
+
+    def broken(tx, ns, entry):
+        raise RuntimeError("the store failed between the action and its record")
+
+    monkeypatch.setattr(audit, "audit_append", broken)
+    r = await gateway.post(CONNECT + "JobAdmin", json={"queue": "emails", "job": job, "op": {"cancel": {}}},
+                           headers=operator)  # fmt: skip
+    assert r.status_code == 500, r.text
+    r = await gateway.post(f"/v1/queues/emails/jobs/{job}:remove", headers=operator)
+    assert r.status_code == 500, r.text
+    assert await dump() == before  # the job is still waiting, and no record
+    monkeypatch.undo()
+    r = await gateway.get(f"/v1/queues/emails/jobs/{job}", headers=operator)
+    assert r.json()["job"]["state"] == "waiting"
+
+
+@pytest.mark.parametrize("fault", [Fault.UNKNOWN_COMMITTED, Fault.UNKNOWN_NOT_COMMITTED, Fault.CONFLICT])
+async def test_a_lost_or_retried_commit_keeps_one_action_and_one_record(fault):
+    faults = FaultPlan()
+    store = Store(MemoryBackend(faults=faults))
+    try:
+        core = QueueCore(store)
+        rpc = CoreRpc(core)
+        ns = "acme"
+        ids = [
+            (await rpc.enqueue(ns, J.EnqueueRequest(queue="q", task={"name": "t"}))).enqueued.job
+            for _ in range(2)
+        ]
+        token = ACTOR.set(Actor("t1", "operator", (auth.ADMIN,), "connect"))
+        try:
+            faults.schedule_commits(fault)
+            await rpc.job_admin(ns, J.JobAdminRequest(queue="q", job=ids[0], op=J.JobOp(cancel={})))
+        finally:
+            ACTOR.reset(token)
+        assert faults.injected[fault] == 1
+        rows = await store.snapshot(audit_rows, ns)
+        assert [(r["action"], r["job"], r["token_id"]) for r in rows] == [("job.cancel", ids[0], "t1")]
+        got = await rpc.job_admin(ns, J.JobAdminRequest(queue="q", job=ids[0], op=J.JobOp(get={})))
+        assert got.job.state == S.CANCELED
+        # without an actor (a sweep, a timer, an in-process caller): the action, no record
+        await rpc.job_admin(ns, J.JobAdminRequest(queue="q", job=ids[1], op=J.JobOp(cancel={})))
+        assert len(await store.snapshot(audit_rows, ns)) == 1
+    finally:
+        await store.close()
+
+
+async def test_an_action_of_several_transactions_has_one_record_counting_them_all(
+    gateway, store, monkeypatch
+):
+    monkeypatch.setattr(admin, "BATCH", 2)  # a drain of 5 jobs: 3 transactions
+    operator = await bearer(store, "acme", auth.READ, auth.ADMIN, auth.ENQUEUE)
+    await enqueue(gateway, operator, "emails", 5)
+    r = await gateway.post(
+        CONNECT + "QueueAdmin", json={"queue": "emails", "op": {"drain": {}}}, headers=operator
+    )
+    assert r.json()["affected"] == "5", r.text
+    (entry,) = await entries(gateway, operator)
+    assert (entry["action"], entry["count"]) == ("queue.drain", 5)
+
+
+async def test_each_job_of_a_batch_is_recorded_as_a_part_of_it(gateway, store):
+    admin_ = await bearer(store, "acme", *sorted(auth.ACTIONS))
+    ids = await enqueue(gateway, admin_, "emails", 3)
+    r = await gateway.post("/v1/queues/emails/batches", json={"action": "cancel", "ids": [*ids, "missing"]},
+                           headers=admin_)  # fmt: skip
+    batch = r.json()
+    while batch["state"] != "done":  # the batch record's long poll: wakes on each change
+        batch = (await gateway.get(f"/v1/batches/{batch['id']}?after_version={batch['version']}&wait_ms=10000",
+                                   headers=admin_)).json()  # fmt: skip
+    for _ in range(50):  # the summary follows the batch record's last write
+        got = await entries(gateway, admin_)
+        if got and got[0]["action"].startswith("batch."):
+            break
+        await gateway.get("/v1/whoami", headers=admin_)  # yields to the batch task
+    summary, *jobs = got
+    assert (summary["action"], summary["count"], summary["batch"]) == ("batch.cancel", 3, batch["id"])
+    assert sorted((e["action"], e["job"], e["batch"]) for e in jobs) == sorted(
+        ("job.cancel", j, batch["id"]) for j in ids
+    )
+
+
+def test_an_actor_header_is_read_back_and_a_bad_one_refused():
+    a = Actor("0123", "viewer", (auth.READ,), "rest", "b1")
+    assert Actor.from_header(a.header()) == a
+    for bad in ("", "{}", "[1,2,3,4,5]", '["a","b",["c"],"d"]', "x" * 5000):
+        with pytest.raises(InvalidArgument):
+            Actor.from_header(bad)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_a_remote_core_records_the_caller_the_gateway_checked(tmp_path):
+    """A gateway and a queue core over HTTP (the deployment's shape): the actor rides in
+    the internal call, and the core's record names the gateway's caller."""
+    store = open_store(f"sqlite:///{tmp_path / 'loam.db'}")
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(core_server.create_app(QueueCore(store), internal_token="in"),
+                                        host="127.0.0.1", port=port, log_level="warning", lifespan="off"))  # fmt: skip
+    srv.install_signal_handlers = lambda: None
+    serving = asyncio.create_task(srv.serve())
+    router = Router(cores=[f"http://127.0.0.1:{port}"], internal_token="in")
+    try:
+        while not srv.started:
+            await asyncio.sleep(0.01)
+        app = create_app(router, StoreAuthenticator(store), audit=AuditLog(store))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as gw:
+            operator = await bearer(store, "acme", auth.READ, auth.ADMIN, auth.ENQUEUE)
+            who = (await gw.get("/v1/whoami", headers=operator)).json()["token_id"]
+            (job,) = await enqueue(gw, operator, "emails")
+            r = await gw.post(f"/v1/queues/emails/jobs/{job}:cancel", headers=operator)
+            assert r.status_code == 200, r.text
+            (entry,) = await entries(gw, operator)
+            assert (entry["action"], entry["job"], entry["token_id"], entry["via"]) == (
+                "job.cancel",
+                job,
+                who,
+                "rest",
+            )
+    finally:
+        await router.close()
+        srv.should_exit = True
+        await serving
+        await store.close()
