@@ -230,3 +230,110 @@ async def test_quota_api_over_rest_and_connect_with_auth(quota_core, tmp_path):
             and r.json()["source"] == "deployment"
             and r.json()["quotas"]["stored_jobs"] == 3
         )
+
+
+# -- the other paths that create jobs: flows, exchange publishes, schedule ticks ------------
+def flow(*node_ids: str, data: bytes = b"x") -> pb.FlowSpec:
+    return pb.FlowSpec(nodes=[pb.FlowNode(id=n, queue="q", task=task(data)) for n in node_ids])
+
+
+async def test_a_flow_over_a_quota_is_refused_whole_and_stores_nothing(quota_core):
+    await quota_core.jobs.enqueue("small", "q", task())
+    with pytest.raises(QuotaExceeded, match="stored_jobs") as e:
+        await quota_core.flows.submit("small", flow("a", "b", "c"))  # 1 + 3 > 3
+    assert e.value.code == "resource_exhausted"
+    assert await stored(quota_core, "small") == 1  # none of the flow's jobs
+    with pytest.raises(QuotaExceeded, match="payload_bytes"):
+        await quota_core.flows.submit("small", flow("a", "b", data=b"x" * 60))  # 120 bytes > 100
+    assert await stored(quota_core, "small") == 1
+    sub = await quota_core.flows.submit("small", pb.FlowSpec(id="f", nodes=flow("a", "b").nodes))
+    assert sub.created and await stored(quota_core, "small") == 3
+    again = await quota_core.flows.submit("small", pb.FlowSpec(id="f", nodes=flow("a", "b").nodes))
+    assert not again.created and again.jobs == sub.jobs  # a replay stores nothing: not refused
+
+
+async def test_a_flow_counts_against_the_enqueue_rate(quota_core):
+    await quota_core.jobs.enqueue_bulk("rate", "q", [(task(), None)] * 3)
+    with pytest.raises(QuotaExceeded, match="enqueue_rate"):
+        await quota_core.flows.submit("rate", flow("a", "b", "c"))  # 3 + 3 > 5 this second
+    assert await stored(quota_core, "rate") == 3
+    quota_core.clock.advance(SEC)
+    await quota_core.flows.submit("rate", flow("a", "b", "c"))
+    assert await stored(quota_core, "rate") == 6
+
+
+async def test_an_exchange_publish_over_a_quota_is_refused_whole(quota_core):
+    fanout = pb.EXCHANGE_TYPE_FANOUT
+    for q in ("q1", "q2"):
+        await quota_core.exchanges.bind("small", "fan", "", q, 0)
+    await quota_core.exchanges.bind("small", "direct", "k", "q3", 0)
+    await quota_core.jobs.enqueue("small", "q", task())
+    routed = await quota_core.exchanges.publish("small", "fan", fanout, "", task(), pb.EnqueueOpts())
+    assert [q for q, _ in routed] == ["q1", "q2"]  # 3 stored: the namespace is full
+    with pytest.raises(QuotaExceeded, match="stored_jobs") as e:
+        await quota_core.exchanges.publish("small", "fan", fanout, "", task(), pb.EnqueueOpts())
+    assert e.value.code == "resource_exhausted"
+    with pytest.raises(QuotaExceeded, match="stored_jobs"):  # one routed copy: refused too, not in its slot
+        await quota_core.exchanges.publish("small", "direct", pb.EXCHANGE_TYPE_DIRECT, "k", task(),
+                                           pb.EnqueueOpts())  # fmt: skip
+    assert [await stored(quota_core, "small", q) for q in ("q", "q1", "q2", "q3")] == [1, 1, 1, 0]
+
+
+async def test_an_exchange_publish_counts_every_copy_against_payload_bytes(quota_core):
+    for q in ("q1", "q2"):
+        await quota_core.exchanges.bind("small", "fan", "", q, 0)
+    with pytest.raises(QuotaExceeded, match="payload_bytes"):  # 2 x 60 > 100, each copy fits
+        await quota_core.exchanges.publish("small", "fan", pb.EXCHANGE_TYPE_FANOUT, "", task(b"x" * 60),
+                                           pb.EnqueueOpts())  # fmt: skip
+    assert await stored(quota_core, "small", "q1") == 0 and await stored(quota_core, "small", "q2") == 0
+
+
+async def test_a_schedule_tick_over_a_quota_is_skipped_recorded_and_the_next_one_runs(quota_core):
+    from loam_common.sweeper import Sweeper
+
+    sweeper = Sweeper(quota_core.store, quotas=quotas.parse("small:stored_jobs=3"))  # the deployment's
+    spec = pb.ScheduleSpec(id="tick", queue="sched", task=pb.TaskSpec(name="t"), every_ns=60 * SEC)
+    await quota_core.schedules.upsert("small", spec)
+    first = await quota_core.jobs.enqueue_bulk("small", "q", [(task(), None)] * 3)  # the namespace is full
+    quota_core.clock.advance(60 * SEC)
+    report = await sweeper.run_once()  # does not raise: the tick is skipped
+    assert report.ticks == 0
+    rec = await quota_core.schedules.get("small", "tick")
+    assert "stored_jobs" in rec.last_error and rec.count == 0 and rec.next_ns > rec.last_tick_ns > 0
+    assert await stored(quota_core, "small", "sched") == 0
+    await quota_core.job_admin.remove("small", "q", first[0].job_id, False)  # room for one
+    quota_core.clock.advance(60 * SEC)
+    assert (await sweeper.run_once()).ticks == 1
+    rec = await quota_core.schedules.get("small", "tick")
+    assert rec.last_error == "" and rec.count == 1 and rec.last_job_id
+    assert await stored(quota_core, "small", "sched") == 1
+
+
+async def test_a_namespace_quota_set_through_the_api_applies_to_schedule_ticks(quota_core):
+    from loam_common.sweeper import Sweeper
+
+    sweeper = Sweeper(quota_core.store)  # no deployment table: the namespace's own record counts
+    await quota_core.quotas.set("ticked", quotas.Quota(enqueue_rate=1))
+    spec = pb.ScheduleSpec(id="tick", queue="sched", task=pb.TaskSpec(name="t"), every_ns=60 * SEC)
+    await quota_core.schedules.upsert("ticked", spec)
+    quota_core.clock.advance(60 * SEC)
+    await quota_core.jobs.enqueue("ticked", "q", task())  # this second's one enqueue
+    await sweeper.run_once()
+    assert "enqueue_rate" in (await quota_core.schedules.get("ticked", "tick")).last_error
+    quota_core.clock.advance(60 * SEC)
+    assert (await sweeper.run_once()).ticks == 1
+    assert await stored(quota_core, "ticked", "sched") == 1
+
+
+async def test_a_dead_letter_copy_is_never_refused_but_counts(quota_core):
+    from loam_common.jobs.complete import Fail
+
+    await quota_core.queues.create("small", "q", pb.QueueConfig(dead_letter_queue="dlq"))
+    await quota_core.jobs.enqueue_bulk("small", "q", [(task(), None)] * 3)  # the namespace is full
+    (job,) = await quota_core.jobs.lease("small", ["q"], "w", 1)
+    failure = Fail(pb.JobError(code="error", message="boom"), dead_letter=True)
+    await quota_core.jobs.complete("small", "q", job.id, job.epoch, failure)
+    assert await stored(quota_core, "small", "dlq") == 1  # the failure is kept, over the quota
+    assert (await quota_core.quotas.get("small")).usage.stored_jobs == 4
+    with pytest.raises(QuotaExceeded, match="stored_jobs"):
+        await quota_core.jobs.enqueue("small", "q", task())

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from loam_common import keys, results
 from loam_common.blobs import BlobStore
-from loam_common.jobs import schedules, sweeps
+from loam_common.jobs import quotas, schedules, sweeps
+from loam_common.jobs.quotas import QuotaTable
 from loam_common.ownership import Fence, OwnershipLost, run_fenced
 from loam_common.store.runner import Store
 
@@ -61,8 +62,12 @@ class Sweeper:
         owns: Callable[[str, str, int], bool] = _owns_everything,
         on_ready: Callable[[str, str], None] | None = None,
         fence: Callable[[str, str, int], Fence | None] | None = None,
+        quotas: QuotaTable | None = None,
     ) -> None:
+        """`quotas`: the deployment's (the `--quotas` flag), which schedule ticks are
+        checked against in a namespace without quotas of its own."""
         self.store = store
+        self.quotas = quotas or QuotaTable()
         self.blobs = blobs
         self.owns = owns
         self.on_ready = on_ready
@@ -174,10 +179,12 @@ class Sweeper:
     async def _fire_schedules(self, ns: str, rep: SweepReport) -> None:
         """Fire the due ticks of the namespace's schedules; each tick's job is enqueued in
         the transaction that advances its schedule (schedules.py), so two sweepers or a
-        restarted one never fire a tick twice."""
+        restarted one never fire a tick twice. A tick over one of the namespace's quotas
+        is skipped and recorded in its schedule (quotas.sweep_schedules_within_quota)."""
         fence = self._fence(ns, "", 0)
+        deployment = self.quotas.of(ns)
         while True:
-            fired = await self._once(schedules.sweep_schedules, ns, fence=fence)
+            fired = await self._once(quotas.sweep_schedules_within_quota, ns, deployment, fence=fence)
             rep.ticks += fired.ticks
             rep.woke.update((ns, queue) for queue in fired.ready_queues)
             if fired.schedules < schedules.SWEEP_BATCH:

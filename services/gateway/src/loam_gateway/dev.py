@@ -130,7 +130,8 @@ async def run(args: argparse.Namespace) -> None:
     data.mkdir(parents=True, exist_ok=True)
     store = open_store(store_url_of(args.store or data), durable_power_loss=args.durable)
     blobs = DirBlobStore(data / "blobs")
-    core = QueueCore(store, blobs, quotas=quotas.parse(args.quotas))
+    quota_table = quotas.parse(args.quotas)
+    core = QueueCore(store, blobs, quotas=quota_table)
     tracing.configure_from_env("loam-dev")  # OTEL_TRACES_EXPORTER=console|otlp|...; off when unset
     hub = Hub()
     durable = DurableCore(store, hub, retry_ms=args.durable_retry_ms)
@@ -157,7 +158,7 @@ async def run(args: argparse.Namespace) -> None:
     router = Router(local=rpc)
     loops = [
         # Same store as the core: the core's effect sink wakes what the sweeps make ready.
-        SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S),
+        SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S, quotas=quota_table),
         RelayService(store, OWNER_ID),
         DurableTimers(durable, OWNER_ID, SWEEP_INTERVAL_S),
     ]

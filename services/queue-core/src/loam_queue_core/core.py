@@ -49,7 +49,7 @@ class QueueCore:
         self.queues = Queues(store)
         self.results = Results(store, self.waiters)
         self.schedules = Schedules(store, self.quotas)
-        self.flows = Flows(store, payloads)
+        self.flows = Flows(store, payloads, self.quotas)
         self.exchanges = Exchanges(store, payloads, self.jobs)
 
     def close(self) -> None:

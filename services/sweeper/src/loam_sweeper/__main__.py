@@ -1,10 +1,11 @@
 """`loam sweeper` / `python -m loam_sweeper`: run one sweeper process.
 
     loam sweeper --store URL [--blobs DIR] [--queue-cores URL,URL] [--id NAME]
-                 [--interval 0.2] [--lease-ttl 10]
+                 [--interval 0.2] [--lease-ttl 10] [--quotas SPEC]
 
 Every flag has an environment variable: LOAM_STORE, LOAM_BLOBS, LOAM_QUEUE_CORES,
-LOAM_SWEEPER_ID (default `<host>-<pid>`), LOAM_SWEEPER_INTERVAL, LOAM_SWEEPER_LEASE_TTL;
+LOAM_SWEEPER_ID (default `<host>-<pid>`), LOAM_SWEEPER_INTERVAL, LOAM_SWEEPER_LEASE_TTL,
+LOAM_QUOTAS (the queue cores' `--quotas`: schedule ticks are checked against them);
 LOAM_INTERNAL_TOKEN is sent on the wake-ups to the queue cores and on the durable
 timers' outbox notices to the gateways. SIGINT / SIGTERM stop
 it gracefully: the current pass finishes and its leases are released, so another
@@ -24,6 +25,8 @@ from loam_durable.peers import OutboxNotice
 from loam_durable.timers import DurableTimers
 
 from loam_common.blobs import open_blobs
+from loam_common.errors import InvalidArgument
+from loam_common.jobs import quotas
 from loam_common.loop import configure_logging, serve_until_signalled
 from loam_common.store.runner import open_store
 from loam_sweeper.service import SweeperService
@@ -64,8 +67,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=float(env.get("LOAM_SWEEPER_LEASE_TTL", "10")),
         help="seconds a shard lease lasts without renewal: how soon a dead sweeper's shards are taken over",
     )
+    p.add_argument(
+        "--quotas",
+        default=env.get("LOAM_QUOTAS"),
+        help="per-namespace quotas, as the queue cores' --quotas: schedule ticks over one are skipped",
+    )
     p.add_argument("--log-level", default=env.get("LOAM_LOG_LEVEL", "warning"))
     args = p.parse_args(argv)
+    try:
+        args.quotas = quotas.parse(args.quotas)
+    except InvalidArgument as e:
+        p.error(f"--quotas: {e}")
     if not args.store:
         p.error("--store (or LOAM_STORE) is required")
     if "/" in args.id or not args.id:
@@ -86,7 +98,7 @@ async def run(args: argparse.Namespace) -> None:
     durable_core.outbox_notice = OutboxNotice(store, os.environ.get("LOAM_INTERNAL_TOKEN"))
     durable = DurableTimers(durable_core, args.id, args.interval, ttl_ns=ttl_ns)
     service = SweeperService(
-        store, blobs, args.id, args.queue_cores, args.interval, ttl_ns=ttl_ns, durable=durable
+        store, blobs, args.id, args.queue_cores, args.interval, ttl_ns=ttl_ns, durable=durable, quotas=args.quotas
     )
     await serve_until_signalled(service, store, f"loam sweeper {args.id}")
 

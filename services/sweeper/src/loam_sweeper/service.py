@@ -31,6 +31,7 @@ from loam_common import rendezvous
 from loam_common.api.headers import TOKEN_HEADER
 from loam_common.blobs import BlobStore
 from loam_common.effects import Effect, ready_counts
+from loam_common.jobs.quotas import QuotaTable
 from loam_common.loop import Loop
 from loam_common.ownership import DEFAULT_TTL_NS, ShardLister, ShardOwnership
 from loam_common.store.runner import Store
@@ -57,7 +58,10 @@ class SweeperService(Loop):
         ttl_ns: int = DEFAULT_TTL_NS,
         internal_token: str | None = None,
         durable: Loop | None = None,
+        quotas: QuotaTable | None = None,
     ) -> None:
+        """`quotas`: the deployment's per-namespace quotas (`--quotas`), which schedule
+        ticks are checked against where a namespace has none of its own."""
         super().__init__(interval)
         self.durable = durable
         self.store = store
@@ -71,7 +75,9 @@ class SweeperService(Loop):
             store.add_sink(self.remote_wake)
         self.ownership = ShardOwnership(store, KIND, owner_id, ttl_ns)
         self.lister = ShardLister(store, namespace_wide=True)  # lists again only when queues change
-        self.sweeper = Sweeper(store, blobs, owns=self.ownership.owns, fence=self.ownership.fence)
+        self.sweeper = Sweeper(
+            store, blobs, owns=self.ownership.owns, fence=self.ownership.fence, quotas=quotas
+        )
         self._http = None
         self.wakes_sent = 0
         self.wakes_failed = 0

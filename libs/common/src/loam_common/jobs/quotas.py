@@ -4,13 +4,25 @@ concurrent calls cannot both squeeze under a limit).
 
 | quota            | limits                                              | checked in              |
 |------------------|-----------------------------------------------------|-------------------------|
-| `enqueue_rate`   | jobs enqueued per second (a one-second window)      | enqueue, bulk, writes   |
-| `stored_jobs`    | jobs stored in the namespace, every state           | enqueue, bulk, writes   |
-| `payload_bytes`  | payload bytes of the jobs stored in the namespace   | enqueue, bulk, writes   |
+| `enqueue_rate`   | jobs enqueued per second (a one-second window)      | every job-creating call |
+| `stored_jobs`    | jobs stored in the namespace, every state           | every job-creating call |
+| `payload_bytes`  | payload bytes of the jobs stored in the namespace   | every job-creating call |
 | `active_leases`  | jobs leased at once across the namespace            | lease                   |
 | `schedules`      | schedules defined                                   | schedule upsert (new id)|
 
-0 means no limit. Exceeding one raises `QuotaExceeded` (resource_exhausted) naming it.
+The job-creating calls: enqueue, bulk enqueue, write batches, flows (a new flow id; its
+jobs count as one call), exchange publishes (every routed copy, as one call) and schedule
+ticks (the sweeper's, and an upsert's `immediately`). 0 means no limit. Exceeding one
+raises `QuotaExceeded` (resource_exhausted) naming it, and the whole call stores nothing;
+a schedule tick over a quota is skipped instead, its reason in the schedule's
+`last_error`, and the schedule fires its next tick as usual (a tick is nobody's call to
+refuse, and a schedule must not stop for good because its namespace was full once).
+
+Not checked, but counted: a dead-letter copy (the failed job's record moving to its
+dead-letter queue) and a retry or repeat of a job already stored. Refusing a dead-letter
+copy would lose the failure it records, so it always goes in; it counts toward
+`stored_jobs` and `payload_bytes` like any job (the shard counters see it), so the
+namespace's next enqueue is refused until room is freed.
 Counts come from the per-shard counters every transition keeps in ShardMeta (`counts`
 per state, and `payload_bytes`, kept by `QueueTx.insert`, `replace_payload` and
 `remove` in the transaction that stores or drops a payload): O(queues x shards) per
@@ -32,7 +44,7 @@ from dataclasses import dataclass, field, fields
 from loam_common import keys
 from loam_common.errors import InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import schedules
+from loam_common.jobs import exchanges, flows, schedules
 from loam_common.jobs import states as S
 from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import LeaseResult, job_lease
@@ -245,7 +257,41 @@ def job_lease_within_quota(tx: Txn, ns: str, queues, worker: str, max_jobs: int,
 
 def schedule_upsert_within_quota(tx: Txn, ns: str, spec, quota: Quota):
     check_new_schedule(tx, ns, quota, spec.id)
-    return schedules.schedule_upsert(tx, ns, spec)
+    return schedules.schedule_upsert(tx, ns, spec, _admit(tx, ns, quota))
+
+
+def flow_submit_within_quota(tx: Txn, ns: str, flow_id: str, rhash: bytes, spec, news, quota: Quota):
+    """A new flow's jobs count as one enqueue call; a flow id seen before (a replay,
+    which stores nothing) is not checked."""
+    if tx.get(keys.flow(ns, flow_id)) is None:
+        check_enqueue(tx, ns, quota, len(news), _payload_bytes(news))
+    return flows.flow_submit(tx, ns, flow_id, rhash, spec, news)
+
+
+def enqueue_routed_within_quota(tx: Txn, ns: str, items: list, quota: Quota):
+    """An exchange publish: every routed copy counts, as one enqueue call."""
+    news = [nj for _queue, nj in items]
+    check_enqueue(tx, ns, quota, len(news), _payload_bytes(news))
+    return exchanges.enqueue_routed(tx, ns, items)
+
+
+def sweep_schedules_within_quota(tx: Txn, ns: str, deployment: Quota, limit: int = schedules.SWEEP_BATCH):
+    """The sweeper's schedule ticks under the namespace's quotas in force (its own record,
+    else `deployment`), read in this transaction: a tick over one is skipped and recorded
+    in its schedule's `last_error` (schedules._fire)."""
+    quota, _source = in_force(tx, ns, deployment)
+    return schedules.sweep_schedules(tx, ns, limit, _admit(tx, ns, quota))
+
+
+def _admit(tx: Txn, ns: str, quota: Quota) -> schedules.Admit | None:
+    """A schedule tick's check (schedules.Admit): None when the namespace has no quota."""
+    if not quota:
+        return None
+
+    def admit(jobs: int, payload_bytes: int) -> None:
+        check_enqueue(tx, ns, quota, jobs, payload_bytes)
+
+    return admit
 
 
 # -- the admin API (GetQuotas / SetQuotas) ---------------------------------------------

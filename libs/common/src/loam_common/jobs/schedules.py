@@ -37,6 +37,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loam_common import ids, keys, registry, validate
@@ -65,6 +66,10 @@ _REFUSED_OPTS = {
     "not_before": "ticks are enqueued when due; use offset_ns to shift them",
 }
 
+
+#: checks one tick's job (jobs, payload bytes) against the namespace's quotas before it is
+#: stored, raising a JobsError to skip the tick (quotas.sweep_schedules_within_quota)
+Admit = Callable[[int, int], None]
 
 DURABLE_PROMISE_TIMEOUT_MS = 24 * 3600 * 1000  # as a Resonate schedule's default
 DURABLE_FUNCTION_VERSION = 1  # the SDKs' registry version of a function registered plainly
@@ -308,10 +313,11 @@ class Fired:
     ready_queues: set[str] = field(default_factory=set)
 
 
-def _fire(tx: Txn, ns: str, rec: pb.ScheduleRecord, tick_ns: int, out: Fired) -> None:
+def _fire(tx: Txn, ns: str, rec: pb.ScheduleRecord, tick_ns: int, out: Fired,
+          admit: Admit | None = None) -> None:  # fmt: skip
     """Enqueue the job of one tick and record it. A tick the enqueue refuses (its key was
-    used by an earlier schedule of the same id with another template) is skipped with
-    `last_error` set; the schedule goes on."""
+    used by an earlier schedule of the same id with another template) or `admit` refuses
+    (the namespace is over a quota) is skipped with `last_error` set; the schedule goes on."""
     if rec.opts.mode == pb.MODE_DURABLE:
         _fire_durable(tx, ns, rec, tick_ns, out)
         return
@@ -324,6 +330,8 @@ def _fire(tx: Txn, ns: str, rec: pb.ScheduleRecord, tick_ns: int, out: Fired) ->
     opts.idempotency.key = idempotency_key(rec.id, tick_ns)
     sp = tx.savepoint()
     try:
+        if admit is not None:
+            admit(1, task.payload.size or len(task.payload.data))
         with LinkedQueueTx(tx, ns, rec.queue) as qt:
             res = job_insert(qt, NewJob(ids.new_ulid(), task, opts))
     except JobsError as e:
@@ -344,7 +352,8 @@ def _room(rec: pb.ScheduleRecord) -> bool:
     return not rec.limit or rec.count < rec.limit
 
 
-def _fire_due(tx: Txn, ns: str, rec: pb.ScheduleRecord, rule: Rule, now: int, out: Fired) -> None:
+def _fire_due(tx: Txn, ns: str, rec: pb.ScheduleRecord, rule: Rule, now: int, out: Fired,
+              admit: Admit | None = None) -> None:  # fmt: skip
     """Fire the ticks due at `now` per the misfire policy and set `next_ns`."""
     t: int | None = rec.next_ns
     n = 0
@@ -355,11 +364,11 @@ def _fire_due(tx: Txn, ns: str, rec: pb.ScheduleRecord, rule: Rule, now: int, ou
             if rec.misfire != pb.MISFIRE_POLICY_SKIP and (on_time is None or on_time > now):
                 latest = rule.latest_at_or_before(lo - 1)
                 if latest is not None and latest > rec.last_tick_ns and _room(rec):
-                    _fire(tx, ns, rec, latest, out)
+                    _fire(tx, ns, rec, latest, out, admit)
             t = on_time
     while t is not None and t <= now and _room(rec) and n < CATCH_UP_BATCH:
         if t > rec.last_tick_ns:
-            _fire(tx, ns, rec, t, out)
+            _fire(tx, ns, rec, t, out, admit)
             n += 1
         t = rule.next_after(t)
     rec.next_ns = t if t is not None and _room(rec) else 0
@@ -371,8 +380,9 @@ def _save(tx: Txn, ns: str, rec: pb.ScheduleRecord) -> None:
         tx.put(keys.schedule_due(ns, rec.next_ns, rec.id), b"")
 
 
-def sweep_schedules(tx: Txn, ns: str, limit: int = SWEEP_BATCH) -> Fired:
-    """Fire every schedule of `ns` whose next tick is due, up to `limit` schedules."""
+def sweep_schedules(tx: Txn, ns: str, limit: int = SWEEP_BATCH, admit: Admit | None = None) -> Fired:
+    """Fire every schedule of `ns` whose next tick is due, up to `limit` schedules; with
+    `admit`, each tick's job is first checked against the namespace's quotas."""
     now = tx.now_ns()
     out = Fired()
     prefix = keys.schedule_due_all(ns)
@@ -387,7 +397,7 @@ def sweep_schedules(tx: Txn, ns: str, limit: int = SWEEP_BATCH) -> Fired:
         rec = pb.ScheduleRecord.FromString(raw)
         if rec.next_ns != keys.index_time(key, len(prefix)) or iterated(rec):
             continue  # a stale entry; the record's own entry is elsewhere, or it has none
-        _fire_due(tx, ns, rec, rule_of(rec), now, out)
+        _fire_due(tx, ns, rec, rule_of(rec), now, out, admit)
         _save(tx, ns, rec)
     return out
 
@@ -400,8 +410,9 @@ class Upserted:
     fired: Fired  # `immediately`: the tick fired in this transaction
 
 
-def schedule_upsert(tx: Txn, ns: str, spec: pb.ScheduleSpec) -> Upserted:
-    """Create or replace the schedule `spec.id` (spec checked by `check_schedule`)."""
+def schedule_upsert(tx: Txn, ns: str, spec: pb.ScheduleSpec, admit: Admit | None = None) -> Upserted:
+    """Create or replace the schedule `spec.id` (spec checked by `check_schedule`); with
+    `admit`, an `immediately` tick's job is first checked against the namespace's quotas."""
     now = tx.now_ns()
     rec = _normalized(spec)
     rec.rule_hash = _rule_hash(rec)
@@ -422,7 +433,7 @@ def schedule_upsert(tx: Txn, ns: str, spec: pb.ScheduleSpec) -> Upserted:
     rule = rule_of(rec)
     out = Fired()
     if rec.immediately and now > rec.last_tick_ns:
-        _fire(tx, ns, rec, now, out)
+        _fire(tx, ns, rec, now, out, admit)
     nxt = rule.next_after(max(now, rec.last_tick_ns))
     rec.next_ns = nxt if nxt is not None and _room(rec) else 0
     if not rec.next_ns and not out.ticks:

@@ -1,20 +1,23 @@
 """`Flows` (spec §8.2): a graph of jobs created in one transaction, each node's
-completion updating its dependents in the transaction that finishes it."""
+completion updating its dependents in the transaction that finishes it. A new flow is
+checked against the namespace's quotas in that transaction, all its jobs as one call."""
 
 from __future__ import annotations
 
 from loam_common import ids, validate
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
-from loam_common.jobs import flows
+from loam_common.jobs import flows, quotas
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
 from loam_queue_core.facade.payloads import Payloads
+from loam_queue_core.facade.quotas import Quotas
 
 
 class Flows:
-    def __init__(self, store: Store, payloads: Payloads) -> None:
+    def __init__(self, store: Store, payloads: Payloads, quotas: Quotas | None = None) -> None:
         self.store = store
         self.payloads = payloads
+        self.quotas = quotas or Quotas(store)  # each namespace's quotas in force
 
     async def submit(self, ns: Namespace, spec: pb.FlowSpec) -> flows.Submitted:
         """Create every job of a flow in one transaction; a flow id seen before returns
@@ -28,7 +31,12 @@ class Flows:
         ]
         created = False
         try:
-            sub = await self.store.transact(flows.flow_submit, ns, flow_id, rhash, spec, news)
+            if quota := await self.quotas.of(ns):
+                sub = await self.store.transact(
+                    quotas.flow_submit_within_quota, ns, flow_id, rhash, spec, news, quota
+                )
+            else:
+                sub = await self.store.transact(flows.flow_submit, ns, flow_id, rhash, spec, news)
             created = sub.created
         finally:
             if not created:
