@@ -337,3 +337,22 @@ async def test_a_dead_letter_copy_is_never_refused_but_counts(quota_core):
     assert (await quota_core.quotas.get("small")).usage.stored_jobs == 4
     with pytest.raises(QuotaExceeded, match="stored_jobs"):
         await quota_core.jobs.enqueue("small", "q", task())
+
+
+async def test_an_immediate_first_tick_over_a_quota_is_skipped_not_the_upsert(quota_core):
+    await quota_core.jobs.enqueue_bulk("small", "q", [(task(), None)] * 3)  # the namespace is full
+    spec = pb.ScheduleSpec(id="now", queue="sched", task=pb.TaskSpec(name="t"), every_ns=60 * SEC,
+                           immediately=True)  # fmt: skip
+    up = await quota_core.schedules.upsert("small", spec)
+    assert up.fired.ticks == 0 and "stored_jobs" in up.schedule.last_error and up.schedule.next_ns
+    assert await stored(quota_core, "small", "sched") == 0
+
+
+def test_the_sweeper_takes_the_deployment_quotas_and_refuses_a_bad_spec(capsys):
+    from loam_sweeper.__main__ import parse_args
+
+    args = parse_args(["--store", "sqlite:///x.db", "--quotas", "small:stored_jobs=3"])
+    assert args.quotas.of("small") == quotas.Quota(stored_jobs=3)
+    with pytest.raises(SystemExit):
+        parse_args(["--store", "sqlite:///x.db", "--quotas", "small:stored=3"])
+    assert "--quotas" in capsys.readouterr().err

@@ -98,7 +98,14 @@ async def run(args: argparse.Namespace) -> None:
     durable_core.outbox_notice = OutboxNotice(store, os.environ.get("LOAM_INTERNAL_TOKEN"))
     durable = DurableTimers(durable_core, args.id, args.interval, ttl_ns=ttl_ns)
     service = SweeperService(
-        store, blobs, args.id, args.queue_cores, args.interval, ttl_ns=ttl_ns, durable=durable, quotas=args.quotas
+        store,
+        blobs,
+        args.id,
+        args.queue_cores,
+        args.interval,
+        ttl_ns=ttl_ns,
+        durable=durable,
+        quotas=args.quotas,
     )
     await serve_until_signalled(service, store, f"loam sweeper {args.id}")
 

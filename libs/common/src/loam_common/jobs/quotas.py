@@ -19,10 +19,12 @@ a schedule tick over a quota is skipped instead, its reason in the schedule's
 refuse, and a schedule must not stop for good because its namespace was full once).
 
 Not checked, but counted: a dead-letter copy (the failed job's record moving to its
-dead-letter queue) and a retry or repeat of a job already stored. Refusing a dead-letter
-copy would lose the failure it records, so it always goes in; it counts toward
-`stored_jobs` and `payload_bytes` like any job (the shard counters see it), so the
-namespace's next enqueue is refused until room is freed.
+dead-letter queue; refusing it would lose the failure it records), its redrive back, a
+retry or repeat of a job already stored, and a BullMQ job scheduler's iterations (their
+worker advancing the chain; refusing that would stop the schedule for good). Each counts
+toward `stored_jobs` and `payload_bytes` like any job (the shard counters see it), so
+the namespace's next checked call is refused until room is freed.
+
 Counts come from the per-shard counters every transition keeps in ShardMeta (`counts`
 per state, and `payload_bytes`, kept by `QueueTx.insert`, `replace_payload` and
 `remove` in the transaction that stores or drops a payload): O(queues x shards) per
