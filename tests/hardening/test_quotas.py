@@ -126,6 +126,13 @@ async def test_quotas_through_connect_and_rest(quota_core):
         r = await http.post(SVC + "EnqueueBulk", content=body, headers={**JSON, **small})
         assert r.status_code == 429 and "stored_jobs" in r.json()["message"], r.text
         assert len((await http.get("/v1/queues/q/jobs", headers=small)).json()["jobs"]) == 3
+        nodes = [
+            {"id": "a", "queue": "f", "name": "t"},
+            {"id": "b", "queue": "f", "name": "t", "depends_on": ["a"]},
+        ]
+        r = await http.post("/v1/flows", json={"nodes": nodes}, headers=small)
+        assert r.status_code == 429 and "stored_jobs" in r.json()["message"], r.text
+        assert await stored(quota_core, "small", "f") == 0
 
 
 # -- payload_bytes: the bytes a namespace stores -------------------------------------------
