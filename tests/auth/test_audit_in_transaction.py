@@ -3,8 +3,10 @@ transport: a Connect admin call is recorded like a REST one (who, what, when, ho
 jobs); a refused or failed action records nothing; an action and its record commit
 together (a failure between them undoes both; a lost or retried commit keeps exactly one
 of each); an action done in several transactions (a drain) has one record counting
-them all; each job of a bulk batch is recorded as a part of it; and a remote queue core
-records the caller the gateway checked (the actor travels in the internal call)."""
+them all; each job of a bulk batch is recorded as a part of it; a remote queue core
+records the caller the gateway checked (the actor travels in the internal call); a
+person's enqueue over REST and a queue's settings changes are recorded, a producer's
+Connect enqueue (the hot path) is not."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from loam_common import audit, auth, keys
 from loam_common.audit import ACTOR, Actor
 from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
-from loam_common.jobs import admin
+from loam_common.jobs import admin, quotas
 from loam_common.jobs import states as S
 from loam_common.store.memory import Fault, FaultPlan, MemoryBackend
 from loam_common.store.runner import Store, open_store
@@ -63,6 +65,11 @@ async def entries(gw, who, query: str = "") -> list[dict]:
     return r.json()["entries"]
 
 
+async def actions(gw, who) -> list[dict]:
+    """The records but those of the REST enqueues a test makes its jobs with."""
+    return [e for e in await entries(gw, who) if e["action"] != "queue.enqueue"]
+
+
 def audit_rows(tx, ns: str) -> list[dict]:
     start = keys.audit_all(ns)
     return [json.loads(v) for _, v in tx.scan(start, keys.prefix_end(start))]
@@ -83,7 +90,7 @@ async def test_connect_admin_calls_are_audited_like_rest(gateway, store):
     assert r.status_code == 200, r.text
     got = [
         (e["action"], e["job"], e["count"], e["via"], e["token_id"], e["role"])
-        for e in await entries(gateway, operator)
+        for e in await actions(gateway, operator)
     ]
     assert got == [
         ("queue.pause", "", 0, "rest", who, "operator"),
@@ -95,7 +102,7 @@ async def test_connect_admin_calls_are_audited_like_rest(gateway, store):
     r = await gateway.post(CONNECT + "JobAdmin", json={"queue": "emails", "job": job, "op": {"get": {}}},
                            headers=operator)  # fmt: skip
     assert r.status_code == 200
-    assert len(await entries(gateway, operator)) == 3
+    assert len(await actions(gateway, operator)) == 3
 
 
 async def test_a_refused_or_failed_action_records_nothing(gateway, store, dump):
@@ -118,7 +125,7 @@ async def test_a_refused_or_failed_action_records_nothing(gateway, store, dump):
     )
     assert r.json()["code"] == "permission_denied", r.text
     assert await dump() == before
-    assert await entries(gateway, viewer) == []
+    assert await actions(gateway, viewer) == []
 
 
 async def test_an_action_and_its_record_fail_together(gateway, store, dump, monkeypatch):
@@ -182,7 +189,7 @@ async def test_an_action_of_several_transactions_has_one_record_counting_them_al
         CONNECT + "QueueAdmin", json={"queue": "emails", "op": {"drain": {}}}, headers=operator
     )
     assert r.json()["affected"] == "5", r.text
-    (entry,) = await entries(gateway, operator)
+    (entry,) = await actions(gateway, operator)
     assert (entry["action"], entry["count"]) == ("queue.drain", 5)
 
 
@@ -200,7 +207,7 @@ async def test_each_job_of_a_batch_is_recorded_as_a_part_of_it(gateway, store):
         if got and got[0]["action"].startswith("batch."):
             break
         await gateway.get("/v1/whoami", headers=admin_)  # yields to the batch task
-    summary, *jobs = got
+    summary, *jobs = [e for e in got if e["action"] != "queue.enqueue"]
     assert (summary["action"], summary["count"], summary["batch"]) == ("batch.cancel", 3, batch["id"])
     assert sorted((e["action"], e["job"], e["batch"]) for e in jobs) == sorted(
         ("job.cancel", j, batch["id"]) for j in ids
@@ -241,7 +248,7 @@ async def test_a_remote_core_records_the_caller_the_gateway_checked(tmp_path):
             (job,) = await enqueue(gw, operator, "emails")
             r = await gw.post(f"/v1/queues/emails/jobs/{job}:cancel", headers=operator)
             assert r.status_code == 200, r.text
-            (entry,) = await entries(gw, operator)
+            (entry,) = await actions(gw, operator)
             assert (entry["action"], entry["job"], entry["token_id"], entry["via"]) == (
                 "job.cancel",
                 job,
@@ -253,3 +260,82 @@ async def test_a_remote_core_records_the_caller_the_gateway_checked(tmp_path):
         srv.should_exit = True
         await serving
         await store.close()
+
+
+async def test_a_rest_enqueue_is_recorded_and_a_producers_connect_enqueue_is_not(gateway, store):
+    operator = await bearer(store, "acme", auth.READ, auth.ADMIN, auth.ENQUEUE)
+    who = (await gateway.get("/v1/whoami", headers=operator)).json()["token_id"]
+    (job,) = await enqueue(gateway, operator, "emails")
+    # an SDK's enqueue (Connect), the producers' hot path: not recorded
+    r = await gateway.post(CONNECT + "Enqueue", json={"queue": "emails", "task": {"name": "charge"}},
+                           headers=operator)  # fmt: skip
+    assert r.status_code == 200, r.text
+    # the same job key again: the existing job, nothing created
+    keyed = {"name": "charge", "data": {"n": 1}, "job_key": "order-7"}
+    for _ in range(2):
+        r = await gateway.post("/v1/queues/emails/jobs", json=keyed, headers=operator)
+        assert r.status_code == 200, r.text
+    got = [(e["action"], e["queue"], e["count"], e["via"], e["token_id"], e["detail"])
+           for e in await entries(gateway, operator)]  # fmt: skip
+    assert got == [
+        ("queue.enqueue", "emails", 0, "rest", who, "charge"),
+        ("queue.enqueue", "emails", 1, "rest", who, "charge"),
+        ("queue.enqueue", "emails", 1, "rest", who, "charge"),
+    ]
+    assert (await entries(gateway, operator))[-1]["job"] == job
+    assert (await entries(gateway, operator, f"?queue=emails&job={job}"))[0]["action"] == "queue.enqueue"
+
+
+async def test_a_refused_enqueue_records_nothing(store, dump):
+    core = QueueCore(store, quotas=quotas.parse("acme:stored_jobs=1"))
+    app = create_app(Router(local=CoreRpc(core)), StoreAuthenticator(store), audit=AuditLog(store))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as gw:
+        operator = await bearer(store, "acme", auth.READ, auth.ADMIN, auth.ENQUEUE)
+        viewer = await bearer(store, "acme", auth.READ)
+        await enqueue(gw, operator, "emails")
+        before = await dump()
+        # over the namespace's quota: refused in the enqueue's transaction
+        r = await gw.post("/v1/queues/emails/jobs", json={"name": "charge"}, headers=operator)
+        assert r.status_code == 429, r.text
+        # bad input, and a caller that may not enqueue
+        r = await gw.post("/v1/queues/emails/jobs", json={"name": ""}, headers=operator)
+        assert r.status_code == 400, r.text
+        r = await gw.post("/v1/queues/emails/jobs", json={"name": "charge"}, headers=viewer)
+        assert r.status_code == 403, r.text
+        assert await dump() == before
+        assert [e["count"] for e in await entries(gw, viewer)] == [1]
+
+
+async def test_a_queue_settings_change_is_recorded(gateway, store, dump):
+    operator = await bearer(store, "acme", auth.READ, auth.ADMIN, auth.ENQUEUE)
+    who = (await gateway.get("/v1/whoami", headers=operator)).json()["token_id"]
+
+    async def queue_admin(op: dict, who=operator) -> httpx.Response:
+        return await gateway.post(CONNECT + "QueueAdmin", json={"queue": "emails", "op": op}, headers=who)
+
+    assert (await queue_admin({"create": {"config": {"attempts": 3}}})).status_code == 200
+    r = await queue_admin({"update": {"config": {"max_stalled": 4}, "fields": ["max_stalled"]}})
+    assert r.status_code == 200, r.text
+    r = await queue_admin({"set_rate_limit": {"rate_limit": {"max": 10, "duration_ns": "1000000000"}}})
+    assert r.status_code == 200, r.text
+    assert (await queue_admin({"set_concurrency": {"concurrency": 2}})).status_code == 200
+    r = await gateway.post("/v1/queues/emails:pause", headers=operator)
+    assert r.status_code == 200, r.text
+    got = [(e["action"], e["queue"], e["count"], e["via"], e["token_id"], e["detail"])
+           for e in await entries(gateway, operator)]  # fmt: skip
+    assert got == [
+        ("queue.pause", "emails", 0, "rest", who, ""),
+        ("queue.set_concurrency", "emails", 0, "connect", who, "concurrency 2"),
+        ("queue.set_rate_limit", "emails", 0, "connect", who, "max 10 per 1000000000 ns"),
+        ("queue.update", "emails", 0, "connect", who, "max_stalled: max_stalled: 4"),
+        ("queue.create", "emails", 0, "connect", who, "attempts: 3"),
+    ]
+    # a refused change (a viewer; a bad value) writes neither the setting nor a record
+    viewer = await bearer(store, "acme", auth.READ)
+    before = await dump()
+    assert (await queue_admin({"set_concurrency": {"concurrency": 3}}, viewer)).json()[
+        "code"
+    ] == "permission_denied"
+    r = await queue_admin({"update": {"config": {"shards": 1000}, "fields": ["shards"]}})
+    assert r.json()["code"] == "invalid_argument", r.text
+    assert await dump() == before

@@ -11,8 +11,11 @@ import asyncio
 import functools
 import logging
 import random
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from loam_common import tracing, validate
+from loam_common.audit import current_actor
 from loam_common.errors import Fenced, InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import job_admin, quotas
@@ -112,11 +115,10 @@ class Jobs:
         leases for it and the poll gets the jobs without reading again (decision 0023)."""
         claim = self.waiters.claim(ns, queue) if any(_may_be_ready(n) for n in news) else None
         if claim is None:
+            transact = self._enqueue_transact(ns, queue, news, _created)
             if quota := await self.quotas.of(ns):
-                return await self.store.transact(
-                    quotas.job_enqueue_within_quota, ns, queue, news, bulk, quota
-                )
-            return await self.store.transact(job_enqueue, ns, queue, news, bulk)
+                return await transact(quotas.job_enqueue_within_quota, ns, queue, news, bulk, quota)
+            return await transact(job_enqueue, ns, queue, news, bulk)
         # Shielded: if the caller leaves, the transaction may still commit, and the poll
         # must then get the jobs leased for it, not be told to read again.
         handing = asyncio.ensure_future(self._hand_off(ns, queue, news, bulk, claim))
@@ -128,15 +130,14 @@ class Jobs:
     ) -> list[Enqueued | JobsError]:
         poll, lease_args = claim
         leased = None
+        transact = self._enqueue_transact(ns, queue, news, lambda result: _created(result[0]))
         try:
             if quota := await self.quotas.of(ns):
-                results, leased = await self.store.transact(
+                results, leased = await transact(
                     quotas.job_enqueue_then_lease_within_quota, ns, queue, news, bulk, lease_args, quota
                 )
             else:
-                results, leased = await self.store.transact(
-                    job_enqueue_then_lease, ns, queue, news, bulk, lease_args
-                )
+                results, leased = await transact(job_enqueue_then_lease, ns, queue, news, bulk, lease_args)
         finally:  # the claimed poll always gets an answer, if only "read again"
             jobs = leased.jobs if leased is not None else []
             answered = self.waiters.hand(poll, jobs or None)
@@ -150,6 +151,20 @@ class Jobs:
                     "could not hand back %d jobs leased for a poll that left", len(jobs), exc_info=True
                 )
         return results
+
+    def _enqueue_transact(
+        self, ns: Namespace, queue: str, news: list[NewJob], count: Callable[[Any], int]
+    ) -> Callable[..., Awaitable[Any]]:
+        """How an enqueue's transaction runs: audited (one record, counting the jobs it
+        created) when a person enqueues over REST (the console's enqueue form, a script
+        with a token); as it is for a producer's Connect enqueue (an SDK, a worker), the
+        hot path, which is not audited (decision 0040)."""
+        actor = current_actor()
+        if actor is None or actor.via != "rest":
+            return self.store.transact
+        job = news[0].job_id if len(news) == 1 else ""
+        detail = ", ".join(sorted({n.task.name for n in news}))
+        return AuditedAction(self.store, ns, "queue.enqueue", queue, job, detail, count).transact
 
     async def write_batch(self, ns: Namespace, items: list[tuple]) -> list[WriteOutcome]:
         """Several writes in one transaction, all or none (write_batch.py). Each item is
@@ -377,6 +392,11 @@ def _retrieve(task: asyncio.Future) -> None:
     """A shielded task whose caller left: its error is the caller's, already raised."""
     if not task.cancelled():
         task.exception()
+
+
+def _created(results: list[Enqueued | JobsError]) -> int:
+    """The jobs an enqueue created (not those refused, nor the existing job a key found)."""
+    return sum(1 for r in results if isinstance(r, Enqueued) and r.created)
 
 
 def _may_be_ready(new: NewJob) -> bool:

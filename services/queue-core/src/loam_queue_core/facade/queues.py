@@ -2,8 +2,8 @@
 
 Bulk ops (drain, clean, retry-all, promote-all, redrive, trim) run their batch
 transaction again while a batch comes back full, so one call covers a whole queue with
-each transaction bounded. The operator actions (pause, resume and the bulk ops but the
-trim) are audited in their own transactions when a caller is acting (facade.audited):
+each transaction bounded. The operator actions (settings changes, pause, resume and the
+bulk ops but the trim) are audited in their own transactions when a caller is acting (facade.audited):
 one record per call, counting the jobs each of its transactions touched."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from google.protobuf import text_format
 
 from loam_common import events, metrics, validate
 from loam_common.errors import InvalidArgument
@@ -40,12 +42,18 @@ class Queues:
         self.store = store
 
     async def create(self, ns: Namespace, queue: str, config: pb.QueueConfig) -> tuple[pb.QueueConfig, bool]:
-        return await self.store.transact(admin.queue_create, ns, _queue(queue), config)
+        action = AuditedAction(self.store, ns, "queue.create", _queue(queue), detail=_settings(config),
+                               count=none_touched)  # fmt: skip
+        return await action.transact(admin.queue_create, ns, queue, config)
 
     async def update(
         self, ns: Namespace, queue: str, config: pb.QueueConfig, fields: list[str] | None
     ) -> pb.QueueConfig:
-        return await self.store.transact(admin.queue_update, ns, _queue(queue), config, fields)
+        detail = _settings(config, fields)
+        action = AuditedAction(
+            self.store, ns, "queue.update", _queue(queue), detail=detail, count=none_touched
+        )
+        return await action.transact(admin.queue_update, ns, queue, config, fields)
 
     async def pause(self, ns: Namespace, queue: str) -> None:
         action = AuditedAction(self.store, ns, "queue.pause", _queue(queue), count=none_touched)
@@ -78,15 +86,20 @@ class Queues:
     async def set_rate_limit(
         self, ns: Namespace, queue: str, max_jobs: int, duration_ns: int, sharded: bool
     ) -> pb.QueueConfig:
-        return await self.store.transact(
-            admin.queue_set_rate_limit, ns, _queue(queue), max_jobs, duration_ns, sharded
-        )
+        detail = f"max {max_jobs} per {duration_ns} ns{', sharded' if sharded else ''}"
+        action = AuditedAction(self.store, ns, "queue.set_rate_limit", _queue(queue), detail=detail,
+                               count=none_touched)  # fmt: skip
+        return await action.transact(admin.queue_set_rate_limit, ns, queue, max_jobs, duration_ns, sharded)
 
     async def rate_limit_for(self, ns: Namespace, queue: str, for_ns: int) -> None:
+        # a worker's own call (BullMQ's rateLimit from a processor): not audited, as the
+        # other writes of a worker are not
         await self.store.transact(admin.queue_rate_limit_for, ns, _queue(queue), for_ns)
 
     async def set_concurrency(self, ns: Namespace, queue: str, concurrency: int) -> pb.QueueConfig:
-        return await self.store.transact(admin.queue_set_concurrency, ns, _queue(queue), concurrency)
+        action = AuditedAction(self.store, ns, "queue.set_concurrency", _queue(queue),
+                               detail=f"concurrency {concurrency}", count=none_touched)  # fmt: skip
+        return await action.transact(admin.queue_set_concurrency, ns, queue, concurrency)
 
     # -- ops over the queue's jobs -------------------------------------------------------
     async def drain(self, ns: Namespace, queue: str, delayed: bool, limit: int = 0) -> int:
@@ -176,6 +189,12 @@ class Queues:
 
 def _queue(queue: str) -> str:
     return validate.name("queue", queue)
+
+
+def _settings(config: pb.QueueConfig, fields: list[str] | None = None) -> str:
+    """A settings change as the audit record's detail: the fields it sets, and their values."""
+    text = text_format.MessageToString(config, as_one_line=True)
+    return f"{', '.join(fields)}: {text}" if fields else text
 
 
 def _state(tx: Txn, ns: Namespace, queue: str) -> QueueState:
