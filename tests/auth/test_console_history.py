@@ -142,18 +142,23 @@ async def test_the_audit_log_records_who_did_what_per_namespace(gateway, token, 
     assert page["enabled"] is True
     got = [(e["action"], e["queue"], e["job"], e["count"], e["role"]) for e in page["entries"]]
     assert got == [("job.remove", "emails", job, 1, "operator"), ("queue.pause", "emails", "", 0, "operator"),
-                   ("job.change-priority", "emails", job, 1, "operator")]  # fmt: skip
+                   ("job.change-priority", "emails", job, 1, "operator"),
+                   ("queue.enqueue", "emails", job, 1, "operator")]  # fmt: skip
     who = (await gateway.get("/v1/whoami", headers=operator)).json()["token_id"]
     assert {e["token_id"] for e in page["entries"]} == {who}
     assert page["entries"][0]["at_ns"] >= page["entries"][1]["at_ns"] >= page["entries"][2]["at_ns"] > 0
     assert "priority 4" in page["entries"][2]["detail"]
     # one job's entries; paging by `before`
     r = await gateway.get(f"/v1/audit?queue=emails&job={job}", headers=viewer)
-    assert [e["action"] for e in r.json()["entries"]] == ["job.remove", "job.change-priority"]
+    assert [e["action"] for e in r.json()["entries"]] == [
+        "job.remove",
+        "job.change-priority",
+        "queue.enqueue",
+    ]
     r = await gateway.get("/v1/audit?limit=2", headers=viewer)
     assert len(r.json()["entries"]) == 2 and r.json()["next_before"]
-    r = await gateway.get(f"/v1/audit?limit=2&before={r.json()['next_before']}", headers=viewer)
-    assert [e["action"] for e in r.json()["entries"]] == ["job.change-priority"]
+    r = await gateway.get(f"/v1/audit?limit=3&before={r.json()['next_before']}", headers=viewer)
+    assert [e["action"] for e in r.json()["entries"]] == ["job.change-priority", "queue.enqueue"]
     assert r.json()["next_before"] == ""
     # another namespace sees none of it; bad input is refused
     assert (await gateway.get("/v1/audit", headers=rival)).json()["entries"] == []
@@ -185,7 +190,7 @@ async def test_a_batch_is_recorded_once_done_with_how_many_jobs(gateway, token):
     )
     assert "3 succeeded, 1 failed" in entry["detail"]
     assert sorted((e["action"], e["job"], e["batch"]) for e in each) == sorted(
-        ("job.remove", j, batch["id"]) for j in ids
+        [("job.remove", j, batch["id"]) for j in ids] + [("queue.enqueue", j, "") for j in ids]
     )
 
 
