@@ -90,11 +90,12 @@ describe("audit log", () => {
     await seen.locator("#audit-queue").fill("audited");
     await seen.locator("#audit-queue").press("Enter");
     await seen.waitForURL(/\/console\/audit\?queue=audited$/);
-    await seen.locator("tbody tr").nth(1).waitFor();
+    await seen.locator("tbody tr").nth(2).waitFor();
     const rows = await seen.locator("tbody tr").evaluateAll((trs) => trs.map((tr) => tr.textContent));
-    assert.equal(rows.length, 2);
+    assert.equal(rows.length, 3);
     assert.match(rows[0], new RegExp(`job\\.cancel.*${job}.*${me}.*admin via rest`));
     assert.match(rows[1], /job\.change-priority.*priority 7/);
+    assert.match(rows[2], new RegExp(`queue\\.enqueue.*${job}.*resize`));
     await shot(seen, "audit");
     await axe(seen, "audit page");
     // another namespace's log has none of it
