@@ -248,6 +248,7 @@ async def test_a_remote_core_records_the_caller_the_gateway_checked(tmp_path):
             (job,) = await enqueue(gw, operator, "emails")
             r = await gw.post(f"/v1/queues/emails/jobs/{job}:cancel", headers=operator)
             assert r.status_code == 200, r.text
+            assert [e["action"] for e in await entries(gw, operator)] == ["job.cancel", "queue.enqueue"]
             (entry,) = await actions(gw, operator)
             assert (entry["action"], entry["job"], entry["token_id"], entry["via"]) == (
                 "job.cancel",
