@@ -340,3 +340,23 @@ async def test_a_queue_settings_change_is_recorded(gateway, store, dump):
     r = await queue_admin({"update": {"config": {"shards": 1000}, "fields": ["shards"]}})
     assert r.json()["code"] == "invalid_argument", r.text
     assert await dump() == before
+
+
+async def test_a_rest_enqueue_handed_to_a_waiting_poll_is_recorded(store):
+    """With a worker's poll asleep, the enqueue's transaction also leases for it
+    (decision 0023): the record is written in that transaction too, and the job reaches
+    the worker."""
+    core = QueueCore(store)
+    app = create_app(Router(local=CoreRpc(core)), StoreAuthenticator(store), audit=AuditLog(store))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as gw:
+        operator = await bearer(store, "acme", auth.READ, auth.ADMIN, auth.ENQUEUE)
+        poll = asyncio.create_task(core.jobs.lease("acme", ["emails"], "w1", 1, wait_ns=30 * 10**9))
+        async with asyncio.timeout(30):
+            while core.waiters.sleeping("acme", "emails") == 0:  # it read nothing and waits
+                await asyncio.sleep(0.001)
+        (job,) = await enqueue(gw, operator, "emails")
+        async with asyncio.timeout(30):
+            (leased,) = await poll
+        assert leased.id == job
+        got = [(e["action"], e["job"], e["count"]) for e in await entries(gw, operator)]
+        assert got == [("queue.enqueue", job, 1)]
