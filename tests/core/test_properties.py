@@ -346,7 +346,9 @@ class QueueMachine(RuleBasedStateMachine):
         else:  # an earlier one runs latest: it stays, the new one and the others go
             kept = not_started[res.job_id]
             assert (kept.due_ns or kept.created_ns) >= new_runs_at
-            assert all((kept.due_ns or kept.created_ns) >= (j.due_ns or j.created_ns) for j in not_started.values())
+            assert all(
+                (kept.due_ns or kept.created_ns) >= (j.due_ns or j.created_ns) for j in not_started.values()
+            )
             assert res.job_id in after.jobs and res.dropped not in after.jobs
         for job_id in not_started:
             if job_id != res.job_id:

@@ -163,7 +163,9 @@ async def test_plain_waiting_jobs_of_the_subject_are_replaced(core, clock, job_o
     await check_invariants()
 
 
-async def test_several_plain_jobs_the_latest_running_is_kept_the_others_dropped(core, job_of, check_invariants):
+async def test_several_plain_jobs_the_latest_running_is_kept_the_others_dropped(
+    core, job_of, check_invariants
+):
     soon = await enqueue(core, "evict", subject="file-1", not_before=delay(30))
     latest = await enqueue(core, "evict", subject="file-1", not_before=delay(300))
     waiting = await enqueue(core, "evict", subject="file-1")
@@ -191,7 +193,9 @@ async def test_a_plain_job_waiting_to_retry_is_left_alone(core, clock, job_of, c
     backoff = pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=60 * SEC)
     plain = await enqueue(core, "evict", subject="file-1", attempts=2, backoff=backoff)
     (running,) = await lease(core)
-    await core.jobs.complete(NS, "q", running.id, running.epoch, Retry(pb.JobError(code="error", message="busy")))
+    await core.jobs.complete(
+        NS, "q", running.id, running.epoch, Retry(pb.JobError(code="error", message="busy"))
+    )
     assert (await job_of(plain.job_id)).state == S.DELAYED
     replacement = await enqueue(core, "evict", subject="file-1", replace=KEEP_LATER, not_before=delay(30))
     assert replacement.created and not replacement.dropped
