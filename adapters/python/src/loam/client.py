@@ -337,8 +337,9 @@ class Client:
             ((kind, spec),) = item.items()
             if kind == "enqueue":
                 rest = {k: v for k, v in spec.items() if k not in ("queue", "name", "payload")}
-                b = self._item(spec["name"], spec.get("payload"), rest)
-                req.items.add(enqueue=jpb.EnqueueRequest(queue=spec["queue"], task=b.task, opts=b.opts))
+                enq = req.items.add().enqueue
+                enq.queue = spec["queue"]
+                self._fill(enq.task, enq.opts, spec["name"], spec.get("payload"), rest)
             elif kind == "cancel":
                 cancel = jpb.WriteItem.Cancel(
                     queue=spec["queue"], job=spec["job"], reason=spec.get("reason", "")
