@@ -1470,7 +1470,7 @@ export interface components {
             priority: number;
             /**
              * Replace
-             * @description with subject: keep whichever of this job and a not-started one of the same subject and task name (enqueued as a replacement) runs later, drop the other
+             * @description with subject: of this job and the not-started ones of the same subject and task name, keep the one that runs latest, drop the others
              */
             replace?: "keep_later" | null;
             /** Subject */
@@ -2867,7 +2867,7 @@ export interface components {
             queue: string;
             /**
              * Replace
-             * @description with subject: keep whichever of this job and a not-started one of the same subject and task name (enqueued as a replacement) runs later, drop the other
+             * @description with subject: of this job and the not-started ones of the same subject and task name, keep the one that runs latest, drop the others
              */
             replace?: "keep_later" | null;
             /** Subject */

@@ -311,6 +311,17 @@ class QueueMachine(RuleBasedStateMachine):
         self._check_subjects(before, got, batch)
 
     @rule(subject=st.sampled_from(["a", "b"]), delay=st.sampled_from([0, 3 * SEC, 15 * SEC]))
+    def enqueue_plain_evict(self, subject: str, delay: int) -> None:
+        """A job of the replacements' task name enqueued without replace: a later
+        replacement finds it all the same."""
+        opts = pb.EnqueueOpts(subject=subject)
+        if delay:
+            opts.not_before.delay_ns = delay
+        res = self.run(self.core.jobs.enqueue(NS, Q, pb.TaskSpec(name="evict"), opts))
+        assert res.created and not res.dropped
+        self.enq_order[res.job_id] = len(self.enq_order)
+
+    @rule(subject=st.sampled_from(["a", "b"]), delay=st.sampled_from([0, 3 * SEC, 15 * SEC]))
     def enqueue_replacement(self, subject: str, delay: int) -> None:
         before = self.snap()
         opts = pb.EnqueueOpts(subject=subject, replace=pb.SUBJECT_REPLACE_KEEP_LATER)
@@ -318,18 +329,31 @@ class QueueMachine(RuleBasedStateMachine):
             opts.not_before.delay_ns = delay
         res = self.run(self.core.jobs.enqueue(NS, Q, pb.TaskSpec(name="evict"), opts))
         after = self.snap()
-        if res.created:
+        # Every job of (subject, "evict") that has not started, however it was enqueued.
+        not_started = {
+            j.id: j
+            for j in before.jobs.values()
+            if j.opts.subject == subject
+            and j.task.name == "evict"
+            and j.epoch == 0
+            and j.state in (S.WAITING, S.PRIORITIZED, S.DELAYED)
+        }
+        new_runs_at = before.now + delay
+        if res.created:  # the new one runs latest: every earlier one not started is gone
             self.enq_order[res.job_id] = len(self.enq_order)
-        if res.dropped and res.dropped in before.jobs:  # the earlier job was dropped
-            old = before.jobs[res.dropped]
-            assert res.created and old.epoch == 0 and old.state in (S.WAITING, S.PRIORITIZED, S.DELAYED)
-            assert (old.due_ns or old.created_ns) < before.now + delay
-            assert res.dropped not in after.jobs
-            del self.enq_order[res.dropped]
-        elif not res.created:  # the earlier job runs later: the new one was dropped
-            kept = before.jobs[res.job_id]
-            assert kept.epoch == 0 and (kept.due_ns or kept.created_ns) >= before.now + delay
-            assert res.dropped not in after.jobs
+            assert all((j.due_ns or j.created_ns) < new_runs_at for j in not_started.values())
+            assert (res.dropped in not_started) == bool(not_started)
+        else:  # an earlier one runs latest: it stays, the new one and the others go
+            kept = not_started[res.job_id]
+            assert (kept.due_ns or kept.created_ns) >= new_runs_at
+            assert all(
+                (kept.due_ns or kept.created_ns) >= (j.due_ns or j.created_ns) for j in not_started.values()
+            )
+            assert res.job_id in after.jobs and res.dropped not in after.jobs
+        for job_id in not_started:
+            if job_id != res.job_id:
+                assert job_id not in after.jobs, f"{job_id} not started, not replaced"
+                del self.enq_order[job_id]
 
     def _pick(self, data, tokens: list) -> tuple[str, int]:
         return tokens.pop(data.draw(st.integers(0, len(tokens) - 1)))

@@ -132,6 +132,94 @@ async def test_a_waiting_job_behind_its_subject_is_replaced_in_the_backlog(core,
     await check_invariants()
 
 
+async def test_a_plain_delayed_job_is_replaced_by_a_later_replacement(core, clock, job_of, check_invariants):
+    plain = await enqueue(core, "evict", subject="file-1", not_before=delay(60))
+    replacement = await enqueue(core, "evict", subject="file-1", replace=KEEP_LATER, not_before=delay(120))
+    assert replacement.created and replacement.dropped == plain.job_id
+    assert await job_of(plain.job_id) is None
+    clock.advance(60 * SEC)
+    assert await lease(core) == []  # the dropped job does not run at its old time
+    clock.advance(60 * SEC)
+    assert [j.id for j in await lease(core)] == [replacement.job_id]
+    await check_invariants()
+
+
+async def test_a_plain_delayed_job_running_later_is_kept(core, job_of, check_invariants):
+    plain = await enqueue(core, "evict", subject="file-1", not_before=delay(120))
+    replacement = await enqueue(core, "evict", subject="file-1", replace=KEEP_LATER, not_before=delay(60))
+    assert not replacement.created and replacement.job_id == plain.job_id
+    assert await job_of(replacement.dropped) is None
+    assert (await check_invariants()) == {S.DELAYED: 1}
+
+
+async def test_plain_waiting_jobs_of_the_subject_are_replaced(core, clock, job_of, check_invariants):
+    holder = await enqueue(core, "evict", subject="file-1")  # the subject's job, not leased
+    behind = await enqueue(core, "evict", subject="file-1")  # in the subject's backlog
+    other_task = await enqueue(core, "write", subject="file-1")
+    replacement = await enqueue(core, "evict", subject="file-1", replace=KEEP_LATER, not_before=delay(30))
+    assert replacement.created and replacement.dropped in (holder.job_id, behind.job_id)
+    assert await job_of(holder.job_id) is None and await job_of(behind.job_id) is None
+    assert [j.id for j in await lease(core)] == [other_task.job_id]  # the subject passed on
+    await check_invariants()
+
+
+async def test_several_plain_jobs_the_latest_running_is_kept_the_others_dropped(
+    core, job_of, check_invariants
+):
+    soon = await enqueue(core, "evict", subject="file-1", not_before=delay(30))
+    latest = await enqueue(core, "evict", subject="file-1", not_before=delay(300))
+    waiting = await enqueue(core, "evict", subject="file-1")
+    replacement = await enqueue(core, "evict", subject="file-1", replace=KEEP_LATER, not_before=delay(60))
+    assert not replacement.created and replacement.job_id == latest.job_id
+    for dropped in (soon, waiting):
+        assert await job_of(dropped.job_id) is None
+    assert (await check_invariants()) == {S.DELAYED: 1}
+
+
+async def test_a_started_plain_job_is_left_alone(core, clock, job_of, check_invariants):
+    plain = await enqueue(core, "evict", subject="file-1")
+    (running,) = await lease(core)
+    assert running.id == plain.job_id
+    replacement = await enqueue(core, "evict", subject="file-1", replace=KEEP_LATER, not_before=delay(60))
+    assert replacement.created and not replacement.dropped
+    assert (await job_of(plain.job_id)).state == S.ACTIVE
+    await ok(core, running)
+    clock.advance(60 * SEC)
+    assert [j.id for j in await lease(core)] == [replacement.job_id]
+    await check_invariants()
+
+
+async def test_a_plain_job_waiting_to_retry_is_left_alone(core, clock, job_of, check_invariants):
+    backoff = pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=60 * SEC)
+    plain = await enqueue(core, "evict", subject="file-1", attempts=2, backoff=backoff)
+    (running,) = await lease(core)
+    await core.jobs.complete(
+        NS, "q", running.id, running.epoch, Retry(pb.JobError(code="error", message="busy"))
+    )
+    assert (await job_of(plain.job_id)).state == S.DELAYED
+    replacement = await enqueue(core, "evict", subject="file-1", replace=KEEP_LATER, not_before=delay(30))
+    assert replacement.created and not replacement.dropped
+    assert (await check_invariants()) == {S.DELAYED: 2}
+
+
+async def test_a_replacement_racing_a_lease_of_a_plain_job(core, job_of, check_invariants):
+    for i in range(8):
+        subject = f"file-{i}"
+        first = await enqueue(core, "evict", subject=subject)
+        leased, second = await asyncio.gather(
+            lease(core, worker=f"w{i}"),
+            enqueue(core, "evict", subject=subject, replace=KEEP_LATER, not_before=delay(60)),
+        )
+        assert second.created
+        if second.dropped:
+            assert second.dropped == first.job_id and leased == []
+            assert await job_of(first.job_id) is None
+        else:
+            assert [j.id for j in leased] == [first.job_id]
+            await ok(core, leased[0])
+    await check_invariants()
+
+
 async def test_replace_needs_a_subject(core):
     with pytest.raises(InvalidArgument, match="replace"):
         await enqueue(core, "evict", replace=KEEP_LATER)

@@ -27,7 +27,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `Q u/<dedup id>`                            | DedupRecord          |                                |
 | `Q sj/<len u16><subject>`                   | job id               | the subject's in-flight job    |
 | `Q sq/<len u16><subject><seq u64>`          | job id               | the subject's backlog, FIFO    |
-| `Q sr/<len u16><subject><task name>`        | job id               | the subject's replaceable job  |
+| `Q sd/<len u16><subject><len u16><task><id>`| empty                | the subject's delayed jobs     |
 | `Q w/<worker id>`                           | Worker               | last seen, for Workers         |
 | `Q dep/<parent id>/<child queue>/<child id>`| Dependency           | children (dependencies.py)     |
 | `Q met/<kind>`                              | MetricsRecord        | per-minute completed / failed  |
@@ -278,9 +278,13 @@ class QueueKeys:
     def subject_backlogs(self) -> bytes:
         return self.q + b"sq/"
 
-    def subject_replaceable(self, subject: str, task: str) -> bytes:
-        """The last job of (subject, task name) enqueued as a replacement (insert.py)."""
-        return self.q + b"sr/" + _lp(subject) + task.encode()
+    def subject_delayed(self, subject: str, task: str) -> bytes:
+        """The subject's delayed jobs of one task name, for a replacement to find
+        (insert.py); kept with the delayed index (queue.py `_index_add`)."""
+        return self.q + b"sd/" + _lp(subject) + _lp(task)
+
+    def subject_delayed_entry(self, subject: str, task: str, job_id: str) -> bytes:
+        return self.subject_delayed(subject, task) + job_id.encode()
 
     # flow dependencies (dependencies.py) -------------------------------------------------
     def dependencies(self, parent_id: str) -> bytes:

@@ -232,8 +232,8 @@ class EnqueueBody(_Model):
     subject: str | None = Field(None, max_length=1024)
     replace: Literal["keep_later"] | None = Field(
         None,
-        description="with subject: keep whichever of this job and a not-started one of the same "
-        "subject and task name (enqueued as a replacement) runs later, drop the other",
+        description="with subject: of this job and the not-started ones of the same subject and "
+        "task name, keep the one that runs latest, drop the others",
     )
     placement: str | None = Field(
         None, min_length=1, max_length=256, description="only the worker with this identity leases the job"

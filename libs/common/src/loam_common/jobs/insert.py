@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import zlib
 
-from loam_common import tracing
+from loam_common import keys, tracing
 from loam_common.errors import AlreadyExists, IdempotencyConflict, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import dedup, dependencies
@@ -124,30 +124,66 @@ def job_insert(qt: QueueTx, nj: NewJob) -> Enqueued:
         tx.put(k.job_key(opts.job_key), job.id.encode())
     if opts.HasField("dedup"):
         dedup.record(qt, nj)
-    if opts.replace:
-        tx.put(k.subject_replaceable(opts.subject, nj.task.name), job.id.encode())
     return _remember(qt, nj, Enqueued(job.id, True, job.state, job.opts.job_key, dropped), rhash)
 
 
 def _earlier_replaceable_kept(qt: QueueTx, nj: NewJob, opts) -> Enqueued | str:
     """A replacement (spec 003's "push an eviction back each time the file is read"):
-    the job of the same subject and task name last enqueued as a replacement, if it has
-    not started (never leased, still waiting or delayed), and the new one: whichever
-    runs later is kept. The earlier runs later (a tie keeps it): its answer, naming the
-    new job as dropped. Else the earlier job is removed here and its id returned (""
-    when there was none to replace: the new job goes in beside a started one)."""
-    raw = qt.tx.get(qt.k.subject_replaceable(opts.subject, nj.task.name))
-    if raw is None:
+    every job of the same subject and task name that has not started (never leased,
+    still waiting or delayed), however it was enqueued, and the new one: the one that
+    runs latest is kept and all the others dropped (decision 0036). An earlier job runs
+    later on a tie. When an earlier job is kept: its answer, naming the new job as
+    dropped. Else the earlier ones are removed here and the id of the latest-running of
+    them returned ("" when there was none: the new job goes in beside a started one)."""
+    earlier = _not_started_of_subject_task(qt, opts.subject, nj.task.name)
+    if not earlier:
         return ""
-    earlier = qt.get_job(raw.decode())
-    if earlier is None or earlier.epoch or earlier.state not in (S.WAITING, S.PRIORITIZED, S.DELAYED):
-        return ""
+    # Latest run time first; on a tie the one enqueued first.
+    earlier.sort(key=lambda j: (-_runs_at(j), j.created_ns, j.id))
     new_runs_at = max(due_ns(opts, qt.now), qt.now)
-    if (earlier.due_ns or earlier.created_ns) >= new_runs_at:
-        qt.emit("duplicated", earlier)
-        return Enqueued(earlier.id, False, earlier.state, earlier.opts.job_key, dropped=nj.job_id)
-    qt.remove(earlier, "removed")
-    return earlier.id
+    latest = earlier[0]
+    keep_earlier = _runs_at(latest) >= new_runs_at
+    for job in earlier[1:] if keep_earlier else earlier:
+        # Read again: removing a subject's job admits the next, which changes its record.
+        current = qt.get_job(job.id)
+        if current is not None:
+            qt.remove(current, "removed")
+    if keep_earlier:
+        kept = qt.require_job(latest.id)
+        qt.emit("duplicated", kept)
+        return Enqueued(kept.id, False, kept.state, kept.opts.job_key, dropped=nj.job_id)
+    return latest.id
+
+
+def _runs_at(job: pb.Job) -> int:
+    return job.due_ns or job.created_ns
+
+
+def _not_started_of_subject_task(qt: QueueTx, subject: str, task: str) -> list[pb.Job]:
+    """The jobs of (subject, task name) never leased and still waiting or delayed, from
+    the subject's own indexes only: its job (`sj/`), its backlog (`sq/`) and its delayed
+    jobs (`sd/`). A replacement pays for the scan; a plain enqueue writes nothing new."""
+    k, found = qt.k, dict[str, pb.Job]()
+    ids: list[str] = []
+    current = qt.tx.get(k.subject_current(subject))
+    if current is not None:
+        ids.append(current.decode())
+    backlog = k.subject_backlog(subject)
+    ids += [v.decode() for _, v in qt.tx.scan(backlog, keys.prefix_end(backlog))]
+    delayed = k.subject_delayed(subject, task)
+    ids += [key[len(delayed) :].decode() for key, _ in qt.tx.scan(delayed, keys.prefix_end(delayed))]
+    for job_id in ids:
+        if job_id in found:
+            continue
+        job = qt.get_job(job_id)
+        if (
+            job is not None
+            and not job.epoch
+            and job.task.name == task
+            and job.state in (S.WAITING, S.PRIORITIZED, S.DELAYED)
+        ):
+            found[job_id] = job
+    return list(found.values())
 
 
 def _remember(qt: QueueTx, nj: NewJob, result: Enqueued, rhash: bytes | None) -> Enqueued:

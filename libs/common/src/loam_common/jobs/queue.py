@@ -379,6 +379,8 @@ class QueueTx:
                 self.note_due(job.shard, job.deadline_ns)
             elif st == S.DELAYED:
                 self.note_due(job.shard, job.due_ns)
+                if job.opts.subject and not job.epoch:  # a replacement may drop it (insert.py)
+                    self.tx.put(self.k.subject_delayed_entry(job.opts.subject, job.task.name, job.id), b"")
             elif st == S.COMPLETED or st == S.FAILED:
                 age = self.queue_retention(st)[1]
                 if age is not None:  # the sweeper removes it once that age has passed
@@ -399,6 +401,8 @@ class QueueTx:
             self.tx.delete(key)
             if job.subject_blocked and (job.state == S.WAITING or job.state == S.PRIORITIZED):
                 self.meta_for_update(job.shard).subject_waiting -= 1
+            elif job.state == S.DELAYED and job.opts.subject and not job.epoch:
+                self.tx.delete(self.k.subject_delayed_entry(job.opts.subject, job.task.name, job.id))
 
     def insert(self, job: pb.Job, event: str | None = None) -> None:
         """Store a new job in its state (WAITING/PRIORITIZED/DELAYED/...)."""
@@ -511,10 +515,6 @@ class QueueTx:
         if opts.subject:
             if not job.subject_blocked:
                 self._subject_release(job)
-            if opts.replace:  # no longer replaceable: forget it unless a later one took its place
-                rkey = self.k.subject_replaceable(opts.subject, job.task.name)
-                if self.tx.get(rkey) == job.id.encode():
-                    self.tx.delete(rkey)
         if opts.dedup.id or job.parents:
             self.follow_job_left_live(job)
         for hook in self.on_finished:

@@ -2316,7 +2316,7 @@ export const BackoffKindSchema: GenEnum<BackoffKind> = /*@__PURE__*/
 
 /**
  * Additive (subjects): how an enqueue treats a not-yet-started job of the same subject
- * and task name that was itself enqueued as a replacement.
+ * and task name, however it was enqueued.
  *
  * @generated from enum loam.jobs.v1.SubjectReplace
  */
