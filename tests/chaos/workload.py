@@ -68,15 +68,17 @@ class Workload:
             req = J.EnqueueRequest(queue=self.queue, task=pb.TaskSpec(name="noop", payload=pb.Payload(data=b"%d-%d" % (i, n))),
                                    opts=pb.EnqueueOpts(subject=subject))  # fmt: skip
             op = self.history.invoke("enqueue", f"producer-{i}", queue=self.queue, subject=subject)
-            try:
-                resp = await c.enqueue(req, headers=self.headers)
-                self.history.ok(op, resp.enqueued.job)
-            except ConnectError as e:
-                (self.history.info if e.code in UNKNOWN else self.history.fail)(
-                    op, f"{e.code.name}: {e.message}"
-                )
-                await asyncio.sleep(0.05)
+            await self.recorded_enqueue(c, op, req)
             await asyncio.sleep(0.01)
+
+    async def recorded_enqueue(self, c, op, req: J.EnqueueRequest) -> None:
+        """Enqueue and record the outcome: the job, a refusal, or (a lost answer) unknown."""
+        try:
+            resp = await c.enqueue(req, headers=self.headers)
+            self.history.ok(op, resp.enqueued.job)
+        except ConnectError as e:
+            (self.history.info if e.code in UNKNOWN else self.history.fail)(op, f"{e.code.name}: {e.message}")
+            await asyncio.sleep(0.05)
 
     # -- workers ---------------------------------------------------------------------------
     async def complete(self, c, process: str, lease: J.Lease, retry_s: float = 20.0) -> None:
@@ -141,14 +143,7 @@ class Workload:
             n += 1
             req = J.EnqueueRequest(queue=self.fifo_queue, task=pb.TaskSpec(name="ordered", payload=pb.Payload(data=b"%d" % n)))  # fmt: skip
             op = self.history.invoke("enqueue", "fifo-producer", queue=self.fifo_queue, subject="")
-            try:
-                resp = await c.enqueue(req, headers=self.headers)
-                self.history.ok(op, resp.enqueued.job)
-            except ConnectError as e:
-                (self.history.info if e.code in UNKNOWN else self.history.fail)(
-                    op, f"{e.code.name}: {e.message}"
-                )
-                await asyncio.sleep(0.05)
+            await self.recorded_enqueue(c, op, req)
             await asyncio.sleep(0.02)
 
     async def fifo_worker(self) -> None:

@@ -189,16 +189,25 @@ class DurableApp:
             return
         await _send_json(send, status, response(kind, corr_id, status, out), extra_headers)
 
+    async def _internal_body(self, scope: dict, receive: Any, send: Any) -> bytes | None:
+        """The body of a call between this deployment's processes, or None when there is
+        nothing to answer (the caller went away) or it was answered already (a caller
+        without the internal token: 401)."""
+        body = await _read_body(receive)
+        if body is None:
+            return None
+        client = scope.get("client")
+        if not internal_allowed(_headers(scope), client[0] if client else None, self.internal_token):
+            await _send_json(send, 401, "internal calls need this deployment's internal token")
+            return None
+        return body
+
     # -- POST /internal/push ----------------------------------------------------------------
     async def _push(self, scope: dict, receive: Any, send: Any) -> None:
         """A push a peer could not deliver: to this process's streams only (never held
         here and never forwarded again: the peer decides what happens if nobody takes it)."""
-        body = await _read_body(receive)
+        body = await self._internal_body(scope, receive, send)
         if body is None:
-            return
-        client = scope.get("client")
-        if not internal_allowed(_headers(scope), client[0] if client else None, self.internal_token):
-            await _send_json(send, 401, "internal calls need this deployment's internal token")
             return
         try:
             req = loads(body)
@@ -214,12 +223,8 @@ class DurableApp:
     async def _outbox(self, scope: dict, receive: Any, send: Any) -> None:
         """The store's outbox has pushes: wake this process's drain (it reads every
         namespace's outbox, so the body only has to be well formed)."""
-        body = await _read_body(receive)
+        body = await self._internal_body(scope, receive, send)
         if body is None:
-            return
-        client = scope.get("client")
-        if not internal_allowed(_headers(scope), client[0] if client else None, self.internal_token):
-            await _send_json(send, 401, "internal calls need this deployment's internal token")
             return
         try:
             req = loads(body)
