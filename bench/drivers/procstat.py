@@ -5,6 +5,7 @@ left behind (a server catching up after a million enqueues, say)."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Iterable
 
@@ -20,6 +21,21 @@ def _stat(pid: int) -> tuple[int, float] | None:
     except (OSError, IndexError):
         return None
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK
+
+
+def process_cpu(pid: int) -> float:
+    """User+system CPU seconds of one process (its threads, not its children)."""
+    st = _stat(pid)
+    if st is None:
+        raise ProcessLookupError(pid)
+    return st[1]
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def tree_cpu(roots: Iterable[int]) -> dict[int, float]:
