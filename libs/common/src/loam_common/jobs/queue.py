@@ -93,6 +93,7 @@ class QueueTx:
         "memo",
         "_due",
         "_stored_cfg",
+        "_subject_jobs_done",
     )
 
     def __init__(self, tx: Txn, ns: str, queue: str, *, create: bool = True) -> None:
@@ -124,6 +125,9 @@ class QueueTx:
         self.on_finished: list[Callable[[QueueTx, pb.Job], None]] = []
         # The other queues this transition touches (flows), sharing one QueueTx per queue.
         self._peers: dict[str, QueueTx] | None = None
+        # Subject jobs this transition finished: a subject batch's holder, finishing
+        # after the rest of its run in one batched Complete, need not read them again.
+        self._subject_jobs_done: set[str] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> QueueTx:
@@ -513,6 +517,10 @@ class QueueTx:
         what that means for other jobs (`follow_job_left_live`), and run the hooks."""
         opts = job.opts
         if opts.subject:
+            done = self._subject_jobs_done
+            if done is None:
+                done = self._subject_jobs_done = set()
+            done.add(job.id)
             if not job.subject_blocked:
                 self._subject_release(job)
         if opts.dedup.id or job.parents:
@@ -565,29 +573,39 @@ class QueueTx:
 
     def subject_requeue_goes_behind(self, job: pb.Job) -> bool:
         """An active subject job is going back (released, retried, delayed, stalled)
-        while it is part of a subject batch: a later member of the run, or the subject's
-        job with members of its run still running. It must not run beside them, so it
-        goes behind its subject (the subject passes on to the run) and claims it again
-        from the front of the backlog (keep its seq). True when so: it is marked, the
-        caller moves it with `keep_place`."""
+        while it is part of a subject batch: a member of the run that does not hold the
+        subject, or its holder with other jobs of the run still running or already gone
+        back ahead of it. It must not run beside them, nor before the earlier ones, so it
+        goes behind its subject (the subject passes on to the run, or to the backlog's
+        head) and claims it again from its place in the backlog (keep its seq). True when
+        so: it is marked, the caller moves it with `keep_place`."""
         if not job.opts.subject or job.subject_blocked:
             return False
         cur_key = self.k.subject_current(job.opts.subject)
         if self.tx.get(cur_key) != job.id.encode():
-            job.subject_blocked = True  # a later member of a run
+            job.subject_blocked = True  # a member of a run that does not hold it
             return True
-        if job.subject_run and self._subject_pass_down_run(job, cur_key):
-            job.subject_blocked = True
-            return True
+        if job.subject_run:
+            passed, earlier_waiting = self._subject_pass_down_run(job, cur_key)
+            if passed:
+                job.subject_blocked = True
+                return True
+            if earlier_waiting:  # they go first: the subject goes to its backlog's head
+                self._subject_admit_next(job.opts.subject, cur_key)
+                job.subject_blocked = True
+                return True
         return False
 
     def _subject_release(self, job: pb.Job) -> None:
-        subject = job.opts.subject
-        cur_key = self.k.subject_current(subject)
+        cur_key = self.k.subject_current(job.opts.subject)
         if self.tx.get(cur_key) != job.id.encode():
             return
-        if job.subject_run and self._subject_pass_down_run(job, cur_key):
+        if job.subject_run and self._subject_pass_down_run(job, cur_key)[0]:
             return
+        self._subject_admit_next(job.opts.subject, cur_key)
+
+    def _subject_admit_next(self, subject: str, cur_key: bytes) -> None:
+        """The subject is free: the head of its backlog becomes its job, or nobody."""
         prefix = self.k.subject_backlog(subject)
         head = self.tx.scan(prefix, keys.prefix_end(prefix), limit=1)
         if not head:
@@ -616,19 +634,36 @@ class QueueTx:
         self.put_job(nxt)
         self._inserted_ready.append(nxt.id)  # one wake-up for all of them, on flush
 
-    def _subject_pass_down_run(self, job: pb.Job, cur_key: bytes) -> bool:
-        """The subject's job finished with later members of its subject batch still
-        live: the first of them that holds the subject (not sent back to the backlog)
-        becomes the subject's job, with the rest of the run. False when none is left."""
+    def _subject_pass_down_run(self, job: pb.Job, cur_key: bytes) -> tuple[bool, bool]:
+        """`job`, the holder of a subject batch's run, finishes or goes back: the subject
+        passes to the *last* job of the run still running, which holds it for the run's
+        jobs before it (`Job.subject_run`: those, then itself). The run's first job lists
+        the jobs after it; a holder the subject passed to lists the ones before it and
+        then itself. So a run completed in order passes the subject once, and its last
+        job finds the others finished in the same transaction without reading them.
+        Returns (passed, earlier_waiting): earlier_waiting when none is running but a job
+        of the run before `job` went back to the backlog (it must run first)."""
         run = list(job.subject_run)
         del job.subject_run[:]
-        for i, member_id in enumerate(run):
+        own = run.index(job.id) if job.id in run else -1
+        others = run[:own] if own >= 0 else run
+        done = self._subject_jobs_done or ()
+        earlier_waiting = False
+        for i in range(len(others) - 1, -1, -1):
+            member_id = others[i]
+            if member_id in done:
+                continue
             member = self.get_job(member_id)
-            if member is None or member.state in S.FINISHED or member.subject_blocked:
+            if member is None or member.state in S.FINISHED:
+                continue
+            if member.subject_blocked:  # went back behind the subject
+                earlier_waiting = earlier_waiting or (own >= 0 and member.state in S.READY)
                 continue
             self.tx.put(cur_key, member_id.encode())
             del member.subject_run[:]
-            member.subject_run.extend(run[i + 1 :])
+            if i:  # it holds the subject for the run's jobs before it
+                member.subject_run.extend(others[:i])
+                member.subject_run.append(member_id)
             self.put_job(member)
-            return True
-        return False
+            return True, False
+        return False, earlier_waiting
