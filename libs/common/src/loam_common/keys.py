@@ -272,6 +272,12 @@ class QueueKeys:
     def subject_backlog(self, subject: str) -> bytes:
         return self.q + b"sq/" + _lp(subject)
 
+    def subject_current_and_backlog(self, subject: str) -> tuple[bytes, bytes]:
+        """`subject_current` and `subject_backlog` at once (the subject encoded once):
+        a job giving up its subject reads the one and scans the other."""
+        lp = _lp(subject)
+        return self.q + b"sj/" + lp, self.q + b"sq/" + lp
+
     def subject_backlog_entry(self, subject: str, seq: int) -> bytes:
         return self.subject_backlog(subject) + U64.pack(seq)
 

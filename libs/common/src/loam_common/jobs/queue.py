@@ -591,33 +591,37 @@ class QueueTx:
                 job.subject_blocked = True
                 return True
             if earlier_waiting:  # they go first: the subject goes to its backlog's head
-                self._subject_admit_next(job.opts.subject, cur_key)
+                self._subject_admit_next(cur_key, self.k.subject_backlog(job.opts.subject))
                 job.subject_blocked = True
                 return True
         return False
 
     def _subject_release(self, job: pb.Job) -> None:
-        cur_key = self.k.subject_current(job.opts.subject)
+        cur_key, backlog = self.k.subject_current_and_backlog(job.opts.subject)
         if self.tx.get(cur_key) != job.id.encode():
             return
         if job.subject_run and self._subject_pass_down_run(job, cur_key)[0]:
             return
-        self._subject_admit_next(job.opts.subject, cur_key)
+        self._subject_admit_next(cur_key, backlog)
 
-    def _subject_admit_next(self, subject: str, cur_key: bytes) -> None:
-        """The subject is free: the head of its backlog becomes its job, or nobody."""
-        prefix = self.k.subject_backlog(subject)
-        head = self.tx.scan(prefix, keys.prefix_end(prefix), limit=1)
+    def _subject_admit_next(self, cur_key: bytes, backlog: bytes) -> None:
+        """The subject is free: the head of its backlog becomes its job, or nobody.
+        Every finished job of a subject with a backlog comes through here: it does only
+        what the admission needs (decision 0036)."""
+        tx = self.tx
+        head = tx.scan(backlog, keys.prefix_end(backlog), limit=1)
         if not head:
-            self.tx.delete(cur_key)
+            tx.delete(cur_key)
             return
         entry_key, next_id = head[0]
         nxt = self.require_job(next_id.decode())
-        self.tx.put(cur_key, next_id)
-        m = self.meta_for_update(nxt.shard)
+        tx.put(cur_key, next_id)
+        now = self.now
+        shard = nxt.shard
+        m = self.meta_for_update(shard)
         m.subject_admitted_total += 1
-        m.subject_wait_ns_total += max(self.now - nxt.state_ns, 0)
-        if nxt.due_ns > self.now:
+        m.subject_wait_ns_total += max(now - nxt.state_ns, 0)
+        if nxt.due_ns > now:
             # Out of the backlog (move deletes its entry there) into the delayed index.
             self.move(nxt, S.DELAYED, None, unblock_subject=True)
             self.emit("delayed", nxt)
@@ -625,12 +629,15 @@ class QueueTx:
         # Out of the backlog into the ready index. Its state (waiting or prioritized), so
         # its counts, stay as they are, and it had its `waiting` event when it was added:
         # only its index entry moves.
-        self.tx.delete(entry_key)
+        tx.delete(entry_key)
         m.subject_waiting -= 1
+        m.next_seq += 1
+        seq = m.next_seq
         nxt.subject_blocked = False
-        nxt.seq = self.next_seq(nxt.shard)
-        nxt.state_ns = self.now
-        self.tx.put(self.k.ready(nxt.shard, nxt.opts.priority, nxt.seq, nxt.opts.lifo), next_id)
+        nxt.seq = seq
+        nxt.state_ns = now
+        opts = nxt.opts
+        tx.put(self.k.ready(shard, opts.priority, seq, opts.lifo), next_id)
         self.put_job(nxt)
         self._inserted_ready.append(nxt.id)  # one wake-up for all of them, on flush
 
