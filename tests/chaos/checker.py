@@ -8,7 +8,14 @@
   job's `completed` event records;
 - at most one active job per subject: no two jobs of one subject held by workers at
   once, judged by client times (a lease's answer arrived before the other's completion
-  was sent, both completions acknowledged);
+  was sent, both completions acknowledged), but for the jobs of one subject batch
+  (one lease with `subject_batch`), which run together;
+- subject batches keep their subject's order: for the subjects the run producer
+  enqueued one job at a time (workload.RUN_SUBJECTS), walking the event log, a job is
+  leased (`active`) only when every job of its subject acknowledged before it is
+  completed or active (leased with it, or in the run still running): FIFO per subject,
+  one run at a time, and a dead worker's run, taken back by the stalled sweep, leased
+  again in order before anything behind it. Every job completed once is checked above;
 - per-queue FIFO where it is promised (the FIFO queue: one shard, one priority, no
   retries or delays): the jobs' first leases, in the order the log records them, are
   in the order their enqueues were acknowledged by its one sequential producer. The
@@ -78,6 +85,9 @@ class Report:
     durable_workflows: int = 0
     durable_steps: int = 0
     durable_step_runs: int = 0
+    subject_batches: int = 0  # leases that took more than one job as a subject batch
+    subject_run_jobs: int = 0  # jobs of RUN_SUBJECTS checked for their subject's order
+    subject_run_releases: int = 0  # of those, leased again after going back (stalled, fenced)
     events_watched: int = 0
     watch_reconnects: int = 0
     lost: list[str] = field(default_factory=list)
@@ -89,7 +99,8 @@ class Report:
         return (
             f"operations checked {self.operations} ({self.ok} ok); jobs acknowledged {self.acknowledged_jobs}, "
             f"completions acknowledged {self.completions}, fenced {self.fenced}; FIFO order checked over "
-            f"{self.fifo_checked} jobs; durable workflows {self.durable_workflows}, steps settled "
+            f"{self.fifo_checked} jobs; subject batches {self.subject_batches}, subject order checked over "
+            f"{self.subject_run_jobs} jobs ({self.subject_run_releases} leased again); durable workflows {self.durable_workflows}, steps settled "
             f"{self.durable_steps} in {self.durable_step_runs} runs; events watched "
             f"{self.events_watched} over {self.watch_reconnects} reconnects; faults: {faults}; bad inputs tried "
             f"{history.bad_inputs} ({len(history.bad_input_failures)} answered wrongly); violations {len(self.violations)}; "
@@ -136,6 +147,7 @@ def check(history: History, finals: dict[str, FinalState], *, watched: str, fifo
                      f"{acked_completions[job_id]} acknowledged completions")  # fmt: skip
 
     _check_subjects(history, v)
+    _check_subject_runs(history, final, r)
     if fifo is not None:
         _check_fifo(history, finals[fifo], fifo, r)
     for queue, f in finals.items():
@@ -149,21 +161,62 @@ def check(history: History, finals: dict[str, FinalState], *, watched: str, fifo
 
 
 def _check_subjects(history: History, v: list[str]) -> None:
-    leased_at: dict[tuple[str, int], tuple[float, str]] = {}
-    for op in history.of("lease", "ok"):
+    # (job, epoch) -> (lease answered, subject, the lease op when it was a subject batch)
+    leased_at: dict[tuple[str, int], tuple[float, str, int]] = {}
+    for n, op in enumerate(history.ops):
+        if op.kind != "lease" or op.status != "ok":
+            continue
+        batch = n if op.args.get("subject_batch", 0) > 1 else -1
         for job, epoch, subject in op.value:
             if subject:
-                leased_at[(job, epoch)] = (op.completed, subject)
-    held: dict[str, list[tuple[float, float, str]]] = collections.defaultdict(list)
+                leased_at[(job, epoch)] = (op.completed, subject, batch)
+    held: dict[str, list[tuple[float, float, str, int]]] = collections.defaultdict(list)
     for op in history.of("complete", "ok"):
         got = leased_at.get((op.args["job"], op.args["epoch"]))
         if got is not None:
-            held[got[1]].append((got[0], op.invoked, op.args["job"]))
+            held[got[1]].append((got[0], op.invoked, op.args["job"], got[2]))
     for subject, spans in held.items():
         spans.sort()
-        for (a0, a1, a), (b0, _b1, b) in zip(spans, spans[1:], strict=False):
-            if b0 < a1 and a != b:
-                v.append(f"subject {subject}: jobs {a} and {b} held at once ({a0:.3f}-{a1:.3f}, {b0:.3f}-)")
+        for i, (b0, _b1, b, b_batch) in enumerate(spans):
+            for a0, a1, a, a_batch in spans[:i]:
+                if b0 < a1 and a != b and (a_batch < 0 or a_batch != b_batch):
+                    v.append(
+                        f"subject {subject}: jobs {a} and {b} held at once ({a0:.3f}-{a1:.3f}, {b0:.3f}-)"
+                    )
+
+
+def _check_subject_runs(history: History, final: FinalState, r: Report) -> None:
+    """workload.RUN_SUBJECTS: each job leased only once every job acknowledged before it
+    on its subject is completed or active (see the module's docstring)."""
+    r.subject_batches = sum(
+        1 for o in history.of("lease", "ok") if o.args.get("subject_batch", 0) > 1 and len(o.value) > 1
+    )
+    order: dict[str, tuple[str, int]] = {}  # job -> (subject, its place in the subject's order)
+    per_subject: dict[str, list[str]] = collections.defaultdict(list)
+    for op in sorted(history.of("enqueue", "ok"), key=lambda o: o.invoked):
+        if op.process == "run-producer":
+            subject = op.args["subject"]
+            order[op.value] = (subject, len(per_subject[subject]))
+            per_subject[subject].append(op.value)
+    r.subject_run_jobs = len(order)
+    state: dict[str, str] = {}
+    activations = collections.Counter()
+    for e in sorted(final.log, key=lambda e: (e.shard, e.seq)):
+        if e.job_id not in order:
+            continue
+        if e.event == "active":
+            subject, place = order[e.job_id]
+            ahead = [j for j in per_subject[subject][:place] if state.get(j) not in ("completed", "active")]
+            if ahead:
+                r.violations.append(f"subject {subject}: job {e.job_id} leased (epoch {e.epoch}) while {ahead[:3]}, "
+                                    "acknowledged before it, waited")  # fmt: skip
+            state[e.job_id] = "active"
+            activations[e.job_id] += 1
+        elif e.event == "completed":
+            state[e.job_id] = "completed"
+        elif e.event in ("stalled", "waiting", "delayed", "failed", "removed"):
+            state[e.job_id] = e.event
+    r.subject_run_releases = sum(1 for n in activations.values() if n > 1)
 
 
 def _check_fifo(history: History, final: FinalState, queue: str, r: Report) -> None:

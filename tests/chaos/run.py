@@ -2,7 +2,8 @@
 seconds while faults hit the processes, then a drain, then the checker. Used by the
 bounded test (test_chaos.py) and the soak (`make test-chaos`, soak.py).
 
-Two queues: `work` (2 shards, subjects, many workers: no order promised) and `fifo` (1
+Two queues: `work` (2 shards, subjects, many workers: no order promised but per subject,
+and the run producer's subjects leased as subject batches too) and `fifo` (1
 shard, one priority, no retries or delays: lease order is enqueue order, which the
 checker holds it to)."""
 
@@ -138,11 +139,14 @@ async def chaos_run(data: Path, load_s: float, seed: int, *, every_s: float = 3.
         watcher = asyncio.create_task(work.watcher(ready, lambda: store.snapshot(_heads)))
         await asyncio.wait_for(ready.wait(), 30)
         producers = [asyncio.create_task(work.producer(i)) for i in range(3)]
+        producers += [asyncio.create_task(work.run_producer()),
+                      asyncio.create_task(work.batch_stalling_worker(cluster.visibility_ns / 1e9 + 1.0))]  # fmt: skip
         producers += [asyncio.create_task(work.fifo_producer()), asyncio.create_task(work.vandal()),
                       asyncio.create_task(work.stalling_worker(cluster.visibility_ns / 1e9 + 1.0)),
                       asyncio.create_task(work.durable_starter(cluster.durable_url, cluster.durable_group,
                                                                DURABLE_STEPS, durable_every_s))]  # fmt: skip
         tasks = [*producers, *(asyncio.create_task(work.worker(i)) for i in range(4))]
+        tasks += [asyncio.create_task(work.batch_worker(i)) for i in range(2)]
         tasks.append(asyncio.create_task(work.fifo_worker()))
         sampler = asyncio.create_task(_sample(cluster, result, sample_s)) if sample_s else None
         await faults(cluster, history, rng, load_s, every_s)

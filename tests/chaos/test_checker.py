@@ -98,3 +98,62 @@ def test_a_settled_value_no_run_returned_and_an_unresolved_workflow_are_reported
     violations = _check_durable(*_durable(runs, {"wf.1": "w+s1#zzz"}, root_state="pending"))
     assert any("none of its 1 runs returned" in v for v in violations), violations
     assert any("lost: durable workflow wf" in v for v in violations), violations
+
+
+def _run_history(jobs: list[str], leases: list[tuple[list[str], int]]) -> History:
+    """The run producer's jobs of one subject, then `leases`: (jobs, subject_batch),
+    each lease's jobs completed (epoch 1) after every lease was answered."""
+    h = History()
+    for j in jobs:
+        h.ok(h.invoke("enqueue", "run-producer", queue="work", subject="run-0"), j)
+    for got, batch in leases:
+        h.ok(
+            h.invoke("lease", "batch-worker-0", queue="work", max=4, subject_batch=batch),
+            [(j, 1, "run-0") for j in got],
+        )
+    for got, _batch in leases:
+        for j in got:
+            h.ok(h.invoke("complete", "batch-worker-0", job=j, epoch=1))
+    return h
+
+
+def test_a_subject_batch_may_hold_its_subject_together_but_two_leases_may_not():
+    jobs = ["a", "b", "c"]
+    final = {"work": _final(jobs, ["a", "b", "c"])}
+    ok = check(_run_history(jobs, [(["a", "b", "c"], 4)]), final, watched="work")
+    assert ok.violations == [] and ok.subject_batches == 1 and ok.subject_run_jobs == 3
+    # the same three jobs held at once by three plain leases: one subject, three holders
+    bad = check(_run_history(jobs, [(["a"], 0), (["b"], 0), (["c"], 0)]), final, watched="work")
+    assert sum("held at once" in v for v in bad.violations) == 3, bad.violations
+
+
+def _log(events: list[tuple[str, str]]) -> FinalState:
+    log = [
+        events_pb2.JobEvent(event=ev, job_id=j, shard=0, seq=n, epoch=1)
+        for n, (ev, j) in enumerate(events, 1)
+    ]
+    jobs = sorted({j for _ev, j in events})
+    return FinalState(
+        {j: pb.Job(id=j, state=S.COMPLETED) for j in jobs},
+        log,
+        {0: len(log)},
+        pb.QueueCounts(completed=len(jobs)),
+    )
+
+
+def test_a_run_that_comes_back_in_order_passes_and_one_overtaken_is_reported():
+    jobs = ["a", "b", "c", "d"]
+    h = _run_history(jobs, [])
+    added = [("waiting", j) for j in jobs]
+    # a done; b and c of a dead worker's run stalled, then leased again in order, then d
+    came_back = added + [("active", "a"), ("active", "b"), ("active", "c"), ("completed", "a"),
+                         ("stalled", "b"), ("stalled", "c"), ("active", "b"), ("active", "c"),
+                         ("completed", "b"), ("completed", "c"), ("active", "d"), ("completed", "d")]  # fmt: skip
+    ok = check(h, {"work": _log(came_back)}, watched="work")
+    assert ok.violations == [] and ok.subject_run_releases == 2
+    # d leased while the stalled c waited: the run did not come back before what is behind it
+    overtaken = added + [("active", "a"), ("active", "b"), ("active", "c"), ("completed", "a"),
+                         ("completed", "b"), ("stalled", "c"), ("active", "d"), ("active", "c"),
+                         ("completed", "c"), ("completed", "d")]  # fmt: skip
+    (v,) = check(h, {"work": _log(overtaken)}, watched="work").violations
+    assert "job d leased" in v and "['c']" in v

@@ -1,5 +1,8 @@
 """The clients of a chaos run, each recording into the History: producers (some jobs
-with a subject), workers, a worker that stalls past its lease (a GC pause), a Watch
+with a subject), workers, a worker that stalls past its lease (a GC pause), a producer
+of runs of jobs on a few subjects of their own with workers that lease them as subject
+batches (`subject_batch`) and complete each batch in one call, one of which stalls past
+its lease halfway through a batch (a dead worker's run), a Watch
 that reconnects from its cursor every few seconds, a vandal sending malformed and
 hostile requests (none may get a 500), on the FIFO queue one producer and one
 worker (lease order must be enqueue order there), and a starter of durable workflows
@@ -27,6 +30,11 @@ SEC = 1_000_000_000
 #: outcomes a client cannot know: the call may or may not have happened
 UNKNOWN = {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.UNKNOWN, Code.INTERNAL, Code.CANCELED, Code.ABORTED}
 SUBJECTS = [f"customer-{i}" for i in range(4)]
+#: subjects only the run producer enqueues to, one job at a time: their acknowledged
+#: order is their FIFO order, which the checker holds subject batches to
+RUN_SUBJECTS = [f"run-{i}" for i in range(3)]
+RUN_PRODUCER = "run-producer"
+SUBJECT_BATCH = 4
 RESONATE_VERSION = "2026-04-01"
 
 
@@ -71,6 +79,20 @@ class Workload:
             await self.recorded_enqueue(c, op, req)
             await asyncio.sleep(0.01)
 
+    async def run_producer(self) -> None:
+        """Runs of 2-6 jobs for one of RUN_SUBJECTS, each enqueue answered before the
+        next is sent, so a subject's acknowledged jobs are in its order."""
+        c, n = self.client(), 0
+        while not self.stop_producing.is_set():
+            subject = self.rng.choice(RUN_SUBJECTS)
+            for _ in range(self.rng.randint(2, 6)):
+                n += 1
+                req = J.EnqueueRequest(queue=self.queue, task=pb.TaskSpec(name="noop", payload=pb.Payload(data=b"run-%d" % n)),
+                                       opts=pb.EnqueueOpts(subject=subject))  # fmt: skip
+                op = self.history.invoke("enqueue", RUN_PRODUCER, queue=self.queue, subject=subject)
+                await self.recorded_enqueue(c, op, req)
+            await asyncio.sleep(0.03)
+
     async def recorded_enqueue(self, c, op, req: J.EnqueueRequest) -> None:
         """Enqueue and record the outcome: the job, a refusal, or (a lost answer) unknown."""
         try:
@@ -101,12 +123,41 @@ class Workload:
                 self.history.fail(op, f"{e.code.name}: {e.message}")
                 return
 
-    async def lease(self, c, process: str, max_jobs: int, queue: str = "") -> list[J.Lease]:
+    async def complete_batch(self, c, process: str, leases: list[J.Lease], retry_s: float = 20.0) -> None:
+        """Complete `leases` in one CompleteBatch call (one `complete` op per job, all
+        invoked together); a lost answer sends the same batch again."""
+        deadline = time.monotonic() + retry_s
+        while leases:
+            ops = [
+                self.history.invoke("complete", process, job=x.token.job, epoch=x.token.epoch) for x in leases
+            ]
+            items = [J.CompleteRequest(token=x.token, outcome=J.Outcome(ok=J.Outcome.Ok())) for x in leases]
+            try:
+                resp = await c.complete_batch(J.CompleteBatchRequest(items=items), headers=self.headers)
+            except ConnectError as e:
+                for op in ops:
+                    (self.history.info if e.code in UNKNOWN else self.history.fail)(
+                        op, f"{e.code.name}: {e.message}"
+                    )
+                if e.code in UNKNOWN and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                    continue
+                return
+            for op, res in zip(ops, resp.results, strict=True):
+                if res.HasField("error"):
+                    self.history.fail(op, f"{res.error.code}: {res.error.message}")
+                else:
+                    self.history.ok(op)
+            return
+
+    async def lease(
+        self, c, process: str, max_jobs: int, queue: str = "", subject_batch: int = 0
+    ) -> list[J.Lease]:
         queue = queue or self.queue
-        op = self.history.invoke("lease", process, queue=queue, max=max_jobs)
+        op = self.history.invoke("lease", process, queue=queue, max=max_jobs, subject_batch=subject_batch)
         try:
-            resp = await c.lease(J.LeaseRequest(queues=[queue], worker=process, max=max_jobs, wait_ns=SEC // 2),
-                                 headers=self.headers)  # fmt: skip
+            resp = await c.lease(J.LeaseRequest(queues=[queue], worker=process, max=max_jobs, wait_ns=SEC // 2,
+                                                subject_batch=subject_batch), headers=self.headers)  # fmt: skip
         except ConnectError as e:
             (self.history.info if e.code in UNKNOWN else self.history.fail)(op, f"{e.code.name}: {e.message}")
             await asyncio.sleep(0.05)
@@ -120,6 +171,32 @@ class Workload:
             for lease in await self.lease(c, name, 4):
                 await asyncio.sleep(self.rng.random() * 0.003)  # the "work"
                 await self.complete(c, name, lease)
+
+    async def batch_worker(self, i: int) -> None:
+        """Leases subject batches (a run of one subject's jobs with its first) and
+        completes what it got in one call."""
+        c, name = self.client(), f"batch-worker-{i}"
+        while not self.stop_working.is_set():
+            leases = await self.lease(c, name, SUBJECT_BATCH, subject_batch=SUBJECT_BATCH)
+            if leases:
+                await asyncio.sleep(self.rng.random() * 0.003)
+                await self.complete_batch(c, name, leases)
+
+    async def batch_stalling_worker(self, pause_s: float) -> None:
+        """Leases a subject batch, completes its first job, then stalls past the lease
+        (a worker dying mid-run): the rest of the run comes back and runs again in
+        order; its late completion of them is fenced or, if nobody took them meanwhile,
+        accepted."""
+        c = self.client()
+        while not self.stop_producing.is_set():
+            leases = await self.lease(c, "batch-stalling", SUBJECT_BATCH, subject_batch=SUBJECT_BATCH)
+            if len(leases) > 1:
+                await self.complete_batch(c, "batch-stalling", leases[:1], retry_s=5)
+                await asyncio.sleep(pause_s)
+                await self.complete_batch(c, "batch-stalling", leases[1:], retry_s=5)
+            elif leases:
+                await self.complete_batch(c, "batch-stalling", leases, retry_s=5)
+            await asyncio.sleep(1)
 
     async def stalling_worker(self, pause_s: float) -> None:
         """Leases a few jobs, stalls longer than their lease (a GC or network pause), then
