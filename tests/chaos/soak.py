@@ -1,5 +1,6 @@
 """The long chaos run (`make test-chaos`): the run of test_chaos.py for `--seconds`
-(600 by default) at a steady mixed load (jobs with and without subjects, a FIFO queue,
+(600 by default) at a steady mixed load (jobs with and without subjects, subject
+batches, a FIFO queue,
 durable workflows on a Resonate SDK worker, a Watch, a vandal) with the faults on
 (kill -9 and SIGSTOP of the processes, server clock jumps), every process's RSS and
 open file descriptors sampled, the checker's figures and the resource figures printed.

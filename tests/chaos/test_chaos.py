@@ -1,5 +1,6 @@
 """The bounded chaos run of `make test` (the soak is `make test-chaos`): the split
-deployment under producers, workers, a stalling worker, a reconnecting Watch and a
+deployment under producers, workers, a stalling worker, subject batches (their workers,
+one of which stalls mid-run), a reconnecting Watch and a
 vandal, a FIFO queue's producer and worker, and durable workflows on a Resonate SDK worker, while every process is killed -9 and
 restarted, the queue core, sweeper and gateway are stopped longer than a lease, and the
 server clock jumps minutes forward and back; then the checker (checker.py) over the
@@ -36,6 +37,8 @@ async def test_no_acknowledged_job_is_lost_or_doubled_under_process_and_clock_fa
         history.faults
     )
     assert report.fifo_checked > 50
+    # subject batches ran, their subjects' order was checked, and runs came back (a dead worker's)
+    assert report.subject_batches > 10 and report.subject_run_jobs > 50 and report.subject_run_releases > 0
     assert report.durable_workflows >= 5 and report.durable_steps >= 3 * report.durable_workflows
     # the processes ran on the jumped clock: the last writes carry the final offset (>= 1 min ahead)
     assert result.server_clock_lead_ns > 30 * 1_000_000_000, result.server_clock_lead_ns
