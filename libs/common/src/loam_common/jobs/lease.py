@@ -197,7 +197,8 @@ def _take_subject_run(
     """Lease up to `room` jobs from the head of `lead`'s subject backlog with it, in
     order, stopping at the first of another task name, not due yet, placed on another
     worker or expired (each waits for its turn as the subject's job). The lead lists
-    them (`Job.subject_run`): the subject passes down that list as they finish."""
+    them (`Job.subject_run`); when it finishes, the subject passes to the last of them
+    still running, which holds it until the run is over (`QueueTx._subject_pass_down_run`)."""
     prefix = qt.k.subject_backlog(lead.opts.subject)
     taken = 0
     for _key, job_id in qt.tx.scan(prefix, keys.prefix_end(prefix), limit=room):
