@@ -155,6 +155,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.clock = ManualClock()
         self.store: Store | None = None
         self.enq_order: dict[str, int] = {}  # job id -> enqueue order
+        # Numbers for enq_order: a replacement removes entries, so its size is no order.
+        self.enq_count = itertools.count()
         self.held: list[tuple[str, int]] = []  # tokens of live workers
         self.lost: list[tuple[str, int]] = []  # tokens of workers that vanished
         self.handed: set[tuple[str, int]] = set()
@@ -231,7 +233,7 @@ class QueueMachine(RuleBasedStateMachine):
             results = self.run(self.core.jobs.enqueue_bulk(NS, Q, [(pb.TaskSpec(name="t"), o) for o in opts]))
         for res in results:
             assert res.created and res.job_id not in self.enq_order
-            self.enq_order[res.job_id] = len(self.enq_order)
+            self.enq_order[res.job_id] = next(self.enq_count)
 
     @rule(max_jobs=st.integers(1, 4))
     def lease(self, max_jobs: int) -> None:
@@ -319,7 +321,7 @@ class QueueMachine(RuleBasedStateMachine):
             opts.not_before.delay_ns = delay
         res = self.run(self.core.jobs.enqueue(NS, Q, pb.TaskSpec(name="evict"), opts))
         assert res.created and not res.dropped
-        self.enq_order[res.job_id] = len(self.enq_order)
+        self.enq_order[res.job_id] = next(self.enq_count)
 
     @rule(subject=st.sampled_from(["a", "b"]), delay=st.sampled_from([0, 3 * SEC, 15 * SEC]))
     def enqueue_replacement(self, subject: str, delay: int) -> None:
@@ -340,7 +342,7 @@ class QueueMachine(RuleBasedStateMachine):
         }
         new_runs_at = before.now + delay
         if res.created:  # the new one runs latest: every earlier one not started is gone
-            self.enq_order[res.job_id] = len(self.enq_order)
+            self.enq_order[res.job_id] = next(self.enq_count)
             assert all((j.due_ns or j.created_ns) < new_runs_at for j in not_started.values())
             assert (res.dropped in not_started) == bool(not_started)
         else:  # an earlier one runs latest: it stays, the new one and the others go
