@@ -400,6 +400,32 @@ async def test_a_run_member_handed_back_waits_at_the_front_of_its_subject(core, 
     await check_invariants()
 
 
+async def test_a_run_holder_handed_back_after_an_earlier_job_of_its_run_goes_behind_it(
+    core, job_of, check_invariants
+):
+    """The first job finished: the subject is the run's last job's (decision 0042). An
+    earlier job of the run handed back waits at the front; when the holder is handed
+    back too, nothing of the run is running: they run again in their order."""
+    from loam_common.jobs.complete import Release
+
+    ids = [(await enqueue(core, "register", subject="s")).job_id for _ in range(5)]
+    run = await lease(core, max_jobs=4, subject_batch=4)
+    assert [j.id for j in run] == ids[:4]
+    await ok(core, run[0])
+    assert list((await job_of(ids[3])).subject_run) == ids[1:4]  # holds it for the ones before it
+    await core.jobs.complete(NS, "q", run[1].id, run[1].epoch, Release())
+    await ok(core, run[2])
+    assert await lease(core) == []  # the holder still runs
+    await core.jobs.complete(NS, "q", run[3].id, run[3].epoch, Release())
+    await check_invariants()
+    order = []
+    while leased := await lease(core, max_jobs=1, worker="w2"):
+        order.append(leased[0].id)
+        await ok(core, leased[0])
+    assert order == [ids[1], ids[3], ids[4]]
+    await check_invariants()
+
+
 # -- retries ---------------------------------------------------------------------------------------
 BACKOFF = pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC)
 HOLDING = pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC, hold_subject=True)
