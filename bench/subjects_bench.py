@@ -19,14 +19,21 @@ ratio to `plain`. The ratio per CPU second is the one to read on a loaded machin
 checks that every job completed once and that every subject ran in enqueue order; it
 never asserts a speed.
 
+`--count-ops` runs each variant once and counts instead of timing: the store reads,
+writes, deletes and range scans of the drain per job (on the LMDB transaction), the
+figures decision 0042 works from; they do not move with the machine's load.
+
 Run:  .venv/bin/python bench/subjects_bench.py [--subjects 10000 --per-subject 10] [--store lmdb]
       .venv/bin/python bench/subjects_bench.py --quick        (1,000 x 10, about 20 s)
+      .venv/bin/python bench/subjects_bench.py --count-ops --subjects 2000
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import contextlib
 import json
 import os
 import shutil
@@ -75,6 +82,32 @@ async def _drain(core: QueueCore, workers: int, lease_batch: int, subject_batch:
     return done
 
 
+COUNTED_OPS = ("get", "put", "delete", "scan")
+
+
+@contextlib.contextmanager
+def counting_store_ops(counts: collections.Counter):
+    """Count the LMDB transaction's reads and writes while the block runs."""
+    from loam_common.store.lmdb import LmdbTxn
+
+    originals = {op: getattr(LmdbTxn, op) for op in COUNTED_OPS}
+
+    def counted(op, fn):
+        def call(self, *a, **kw):
+            counts[op] += 1
+            return fn(self, *a, **kw)
+
+        return call
+
+    for op, fn in originals.items():
+        setattr(LmdbTxn, op, counted(op, fn))
+    try:
+        yield counts
+    finally:
+        for op, fn in originals.items():
+            setattr(LmdbTxn, op, fn)
+
+
 async def run_variant(args: argparse.Namespace, variant: str) -> dict:
     tmp = tempfile.mkdtemp(prefix="loam-subjects-bench-")
     path = os.path.join(tmp, "store.lmdb" if args.store == "lmdb" else "store.db")
@@ -85,10 +118,12 @@ async def run_variant(args: argparse.Namespace, variant: str) -> dict:
         t0 = time.perf_counter()
         order = await _fill(core, args.subjects, args.per_subject, with_subjects)
         fill_s = time.perf_counter() - t0
+        ops: collections.Counter = collections.Counter()
         wall0, cpu0 = time.perf_counter(), time.process_time()
-        done = await _drain(
-            core, args.workers, args.lease_batch, args.per_subject if variant == "subject-batch" else 0
-        )
+        with counting_store_ops(ops) if args.count_ops else contextlib.nullcontext():
+            done = await _drain(
+                core, args.workers, args.lease_batch, args.per_subject if variant == "subject-batch" else 0
+            )
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         # Every job once; each subject's jobs in enqueue order.
         n = args.subjects * args.per_subject
@@ -104,7 +139,8 @@ async def run_variant(args: argparse.Namespace, variant: str) -> dict:
                     raise SystemExit(f"{variant}: subject {j.opts.subject} ran out of order")
                 last[j.opts.subject] = r
         return {"variant": variant, "jobs": n, "fill_s": fill_s, "wall_s": wall, "cpu_s": cpu,
-                "jobs_per_s": n / wall, "jobs_per_cpu_s": n / cpu}  # fmt: skip
+                "jobs_per_s": n / wall, "jobs_per_cpu_s": n / cpu,
+                "ops_per_job": {op: ops[op] / n for op in COUNTED_OPS}}  # fmt: skip
     finally:
         await store.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -140,11 +176,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lease-batch", type=int, default=32)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="1,000 subjects, one round")
+    p.add_argument("--count-ops", action="store_true", help="count store ops per job (LMDB), one round")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
         args.subjects, args.repeat = 1000, 1
+    if args.count_ops:
+        if args.store != "lmdb":
+            p.error("--count-ops counts on the LMDB transaction: use --store lmdb")
+        print(f"store ops per drained job, {args.subjects:,} subjects x {args.per_subject} jobs (LMDB):")
+        for variant in VARIANTS:
+            ops = asyncio.run(run_variant(args, variant))["ops_per_job"]
+            print(f"  {variant:14} " + "  ".join(f"{op} {ops[op]:.2f}" for op in COUNTED_OPS))
+        return 0
     out = asyncio.run(main_async(args))
     if args.json:
         print(json.dumps(out, indent=2))
