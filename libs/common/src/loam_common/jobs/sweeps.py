@@ -38,8 +38,10 @@ def sweep_stalled(tx: Txn, ns: str, queue: str, shard: int, limit: int = BATCH) 
                 tx.delete(key)
             else:
                 jobs.append(job)
-        # A subject's job last: the later members of its subject batch that stalled with
-        # it go back to the backlog first, so it keeps its subject and runs first again.
+        # A subject's job last: the other jobs of its subject batch that stalled with it
+        # go back to the backlog first, then it either keeps its subject and runs first
+        # again (the run's first job) or goes behind the earlier ones (the run's last
+        # running job, decision 0042): the run comes back in order.
         jobs.sort(key=lambda j: bool(j.subject_run))
         for job in jobs:
             job.epoch += 1
