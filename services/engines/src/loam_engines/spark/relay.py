@@ -89,19 +89,56 @@ class _Stream:
         return ""
 
 
-def _all_indexed(block: bytes) -> bool:
-    """Whether a header block is only indexed fields, which leave the HPACK table as it is."""
-    i, n = 0, len(block)
-    while i < n:
-        b = block[i]
-        if not b & 0x80:
-            return False
-        i += 1
-        if b & 0x7F == 0x7F:  # a multi-byte index
-            while i < n and block[i] & 0x80:
-                i += 1
+def _integer_end(block: bytes, i: int, prefix_mask: int) -> int:
+    """Where an HPACK integer starting at `i` with a `prefix_mask` prefix ends."""
+    b = block[i]
+    i += 1
+    if b & prefix_mask == prefix_mask:
+        while block[i] & 0x80:
             i += 1
-    return True
+        i += 1
+    return i
+
+
+def _string_end(block: bytes, i: int) -> int:
+    """Where an HPACK string literal starting at `i` ends."""
+    b = block[i]
+    length, i = b & 0x7F, i + 1
+    if length == 0x7F:
+        shift = 0
+        length = 0x7F
+        while True:
+            b = block[i]
+            i += 1
+            length += (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+    return i + length
+
+
+def table_neutral(block: bytes) -> bool:
+    """Whether a header block leaves the HPACK table as it is: only indexed fields and
+    literals without indexing or never indexed (RFC 7541 §6.1, §6.2.2, §6.2.3), no
+    insertion and no size update. Decoded against the same table, such a block gives the
+    same headers every time."""
+    i, n = 0, len(block)
+    try:
+        while i < n:
+            b = block[i]
+            if b & 0x80:  # indexed
+                i = _integer_end(block, i, 0x7F)
+            elif b & 0xE0 == 0:  # literal without indexing / never indexed
+                named = b & 0x0F
+                i = _integer_end(block, i, 0x0F)
+                if not named:
+                    i = _string_end(block, i)
+                i = _string_end(block, i)
+            else:  # an insertion or a table size update
+                return False
+    except IndexError:
+        return False
+    return i == n
 
 
 class ClientConnection(asyncio.Protocol):
@@ -132,6 +169,7 @@ class ClientConnection(asyncio.Protocol):
         self._max_frame_up = h2.DEFAULT_MAX_FRAME_SIZE
         self._upstream_last: int | None = None  # the upstream's GOAWAY: no stream above goes up
         self._draining = False  # the proxy is stopping: no new stream is admitted
+        self._reading = False  # inside data_received: it writes what the read produced at its end
         self.idle = asyncio.Event()
         self.idle.set()
 
@@ -151,14 +189,17 @@ class ClientConnection(asyncio.Protocol):
         if self._rest:
             data = self._rest + data
             self._rest = b""
+        self._reading = True
         try:
             if not self._preface:
-                if len(data) < len(h2.PREFACE) + 9:
-                    self._rest = data
-                    return
-                if data[: len(h2.PREFACE)] != h2.PREFACE or data[len(h2.PREFACE) + 3] != h2.SETTINGS:
+                start = data[: len(h2.PREFACE)]
+                if start != h2.PREFACE[: len(start)] or (len(data) >= len(h2.PREFACE) + 4
+                                                         and data[len(h2.PREFACE) + 3] != h2.SETTINGS):  # fmt: skip
                     log.info("closing a connection that did not start with HTTP/2's preface")
                     self._close()
+                    return
+                if len(data) < len(h2.PREFACE) + 9:
+                    self._rest = data
                     return
                 self._preface = True
                 data = data[len(h2.PREFACE) :]
@@ -171,7 +212,15 @@ class ClientConnection(asyncio.Protocol):
             log.info("closing a Spark Connect connection: a header block does not decode (%s)", e)
             self._fail(ErrorCode.COMPRESSION_ERROR)
             return
+        finally:
+            self._reading = False
         self._flush()
+
+    def _step_done(self) -> None:
+        """An admission is through: write what it produced now, unless it ran inside a read
+        of the client's bytes (started eagerly, it did not wait), which writes once at its end."""
+        if not self._reading:
+            self._flush()
 
     def _client_frames(self, data: bytes) -> None:
         n, pos, passed = len(data), 0, 0  # data[passed:pos] goes upstream as it is
@@ -329,9 +378,10 @@ class ClientConnection(asyncio.Protocol):
         self._maybe_admit(s)
 
     def _decode(self, block: bytes) -> list[tuple[str, str]]:
-        # A block of indexed fields leaves the table as it is, so its headers are the same
-        # each time until a block that is not: a client's repeated calls decode once.
-        if _all_indexed(block):
+        # A block that leaves the table as it is decodes to the same headers each time until
+        # a block that changes the table: a client's repeated calls decode once (gRPC
+        # clients send the token as a literal without indexing, the rest indexed).
+        if table_neutral(block):
             headers = self._indexed.get(block)
             if headers is None:
                 headers = self._decoder.decode(block)
@@ -353,9 +403,12 @@ class ClientConnection(asyncio.Protocol):
             return
         s.session = session
         s.state = ADMITTING
-        task = self.loop.create_task(self._admit(s))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        # Started eagerly: with the token cached and the server up nothing in it waits, so
+        # the call goes upstream within this read, without a trip through the loop.
+        task = asyncio.Task(self._admit(s), loop=self.loop, eager_start=True)
+        if not task.done():
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _admit(self, s: _Stream) -> None:
         async with self._admitting:
@@ -369,7 +422,7 @@ class ClientConnection(asyncio.Protocol):
             if isinstance(outcome, tuple):
                 if s.state == ADMITTING:
                     self._refuse(s, *outcome)
-                self._flush()
+                self._step_done()
                 return
             s.admitted = outcome
             if s.state != ADMITTING or self.closed or self._upstream_last is not None:
@@ -377,7 +430,7 @@ class ClientConnection(asyncio.Protocol):
                 if s.state == ADMITTING:
                     self._down.append(h2.rst_stream(s.id, ErrorCode.REFUSED_STREAM))
                     self._stream_over(s)
-                self._flush()
+                self._step_done()
                 return
             if self.admitted is None:
                 self.admitted = outcome
@@ -389,7 +442,7 @@ class ClientConnection(asyncio.Protocol):
                     if s.state == ADMITTING:
                         self._refuse(s, Status.FAILED_PRECONDITION,
                                      f"the {outcome.engine} server of namespace {outcome.ns!r} cannot be reached: {e}")  # fmt: skip
-                    self._flush()
+                    self._step_done()
                     return
             elif outcome.backend is not self.admitted.backend:
                 # The server this connection relays to has stopped and another has started:
@@ -398,15 +451,15 @@ class ClientConnection(asyncio.Protocol):
                 self._down.append(h2.rst_stream(s.id, ErrorCode.REFUSED_STREAM))
                 self._stream_over(s)
                 self._down.append(h2.goaway(self.last_stream, ErrorCode.NO_ERROR))
-                self._flush()
+                self._step_done()
                 return
             if s.state != ADMITTING or self.closed:  # reset or cut off while connecting
                 self._release(s, closed=False)
-                self._flush()
+                self._step_done()
                 return
             s.state = READY
             self._forward_ready()
-            self._flush()
+            self._step_done()
 
     async def _connect(self, admitted: Admitted) -> None:
         _, upstream = await self.loop.create_connection(
@@ -439,8 +492,6 @@ class ClientConnection(asyncio.Protocol):
                 else:
                     self._up.append(item)
             s.held = []
-            if s.client_done and s.server_done:
-                self.streams.pop(s.id, None)
 
     def _upstream_headers(self, sid: int, s: _Stream, headers: list, end_stream: bool) -> bytes:
         admitted = s.admitted
@@ -565,7 +616,7 @@ class ClientConnection(asyncio.Protocol):
     def _flush(self) -> None:
         if self._up and self.upstream is not None and not self.closed:
             self.upstream.transport.write(b"".join(self._up) if len(self._up) > 1 else self._up[0])
-        self._up.clear()
+            self._up.clear()
         if self._down and self.transport is not None and not self.closed:
             self.transport.write(b"".join(self._down) if len(self._down) > 1 else self._down[0])
         self._down.clear()
