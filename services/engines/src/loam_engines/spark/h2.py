@@ -127,7 +127,9 @@ def header_fragment(flags: int, payload: bytes) -> bytes:
     payload = unpad(flags, payload)
     if flags & PRIORITY_FLAG:
         if len(payload) < 5:
-            raise ProtocolError("a HEADERS frame too short for its priority fields", ErrorCode.FRAME_SIZE_ERROR)
+            raise ProtocolError(
+                "a HEADERS frame too short for its priority fields", ErrorCode.FRAME_SIZE_ERROR
+            )
         payload = payload[5:]
     return payload
 
@@ -181,8 +183,10 @@ def grpc_message(text: str) -> str:
     return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}" for b in text.encode())
 
 
-def trailers_only(stream: int, status: int, message: str) -> bytes:
-    """A gRPC call answered and ended in one HEADERS frame (gRPC's "Trailers-Only")."""
-    block = _STATUS_200 + _CONTENT_TYPE + literal("grpc-status", str(int(status)))
+def trailers_only(stream: int, status: int, message: str, table_size: int | None = None) -> bytes:
+    """A gRPC call answered and ended in one HEADERS frame (gRPC's "Trailers-Only"),
+    starting with a dynamic table size update to `table_size` if one is due."""
+    block = b"" if table_size is None else _integer(table_size, 5, 0x20)
+    block += _STATUS_200 + _CONTENT_TYPE + literal("grpc-status", str(int(status)))
     block += literal("grpc-message", grpc_message(message))
     return header_frames(stream, block, end_stream=True, max_frame=DEFAULT_MAX_FRAME_SIZE)

@@ -152,7 +152,9 @@ def upstream_metadata(incoming: Any, ns: str) -> list[tuple[str, Any]]:
     return out
 
 
-def upstream_headers(headers: list[tuple[str, str]], ns: str, authorization: str | None) -> list[tuple[str, str]]:
+def upstream_headers(
+    headers: list[tuple[str, str]], ns: str, authorization: str | None
+) -> list[tuple[str, str]]:
     """A call's header list as it goes upstream: HTTP/2's and gRPC's own fields as the
     client sent them (pseudo-headers first, `te`, `content-type`, `grpc-timeout`, ...),
     then `upstream_metadata`, then the server's own credential if it wants one."""

@@ -65,13 +65,14 @@ _CACHE_LIMIT = 256
 
 
 class _Stream:
-    __slots__ = ("id", "state", "headers", "end_on_headers", "held", "head", "session", "admitted",
+    __slots__ = ("id", "state", "headers", "path", "end_on_headers", "held", "head", "session", "admitted",
                  "client_done", "server_done", "released")  # fmt: skip
 
     def __init__(self, sid: int, headers: list[tuple[str, str]], end_on_headers: bool) -> None:
         self.id = sid
         self.state = HELD
         self.headers = headers
+        self.path = next((v for k, v in headers if k == ":path"), "")
         self.end_on_headers = end_on_headers
         self.held: list[Any] = []  # frames (bytes) or client trailers (a header list, end flag)
         self.head = bytearray()
@@ -80,13 +81,6 @@ class _Stream:
         self.client_done = end_on_headers
         self.server_done = False
         self.released = False
-
-    @property
-    def path(self) -> str:
-        for k, v in self.headers:
-            if k == ":path":
-                return v
-        return ""
 
 
 def _integer_end(block: bytes, i: int, prefix_mask: int) -> int:
@@ -152,7 +146,8 @@ class ClientConnection(asyncio.Protocol):
         self._rest = b""  # the client's bytes not yet a whole frame
         self._preface = False
         self._decoder = hpack.Decoder()
-        self._indexed: dict[bytes, list[tuple[str, str]]] = {}  # all-indexed block -> headers (table unchanged)
+        # a header block that leaves the HPACK table as it is -> its headers
+        self._neutral: dict[bytes, list[tuple[str, str]]] = {}
         self._encoded: dict[tuple, bytes] = {}  # (client headers, ns, upstream auth) -> upstream block
         self._block: tuple[int, int, bytearray] | None = None  # a header block across CONTINUATION frames
         self.last_stream = 0  # the highest stream id the client opened
@@ -170,6 +165,7 @@ class ClientConnection(asyncio.Protocol):
         self._upstream_last: int | None = None  # the upstream's GOAWAY: no stream above goes up
         self._draining = False  # the proxy is stopping: no new stream is admitted
         self._reading = False  # inside data_received: it writes what the read produced at its end
+        self._table_size_update: int | None = None  # to announce in the relay's next header block
         self.idle = asyncio.Event()
         self.idle.set()
 
@@ -301,12 +297,17 @@ class ClientConnection(asyncio.Protocol):
                 elif self.upstream is not None:
                     self._up.append(data[pos:end])
                 return
-            h2.parse_settings(payload)  # checks the length
+            params = h2.parse_settings(payload)
             if self.upstream is not None:
                 self._up.append(data[pos:end])
             else:
                 self._early_settings.append(data[pos:end])
                 self._down.append(h2.SETTINGS_ACK)
+                # Acknowledged here, so the relay is the encoder whose table must fit it: a
+                # smaller table is announced in the relay's next header block (RFC 7541 §4.2).
+                size = params.get(h2.HEADER_TABLE_SIZE)
+                if size is not None and size < h2.DEFAULT_HEADER_TABLE_SIZE:
+                    self._table_size_update = size
         elif kind == h2.PING:
             if length_of(data, pos) != 8 or sid != 0:
                 raise ProtocolError("a malformed PING", ErrorCode.FRAME_SIZE_ERROR)
@@ -382,14 +383,14 @@ class ClientConnection(asyncio.Protocol):
         # a block that changes the table: a client's repeated calls decode once (gRPC
         # clients send the token as a literal without indexing, the rest indexed).
         if table_neutral(block):
-            headers = self._indexed.get(block)
+            headers = self._neutral.get(block)
             if headers is None:
                 headers = self._decoder.decode(block)
-                if len(self._indexed) >= _CACHE_LIMIT:
-                    self._indexed.clear()
-                self._indexed[block] = headers
+                if len(self._neutral) >= _CACHE_LIMIT:
+                    self._neutral.clear()
+                self._neutral[block] = headers
             return headers
-        self._indexed.clear()
+        self._neutral.clear()
         return self._decoder.decode(block)
 
     def _maybe_admit(self, s: _Stream) -> None:
@@ -447,6 +448,7 @@ class ClientConnection(asyncio.Protocol):
             elif outcome.backend is not self.admitted.backend:
                 # The server this connection relays to has stopped and another has started:
                 # the client is told to open a new connection and send the call there.
+                self._draining = True
                 self._release(s, closed=False)
                 self._down.append(h2.rst_stream(s.id, ErrorCode.REFUSED_STREAM))
                 self._stream_over(s)
@@ -507,7 +509,8 @@ class ClientConnection(asyncio.Protocol):
 
     def _refuse(self, s: _Stream, status: int, message: str) -> None:
         """Answer `s` here (trailers-only); it never goes upstream."""
-        self._down.append(h2.trailers_only(s.id, status, message))
+        self._down.append(h2.trailers_only(s.id, status, message, self._table_size_update))
+        self._table_size_update = None
         if not s.client_done:  # the answer is complete: the client may stop sending (RFC 9113 §8.1)
             self._down.append(h2.rst_stream(s.id, ErrorCode.NO_ERROR))
         self._stream_over(s)
@@ -592,7 +595,9 @@ class ClientConnection(asyncio.Protocol):
     def _upstream_settings(self, params: dict[int, int]) -> None:
         # What the upstream allows is what the client now believes the relay allows.
         if h2.HEADER_TABLE_SIZE in params:
-            self._decoder.max_allowed_table_size = max(h2.DEFAULT_HEADER_TABLE_SIZE, params[h2.HEADER_TABLE_SIZE])
+            self._decoder.max_allowed_table_size = max(
+                h2.DEFAULT_HEADER_TABLE_SIZE, params[h2.HEADER_TABLE_SIZE]
+            )
         if h2.MAX_FRAME_SIZE in params:
             self._max_frame_up = params[h2.MAX_FRAME_SIZE]
             self._max_frame_in = max(h2.DEFAULT_MAX_FRAME_SIZE, params[h2.MAX_FRAME_SIZE])
@@ -701,4 +706,3 @@ def length_of(data: bytes, pos: int) -> int:
 def dict_of(headers: list[tuple[str, str]]) -> dict[str, str]:
     """A call's text metadata by name, for the authenticator (no pseudo or `-bin` headers)."""
     return {k: v for k, v in headers if not k.startswith(":") and not k.endswith("-bin")}
-
