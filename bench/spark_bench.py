@@ -57,7 +57,11 @@ import time
 import uuid
 from pathlib import Path
 
-import grpc
+# Before gRPC is imported, as loam_engines does for the runner: gRPC's fork handlers would
+# run in the Sail children this process starts (under --uvloop they abort them).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import grpc  # noqa: E402
 
 from loam_common.auth import ACTIONS, ENGINE, Principal, token_create
 from loam_common.errors import Unauthenticated

@@ -27,6 +27,7 @@ channel (a gRPC relay in Python costs ~1 ms a call).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -222,7 +223,8 @@ class SparkConnectProxy:
                 w.cancel()
         for conn in connections:
             conn.abort()
-        await server.wait_closed()
+        with contextlib.suppress(TimeoutError):  # every connection is gone; do not hang on a loop's quirks
+            await asyncio.wait_for(server.wait_closed(), 1.0)
 
     @property
     def url(self) -> str:

@@ -656,7 +656,11 @@ class ClientConnection(asyncio.Protocol):
             self.transport.write(h2.goaway(self.last_stream, ErrorCode.NO_ERROR))
 
     def abort(self) -> None:
+        """Drop both connections now, unsent bytes and all (the proxy's grace is over)."""
         self._close()
+        for transport in (self.transport, self.upstream.transport if self.upstream else None):
+            if transport is not None:
+                transport.abort()
 
 
 class _Upstream(asyncio.Protocol):
