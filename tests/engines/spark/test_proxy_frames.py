@@ -276,3 +276,71 @@ async def test_a_malformed_preface_or_frame_closes_the_connection_with_nothing_u
         assert [int.from_bytes(f.payload[4:8]) for f in goaways] == [code]
     assert rig.upstream.connections == 0
     assert rig.pool.acquired == []
+
+
+async def test_a_stream_waiting_for_its_session_keeps_later_streams_behind_it_in_order(rig):
+    c = await rig.client()
+    warm = c.call("Config", rig.tokens["alpha"], request(SESSION))  # the connection is bound and up
+    assert (await c.ended(warm)).status == 0
+    held, headers = c.open("AddArtifacts", rig.tokens["alpha"])
+    c.send(headers)  # a client stream whose first message has not come yet
+    later = c.call("Config", rig.tokens["alpha"], request(SESSION))
+    # `later` is admitted (its token is cached: within the read that brought it), but
+    # upstream would take its id as closing `held`'s, so it waits. A PING sent after it
+    # passes through: once upstream has it, the proxy has dealt with `later`.
+    c.send(h2.frame(h2.PING, 0, 0, b"in-order"))
+    await rig.upstream.until(lambda: h2.PING in rig.upstream.kinds_on(0))
+    assert held not in rig.upstream.requests and later not in rig.upstream.requests
+    c.send(h2.frame(h2.DATA, h2.END_STREAM, held, grpc_message(request("other-session"))))
+    assert (await c.ended(held)).status == 0
+    assert (await c.ended(later)).status == 0
+    opened = [f.sid for f in rig.upstream.frames if f.kind == h2.HEADERS and f.sid in (held, later)]
+    assert opened[:2] == [held, later]
+    assert ("alpha", "other-session") in rig.pool.acquired
+
+
+async def test_a_client_that_goes_away_mid_call_releases_it_and_closes_upstream(rig):
+    rig.upstream.answer = None
+    c = await rig.client()
+    sid = c.call("ExecutePlan", rig.tokens["alpha"], request(SESSION))
+    await rig.upstream.until(lambda: sid in rig.upstream.requests and rig.upstream.requests[sid].ended)
+    assert rig.pool.released == []
+    await c.close()
+    await rig.upstream.until(lambda: rig.pool.released == [(SESSION, False)])
+    # the upstream connection went with the client's: the scripted server's read loop ended
+    assert rig.proxy.connections == set()
+
+
+async def test_window_updates_and_settings_sent_before_upstream_reach_it_when_it_connects(rig):
+    c = await rig.client()
+    await asyncio.wait_for(c.got_settings.wait(), 20)
+    c.send(h2.window_update(0, 1_000_000), h2.window_update(0, 48_576), h2.settings({0x4: 1_048_576}))
+    sid = c.call("Config", rig.tokens["alpha"], request(SESSION))
+    assert (await c.ended(sid)).status == 0
+    first = [f for f in rig.upstream.frames if f.sid == 0][:3]
+    assert [f.kind for f in first] == [h2.SETTINGS, h2.SETTINGS, h2.WINDOW_UPDATE]
+    assert h2.parse_settings(first[1].payload) == {0x4: 1_048_576}
+    assert int.from_bytes(first[2].payload) == 1_048_576
+    # the proxy acknowledged both of the client's SETTINGS itself; upstream's ACKs of them
+    # were kept back, so the client saw one ACK per SETTINGS it sent
+    await c.until(lambda: sum(f.kind == h2.SETTINGS and not f.flags & h2.ACK for f in c.connection) == 2)
+    await rig.upstream.until(
+        lambda: sum(f.kind == h2.SETTINGS and f.flags & h2.ACK for f in rig.upstream.frames) == 1
+    )
+    assert sum(f.kind == h2.SETTINGS and f.flags & h2.ACK for f in c.connection) == 2
+
+
+async def test_stopping_the_proxy_lets_a_call_in_flight_finish_and_refuses_new_ones(rig):
+    rig.upstream.answer = None
+    c = await rig.client()
+    sid = c.call("ExecutePlan", rig.tokens["alpha"], request(SESSION))
+    await rig.upstream.until(lambda: sid in rig.upstream.requests and rig.upstream.requests[sid].ended)
+    stopping = asyncio.create_task(rig.proxy.stop(grace_s=20))
+    await c.until(lambda: any(f.kind == h2.GOAWAY for f in c.connection))
+    late = c.call("Config", rig.tokens["alpha"], request(SESSION))
+    assert (await c.ended(late)).rst == h2.ErrorCode.REFUSED_STREAM
+    rig.upstream.respond(sid, [(":status", "200")], b"last", [("grpc-status", "0")])
+    assert (await c.ended(sid)).status == 0
+    await asyncio.wait_for(stopping, 20)
+    await asyncio.wait_for(c.closed.wait(), 20)
+    assert rig.pool.released == [(SESSION, False)]
