@@ -260,6 +260,8 @@ async def test_an_unknown_method_is_unimplemented_and_starts_nothing(rig):
         ("a frame inside a header block", None, [h2.frame(h2.HEADERS, 0, 1, b"\x83"), h2.frame(h2.PING, 0, 0, b"1" * 8)],
          h2.ErrorCode.PROTOCOL_ERROR),
         ("a frame over the size limit", None, [h2.frame(h2.DATA, 0, 1, b"x" * 16_385)], h2.ErrorCode.FRAME_SIZE_ERROR),
+        ("a header block without end", None, [h2.frame(h2.HEADERS, 0, 1, b"\x83")]
+         + [h2.frame(h2.CONTINUATION, 0, 1, b"\x00" * 16_000)] * 17, h2.ErrorCode.PROTOCOL_ERROR),
     ],
 )  # fmt: skip
 async def test_a_malformed_preface_or_frame_closes_the_connection_with_nothing_upstream(rig, name, preface, frames,

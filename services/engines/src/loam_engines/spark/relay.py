@@ -62,6 +62,7 @@ GONE = 4  # refused or reset before it went upstream
 
 _HEAD_LIMIT = 64 * 1024  # the most of a stream's first bytes kept to find its session id
 _CACHE_LIMIT = 256
+_BLOCK_LIMIT = 256 * 1024  # a header block past this is not a gRPC call's
 
 
 class _Stream:
@@ -284,6 +285,8 @@ class ClientConnection(asyncio.Protocol):
             if self._block is None or self._block[0] != sid:
                 raise ProtocolError("CONTINUATION outside a header block")
             self._block[2].extend(payload)
+            if len(self._block[2]) > _BLOCK_LIMIT:
+                raise ProtocolError("a header block over 256 KiB")
             if flags & h2.END_HEADERS:
                 first_sid, first_flags, block = self._block
                 self._block = None
@@ -467,6 +470,9 @@ class ClientConnection(asyncio.Protocol):
         _, upstream = await self.loop.create_connection(
             lambda: _Upstream(self), "127.0.0.1", admitted.backend.port
         )
+        if self.closed:  # the client went while it connected
+            upstream.transport.close()
+            return
         self.upstream = upstream
         out = [h2.PREFACE, *self._early_settings]
         upstream.swallow_acks = len(self._early_settings)  # the relay has acknowledged them
