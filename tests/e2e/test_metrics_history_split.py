@@ -76,8 +76,12 @@ async def test_the_history_of_a_split_deployment_has_the_percentiles(tmp_path):
     gw_port = free_port()
     gw_url = f"http://127.0.0.1:{gw_port}"
     cores = [
-        Proc(f"queue-core-{i}", ["loam_queue_core.server", "--store", url, "--port", str(port),
-                                 "--histogram-flush", "0.2"], env, logs)  # fmt: skip
+        Proc(
+            f"queue-core-{i}",
+            ["loam_queue_core.server", "--store", url, "--port", str(port), "--histogram-flush", "0.2"],
+            env,
+            logs,
+        )  # fmt: skip
         for i, port in enumerate(ports)
     ]
     gateway = Proc("gateway", ["loam_gateway", "--queue-cores", ",".join(core_urls), "--store", url,

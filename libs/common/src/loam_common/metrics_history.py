@@ -132,7 +132,9 @@ def tier_steps_ns(interval_s: float) -> dict[str, int]:
     return {name: int((step or interval_s) * 1e9) for name, (_, step, _) in TIERS.items()}
 
 
-def histograms_add(tx: Txn, observed: dict[tuple[str, str], tuple[dict[float, int], dict[float, int]]]) -> None:
+def histograms_add(
+    tx: Txn, observed: dict[tuple[str, str], tuple[dict[float, int], dict[float, int]]]
+) -> None:
     """Add a queue core's new observations to the store's histograms: per (namespace,
     queue), the wait and run times per bucket bound (metrics.Taken.by_queue)."""
     for (ns, queue), (wait, run) in observed.items():

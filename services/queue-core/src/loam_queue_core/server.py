@@ -273,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     async def run() -> None:
         store = open_store(args.store)
         blobs = open_blobs(args.blobs) if args.blobs else None
-        core = QueueCore(store, blobs, quotas=quotas.parse(args.quotas), histogram_flush_s=args.histogram_flush)
+        core = QueueCore(
+            store, blobs, quotas=quotas.parse(args.quotas), histogram_flush_s=args.histogram_flush
+        )
         tracing.configure_from_env("loam-queue-core")
         app = create_app(core, internal_token=token)
         flush = core.histogram_flush  # the history's wait and run times, from this core
