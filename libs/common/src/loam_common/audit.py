@@ -105,7 +105,9 @@ class AuditStep:
     action's own transition, then records it in the same transaction: a new record for
     the action's first transaction, or (`record_id`, for the later transactions of an
     action done in bounded batches, such as a drain) the jobs this one touched added to
-    the record's count. `count` says how many jobs the transition's result touched."""
+    the record's count. `count` says how many jobs the transition's result touched;
+    `job_of`, when given, which job it names (known only once it ran: an enqueue whose
+    key found the existing job), instead of `job`."""
 
     ns: str
     actor: Actor
@@ -115,6 +117,7 @@ class AuditStep:
     detail: str = ""
     count: Callable[[Any], int] = lambda _result: 1
     record_id: str = ""
+    job_of: Callable[[Any], str] | None = None
 
     def __call__(self, tx: Txn, fn: Callable[..., Any], *args: Any) -> tuple[Any, str]:
         result = fn(tx, *args)
@@ -123,8 +126,9 @@ class AuditStep:
             audit_add_count(tx, self.ns, self.record_id, n)
             return result, self.record_id
         a = self.actor
+        job = self.job if self.job_of is None else self.job_of(result)
         entry = {
-            "action": self.action, "queue": self.queue, "job": self.job, "count": n,
+            "action": self.action, "queue": self.queue, "job": job, "count": n,
             "detail": self.detail[:DETAIL_MAX], "token_id": a.token_id, "role": a.role,
             "actions": list(a.actions), "via": a.via, "batch": a.batch,
         }  # fmt: skip
