@@ -9,6 +9,8 @@ it to a remote queue core in the `x-loam-actor` header (trusted only on an inter
 call), and the core's facade writes the record in the action's own transaction
 (`AuditStep`), so an action and its record commit together or not at all. Work that no
 caller started (sweeps, schedules, the engine runner) has no actor and is not audited.
+A bulk batch's actor also names the batch's summary record (`Actor.summary`), whose
+count each of the batch's actions raises in its own transaction.
 
 Records older than RETENTION_NS are deleted by the append that finds them (a few at a
 time), so the log needs no sweeper of its own.
