@@ -6,6 +6,7 @@ totals and the histograms, per queue, per range)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import math
@@ -414,3 +415,29 @@ async def test_two_gateways_on_one_store_serve_one_history(store, token):
     finally:
         for c in clients:
             await c.aclose()
+
+
+async def test_a_core_stopping_in_order_writes_what_it_observed_last(store):
+    """The flush runs as a loop of the core's process; its stop writes the observations
+    made since its last pass, so a core stopped in order loses none."""
+    seen = metrics.ProcessMetrics()
+    flush = HistogramFlush(store, interval=3600, observed=seen)  # no pass but the first and the last
+    flush.start()
+    async with asyncio.timeout(30):
+        while flush.passes == 0:  # the first pass, at start, found nothing
+            await asyncio.sleep(0.001)
+    seen.observe_run("acme", "emails", "t", 3 * 10**9)
+    await flush.stop()
+    raw = await store.snapshot(lambda tx: tx.get(keys.metrics_histograms("acme", "emails")))
+    assert json.loads(raw) == {"wait": [], "run": [[5, 1]]}
+
+
+def test_a_queue_core_refuses_a_bad_flush_interval(capsys):
+    from loam_queue_core import server
+
+    assert server.parse_args(["--store", "memory://", "--histogram-flush", "0.5"]).histogram_flush == 0.5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(SystemExit) as e:
+            server.parse_args(["--store", "memory://", "--histogram-flush", bad])
+        assert e.value.code == 2
+    assert "--histogram-flush" in capsys.readouterr().err
