@@ -205,6 +205,42 @@ async def test_nested_savepoints_roll_back_to_each_level(store, ns):
     }
 
 
+async def test_a_savepoint_released_or_of_another_transaction_is_refused(store, ns):
+    """The embedded backends' savepoints are objects checked before a rollback or a
+    release; the memory model's are plain tuples, checked only for a rollback."""
+    if type(store.backend).__name__.startswith("Memory"):
+        pytest.skip("the memory model does not track released savepoints")
+    a = ns + b"a"
+    other: list[object] = []
+
+    def first(tx):
+        other.append(tx.savepoint())
+
+    await store.transact(first)
+
+    def misuse(tx):
+        outer = tx.savepoint()
+        inner = tx.savepoint()
+        tx.put(a, b"1")
+        errors = []
+        for sp, act in ((other[0], tx.rollback_to), (object(), tx.release)):
+            with pytest.raises(ValueError, match="not a savepoint of this transaction"):
+                act(sp)
+        tx.rollback_to(outer)  # rolls past inner
+        for act in (tx.rollback_to, tx.release):
+            with pytest.raises(ValueError, match="already released or rolled past") as info:
+                act(inner)
+            errors.append(str(info.value))
+        tx.put(a, b"2")
+        tx.release(outer)
+        with pytest.raises(ValueError, match="already released"):
+            tx.release(outer)
+        return len(errors)
+
+    assert await store.transact(misuse) == 2
+    assert await store.snapshot(get, a) == b"2"  # the refusals changed nothing
+
+
 async def test_read_your_writes(store, ns):
     end = end_of(ns)
     await store.transact(put_many, [(ns + b"a", b"1"), (ns + b"c", b"3"), (ns + b"e", b"5")])

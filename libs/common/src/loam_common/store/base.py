@@ -125,6 +125,18 @@ class ManualClock(Clock):
         self._now = ns
 
 
+def open_savepoint[SP](stack: list[SP], sp: object, txn: object) -> SP:
+    """`sp` if it is a savepoint `txn` made and still has open (on its `stack`, where
+    each savepoint sits at its `depth`), else ValueError: the embedded backends'
+    savepoints are their own objects, checked alike before a rollback or a release."""
+    if getattr(sp, "txn", None) is not txn:
+        raise ValueError("not a savepoint of this transaction")
+    depth = sp.depth  # type: ignore[attr-defined]
+    if depth >= len(stack) or stack[depth] is not sp:
+        raise ValueError("savepoint already released or rolled past")
+    return sp  # type: ignore[return-value]
+
+
 class Txn(abc.ABC):
     """One transaction: snapshot reads that see this transaction's own writes, buffered
     or direct writes, savepoints, commit. Not thread-safe; used by one function at a time.

@@ -58,6 +58,7 @@ from loam_common.store.base import (
     StoreUnavailable,
     Txn,
     WriteConflict,
+    open_savepoint,
     process_clock,
 )
 
@@ -447,11 +448,7 @@ class LmdbTxn(Txn):
         return sp
 
     def _check(self, sp: object) -> _Savepoint:
-        if not isinstance(sp, _Savepoint) or sp.txn is not self:
-            raise ValueError("not a savepoint of this transaction")
-        if sp.depth >= len(self._stack) or self._stack[sp.depth] is not sp:
-            raise ValueError("savepoint already released or rolled past")
-        return sp
+        return open_savepoint(self._stack, sp, self)
 
     def rollback_to(self, savepoint: object) -> None:
         sp = self._check(savepoint)

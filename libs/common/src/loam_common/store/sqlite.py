@@ -36,7 +36,15 @@ import threading
 from collections.abc import Iterable
 from os import PathLike
 
-from loam_common.store.base import Backend, Capabilities, Clock, StoreUnavailable, Txn, process_clock
+from loam_common.store.base import (
+    Backend,
+    Capabilities,
+    Clock,
+    StoreUnavailable,
+    Txn,
+    open_savepoint,
+    process_clock,
+)
 
 log = logging.getLogger(__name__)
 
@@ -201,11 +209,7 @@ class SqliteTxn(Txn):
         return sp
 
     def _check(self, sp: object) -> _Savepoint:
-        if not isinstance(sp, _Savepoint) or sp.txn is not self:
-            raise ValueError("not a savepoint of this transaction")
-        if sp.depth >= len(self._stack) or self._stack[sp.depth] is not sp:
-            raise ValueError("savepoint already released or rolled past")
-        return sp
+        return open_savepoint(self._stack, sp, self)
 
     def rollback_to(self, savepoint: object) -> None:
         sp = self._check(savepoint)
