@@ -59,7 +59,7 @@ def transact_if_rest(
     queue: str,
     detail: Callable[[], str],
     count: Callable[[Any], int],
-    job_of: Callable[[Any], str],
+    job_of: Callable[[Any], str] | None = None,
 ) -> Callable[..., Awaitable[Any]]:
     """How a job-creating write's transaction runs: `store.transact`, audited (one record,
     `count` jobs, the job `job_of` its result names, if one) when its caller came by REST;

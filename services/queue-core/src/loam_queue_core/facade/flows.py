@@ -34,12 +34,14 @@ class Flows:
         ]
         created = False
         queues = sorted({n.queue for n in spec.nodes})
-        transact = transact_if_rest(
-            self.store, ns, "flow.submit", queues[0] if len(queues) == 1 else "",
-            lambda: f"flow {flow_id}: {len(spec.nodes)} jobs" + (f"; queues {', '.join(queues)}" if len(queues) > 1 else ""),
-            lambda sub: len(sub.jobs) if sub.created else 0,
-            lambda _sub: "",
-        )  # fmt: skip
+
+        def detail() -> str:
+            return f"flow {flow_id}: {len(spec.nodes)} jobs" + (
+                f"; queues {', '.join(queues)}" if len(queues) > 1 else ""
+            )
+
+        transact = transact_if_rest(self.store, ns, "flow.submit", queues[0] if len(queues) == 1 else "", detail,
+                                    lambda sub: len(sub.jobs) if sub.created else 0)  # fmt: skip
         try:
             if quota := await self.quotas.of(ns):
                 sub = await transact(quotas.flow_submit_within_quota, ns, flow_id, rhash, spec, news, quota)
