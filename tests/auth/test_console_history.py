@@ -23,7 +23,7 @@ from loam_gateway.auth import StoreAuthenticator
 from loam_gateway.metrics_history import MetricsHistory, quantile
 from loam_gateway.redaction import REDACTED, Redaction
 from loam_gateway.routing import Router
-from loam_queue_core import QueueCore
+from loam_queue_core import QueueCore, histogram_flush
 from loam_queue_core.histogram_flush import HistogramFlush
 from loam_queue_core.rpc import CoreRpc
 
@@ -293,6 +293,36 @@ async def test_the_histograms_of_several_cores_add_up_and_a_failed_flush_loses_n
         await HistogramFlush(Down(), observed=a).run_once()
     assert await HistogramFlush(store, observed=a).run_once() == 1
     assert (await store.snapshot(read))["wait"] == [[0.001, 4], [2.5, 2]]
+
+
+async def test_a_flush_that_fails_midway_writes_the_rest_next_time(store, monkeypatch):
+    """A flush of many queues is several transactions: one that fails gives its queues'
+    observations, and those of the transactions after it, to the next pass; those that
+    committed are not written twice."""
+    monkeypatch.setattr(histogram_flush, "FLUSH_BATCH", 2)
+    seen = metrics.ProcessMetrics()
+    for q in range(5):
+        seen.observe_lease("acme", f"q{q}", *[10**6] * (q + 1))
+
+    class FailsSecond:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def transact(self, fn, *args):
+            self.calls += 1
+            if self.calls == 2:
+                raise ConnectionError("store unreachable")
+            return await store.transact(fn, *args)
+
+    with pytest.raises(ConnectionError):
+        await HistogramFlush(FailsSecond(), observed=seen).run_once()
+    assert await HistogramFlush(store, observed=seen).run_once() == 3
+
+    def waits(tx):
+        return [json.loads(tx.get(keys.metrics_histograms("acme", f"q{q}")) or b'{"wait":[]}')["wait"]
+                for q in range(5)]  # fmt: skip
+
+    assert await store.snapshot(waits) == [[[0.001, q + 1]] for q in range(5)]
 
 
 def test_quantile_interpolates_within_a_bucket():

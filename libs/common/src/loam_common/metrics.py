@@ -317,6 +317,13 @@ class Taken:
     lease: dict[tuple[str, ...], list[int]]
     run: dict[tuple[str, ...], list[int]]
 
+    def only(self, queues: set[tuple[str, str]]) -> Taken:
+        """The observations of these (namespace, queue)s only."""
+        return Taken(
+            {labels: c for labels, c in self.lease.items() if labels[:2] in queues},
+            {labels: c for labels, c in self.run.items() if labels[:2] in queues},
+        )
+
     def by_queue(self) -> dict[tuple[str, str], tuple[dict[float, int], dict[float, int]]]:
         """Per (namespace, queue): the wait and run observations, per bucket bound (the
         last bound +Inf), the run times of every task summed."""

@@ -21,6 +21,7 @@ from loam_common.store.runner import Store
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 1.0
+FLUSH_BATCH = 200  # queues per transaction, as the history's sampler writes them
 
 
 class HistogramFlush(Loop):
@@ -34,17 +35,17 @@ class HistogramFlush(Loop):
         self.observed = observed
 
     async def run_once(self) -> int:
-        """Write what was observed since the last pass; returns the queues written."""
+        """Write what was observed since the last pass, in transactions of at most
+        FLUSH_BATCH queues; returns the queues written."""
         taken = self.observed.take()
-        by_queue = taken.by_queue()
-        if not by_queue:
-            return 0
-        try:
-            await self.store.transact(histograms_add, by_queue)
-        except BaseException:
-            self.observed.give_back(taken)
-            raise
-        return len(by_queue)
+        rows = list(taken.by_queue().items())
+        for i in range(0, len(rows), FLUSH_BATCH):
+            try:
+                await self.store.transact(histograms_add, dict(rows[i : i + FLUSH_BATCH]))
+            except BaseException:  # this batch and the next ones go in the next pass
+                self.observed.give_back(taken.only({queue for queue, _ in rows[i:]}))
+                raise
+        return len(rows)
 
     async def on_stop(self) -> None:
         try:
