@@ -346,3 +346,17 @@ async def test_stopping_the_proxy_lets_a_call_in_flight_finish_and_refuses_new_o
     await asyncio.wait_for(stopping, 20)
     await asyncio.wait_for(c.closed.wait(), 20)
     assert rig.pool.released == [(SESSION, False)]
+
+
+async def test_a_stream_reset_while_it_waits_for_its_session_never_goes_up_and_its_bytes_come_back(rig):
+    c = await rig.client()
+    warm = c.call("Config", rig.tokens["alpha"], request(SESSION))
+    assert (await c.ended(warm)).status == 0
+    sid, headers = c.open("AddArtifacts", rig.tokens["alpha"])
+    c.send(headers, h2.frame(h2.DATA, 0, sid, b"\x00\x00\x00"))  # not yet the 5-byte message prefix
+    c.send(h2.rst_stream(sid, h2.ErrorCode.CANCEL))
+    await c.until(lambda: c.window_credit == 3)
+    after = c.call("Config", rig.tokens["alpha"], request(SESSION))
+    assert (await c.ended(after)).status == 0
+    assert rig.upstream.kinds_on(sid) == []
+    assert rig.pool.acquired == [("alpha", SESSION)] * 2  # the reset stream was never admitted
