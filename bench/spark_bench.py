@@ -13,10 +13,12 @@
    ReleaseExecutes) and `spark.conf.get(...)` (one Config call) directly against Sail and
    through the proxy, in alternating rounds (direct, proxy, direct, ...) so a change in the
    machine's load falls on both; the figure is the median of the rounds' differences. Then
-   raw Config loops from a gRPC client, again in alternating rounds: Sail directly, through
-   the proxy, and through a bare grpc.aio relay (no token check, no routing, no pool: the
-   floor of a relay in Python's gRPC), with this process's CPU time per relayed call, which
-   the load moves far less than latency.
+   raw loops from a gRPC client of one call each, a unary `Config` and a server-streaming
+   `ExecutePlan` of `range(10)`, again in alternating rounds: Sail directly, through the
+   proxy (an HTTP/2 frame relay, decision 0044), and through a bare grpc.aio relay (no
+   token check, no routing, no pool: the floor of a relay in Python's gRPC, which the
+   proxy was until 0044), with this process's CPU time per relayed call, which the load
+   moves far less than latency.
 2. Cold start: the namespace's server stopped, a raw gRPC `Config` call through the proxy
    (no client start-up in the figure), timed to its answer; then the same call warm. Twice:
    with no spare (every start imports pysail and pays Sail's first-request set-up), and
@@ -32,7 +34,10 @@
 Needs `make engines-spark`. Prints a table and writes JSON (`--out`, default
 bench/results/spark_bench.json).
 
-    .venv/bin/python bench/spark_bench.py [--calls 300] [--rounds 3] [--cold 5] [--batches 5]
+    .venv/bin/python bench/spark_bench.py [--calls 300] [--rounds 3] [--cold 5] [--batches 5] [--uvloop]
+
+`--uvloop` runs this process (the proxy's) on uvloop, as `loam dev` does; the default is
+asyncio's own loop, as `loam engines` runs.
 """
 
 from __future__ import annotations
@@ -52,7 +57,11 @@ import time
 import uuid
 from pathlib import Path
 
-import grpc
+# Before gRPC is imported, as loam_engines does for the runner: gRPC's fork handlers would
+# run in the Sail children this process starts (under --uvloop they abort them).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import grpc  # noqa: E402
 
 from loam_common.auth import ACTIONS, ENGINE, Principal, token_create
 from loam_common.errors import Unauthenticated
@@ -64,6 +73,7 @@ from loam_gateway.auth import StoreAuthenticator
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-token"
 CONFIG = "/spark.connect.SparkConnectService/Config"
+EXECUTE_PLAN = "/spark.connect.SparkConnectService/ExecutePlan"
 
 CLIENT = r"""
 import json, sys, time
@@ -105,17 +115,24 @@ async def store_token(work: Path) -> tuple[Store, str]:
 
 RAW_CLIENT = r"""
 import sys, time, grpc
-port, n, request, token = int(sys.argv[1]), int(sys.argv[2]), bytes.fromhex(sys.argv[3]), sys.argv[4]
-call = grpc.insecure_channel(f"127.0.0.1:{port}").unary_unary("/spark.connect.SparkConnectService/Config")
+port, n, method, stream, request, token = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "stream",
+                                           bytes.fromhex(sys.argv[5]), sys.argv[6])
+channel = grpc.insecure_channel(f"127.0.0.1:{port}")
 metadata = [("authorization", f"Bearer {token}")] if token != "-" else None
+if stream:
+    multi = channel.unary_stream(method)
+    call = lambda: [*multi(request, metadata=metadata)]
+else:
+    multi = channel.unary_unary(method)
+    call = lambda: multi(request, metadata=metadata)
 for _ in range(100):
-    call(request, metadata=metadata)
+    call()
 print("ready", flush=True)
 sys.stdin.readline()
 times = []
 for _ in range(n):
     t0 = time.perf_counter()
-    call(request, metadata=metadata)
+    call()
     times.append(time.perf_counter() - t0)
 times.sort()
 print(times[len(times) // 2] * 1000, flush=True)
@@ -127,12 +144,16 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-async def raw_loop(port: int, token: str, calls: int) -> tuple[float, float]:
-    """`calls` raw Config calls from a gRPC client in a subprocess (warmed up first): their
-    p50 in ms, and this process's CPU time per call in µs (the proxy's or the bare relay's:
-    nothing else runs here meanwhile). `token` "-": no authorization sent."""
+async def raw_loop(port: int, token: str, calls: int, method: str = CONFIG) -> tuple[float, float]:
+    """`calls` raw calls of `method` (Config, or the server stream ExecutePlan) from a gRPC
+    client in a subprocess (warmed up first): their p50 in ms, and this process's CPU time
+    per call in µs (the proxy's or the bare relay's: nothing else runs here meanwhile).
+    `token` "-": no authorization sent."""
+    session = str(uuid.uuid4())
+    request = execute_plan_request(session) if method == EXECUTE_PLAN else config_request(session)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", RAW_CLIENT, str(port), str(calls), config_request(str(uuid.uuid4())).hex(), token,
+        sys.executable, "-c", RAW_CLIENT, str(port), str(calls), method,
+        "stream" if method == EXECUTE_PLAN else "unary", request.hex(), token,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)  # fmt: skip
     assert (await proc.stdout.readline()).strip() == b"ready"
     before = cpu_s()
@@ -145,16 +166,24 @@ async def raw_loop(port: int, token: str, calls: int) -> tuple[float, float]:
 
 
 async def bare_relay(upstream_port: int) -> tuple[grpc.aio.Server, int]:
-    """The floor under the proxy: a grpc.aio server that relays Config to Sail as raw
-    bytes with nothing else (no token check, no routing, no pool)."""
+    """The floor under a relay in Python's gRPC (the proxy until decision 0044): a
+    grpc.aio server that relays Config (unary) and ExecutePlan (server stream) to Sail as
+    raw bytes with nothing else (no token check, no routing, no pool)."""
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{upstream_port}")
-    upstream = channel.unary_unary(CONFIG)
+    config = channel.unary_unary(CONFIG)
+    execute = channel.unary_stream(EXECUTE_PLAN)
 
     async def relay(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        return await upstream(request)
+        return await config(request)
+
+    async def relay_stream(request: bytes, context: grpc.aio.ServicerContext):  # noqa: ANN202
+        async for item in execute(request):
+            yield item
 
     class Handler(grpc.GenericRpcHandler):
         def service(self, details):  # noqa: ANN001, ANN201
+            if details.method == EXECUTE_PLAN:
+                return grpc.unary_stream_rpc_method_handler(relay_stream)
             return grpc.unary_unary_rpc_method_handler(relay)
 
     server = grpc.aio.server()
@@ -185,6 +214,18 @@ def config_request(session: str) -> bytes:
 
     get = ld(1, b"spark.sql.session.timeZone")
     return ld(1, session.encode()) + ld(2, ld(1, b"bench")) + ld(3, ld(2, get))
+
+
+def _ld(field: int, payload: bytes) -> bytes:
+    assert len(payload) < 128
+    return bytes([(field << 3) | 2, len(payload)]) + payload
+
+
+def execute_plan_request(session: str) -> bytes:
+    """A serialised ExecutePlanRequest{session_id, user_context{user_id}, plan{root{range{end:
+    10, step: 1}}}}: Plan.root is field 1, Relation.range field 15, Range.end 2, step 3."""
+    rng = b"\x10\x0a\x18\x01"
+    return _ld(1, session.encode()) + _ld(2, _ld(1, b"bench")) + _ld(3, _ld(1, _ld(15, rng)))
 
 
 async def raw_config(port: int, session: str) -> float:
@@ -280,26 +321,32 @@ async def proxy_figures(python: Path, calls: int, rounds: int, cold_runs: int, w
                 direct.setdefault(op, []).append(d[op])
                 proxied.setdefault(op, []).append(p[op])
         bare, bare_port = await bare_relay(backend.port)
-        raw: dict[str, list[tuple[float, float]]] = {"direct": [], "proxy": [], "bare_relay": []}
-        for _ in range(rounds):  # paired again: Sail directly, the proxy, the bare relay
-            raw["direct"].append(await raw_loop(backend.port, "-", 10 * calls))
-            raw["proxy"].append(await raw_loop(port, token, 10 * calls))
-            raw["bare_relay"].append(await raw_loop(bare_port, "-", 10 * calls))
+        raw: dict[str, dict[str, list[tuple[float, float]]]] = {}
+        for method in (CONFIG, EXECUTE_PLAN):
+            rows = raw[method.rsplit("/", 1)[1]] = {"direct": [], "proxy": [], "bare_relay": []}
+            for _ in range(rounds):  # paired again: Sail directly, the proxy, the bare relay
+                rows["direct"].append(await raw_loop(backend.port, "-", 10 * calls, method))
+                rows["proxy"].append(await raw_loop(port, token, 10 * calls, method))
+                rows["bare_relay"].append(await raw_loop(bare_port, "-", 10 * calls, method))
         await bare.stop(0)
     finally:
         await proxy.stop()
         await pool.close()
         await store.close()
-    med = {
-        k: (statistics.median(p for p, _ in v), statistics.median(c for _, c in v)) for k, v in raw.items()
-    }
-    added = {k: round(statistics.median(x[0] - d[0] for d, x in zip(raw["direct"], raw[k], strict=True)), 3)
-             for k in ("proxy", "bare_relay")}  # fmt: skip
-    out: dict = {"rounds": rounds, "proxy_cpu_us_per_config_call": med["proxy"][1], "raw_config": {
-        "direct_p50_ms": round(med["direct"][0], 3), "proxy_p50_ms": round(med["proxy"][0], 3),
-        "bare_relay_p50_ms": round(med["bare_relay"][0], 3), "proxy_added_p50_ms": added["proxy"],
-        "bare_relay_added_p50_ms": added["bare_relay"], "proxy_cpu_us_per_call": med["proxy"][1],
-        "bare_relay_cpu_us_per_call": med["bare_relay"][1], "per_round": raw}}  # fmt: skip
+    out: dict = {"rounds": rounds}
+    for name, rows in raw.items():
+        med = {
+            k: (statistics.median(p for p, _ in v), statistics.median(c for _, c in v))
+            for k, v in rows.items()
+        }
+        added = {k: round(statistics.median(x[0] - d[0] for d, x in zip(rows["direct"], rows[k], strict=True)), 3)
+                 for k in ("proxy", "bare_relay")}  # fmt: skip
+        out[f"raw_{name}"] = {
+            "direct_p50_ms": round(med["direct"][0], 3), "proxy_p50_ms": round(med["proxy"][0], 3),
+            "bare_relay_p50_ms": round(med["bare_relay"][0], 3), "proxy_added_p50_ms": added["proxy"],
+            "bare_relay_added_p50_ms": added["bare_relay"], "proxy_cpu_us_per_call": med["proxy"][1],
+            "bare_relay_cpu_us_per_call": med["bare_relay"][1], "per_round": rows}  # fmt: skip
+    out["proxy_cpu_us_per_config_call"] = out["raw_Config"]["proxy_cpu_us_per_call"]
     for op in ("range_count", "conf_get"):
         ds, ps = direct[op], proxied[op]
         added = [pct(p, 0.5) - pct(d, 0.5) for d, p in zip(ds, ps, strict=True)]
@@ -357,6 +404,7 @@ async def main() -> int:
     p.add_argument("--cold", type=int, default=5)
     p.add_argument("--batches", type=int, default=5)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "spark_bench.json")
+    p.add_argument("--uvloop", action="store_true", help="run the proxy on uvloop, as `loam dev` does")
     args = p.parse_args()
     python = find_spark_python()
     if python is None:
@@ -366,6 +414,8 @@ async def main() -> int:
         work = Path(tmp)
         report = {
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+            "commit": _commit(),
             "machine": {
                 "cpus": os.cpu_count(),
                 "python": platform.python_version(),
@@ -382,11 +432,12 @@ async def main() -> int:
         f = px[op]
         print(f"{'proxy added p50, ' + op + ' (' + str(f['direct_p50_ms']) + ' -> ' + str(f['proxy_p50_ms']) + ' ms)':58} "
               f"{f['added_p50_ms']:>8} ms {'<= 1 ms':>8}")  # fmt: skip
-    raw = px["raw_config"]
-    print(f"{'raw Config added p50: the proxy / a bare grpc.aio relay':58} {raw['proxy_added_p50_ms']:>5} / "
-          f"{raw['bare_relay_added_p50_ms']} ms")  # fmt: skip
-    print(f"{'CPU per relayed Config: the proxy / a bare grpc.aio relay':58} {raw['proxy_cpu_us_per_call']:>5} / "
-          f"{raw['bare_relay_cpu_us_per_call']} us")  # fmt: skip
+    for name in ("Config", "ExecutePlan"):
+        raw = px[f"raw_{name}"]
+        print(f"{'raw ' + name + ' added p50: the proxy / a bare grpc.aio relay':58} {raw['proxy_added_p50_ms']:>5} / "
+              f"{raw['bare_relay_added_p50_ms']} ms {'<= 1 ms':>8}")  # fmt: skip
+        print(f"{'CPU per relayed ' + name + ': the proxy / a bare grpc.aio relay':58} "
+              f"{raw['proxy_cpu_us_per_call']:>5} / {raw['bare_relay_cpu_us_per_call']} us")  # fmt: skip
     print(f"{'cold start through the proxy to the first answer, no spare':58} {px['cold_start']['median_ms']:>8} ms "
           f"{'<= 150':>8}")  # fmt: skip
     print(f"{'cold start through the proxy, from the warm spare':58} {px['cold_start_from_spare']['median_ms']:>8} ms "
@@ -401,5 +452,19 @@ async def main() -> int:
     return 0
 
 
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        return out.stdout.strip()
+    except OSError:
+        return ""
+
+
 if __name__ == "__main__":
+    if "--uvloop" in sys.argv:
+        import uvloop
+
+        sys.exit(asyncio.run(main(), loop_factory=uvloop.new_event_loop))
     sys.exit(asyncio.run(main()))

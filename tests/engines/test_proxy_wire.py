@@ -1,10 +1,12 @@
 """What the Spark Connect proxy reads and forwards on the wire, without Spark: the
-session id of a request (field 1 of every Spark Connect request), and which metadata
-goes upstream or back."""
+session id of a request (field 1 of every Spark Connect request), from a message or from
+the first bytes of a call's request stream, and which headers go upstream. (What comes
+back, trailers and error details included, is the server's own bytes: the frame tests
+in spark/test_proxy_frames.py check them byte for byte.)"""
 
 from __future__ import annotations
 
-from loam_engines.spark.proxy import downstream_trailers, session_id, upstream_metadata
+from loam_engines.spark.proxy import request_session, session_id, upstream_headers, upstream_metadata
 
 
 def _ld(field: int, payload: bytes) -> bytes:
@@ -28,6 +30,31 @@ def test_credentials_never_go_upstream_and_the_namespace_does():
     assert upstream_metadata(incoming, "acme") == [("x-loam-namespace", "acme"), ("x-custom", "kept")]
 
 
-def test_error_details_come_back_and_grpc_reserved_keys_do_not():
-    trailers = [("grpc-status-details-bin", b"\x08\x03"), ("grpc-message", "x"), ("x-spark", "1")]
-    assert downstream_trailers(trailers) == (("grpc-status-details-bin", b"\x08\x03"), ("x-spark", "1"))
+def test_the_session_id_is_read_from_the_first_bytes_of_a_call_as_soon_as_it_is_whole():
+    sid = "8c1b6f0e-7d3a-4c9e-9a51-3f2d6b0c1e77"
+    message = _ld(1, sid.encode()) + _ld(2, _ld(1, b"user"))
+    framed = b"\x00" + len(message).to_bytes(4) + message
+    assert request_session(framed) == (True, sid)
+    assert request_session(framed[:20]) == (False, None)  # field 1 not whole yet: wait for more
+    assert request_session(framed[:4]) == (False, None)
+    assert request_session(framed[: 2 + 5 + len(sid)]) == (True, sid)  # the rest is not needed
+    no_session = _ld(2, b"x")
+    assert request_session(b"\x00" + len(no_session).to_bytes(4) + no_session) == (True, None)
+    assert request_session(b"\x01" + framed[1:]) == (True, None)  # compressed: not read
+    assert request_session(b"\x00\x00\x00\x00\x00") == (True, None)  # an empty message
+
+
+def test_the_transport_headers_go_upstream_as_they_came_and_credentials_never_do():
+    headers = [(":method", "POST"), (":path", "/spark.connect.SparkConnectService/Config"), ("te", "trailers"),
+               ("content-type", "application/grpc"), ("grpc-timeout", "5S"), ("authorization", "Bearer loam_x"),
+               ("user-agent", "pyspark"), ("x-loam-namespace", "other"), ("x-loam-engine", "jvm"),
+               ("x-custom", "kept")]  # fmt: skip
+    assert upstream_headers(headers, "acme", None) == [
+        (":method", "POST"), (":path", "/spark.connect.SparkConnectService/Config"), ("te", "trailers"),
+        ("content-type", "application/grpc"), ("grpc-timeout", "5S"), ("x-loam-namespace", "acme"),
+        ("x-custom", "kept"),
+    ]  # fmt: skip
+    assert upstream_headers(headers, "acme", "Bearer server-secret")[-1] == (
+        "authorization",
+        "Bearer server-secret",
+    )

@@ -9,6 +9,8 @@ it to a remote queue core in the `x-loam-actor` header (trusted only on an inter
 call), and the core's facade writes the record in the action's own transaction
 (`AuditStep`), so an action and its record commit together or not at all. Work that no
 caller started (sweeps, schedules, the engine runner) has no actor and is not audited.
+A bulk batch's actor also names the batch's summary record (`Actor.summary`), whose
+count each of the batch's actions raises in its own transaction.
 
 Records older than RETENTION_NS are deleted by the append that finds them (a few at a
 time), so the log needs no sweeper of its own.
@@ -55,27 +57,30 @@ def role_of(actions: Iterable[str]) -> str:
 @dataclass(frozen=True, slots=True)
 class Actor:
     """Who an action is taken for: the token's id ("" without auth), the role its actions
-    make, its actions, the transport it came by (rest, connect), and the bulk batch it is
-    a part of ("" for a single action)."""
+    make, its actions, the transport it came by (rest, connect), the bulk batch it is a
+    part of ("" for a single action), and the id of that batch's summary record, whose
+    count each of the batch's actions raises in its own transaction ("" for none)."""
 
     token_id: str
     role: str
     actions: tuple[str, ...]
     via: str
     batch: str = ""
+    summary: str = ""
 
     @classmethod
     def of(cls, principal: auth.Principal, via: str) -> Actor:
         return cls(principal.token_id, role_of(principal.actions), tuple(sorted(principal.actions)), via)
 
-    def in_batch(self, batch_id: str) -> Actor:
-        return replace(self, batch=batch_id)
+    def in_batch(self, batch_id: str, summary: str = "") -> Actor:
+        return replace(self, batch=batch_id, summary=summary)
 
     def header(self) -> str:
         """The actor as the `x-loam-actor` header of an internal call."""
-        return json.dumps(
-            [self.token_id, self.role, list(self.actions), self.via, self.batch], separators=(",", ":")
-        )
+        fields = [self.token_id, self.role, list(self.actions), self.via, self.batch]
+        if self.summary:
+            fields.append(self.summary)
+        return json.dumps(fields, separators=(",", ":"))
 
     @classmethod
     def from_header(cls, text: str) -> Actor:
@@ -83,12 +88,15 @@ class Actor:
         try:
             if len(text) > _HEADER_MAX:
                 raise ValueError("too long")
-            token_id, role, actions, via, batch = json.loads(text)
-            if not all(isinstance(x, str) for x in (token_id, role, via, batch, *actions)):
+            token_id, role, actions, via, batch, *more = json.loads(text)
+            summary = more.pop() if len(more) == 1 else ""
+            if more or not all(isinstance(x, str) for x in (token_id, role, via, batch, summary, *actions)):
                 raise ValueError("not strings")
+            if summary:
+                _suffix(summary)  # a record id, or InvalidArgument
         except (ValueError, TypeError) as e:
             raise InvalidArgument(ACTOR_HEADER, f"is not an actor: {e}") from None
-        return cls(token_id, role, tuple(actions), via, batch)
+        return cls(token_id, role, tuple(actions), via, batch, summary)
 
 
 # Who the current request acts for; None outside a caller's request (sweeps, timers).
@@ -105,7 +113,9 @@ class AuditStep:
     action's own transition, then records it in the same transaction: a new record for
     the action's first transaction, or (`record_id`, for the later transactions of an
     action done in bounded batches, such as a drain) the jobs this one touched added to
-    the record's count. `count` says how many jobs the transition's result touched."""
+    the record's count. `count` says how many jobs the transition's result touched;
+    `job_of`, when given, which job it names (known only once it ran: an enqueue whose
+    key found the existing job), instead of `job`."""
 
     ns: str
     actor: Actor
@@ -115,16 +125,20 @@ class AuditStep:
     detail: str = ""
     count: Callable[[Any], int] = lambda _result: 1
     record_id: str = ""
+    job_of: Callable[[Any], str] | None = None
 
     def __call__(self, tx: Txn, fn: Callable[..., Any], *args: Any) -> tuple[Any, str]:
         result = fn(tx, *args)
         n = self.count(result)
+        if self.actor.summary:  # a part of a bulk batch: its summary counts it as it commits
+            audit_add_count(tx, self.ns, self.actor.summary, n)
         if self.record_id:
             audit_add_count(tx, self.ns, self.record_id, n)
             return result, self.record_id
         a = self.actor
+        job = self.job if self.job_of is None else self.job_of(result)
         entry = {
-            "action": self.action, "queue": self.queue, "job": self.job, "count": n,
+            "action": self.action, "queue": self.queue, "job": job, "count": n,
             "detail": self.detail[:DETAIL_MAX], "token_id": a.token_id, "role": a.role,
             "actions": list(a.actions), "via": a.via, "batch": a.batch,
         }  # fmt: skip
@@ -141,6 +155,18 @@ def audit_add_count(tx: Txn, ns: str, record_id: str, n: int) -> None:
         return
     record = json.loads(raw)
     record["count"] = int(record.get("count", 0)) + n
+    tx.put(key, json.dumps(record, separators=(",", ":")).encode())
+
+
+def audit_set_detail(tx: Txn, ns: str, record_id: str, detail: str) -> None:
+    """Rewrite the detail of the record `record_id` (a bulk batch's summary, as the batch
+    goes on); its count is left as the batch's actions raised it."""
+    key = keys.audit_all(ns) + _suffix(record_id)
+    raw = tx.get(key)
+    if raw is None:  # trimmed by the retention meanwhile
+        return
+    record = json.loads(raw)
+    record["detail"] = detail[:DETAIL_MAX]
     tx.put(key, json.dumps(record, separators=(",", ":")).encode())
 
 

@@ -65,6 +65,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `t/<ns>/audit/<at_ns u64><8 random bytes>`  | AuditEntry (JSON)    | operator actions, REST and Connect (audit.py) |
 | `t/<ns>/mhl/<queue>/<tier u8>`              | Totals (JSON)        | metrics history: a tier's last step end (metrics_history.py) |
 | `t/<ns>/mhp/<queue>/<tier u8><t_ns u64>`    | 13 f64 (LE)          | metrics history: one point per step, trimmed by age |
+| `t/<ns>/mhh/<queue>`                        | histograms (JSON)    | metrics history: the wait and run times every queue core observed, per bucket, since the queue's first job |
 | `sys/tokens/<token id>`                     | TokenRecord          | API tokens (auth.py), hashed   |
 | `sys/engines/ns/<ns>`                       | empty                | namespaces with engine jobs    |
 | `sys/own/<kind>/<ns>/<queue>/<shard u8>`    | OwnershipLease       | fenced shard ownership         |
@@ -384,6 +385,15 @@ def metrics_points(ns: str, queue: str, tier: int | None = None) -> bytes:
 
 def metrics_point(ns: str, queue: str, tier: int, t_ns: int) -> bytes:
     return metrics_points(ns, queue, tier) + U64.pack(t_ns)
+
+
+def metrics_histograms_all(ns: str) -> bytes:
+    return ns_prefix(ns) + b"mhh/"
+
+
+def metrics_histograms(ns: str, queue: str) -> bytes:
+    """A queue's wait and run time histograms, summed over the queue cores that saw its jobs."""
+    return metrics_histograms_all(ns) + queue.encode()
 
 
 def metrics_sampled() -> bytes:

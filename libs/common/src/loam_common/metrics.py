@@ -14,7 +14,10 @@ Two kinds, so that the numbers are right however many processes serve a deployme
 - **Per process** (`Histogram`, `PROCESS`): `loam_jobs_lease_latency_seconds` (how long
   a job had been ready when it was leased) and `loam_jobs_run_seconds` (lease to
   completion, by task). Each queue-core process observes the calls it runs and serves
-  its own; Prometheus sums histograms across instances, so scrape every core.
+  its own; Prometheus sums histograms across instances, so scrape every core. Each core
+  also adds what it observed, every second or so, to per-queue histograms in the store
+  (`ProcessMetrics.take`, loam_common.metrics_history), from which the metrics history
+  takes its wait and run percentiles whichever processes ran the jobs.
 
 | metric                                   | type      | labels             |
 |------------------------------------------|-----------|--------------------|
@@ -246,6 +249,7 @@ class Histogram:
         self.buckets = tuple(sorted(buckets))
         self.label_names = label_names
         self._series: dict[tuple[str, ...], list] = {}  # labels -> [bucket counts..., sum, count]
+        self._taken: dict[tuple[str, ...], list[int]] = {}  # labels -> per-bucket counts at the last take
         self._lock = threading.Lock()
 
     def observe(self, value: float, *labels: str) -> None:
@@ -268,6 +272,28 @@ class Histogram:
     def series(self) -> int:
         return len(self._series)
 
+    def take(self) -> dict[tuple[str, ...], list[int]]:
+        """Per label set, the observations made since the last take, per bucket (not
+        cumulative; one more after the buckets for those past the largest bound): what a
+        queue core adds to the store's histograms (loam_common.metrics_history)."""
+        n = len(self.buckets)
+        out: dict[tuple[str, ...], list[int]] = {}
+        with self._lock:
+            for labels, s in self._series.items():
+                now = [*s[:n], s[-1] - sum(s[:n])]
+                before = self._taken.get(labels)
+                delta = now if before is None else [a - b for a, b in zip(now, before, strict=True)]
+                if any(delta):
+                    out[labels] = delta
+                    self._taken[labels] = now
+        return out
+
+    def give_back(self, taken: dict[tuple[str, ...], list[int]]) -> None:
+        """Undo a take whose observations did not reach the store: the next take has them."""
+        with self._lock:
+            for labels, delta in taken.items():
+                self._taken[labels] = [b - d for b, d in zip(self._taken[labels], delta, strict=True)]
+
     def samples(self) -> list[Sample]:
         out = []
         with self._lock:
@@ -281,6 +307,33 @@ class Histogram:
             out.append(Sample(self.name + "_bucket", (*lab, ("le", "+Inf")), s[-1]))
             out.append(Sample(self.name + "_sum", lab, s[-2]))
             out.append(Sample(self.name + "_count", lab, s[-1]))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """The observations `ProcessMetrics.take` took: per series, per bucket."""
+
+    lease: dict[tuple[str, ...], list[int]]
+    run: dict[tuple[str, ...], list[int]]
+
+    def only(self, queues: set[tuple[str, str]]) -> Taken:
+        """The observations of these (namespace, queue)s only."""
+        return Taken(
+            {labels: c for labels, c in self.lease.items() if labels[:2] in queues},
+            {labels: c for labels, c in self.run.items() if labels[:2] in queues},
+        )
+
+    def by_queue(self) -> dict[tuple[str, str], tuple[dict[float, int], dict[float, int]]]:
+        """Per (namespace, queue): the wait and run observations, per bucket bound (the
+        last bound +Inf), the run times of every task summed."""
+        out: dict[tuple[str, str], tuple[dict[float, int], dict[float, int]]] = {}
+        for series, bounds, which in ((self.lease, LATENCY_BUCKETS, 0), (self.run, RUN_BUCKETS, 1)):
+            for labels, counts in series.items():
+                into = out.setdefault((labels[0], labels[1]), ({}, {}))[which]
+                for bound, n in zip((*bounds, math.inf), counts, strict=True):
+                    if n:
+                        into[bound] = into.get(bound, 0) + n
         return out
 
 
@@ -303,6 +356,15 @@ class ProcessMetrics:
 
     def samples(self) -> list[Sample]:
         return self.lease_latency.samples() + self.run_seconds.samples()
+
+    def take(self) -> Taken:
+        """The wait and run observations since the last take (the queue core's histogram
+        flush writes them to the store; `give_back` if it could not)."""
+        return Taken(self.lease_latency.take(), self.run_seconds.take())
+
+    def give_back(self, taken: Taken) -> None:
+        self.lease_latency.give_back(taken.lease)
+        self.run_seconds.give_back(taken.run)
 
 
 #: this process's histograms (the queue core observes into them)

@@ -17,6 +17,14 @@ wait (ready to leased) and run (leased to completed) percentiles of the jobs of 
 from the difference of the histograms' buckets (interpolated within a bucket, as
 Prometheus' histogram_quantile; NaN, shown as null, when no job was seen).
 
+The histograms are rows of the store too (`t/<ns>/mhh/<queue>`, `histograms_add`): each
+queue core observes the leases and completions it runs in memory and adds them to the
+queue's row every second or so (loam_queue_core.histogram_flush). So the percentiles
+are the same whether the cores run in the gateway's process (`loam dev`) or apart, and
+whichever core ran a queue's jobs (adding is how several cores' observations merge); a
+core that dies loses at most its last second of observations, and a sample sees a job
+within that second of its lease or completion.
+
 Steps are aligned to the clock (a point closes when a sample falls in a later step than
 the tier's last one), and a sample is one transaction that reads each tier's last end
 before it writes: so two gateways sampling the same store write each step once, whoever
@@ -82,6 +90,8 @@ def quantile(q: float, before: dict[float, float], after: dict[float, float]) ->
     """The q-quantile of the observations between two cumulative bucket readings
     (Prometheus' histogram_quantile); NaN when there were none."""
     bounds = sorted(after)
+    if before and max(before.values()) > max(after.values(), default=0.0):
+        before = {}  # the histograms were reset (deleted with their queue): count from zero
     counts = [after[b] - before.get(b, 0.0) for b in bounds]
     if not counts or counts[-1] <= 0:
         return math.nan
@@ -122,15 +132,46 @@ def tier_steps_ns(interval_s: float) -> dict[str, int]:
     return {name: int((step or interval_s) * 1e9) for name, (_, step, _) in TIERS.items()}
 
 
+def histograms_add(
+    tx: Txn, observed: dict[tuple[str, str], tuple[dict[float, int], dict[float, int]]]
+) -> None:
+    """Add a queue core's new observations to the store's histograms: per (namespace,
+    queue), the wait and run times per bucket bound (metrics.Taken.by_queue)."""
+    for (ns, queue), (wait, run) in observed.items():
+        key = keys.metrics_histograms(ns, queue)
+        raw = tx.get(key)
+        have = json.loads(raw) if raw else {"wait": [], "run": []}
+        for name, new in (("wait", wait), ("run", run)):
+            merged = dict(map(tuple, have[name]))
+            for bound, n in new.items():
+                merged[bound] = merged.get(bound, 0) + n
+            have[name] = sorted(merged.items())
+        tx.put(key, json.dumps(have, separators=(",", ":")).encode())
+
+
+def _cumulative(per_bucket: list) -> dict[float, float]:
+    """Per-bucket counts as Prometheus' cumulative ones (le -> observations at most le)."""
+    out, total = {}, 0.0
+    for bound, n in sorted(map(tuple, per_bucket)):
+        total += n
+        out[bound] = total
+    return out
+
+
 def history_record(tx: Txn, samples: list[tuple[str, str, Totals]], steps_ns: dict[str, int]) -> int:
     """Add one sample of these (namespace, queue, totals) to every tier: a point for each
-    tier whose step ended since its last one. A queue with no rows yet starts from zero at
-    the store's previous sample, by any gateway (so the jobs it ran before this one are in
-    its first step), or, with none, at this sample. Returns the points written."""
+    tier whose step ended since its last one. The totals' histograms are the store's
+    (`histograms_add`), read here. A queue with no rows yet starts from zero at the
+    store's previous sample, by any gateway (so the jobs it ran before this one are in its
+    first step), or, with none, at this sample. Returns the points written."""
     sampled = tx.get(keys.metrics_sampled())
     new_from_ns = keys.U64.unpack(sampled)[0] if sampled else 0
     written = 0
     for ns, queue, cur in samples:
+        raw_hist = tx.get(keys.metrics_histograms(ns, queue))
+        if raw_hist is not None:
+            hist = json.loads(raw_hist)
+            cur.wait, cur.run = _cumulative(hist["wait"]), _cumulative(hist["run"])
         for name, (tier, _step, kept) in TIERS.items():
             step = steps_ns[name]
             last_key = keys.metrics_last(ns, queue, tier)
@@ -180,6 +221,11 @@ def history_sampled(tx: Txn, present: set[tuple[str, str]], at_ns: int) -> int:
             queue = key[len(start) : -2].decode()  # <queue>/<tier u8>
             if (ns, queue) not in present:
                 gone.setdefault(queue, []).append(key)
+        hist_start = keys.metrics_histograms_all(ns)
+        for key, _ in tx.scan(hist_start, keys.prefix_end(hist_start)):
+            if (ns, key[len(hist_start) :].decode()) not in present:
+                tx.delete(key)
+                deleted += 1
         for queue, last_keys in gone.items():
             prefix = keys.metrics_points(ns, queue)
             rows = tx.scan(prefix, keys.prefix_end(prefix), limit=FORGET_PER_SAMPLE - deleted)

@@ -132,6 +132,8 @@ async def run(args: argparse.Namespace) -> None:
     blobs = DirBlobStore(data / "blobs")
     quota_table = quotas.parse(args.quotas)
     core = QueueCore(store, blobs, quotas=quota_table)
+    # the history's wait and run times reach the store at least as often as it is sampled
+    core.histogram_flush.interval = min(core.histogram_flush.interval, args.metrics_interval)
     tracing.configure_from_env("loam-dev")  # OTEL_TRACES_EXPORTER=console|otlp|...; off when unset
     hub = Hub()
     durable = DurableCore(store, hub, retry_ms=args.durable_retry_ms)
@@ -161,6 +163,7 @@ async def run(args: argparse.Namespace) -> None:
         SweeperService(store, blobs, OWNER_ID, None, SWEEP_INTERVAL_S, quotas=quota_table),
         RelayService(store, OWNER_ID),
         DurableTimers(durable, OWNER_ID, SWEEP_INTERVAL_S),
+        core.histogram_flush,
     ]
 
     async def start() -> None:

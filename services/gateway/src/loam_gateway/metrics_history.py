@@ -3,14 +3,13 @@
 p95 / p99), served at `GET /v1/queues/{queue}/metrics?range=1h|24h|7d`.
 
 Every `interval_s` (10 s; ticks aligned to the clock, so the gateways of a deployment
-sample together) the gateway reads the metrics it already serves at `/metrics`
-(`Router.metrics_text`: the store-derived counters and gauges, one snapshot for every
-namespace, and, with the core in this process, its wait and run time histograms) and
-adds them to the history kept in the store (loam_common.metrics_history: the tiers, the
-points, their retention), in transactions of at most SAMPLE_BATCH queues. The history
-survives a restart, and every gateway on the store serves the same points; against
-remote queue cores the percentiles are absent (the histograms are in the cores' own
-`/metrics`).
+sample together) the gateway reads the store-derived counters and gauges it already
+serves at `/metrics` (`Router.metrics_text`, one snapshot for every namespace) and adds
+them to the history kept in the store (loam_common.metrics_history: the tiers, the
+points, their retention), in transactions of at most SAMPLE_BATCH queues, each of which
+reads the queues' wait and run time histograms from the store too (the queue cores
+write them there, in process or apart). The history survives a restart, and every
+gateway on the store serves the same points.
 """
 
 from __future__ import annotations
@@ -45,11 +44,13 @@ SAMPLE_BATCH = 200  # queues per transaction of a sample
 _FAILED_OUTCOMES = ("fail", "retry")
 
 _LINE = re.compile(r'^(loam_jobs_[a-z_]+)\{ns="([^"]*)",queue="([^"]*)"(?:,([a-z]+)="((?:[^"\\]|\\.)*)")?'
-                   r'(?:,le="([^"]*)")?\} (\S+)$')  # fmt: skip
+                   r'(?:,le="[^"]*")?\} (\S+)$')  # fmt: skip
 
 
 def parse_totals(text: str, at_ns: int) -> dict[tuple[str, str], Totals]:
-    """Per (namespace, queue), the figures of the metrics text (loam_common.metrics)."""
+    """Per (namespace, queue), the counters and gauges of the metrics text
+    (loam_common.metrics). Its histograms are this process's only: the history reads
+    the store's (metrics_history.history_record), which every queue core adds to."""
     out: dict[tuple[str, str], Totals] = {}
     for line in text.splitlines():
         if not line.startswith("loam_jobs_"):
@@ -57,10 +58,8 @@ def parse_totals(text: str, at_ns: int) -> dict[tuple[str, str], Totals]:
         m = _LINE.match(line)
         if m is None:
             continue
-        name, ns, queue, label, label_value, le, value = m.groups()
-        if label == "le":  # a histogram without a third label (the wait time's)
-            le = label_value
-        if name == "loam_jobs_dlq_depth":
+        name, ns, queue, label, label_value, value = m.groups()
+        if name == "loam_jobs_dlq_depth" or name.endswith(("_bucket", "_sum", "_count")):
             continue
         t = out.get((ns, queue))
         if t is None:
@@ -79,13 +78,6 @@ def parse_totals(text: str, at_ns: int) -> dict[tuple[str, str], Totals]:
             t.active = v
         elif name == "loam_jobs_oldest_waiting_seconds":
             t.oldest_wait_s = v
-        elif le is not None and name in (
-            "loam_jobs_lease_latency_seconds_bucket",
-            "loam_jobs_run_seconds_bucket",
-        ):
-            buckets = t.wait if name.startswith("loam_jobs_lease") else t.run
-            bound = math.inf if le == "+Inf" else float(le)
-            buckets[bound] = buckets.get(bound, 0.0) + v
     return out
 
 

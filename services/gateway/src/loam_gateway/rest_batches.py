@@ -16,6 +16,11 @@ it is as tenant-scoped and as durable as the result store, and every gateway can
 it; it says who started it (the token id), what, when, how many jobs and which failed:
 the audit trail of a bulk action. A batch runs in the gateway process that took it:
 if that process stops, the record stays `running` with the count it reached.
+
+In the audit log (loam_gateway.audit_log) the batch has a summary, written before its
+first job is acted on, whose count each job's action raises in its own transaction, and
+whose detail the gateway rewrites with the record (how many done, succeeded, failed);
+each job's action has its own record too, with the batch's id.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from loam_common.errors import InvalidArgument, NotFound
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import states as S
-from loam_gateway.audit_log import audited
+from loam_gateway.audit_log import AuditLog
 from loam_gateway.job_search import SearchField, error_signature, job_matches
 from loam_gateway.redaction import Redactor
 from loam_gateway.rest import ERROR_RESPONSES, QueueName, StateName, _Model, _proto, redactor
@@ -151,10 +156,28 @@ async def _save(router, ns: str, view: BatchView) -> None:
     )
 
 
+def summary_detail(view: BatchView) -> str:
+    """The batch's audit summary: how far it got, and its filter."""
+    what = f"batch {view.id}: " + (f"running, {view.done} done: " if view.state == "running" else "")
+    what += f"{view.succeeded} succeeded, {view.failed} failed"
+    if view.filter is not None:
+        what += f"; filter {view.filter.model_dump_json(exclude_none=True)}"
+    return what
+
+
 async def run_batch(
     router, ns: str, view: BatchView, body: BatchBody, redact: Redactor | None = None,
-    on_done: Callable[[BatchView], Awaitable[None]] | None = None,
+    on_progress: Callable[[BatchView], Awaitable[None]] | None = None,
 ) -> None:  # fmt: skip
+    """Act on every selected job, rewriting the record (and, first, `on_progress`: the
+    audit summary) every WRITE_EVERY_S and once done, so a reader that sees the record
+    done sees the summary's last word."""
+
+    async def save() -> None:
+        if on_progress is not None:
+            await on_progress(view)
+        await _save(router, ns, view)
+
     last_write = time.monotonic()
     try:
         async for chunk in _selected(router, ns, view.queue, body, redact):
@@ -170,7 +193,7 @@ async def run_batch(
                         view.failures.append(BatchFailure(job=job, code=e.code.value, message=e.message))
                 view.done += 1
                 if time.monotonic() - last_write > WRITE_EVERY_S:
-                    await _save(router, ns, view)
+                    await save()
                     last_write = time.monotonic()
     except Exception as e:
         log.exception("batch %s stopped", view.id)
@@ -178,9 +201,7 @@ async def run_batch(
     view.state = "done"
     view.total = view.done if view.total is None else view.total
     view.finished_ns = time.time_ns()
-    await _save(router, ns, view)
-    if on_done is not None:
-        await on_done(view)
+    await save()
 
 
 def build_batches_router() -> APIRouter:
@@ -211,23 +232,26 @@ def build_batches_router() -> APIRouter:
             filter=body.filter, state="running", total=len(body.ids) if body.ids else None, done=0, succeeded=0,
             failed=0, failures=[], started_ns=time.time_ns(), finished_ns=0, by=p.token_id,
         )  # fmt: skip
+        # the summary first: a batch is never acted on unrecorded
+        audit: AuditLog | None = getattr(request.app.state, "audit", None)
+        summary = ""
+        if audit is not None:
+            summary = await audit.start_batch(p, f"batch.{body.action}", queue, view.id, summary_detail(view))
         await _save(router, p.namespace, view)
 
-        async def record(done: BatchView) -> None:  # in the audit log once it is done: how many
-            what = f"batch {done.id}: {done.succeeded} succeeded, {done.failed} failed"
-            if done.filter is not None:
-                what += f"; filter {done.filter.model_dump_json(exclude_none=True)}"
-            await audited(request, p, f"batch.{done.action}", queue, count=done.succeeded, detail=what,
-                          batch=done.id)  # fmt: skip
+        async def progress(now: BatchView) -> None:
+            if audit is not None:
+                await audit.set_detail(p.namespace, summary, summary_detail(now))
 
         runner = run_batch(
-            router, p.namespace, view.model_copy(deep=True), body, redactor(request, p), record
+            router, p.namespace, view.model_copy(deep=True), body, redactor(request, p), progress
         )
-        # each job's action is audited by the core, as a part of this batch
+        # each job's action is audited by the core, as a part of this batch, and raises
+        # the summary's count in its own transaction
         context = contextvars.copy_context()
         actor = context.run(current_actor)
         if actor is not None:
-            context.run(ACTOR.set, actor.in_batch(view.id))
+            context.run(ACTOR.set, actor.in_batch(view.id, summary))
         task = asyncio.create_task(runner, context=context)
         _running.add(task)
         task.add_done_callback(_running.discard)

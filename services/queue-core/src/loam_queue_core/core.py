@@ -19,6 +19,8 @@ from loam_queue_core.facade.queues import Queues
 from loam_queue_core.facade.quotas import Quotas
 from loam_queue_core.facade.results import Results
 from loam_queue_core.facade.schedules import Schedules
+from loam_queue_core.histogram_flush import DEFAULT_INTERVAL_S as FLUSH_INTERVAL_S
+from loam_queue_core.histogram_flush import HistogramFlush
 from loam_queue_core.waiters import Waiters
 from loam_queue_core.watch import EventHub
 
@@ -31,10 +33,13 @@ class QueueCore:
         *,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         quotas: QuotaTable | None = None,
+        histogram_flush_s: float = FLUSH_INTERVAL_S,
     ) -> None:
         """`quotas`: the deployment's limits per namespace (loam_common.jobs.quotas, the
         `--quotas` flag); none by default. A namespace's own quotas (`self.quotas`, the
-        admin API) replace them for that namespace."""
+        admin API) replace them for that namespace. `histogram_flush_s`: how often the
+        core's wait and run time observations go to the store (`self.histogram_flush`,
+        a loop its process starts and stops)."""
         self.store = store
         self.blobs = blobs
         self.waiters = Waiters()  # parked leases and result long-polls of this process
@@ -51,6 +56,7 @@ class QueueCore:
         self.schedules = Schedules(store, self.quotas)
         self.flows = Flows(store, payloads, self.quotas)
         self.exchanges = Exchanges(store, payloads, self.jobs)
+        self.histogram_flush = HistogramFlush(store, histogram_flush_s)
 
     def close(self) -> None:
         """Stop serving this store's effects (the store itself is its owner's to close)."""

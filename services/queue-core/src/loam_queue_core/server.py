@@ -56,6 +56,7 @@ from loam_common.loop import configure_logging
 from loam_common.serving import error_response, is_loopback, run_server_main, serve
 from loam_common.store.runner import open_store
 from loam_queue_core.core import QueueCore
+from loam_queue_core.histogram_flush import DEFAULT_INTERVAL_S as FLUSH_INTERVAL_S
 from loam_queue_core.rpc import CoreRpc
 
 log = logging.getLogger(__name__)
@@ -250,9 +251,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quotas", default=env.get("LOAM_QUOTAS"),
                    help="per-namespace quotas, e.g. '*:stored_jobs=100000;alpha:enqueue_rate=50' "
                         "(enqueue_rate, stored_jobs, payload_bytes, active_leases, schedules; 0 = none)")  # fmt: skip
+    p.add_argument("--histogram-flush", type=float,
+                   default=float(env.get("LOAM_HISTOGRAM_FLUSH_S", FLUSH_INTERVAL_S)),
+                   help="seconds between two writes of this core's wait and run time observations to the store, "
+                        "where the metrics history reads them (LOAM_HISTOGRAM_FLUSH_S)")  # fmt: skip
     args = p.parse_args(argv)
     if not args.store:
         p.error("--store (or LOAM_STORE) is required")
+    if not args.histogram_flush > 0:
+        p.error("--histogram-flush must be a positive number of seconds")
     return args
 
 
@@ -266,16 +273,21 @@ def main(argv: list[str] | None = None) -> int:
     async def run() -> None:
         store = open_store(args.store)
         blobs = open_blobs(args.blobs) if args.blobs else None
-        core = QueueCore(store, blobs, quotas=quotas.parse(args.quotas))
+        core = QueueCore(
+            store, blobs, quotas=quotas.parse(args.quotas), histogram_flush_s=args.histogram_flush
+        )
         tracing.configure_from_env("loam-queue-core")
         app = create_app(core, internal_token=token)
+        flush = core.histogram_flush  # the history's wait and run times, from this core
 
         def ready(server: uvicorn.Server) -> None:
             print(f"loam queue-core: ready on http://{args.host}:{args.port}", flush=True)
 
         try:
+            flush.start()
             await serve(app, args.host, args.port, on_ready=ready, log_level=args.log_level)
         finally:
+            await flush.stop()
             await store.close()
 
     return run_server_main("loam queue-core", run())

@@ -1,4 +1,4 @@
-"""The Spark Connect proxy: one gRPC port in front of every namespace's Sail.
+"""The Spark Connect proxy: one port in front of every namespace's Sail.
 
 Each call to `/spark.connect.SparkConnectService/<Method>`:
 1. is authenticated from its `authorization: Bearer <token>` metadata (the same
@@ -11,47 +11,51 @@ Each call to `/spark.connect.SparkConnectService/<Method>`:
    `x-loam-engine: jvm` metadata (`sc://host:port/;x-loam-engine=jvm`) to its Apache
    Spark Connect server (spark/jvm.py); a server that cannot start is
    `FAILED_PRECONDITION`, never `UNAVAILABLE`, which PySpark retries for ten minutes;
-4. is relayed as raw bytes both ways, any shape (unary and streams look alike on the
-   wire), with the upstream's status, details and trailing metadata (Spark's ErrorInfo
-   in `grpc-status-details-bin`, from which PySpark rebuilds `AnalysisException`), and
-   cancelled upstream when the client goes away. The methods Spark Connect defines as
-   unary (`UNARY`) take a unary path on both sides, which spares the per-call cost of
-   the stream machinery; any other method, known or not, is relayed as a stream.
+4. is relayed as HTTP/2 frames both ways (spark/relay.py): the answers, streams,
+   status, error details (Spark's ErrorInfo in `grpc-status-details-bin`, from which
+   PySpark rebuilds `AnalysisException`), cancellations and flow control are the
+   server's own bytes. Only the client's header blocks are decoded and written again.
 
-Nothing of the client's credentials goes upstream: the metadata is filtered and the
-namespace added as `x-loam-namespace`.
+A client connection is bound to the namespace and engine of its first admitted call
+and relayed over one upstream connection of its own; a later call on it with another
+namespace's token or another engine is refused, not sent elsewhere. Nothing of the
+client's credentials goes upstream: the metadata is filtered and the namespace added as
+`x-loam-namespace`. Decision 0044 has why frames rather than gRPC's own server and
+channel (a gRPC relay in Python costs ~1 ms a call).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
-
-import grpc
 
 from loam_common.auth import ENGINE, Principal
 from loam_common.errors import JobsError
-from loam_engines.spark.sail import CHANNEL_OPTIONS, BackendUnavailable, SailPool, SessionLost
+from loam_engines.spark.h2 import Status
+from loam_engines.spark.relay import ClientConnection
+from loam_engines.spark.sail import BackendUnavailable, SailBackend, SailPool, SessionLost
 
 log = logging.getLogger("loam.engines.spark.proxy")
 
 SERVICE = "/spark.connect.SparkConnectService/"
 RELEASE_SESSION = SERVICE + "ReleaseSession"
-UNARY = frozenset(SERVICE + m for m in ("Config", "AnalyzePlan", "Interrupt", "ReleaseExecute", "ReleaseSession",
-                                        "ArtifactStatus", "FetchErrorDetails", "CloneSession", "GetStatus"))  # fmt: skip
 NAMESPACE_HEADER = "x-loam-namespace"
 ENGINE_HEADER = "x-loam-engine"
 DEFAULT_ENGINE = "sail"
 _DROP_HEADERS = frozenset(
     {"authorization", "user-agent", "te", "content-type", NAMESPACE_HEADER, ENGINE_HEADER}
 )
+# What stays with the client: the transport headers below go upstream as they came.
+_TRANSPORT_HEADERS = frozenset({"te", "content-type"})
 _ERROR_CODES = {
-    "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
-    "permission_denied": grpc.StatusCode.PERMISSION_DENIED,
-    "invalid_argument": grpc.StatusCode.INVALID_ARGUMENT,
-    "not_found": grpc.StatusCode.NOT_FOUND,
+    "unauthenticated": Status.UNAUTHENTICATED,
+    "permission_denied": Status.PERMISSION_DENIED,
+    "invalid_argument": Status.INVALID_ARGUMENT,
+    "not_found": Status.NOT_FOUND,
 }
 
 
@@ -110,7 +114,36 @@ def _varint(raw: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
+def request_session(head: bytes) -> tuple[bool, str | None]:
+    """The session id of a call from the first bytes of its request stream (gRPC's
+    5-byte message prefix, then the message): (whether those bytes settle it, the id).
+    Unsettled until field 1 is whole; settled with None when the message has no field 1
+    first or is compressed (the proxy does not decompress)."""
+    if len(head) < 5:
+        return False, None
+    if head[0]:  # a compressed message
+        return True, None
+    size = int.from_bytes(head[1:5])
+    whole = len(head) >= 5 + size
+    message = head[5 : 5 + size]
+    try:
+        key, i = _varint(message, 0)
+        if key != 0x0A:  # field 1, length-delimited: were it set, it would come first
+            return True, None
+        length, i = _varint(message, i)
+    except IndexError:
+        return whole, None
+    if i + length > len(message):
+        return whole, None
+    try:
+        return True, message[i : i + length].decode()
+    except UnicodeDecodeError:
+        return True, None
+
+
 def upstream_metadata(incoming: Any, ns: str) -> list[tuple[str, Any]]:
+    """The call's own metadata as its server sees it: the namespace first, nothing of the
+    client's credentials, routing or transport."""
     out = [(NAMESPACE_HEADER, ns)]
     for key, value in incoming or ():
         k = key.lower()
@@ -120,191 +153,119 @@ def upstream_metadata(incoming: Any, ns: str) -> list[tuple[str, Any]]:
     return out
 
 
-def call_headers(incoming: Any) -> dict[str, str]:
-    """The call's text metadata by lower-case name (binary `-bin` values left out)."""
-    return {k.lower(): v for k, v in incoming or () if isinstance(v, str)}
+def upstream_headers(
+    headers: list[tuple[str, str]], ns: str, authorization: str | None
+) -> list[tuple[str, str]]:
+    """A call's header list as it goes upstream: HTTP/2's and gRPC's own fields as the
+    client sent them (pseudo-headers first, `te`, `content-type`, `grpc-timeout`, ...),
+    then `upstream_metadata`, then the server's own credential if it wants one."""
+    out = [(k, v) for k, v in headers if k[0] == ":" or k in _TRANSPORT_HEADERS or k.startswith("grpc-")]
+    out += upstream_metadata([(k, v) for k, v in headers if k[0] != ":"], ns)
+    if authorization:
+        out.append(("authorization", authorization))
+    return out
 
 
-def downstream_trailers(trailers: Any) -> tuple[tuple[str, Any], ...]:
-    """The upstream's trailing metadata a client may see: everything but gRPC's own
-    reserved keys, except the error details PySpark needs."""
-    out = []
-    for key, value in trailers or ():
-        k = key.lower()
-        if k.startswith("grpc-") and k != "grpc-status-details-bin":
-            continue
-        out.append((k, value))
-    return tuple(out)  # grpc.aio wants a tuple
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A call let through: its namespace and engine, and the server acquired for it."""
+
+    ns: str
+    engine: str
+    pool: SailPool
+    backend: SailBackend
 
 
 class SparkConnectProxy:
     """`await proxy.start()` -> the bound port; `await proxy.stop()`."""
 
+    service_prefix = SERVICE
+    release_session = RELEASE_SESSION
+
     def __init__(
-        self,
-        authenticator: Authenticator,
-        pools: Mapping[str, SailPool],
-        *,
-        host: str = "127.0.0.1",
+        self, authenticator: Authenticator, pools: Mapping[str, SailPool], *, host: str = "127.0.0.1",
         port: int = 15002,
-        on_call: Callable[[str, str], Awaitable[None]] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.authenticator = authenticator
         self.pools = dict(pools)  # engine name (x-loam-engine) -> its pool; "sail" by default
         self.host = host
         self.port = port
-        self.on_call = on_call
-        self._server: grpc.aio.Server | None = None
+        self.connections: set[ClientConnection] = set()
+        self._server: asyncio.Server | None = None
 
     async def start(self) -> int:
-        if self.port:
-            # Ask the OS first: gRPC would log its own error line for a taken port (and
-            # tools that watch `loam dev`'s output for "ready" read "already" in it).
-            with socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    probe.bind((self.host, self.port))
-                except OSError:
-                    raise OSError(f"cannot bind the Spark Connect proxy to {self.host}:{self.port}: "
-                                  "is the port in use?") from None  # fmt: skip
-        # No SO_REUSEPORT (gRPC's default on Linux): a second server on the same port
-        # must fail to bind, not share the port and half the calls.
-        server = grpc.aio.server(options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)])
-        server.add_generic_rpc_handlers((_Handler(self),))
+        loop = asyncio.get_running_loop()
+        # No SO_REUSEPORT: a second server on the same port must fail to bind, not share
+        # the port and half the calls.
         try:
-            bound = server.add_insecure_port(f"{self.host}:{self.port}")
-        except RuntimeError:
-            bound = 0
-        if not bound:
-            raise OSError(
-                f"cannot bind the Spark Connect proxy to {self.host}:{self.port}: is the port in use?"
-            )
-        await server.start()
+            server = await loop.create_server(lambda: ClientConnection(self), self.host, self.port,
+                                              reuse_port=False)  # fmt: skip
+        except OSError:
+            raise OSError(f"cannot bind the Spark Connect proxy to {self.host}:{self.port}: "
+                          "is the port in use?") from None  # fmt: skip
         self._server = server
-        self.port = bound
-        return bound
+        self.port = server.sockets[0].getsockname()[1]
+        return self.port
 
     async def stop(self, grace_s: float = 2.0) -> None:
-        if self._server is not None:
-            await self._server.stop(grace_s)
-            self._server = None
+        """Stop taking connections; let the calls in flight finish for up to `grace_s`."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        connections = list(self.connections)
+        for conn in connections:
+            conn.drain()
+        if connections:
+            waits = [asyncio.ensure_future(c.idle.wait()) for c in connections]
+            await asyncio.wait(waits, timeout=grace_s)
+            for w in waits:
+                w.cancel()
+        for conn in connections:
+            conn.abort()
+        with contextlib.suppress(TimeoutError):  # every connection is gone; do not hang on a loop's quirks
+            await asyncio.wait_for(server.wait_closed(), 1.0)
 
     @property
     def url(self) -> str:
         # `localhost`, not 127.0.0.1: PySpark sends `;token=` over plaintext only to it.
         return f"sc://localhost:{self.port}"
 
-    # -- one call --------------------------------------------------------------------------
-    async def _principal(self, context: grpc.aio.ServicerContext, headers: Mapping[str, str]) -> Principal:
+    # -- one call (relay.py asks) ------------------------------------------------------------
+    request_session = staticmethod(request_session)
+    upstream_headers = staticmethod(upstream_headers)
+
+    async def admit(
+        self, headers: Mapping[str, str], session: str | None, bound: Admitted | None
+    ) -> Admitted | tuple[Status, str]:
+        """Check a call and acquire its server: `Admitted`, or (status, message) to refuse
+        it with. `bound`: what the call's connection already serves, if anything."""
         try:
             principal = await self.authenticator.authenticate(headers)
-            if not principal.can(ENGINE):
-                await context.abort(
-                    grpc.StatusCode.PERMISSION_DENIED,
-                    f"this token lacks the 'jobs:engine' action in namespace {principal.namespace!r}",
-                )
         except JobsError as e:
-            await context.abort(_ERROR_CODES.get(e.code, grpc.StatusCode.UNAUTHENTICATED), e.message)
-        return principal
-
-    async def _route(
-        self, context: grpc.aio.ServicerContext, first: bytes | None
-    ) -> tuple[SailPool, Any, str | None, list[tuple[str, Any]]]:
-        """Authenticate the call and find its server: (pool, backend acquired for the call,
-        session id, upstream metadata). Aborts the call with the code PySpark expects."""
-        incoming = context.invocation_metadata()
-        headers = call_headers(incoming)
-        principal = await self._principal(context, headers)
+            return _ERROR_CODES.get(e.code, Status.UNAUTHENTICATED), e.message
         ns = principal.namespace
+        if not principal.can(ENGINE):
+            return Status.PERMISSION_DENIED, f"this token lacks the 'jobs:engine' action in namespace {ns!r}"
         engine = headers.get(ENGINE_HEADER, DEFAULT_ENGINE)
         pool = self.pools.get(engine)
         if pool is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"{ENGINE_HEADER}: {engine!r} is not an engine here: use {', '.join(self.pools)}")  # fmt: skip
-        session = session_id(first) if first is not None else None
+            return (Status.INVALID_ARGUMENT,
+                    f"{ENGINE_HEADER}: {engine!r} is not an engine here: use {', '.join(self.pools)}")  # fmt: skip
+        if bound is not None and bound.ns != ns:
+            return (Status.PERMISSION_DENIED,
+                    f"this connection serves namespace {bound.ns!r}: open another one for namespace {ns!r}")  # fmt: skip
+        if bound is not None and bound.engine != engine:
+            return (Status.INVALID_ARGUMENT,
+                    f"this connection serves the {bound.engine} engine: open another one for {engine}")  # fmt: skip
         try:
             backend = await pool.acquire(ns, session)
         except SessionLost as e:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            return Status.FAILED_PRECONDITION, str(e)
         except BackendUnavailable as e:
             log.warning("namespace %s: %s", ns, e)
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            return Status.FAILED_PRECONDITION, str(e)
         except (OSError, RuntimeError) as e:  # spawning failed: still not a code PySpark retries
             log.exception("namespace %s: starting its %s server failed", ns, engine)
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the {engine} server cannot start: {e}")
-        metadata = upstream_metadata(incoming, ns)
-        if backend.authorization:
-            metadata.append(("authorization", backend.authorization))
-        return pool, backend, session, metadata
-
-    async def relay_unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        pool, backend, session, metadata = await self._route(context, request)
-        call = backend.unary(method)(request, metadata=metadata)
-        closed = False
-        try:
-            reply = await call
-            trailers = downstream_trailers(await call.trailing_metadata())
-            if trailers:
-                context.set_trailing_metadata(trailers)
-            closed = method == RELEASE_SESSION
-            return reply
-        except grpc.aio.AioRpcError as e:
-            await context.abort(e.code(), e.details() or "", downstream_trailers(e.trailing_metadata()))
-        finally:
-            if not call.done():
-                call.cancel()  # the client went away first: so does the upstream call
-            pool.release(backend, session, closed)
-
-    async def relay(
-        self, method: str, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[bytes]:
-        try:
-            first = await anext(requests)
-        except StopAsyncIteration:
-            first = None
-        pool, backend, session, metadata = await self._route(context, first)
-
-        async def upstream_requests() -> AsyncIterator[bytes]:
-            if first is not None:
-                yield first
-            async for item in requests:
-                yield item
-
-        call = backend.channel.stream_stream(method)(upstream_requests(), metadata=metadata)
-        closed = False
-        try:
-            async for item in call:
-                yield item
-            trailers = downstream_trailers(await call.trailing_metadata())
-            if trailers:
-                context.set_trailing_metadata(trailers)
-            closed = method == RELEASE_SESSION
-        except grpc.aio.AioRpcError as e:
-            await context.abort(e.code(), e.details() or "", downstream_trailers(e.trailing_metadata()))
-        finally:
-            call.cancel()
-            pool.release(backend, session, closed)
-
-
-class _Handler(grpc.GenericRpcHandler):
-    def __init__(self, proxy: SparkConnectProxy) -> None:
-        self.proxy = proxy
-
-    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        method = details.method
-        if not method.startswith(SERVICE):
-            return None  # UNIMPLEMENTED
-        proxy = self.proxy
-        if method in UNARY:
-
-            async def unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-                return await proxy.relay_unary(method, request, context)
-
-            return grpc.unary_unary_rpc_method_handler(unary)
-
-        # grpc.aio wants an async generator function here, not a callable returning one.
-        async def relay(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext):
-            async for item in proxy.relay(method, requests, context):
-                yield item
-
-        return grpc.stream_stream_rpc_method_handler(relay)
+            return Status.FAILED_PRECONDITION, f"the {engine} server cannot start: {e}"
+        return Admitted(ns, engine, pool, backend)

@@ -104,14 +104,6 @@ class SailBackend:
         self.stderr_tail: deque[str] = deque(maxlen=40)
         self.exited = asyncio.Event()
         self.authorization: str | None = None  # sent upstream by the proxy, if the server wants one
-        self._unary: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}
-
-    def unary(self, method: str) -> grpc.aio.UnaryUnaryMultiCallable:
-        """The channel's raw-bytes unary callable for `method`, made once per method."""
-        call = self._unary.get(method)
-        if call is None:
-            call = self._unary[method] = self.channel.unary_unary(method)
-        return call
 
     @property
     def pid(self) -> int:

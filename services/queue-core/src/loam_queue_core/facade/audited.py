@@ -5,12 +5,17 @@ record in its own transaction: the record exists exactly when the action committ
 action done in several bounded transactions (a drain, a clean) has one record, written
 by its first transaction and whose count each later transaction raises by the jobs it
 touched. Without an actor (sweeps, schedules, in-process callers) the transactions run
-as they are, unrecorded."""
+as they are, unrecorded.
+
+Writes that create jobs (an enqueue, a write batch, a flow) are recorded only for a
+caller that came by REST (`transact_if_rest`): a person, the console or a script with a
+token. Over Connect they are the producers' hot path (the SDKs, workers), not audited
+(decision 0040)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from loam_common.audit import AuditStep, current_actor
@@ -27,10 +32,15 @@ class AuditedAction:
         job: str = "",
         detail: str = "",
         count: Callable[[Any], int] = lambda _result: 1,
+        job_of: Callable[[Any], str] | None = None,
     ) -> None:
         self.store = store
         actor = current_actor()
-        self._step = AuditStep(ns, actor, action, queue, job, detail, count) if actor is not None else None
+        self._step = (
+            AuditStep(ns, actor, action, queue, job, detail, count, job_of=job_of)
+            if actor is not None
+            else None
+        )
 
     async def transact(self, fn: Callable[..., Any], *args: Any) -> Any:
         """`store.transact(fn, *args)`, recorded in the same transaction."""
@@ -40,6 +50,24 @@ class AuditedAction:
         if not self._step.record_id:  # the later transactions add to this record
             self._step = dataclasses.replace(self._step, record_id=record_id)
         return result
+
+
+def transact_if_rest(
+    store: Store,
+    ns: str,
+    action: str,
+    queue: str,
+    detail: Callable[[], str],
+    count: Callable[[Any], int],
+    job_of: Callable[[Any], str] | None = None,
+) -> Callable[..., Awaitable[Any]]:
+    """How a job-creating write's transaction runs: `store.transact`, audited (one record,
+    `count` jobs, the job `job_of` its result names, if one) when its caller came by REST;
+    as it is otherwise. `detail` is built only for a record."""
+    actor = current_actor()
+    if actor is None or actor.via != "rest":
+        return store.transact
+    return AuditedAction(store, ns, action, queue, "", detail(), count, job_of).transact
 
 
 def jobs_touched(result: Any) -> int:

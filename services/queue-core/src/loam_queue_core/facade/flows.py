@@ -1,6 +1,8 @@
 """`Flows` (spec §8.2): a graph of jobs created in one transaction, each node's
 completion updating its dependents in the transaction that finishes it. A new flow is
-checked against the namespace's quotas in that transaction, all its jobs as one call."""
+checked against the namespace's quotas in that transaction, all its jobs as one call.
+A flow submitted over REST is audited in that transaction too (`flow.submit`, counting
+the jobs it created), as a REST enqueue is (facade.audited)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import flows, quotas
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
+from loam_queue_core.facade.audited import transact_if_rest
 from loam_queue_core.facade.payloads import Payloads
 from loam_queue_core.facade.quotas import Quotas
 
@@ -30,13 +33,20 @@ class Flows:
             for i, n in enumerate(spec.nodes)
         ]
         created = False
+        queues = sorted({n.queue for n in spec.nodes})
+
+        def detail() -> str:
+            return f"flow {flow_id}: {len(spec.nodes)} jobs" + (
+                f"; queues {', '.join(queues)}" if len(queues) > 1 else ""
+            )
+
+        transact = transact_if_rest(self.store, ns, "flow.submit", queues[0] if len(queues) == 1 else "", detail,
+                                    lambda sub: len(sub.jobs) if sub.created else 0)  # fmt: skip
         try:
             if quota := await self.quotas.of(ns):
-                sub = await self.store.transact(
-                    quotas.flow_submit_within_quota, ns, flow_id, rhash, spec, news, quota
-                )
+                sub = await transact(quotas.flow_submit_within_quota, ns, flow_id, rhash, spec, news, quota)
             else:
-                sub = await self.store.transact(flows.flow_submit, ns, flow_id, rhash, spec, news)
+                sub = await transact(flows.flow_submit, ns, flow_id, rhash, spec, news)
             created = sub.created
         finally:
             if not created:

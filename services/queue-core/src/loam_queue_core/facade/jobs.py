@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from loam_common import tracing, validate
-from loam_common.audit import current_actor
 from loam_common.errors import Fenced, InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import job_admin, quotas
@@ -33,6 +32,7 @@ from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import job_lease
 from loam_common.jobs.new_job import Enqueued, NewJob
 from loam_common.jobs.write_batch import (
+    Canceled,
     CancelWrite,
     EnqueueWrite,
     ResultWrite,
@@ -44,7 +44,7 @@ from loam_common.jobs.write_batch import (
 from loam_common.metrics import count_fenced
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
-from loam_queue_core.facade.audited import AuditedAction
+from loam_queue_core.facade.audited import AuditedAction, transact_if_rest
 from loam_queue_core.facade.payloads import Payloads
 from loam_queue_core.facade.quotas import Quotas
 from loam_queue_core.waiters import Waiters
@@ -115,7 +115,7 @@ class Jobs:
         leases for it and the poll gets the jobs without reading again (decision 0023)."""
         claim = self.waiters.claim(ns, queue) if any(_may_be_ready(n) for n in news) else None
         if claim is None:
-            transact = self._enqueue_transact(ns, queue, news, _created)
+            transact = self._enqueue_transact(ns, queue, news, lambda results: results)
             if quota := await self.quotas.of(ns):
                 return await transact(quotas.job_enqueue_within_quota, ns, queue, news, bulk, quota)
             return await transact(job_enqueue, ns, queue, news, bulk)
@@ -130,7 +130,7 @@ class Jobs:
     ) -> list[Enqueued | JobsError]:
         poll, lease_args = claim
         leased = None
-        transact = self._enqueue_transact(ns, queue, news, lambda result: _created(result[0]))
+        transact = self._enqueue_transact(ns, queue, news, lambda result: result[0])
         try:
             if quota := await self.quotas.of(ns):
                 results, leased = await transact(
@@ -153,18 +153,17 @@ class Jobs:
         return results
 
     def _enqueue_transact(
-        self, ns: Namespace, queue: str, news: list[NewJob], count: Callable[[Any], int]
+        self, ns: Namespace, queue: str, news: list[NewJob], results_of: Callable[[Any], list]
     ) -> Callable[..., Awaitable[Any]]:
         """How an enqueue's transaction runs: audited (one record, counting the jobs it
-        created) when a person enqueues over REST (the console's enqueue form, a script
-        with a token); as it is for a producer's Connect enqueue (an SDK, a worker), the
-        hot path, which is not audited (decision 0040)."""
-        actor = current_actor()
-        if actor is None or actor.via != "rest":
-            return self.store.transact
-        job = news[0].job_id if len(news) == 1 else ""
-        detail = ", ".join(sorted({n.task.name for n in news}))
-        return AuditedAction(self.store, ns, "queue.enqueue", queue, job, detail, count).transact
+        created; the job kept, for one) when a person enqueues over REST (the console's
+        enqueue form, a script with a token); as it is for a producer's Connect enqueue
+        (an SDK, a worker), the hot path, which is not audited (decision 0040).
+        `results_of` finds the enqueue's results in its transition's result."""
+        return transact_if_rest(self.store, ns, "queue.enqueue", queue,
+                                lambda: ", ".join(sorted({n.task.name for n in news})),
+                                lambda result: _created(results_of(result)),
+                                lambda result: _one_job(results_of(result)))  # fmt: skip
 
     async def write_batch(self, ns: Namespace, items: list[tuple]) -> list[WriteOutcome]:
         """Several writes in one transaction, all or none (write_batch.py). Each item is
@@ -191,10 +190,11 @@ class Jobs:
                 else:
                     _k, key, value, ttl_ns = item
                     writes.append(ResultWrite(key, value, ttl_ns))
+            transact = _write_batch_transact(self.store, ns, writes)
             if quota := await self.quotas.of(ns):
-                outcomes = await self.store.transact(quotas.write_batch_within_quota, ns, writes, quota)
+                outcomes = await transact(quotas.write_batch_within_quota, ns, writes, quota)
             else:
-                outcomes = await self.store.transact(write_batch_all_or_none, ns, writes)
+                outcomes = await transact(write_batch_all_or_none, ns, writes)
         except BaseException:
             await self.payloads.drop_unkept(news, None)
             raise
@@ -392,6 +392,33 @@ def _retrieve(task: asyncio.Future) -> None:
     """A shielded task whose caller left: its error is the caller's, already raised."""
     if not task.cancelled():
         task.exception()
+
+
+def _write_batch_transact(store: Store, ns: Namespace, writes: list[Write]) -> Callable[..., Awaitable[Any]]:
+    """A write batch's transaction, audited as one record for a REST caller, like an
+    enqueue: `jobs.write-batch`, counting the jobs it created and canceled; its queue
+    (and job) when it touched one only."""
+    queues = sorted({w.queue for w in writes if not isinstance(w, ResultWrite)})
+
+    def detail() -> str:
+        kinds = [sum(isinstance(w, k) for w in writes) for k in (EnqueueWrite, CancelWrite, ResultWrite)]
+        text = "{} enqueued, {} canceled, {} results set".format(*kinds)
+        return text + (f"; queues {', '.join(queues)}" if len(queues) > 1 else "")
+
+    def count(outcomes: list[WriteOutcome]) -> int:
+        return sum(1 for o in outcomes if isinstance(o, Canceled) or (isinstance(o, Enqueued) and o.created))
+
+    def job_of(outcomes: list[WriteOutcome]) -> str:
+        jobs = {o.job_id for o in outcomes if isinstance(o, Enqueued | Canceled)}
+        return jobs.pop() if len(jobs) == 1 else ""
+
+    return transact_if_rest(store, ns, "jobs.write-batch", queues[0] if len(queues) == 1 else "",
+                            detail, count, job_of)  # fmt: skip
+
+
+def _one_job(results: list[Enqueued | JobsError]) -> str:
+    """The job an enqueue of one job kept (created, or the existing one its key found)."""
+    return results[0].job_id if len(results) == 1 and isinstance(results[0], Enqueued) else ""
 
 
 def _created(results: list[Enqueued | JobsError]) -> int:
