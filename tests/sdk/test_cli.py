@@ -318,3 +318,12 @@ def test_quotas_get_set_reset(cli, url: str, ns: str) -> None:
     assert cli("quotas", "set", "--reset")["source"] == "deployment"
     human = run("quotas", "get", "--url", url, "--namespace", ns).stdout
     assert "payload_bytes" in human and "no limit" in human and "deployment" in human
+
+
+def test_queues_ls_exits_cleanly_every_time(cli) -> None:
+    """`loam queues ls` (the SDK's one REST read) ended in SIGABRT about one run in four
+    on a loaded machine once its answer was printed: an HTTP runtime's threads aborted the
+    interpreter at exit. It now reads over the client's own connections."""
+    cli("jobs", "add", "lsq", "t")
+    for _ in range(20):
+        assert [q["name"] for q in cli("queues", "ls")] == ["lsq"]

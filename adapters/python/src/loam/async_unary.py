@@ -114,6 +114,16 @@ class AsyncUnaryClient:
             return response.FromString(data)
         raise _error(status, data)
 
+    async def get(self, path: str, *, headers: dict[str, str]) -> tuple[int, bytes]:
+        """A plain `GET {url}{path}` on the same kept-alive connections: (status, body).
+        For the few REST reads the SDK makes (`Client.list_queues`)."""
+        if self._closed:
+            raise ConnectError(Code.UNAVAILABLE, "client is closed")
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        head = f"GET {self._prefix}{path} HTTP/1.1\r\n{self._head}{extra}\r\n".encode("latin-1")
+        status, data, _ = await self._exchange(head)
+        return status, data
+
     async def _exchange(self, message: bytes) -> tuple[int, bytes, bool]:
         while True:
             conn, reused = await self._connect()

@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from pyqwest import Client as HTTPClient
-from pyqwest import HTTPTransport
 
 from loam import options, payloads
 from loam.async_unary import AsyncUnaryClient
@@ -197,11 +196,12 @@ class Client:
             self._transport = self._http = None
             self._rpc: Any = BlockingJobsClient(self.url)
             return
-        # pyqwest carries the REST calls (`list_queues`) only. `http_transport`: any pyqwest
-        # Transport (with `aclose`), e.g. a pure-Python one in a process forked after
-        # pyqwest started: its runtime threads do not survive fork.
-        self._transport = http_transport or HTTPTransport()
-        self._http = HTTPClient(self._transport)
+        # The REST reads (`list_queues`) go over this client's own connections unless a
+        # pyqwest Transport is given (`http_transport`, with `aclose`). No pyqwest runtime
+        # is started otherwise: its threads could abort the interpreter at exit, which
+        # turned a finished `loam queues ls` into SIGABRT.
+        self._transport = http_transport
+        self._http = HTTPClient(http_transport) if http_transport is not None else None
         # JobsService's calls on this loop (loam.async_unary): no thread hand-off per call.
         # No request compression: the payloads are small protobufs and gzip costs more
         # CPU per job than it saves on a local network.
@@ -221,7 +221,8 @@ class Client:
             self._rpc.close()
             return
         await self._rpc.close()
-        await self._transport.aclose()
+        if self._transport is not None:
+            await self._transport.aclose()
 
     @property
     def worker(self) -> str:
@@ -478,24 +479,30 @@ class Client:
         """Every queue of the namespace with its counts: `[{"name", "counts"}]`. From
         the gateway's REST facade (`GET /v1/queues`): JobsService has no listing call."""
         try:
-            resp = await asyncio.wait_for(
-                self._http.get(f"{self.url}/v1/queues", headers=self._headers), self.timeout
-            )
+            if self._http is not None:
+                resp = await asyncio.wait_for(
+                    self._http.get(f"{self.url}/v1/queues", headers=self._headers), self.timeout
+                )
+                status, content = resp.status, resp.content
+            else:
+                status, content = await asyncio.wait_for(
+                    self._rpc.get("/v1/queues", headers=self._headers), self.timeout
+                )
         except TimeoutError:
             raise from_item("deadline_exceeded", f"GET {self.url}/v1/queues timed out") from None
         except Exception as e:  # connection refused, reset, ...
             raise from_item("unavailable", f"GET {self.url}/v1/queues: {e}") from None
         try:
-            body = json.loads(resp.content or b"{}")
+            body = json.loads(content or b"{}")
         except ValueError:
             body = {}
-        if resp.status == 404 and "code" not in body:
+        if status == 404 and "code" not in body:
             raise from_item(
                 "not_found", f"{self.url} has no /v1/queues: point the client at a gateway or `loam dev`"
             )
-        if resp.status != 200:
-            raise from_item(body.get("code", "unavailable" if resp.status >= 500 else "internal"),
-                            body.get("message", f"GET /v1/queues answered HTTP {resp.status}"))  # fmt: skip
+        if status != 200:
+            raise from_item(body.get("code", "unavailable" if status >= 500 else "internal"),
+                            body.get("message", f"GET /v1/queues answered HTTP {status}"))  # fmt: skip
         return list(body.get("queues", []))
 
     async def create_queue(self, queue: str, **config: Any) -> pb.QueueConfig:
