@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 import httpx
 import pytest
-import uvicorn
+from inproc import served
 
 from loam_common import audit, auth, keys
 from loam_common.audit import ACTOR, Actor
@@ -221,44 +220,37 @@ def test_an_actor_header_is_read_back_and_a_bad_one_refused():
             Actor.from_header(bad)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_a_remote_core_records_the_caller_the_gateway_checked(tmp_path):
     """A gateway and a queue core over HTTP (the deployment's shape): the actor rides in
     the internal call, and the core's record names the gateway's caller."""
     store = open_store(f"sqlite:///{tmp_path / 'loam.db'}")
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(core_server.create_app(QueueCore(store), internal_token="in"),
-                                        host="127.0.0.1", port=port, log_level="warning", lifespan="off"))  # fmt: skip
-    srv.install_signal_handlers = lambda: None
-    serving = asyncio.create_task(srv.serve())
-    router = Router(cores=[f"http://127.0.0.1:{port}"], internal_token="in")
     try:
-        while not srv.started:
-            await asyncio.sleep(0.01)
-        app = create_app(router, StoreAuthenticator(store), audit=AuditLog(store))
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as gw:
-            operator = await bearer(store, "acme", auth.READ, auth.ADMIN, auth.ENQUEUE)
-            who = (await gw.get("/v1/whoami", headers=operator)).json()["token_id"]
-            (job,) = await enqueue(gw, operator, "emails")
-            r = await gw.post(f"/v1/queues/emails/jobs/{job}:cancel", headers=operator)
-            assert r.status_code == 200, r.text
-            assert [e["action"] for e in await entries(gw, operator)] == ["job.cancel", "queue.enqueue"]
-            (entry,) = await actions(gw, operator)
-            assert (entry["action"], entry["job"], entry["token_id"], entry["via"]) == (
-                "job.cancel",
-                job,
-                who,
-                "rest",
-            )
+        async with served(core_server.create_app(QueueCore(store), internal_token="in")) as core_url:
+            router = Router(cores=[core_url], internal_token="in")
+            try:
+                app = create_app(router, StoreAuthenticator(store), audit=AuditLog(store))
+                async with httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=app), base_url="http://gw"
+                ) as gw:
+                    operator = await bearer(store, "acme", auth.READ, auth.ADMIN, auth.ENQUEUE)
+                    who = (await gw.get("/v1/whoami", headers=operator)).json()["token_id"]
+                    (job,) = await enqueue(gw, operator, "emails")
+                    r = await gw.post(f"/v1/queues/emails/jobs/{job}:cancel", headers=operator)
+                    assert r.status_code == 200, r.text
+                    assert [e["action"] for e in await entries(gw, operator)] == [
+                        "job.cancel",
+                        "queue.enqueue",
+                    ]
+                    (entry,) = await actions(gw, operator)
+                    assert (entry["action"], entry["job"], entry["token_id"], entry["via"]) == (
+                        "job.cancel",
+                        job,
+                        who,
+                        "rest",
+                    )
+            finally:
+                await router.close()
     finally:
-        await router.close()
-        srv.should_exit = True
-        await serving
         await store.close()
 
 

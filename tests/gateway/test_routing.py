@@ -6,13 +6,14 @@ through unchanged, and a core that is down is `unavailable`."""
 from __future__ import annotations
 
 import asyncio
-import socket
+import contextlib
 import time
 
 import pytest
-import uvicorn
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
+from inproc import served
+from processes import free_port
 
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
@@ -25,36 +26,21 @@ NS = "route"
 TOKEN = "secret-internal-token"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 async def cluster(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'loam.db'}")
-    cores, servers, tasks = [], [], []
-    for _ in range(2):
-        core = QueueCore(store)
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(core, internal_token=TOKEN), host="127.0.0.1",
-                                               port=port, log_level="warning", lifespan="off"))  # fmt: skip
-        server.install_signal_handlers = lambda: None  # older uvicorn; newer ones check the thread
-        tasks.append(asyncio.create_task(server.serve()))
-        cores.append((f"http://127.0.0.1:{port}", core))
-        servers.append(server)
-    while not all(s.started for s in servers):
-        await asyncio.sleep(0.01)
-    router = Router(cores=[u for u, _ in cores], internal_token=TOKEN)
-    try:
-        yield router, dict(cores)
-    finally:
-        await router.close()
-        for s in servers:
-            s.should_exit = True
-        await asyncio.gather(*tasks)
-        await store.close()
+    cores = []
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(2):
+            core = QueueCore(store)
+            url = await stack.enter_async_context(served(create_app(core, internal_token=TOKEN)))
+            cores.append((url, core))
+        router = Router(cores=[u for u, _ in cores], internal_token=TOKEN)
+        try:
+            yield router, dict(cores)
+        finally:
+            await router.close()
+    await store.close()
 
 
 def queues_on_each_core(router: Router) -> tuple[str, str]:

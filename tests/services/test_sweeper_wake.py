@@ -5,9 +5,9 @@ ready, so a long-poll parked in another process returns at once."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
-import uvicorn
+from inproc import served
+from processes import free_port
 
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_queue_core.server import create_app
@@ -17,28 +17,9 @@ NS = "acme"
 SEC = 1_000_000_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_a_reclaim_wakes_a_lease_parked_on_the_owning_core(store, clock, core, configure):
     await configure("q", visibility_ns=5 * SEC)
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(core, internal_token="s3cret"),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            lifespan="off",
-        )
-    )
-    serving = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            await asyncio.sleep(0.01)
+    async with served(create_app(core, internal_token="s3cret")) as core_url:
         await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
         (lost,) = await core.jobs.lease(NS, ["q"], "w1")
         clock.advance(6 * SEC)  # w1's lease ran out
@@ -46,8 +27,8 @@ async def test_a_reclaim_wakes_a_lease_parked_on_the_owning_core(store, clock, c
         await asyncio.sleep(0.05)
         assert not parked.done()
 
-        other = f"http://127.0.0.1:{_free_port()}"  # a second core that does not own "q"
-        cores = [f"http://127.0.0.1:{port}/", other]
+        other = f"http://127.0.0.1:{free_port()}"  # a second core that does not own "q"
+        cores = [f"{core_url}/", other]
         from loam_common import rendezvous
 
         if rendezvous.queue_owner(NS, "q", [c.rstrip("/") for c in cores]) == other:
@@ -62,6 +43,3 @@ async def test_a_reclaim_wakes_a_lease_parked_on_the_owning_core(store, clock, c
         # A wrong token is refused by the core; the sweeper logs it and carries on.
         await wrong._post_wake(cores[0].rstrip("/"), NS, "q")
         assert wrong.wakes_failed == 1
-    finally:
-        server.should_exit = True
-        await serving

@@ -6,12 +6,11 @@ answered with the gateway's error shape; another namespace sees nothing."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import httpx
 import pytest
-import uvicorn
 from flinktest import COUNTS_SQL, NS, sql_counts, sql_gaps, sql_state_disagrees, wait_counts
+from inproc import served
 
 from loam_engines.flink import cli as flink_cli
 from loam_gateway.app import create_app
@@ -20,30 +19,18 @@ from loam_queue_core.core import QueueCore
 from loam_queue_core.rpc import CoreRpc
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 async def gateway(engine):
     store = engine.lifecycle.recorder.store
     app = create_app(Router(local=CoreRpc(QueueCore(store))))
     app.state.flink = engine
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    server.install_signal_handlers = lambda: None
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}/v1/engines/flink", timeout=180,
-                                 headers={"x-loam-namespace": NS}) as http:  # fmt: skip
+    async with (
+        served(app) as url,
+        httpx.AsyncClient(
+            base_url=f"{url}/v1/engines/flink", timeout=180, headers={"x-loam-namespace": NS}
+        ) as http,
+    ):
         yield http
-    server.should_exit = True
-    await serving
 
 
 async def test_a_flink_sql_job_suspended_and_resumed_over_rest_keeps_counting(gateway, flink_cluster):
