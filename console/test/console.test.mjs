@@ -65,7 +65,8 @@ describe("pages", () => {
     assert.equal(await cell(page, "emails", "waiting").textContent(), "4"); // 3 waiting + 1 prioritized
     assert.equal(await cell(page, "emails", "failed").textContent(), "1");
     assert.equal(await cell(page, "emails", "depth").textContent(), "5");
-    assert.match(await page.locator('tr[data-queue="emails"] td').last().textContent(), /\d+(\.\d)? (s|ms|min)/);
+    // The ages come from a second read after the counts: wait for them.
+    await page.locator('tr[data-queue="emails"] td:last-child', { hasText: /\d+(\.\d)? (s|ms|min)/ }).waitFor();
     await shot(page, "queues");
     await axe(page, "queue list");
     await page.locator("#queue-filter").fill("orders");
