@@ -210,3 +210,32 @@ async def test_a_worker_leasing_subject_batches_runs_each_subject_in_order(clien
     await worker.run_until_idle(idle=1.0)
     assert not overlap
     assert order == {"a": list(range(6)), "b": list(range(6))}
+
+
+async def test_a_worker_stopped_mid_subject_batch_hands_back_the_jobs_behind_in_order(client: Client) -> None:
+    for i in range(6):
+        await client.enqueue("wstop", "step", {"i": i}, subject="a")
+    ran: list[int] = []
+    first_started = asyncio.Event()
+    let_go = asyncio.Event()
+
+    async def slow_first(job):
+        ran.append(job.payload["i"])
+        first_started.set()
+        await let_go.wait()
+
+    worker = Worker(client, "wstop", slow_first, concurrency=4, subject_batch=6, wait=0.2)
+    task = worker.start()
+    await asyncio.wait_for(first_started.wait(), 10)
+    assert worker._in_hand() == 6  # one running, five behind it, none started beside it
+    worker.stop()
+    let_go.set()
+    await asyncio.wait_for(task, 10)
+    assert ran == [0] and worker.released == 5
+
+    async def record(job):
+        ran.append(job.payload["i"])
+
+    await Worker(client, "wstop", record, concurrency=4, subject_batch=6, wait=0.2).run_until_idle(idle=1.0)
+    assert ran == list(range(6))
+    assert (await client.queue_counts("wstop"))["completed"] == 6

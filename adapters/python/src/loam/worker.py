@@ -111,6 +111,11 @@ class Worker:
         # Lease a subject's consecutive jobs together; they run one after another, in order.
         self.subject_batch = subject_batch
         self._busy_subjects: set[str] = set()
+        # A subject batch's jobs waiting for the job of their subject running here, in
+        # order, and the subjects whose running job finished with jobs behind it.
+        self._behind: dict[str, deque[LeasedJob]] = {}
+        self._behind_count = 0
+        self._subjects_freed: deque[str] = deque()
         self._executor = executor
         self._own_executor = executor is None
 
@@ -164,9 +169,8 @@ class Worker:
             for t in [*self._running, *self._tasks]:
                 t.cancel()
             await asyncio.gather(beater, leaser, *self._running, *self._tasks, return_exceptions=True)
-            if self._buffer or self._pending or self._flushing:  # torn down, not stopped: hand back
-                self._release(list(self._buffer))
-                self._buffer.clear()
+            if self._buffer or self._behind_count or self._pending or self._flushing:  # torn down: hand back
+                self._release_unstarted()
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.wait_for(self._flush_all(), 5)
             self._stopping = False  # so the worker can run again
@@ -216,23 +220,21 @@ class Worker:
             await self._task
 
     async def _shutdown(self, leaser: asyncio.Task[None]) -> None:
-        self._release(list(self._buffer))
-        self._buffer.clear()
+        self._release_unstarted()
         if not leaser.done():
             # Its long poll is answered now, with any job leased for it meanwhile
             # (released below), instead of running out its wait.
             with contextlib.suppress(Exception):
                 await self.client.end_lease_wait(self.queues, worker=self.id)
         await asyncio.gather(leaser, return_exceptions=True)
-        self._release(list(self._buffer))
-        self._buffer.clear()
+        self._release_unstarted()
         while self._running:
             await asyncio.gather(*self._running, return_exceptions=True)
         await self._flush_all()
 
     # -- leasing ---------------------------------------------------------------------
     def _in_hand(self) -> int:
-        return len(self._running) + len(self._buffer)
+        return len(self._running) + len(self._buffer) + self._behind_count
 
     async def _lease_loop(self) -> None:
         capacity = self.concurrency + self.prefetch
@@ -281,8 +283,7 @@ class Worker:
             self._buffer.append(job)
         self._beat.set()
         if self._stopping:
-            self._release(list(self._buffer))
-            self._buffer.clear()
+            self._release_unstarted()
         else:
             self._fill()
 
@@ -290,28 +291,59 @@ class Worker:
         if self.subject_batch > 1:
             return self._fill_subjects_in_order()
         while self._buffer and len(self._running) < self.concurrency and not self._stopping:
-            job = self._buffer.popleft()
-            task = asyncio.create_task(self._run_job(job), name=f"loam-job {job.id}")
-            self._running[task] = job
+            self._start(self._buffer.popleft())
+
+    def _start(self, job: LeasedJob) -> None:
+        task = asyncio.create_task(self._run_job(job), name=f"loam-job {job.id}")
+        self._running[task] = job
 
     def _fill_subjects_in_order(self) -> None:
         """`_fill` for a worker leasing subject batches: a subject's jobs arrive together
         and must run one at a time, in order, so a job whose subject is running here
-        waits in the buffer (ahead of the jobs after it) while other jobs start."""
-        waiting: list[LeasedJob] = []
+        waits behind it (`_behind`, a queue per subject: a finished job hands its subject
+        to the next one there) while other jobs start."""
+        freed, behind_of = self._subjects_freed, self._behind
+        while freed and len(self._running) < self.concurrency and not self._stopping:
+            subject = freed.popleft()
+            behind = behind_of[subject]
+            job = behind.popleft()
+            self._behind_count -= 1
+            if not behind:
+                del behind_of[subject]
+            self._start(job)  # its subject stays busy
         while self._buffer and len(self._running) < self.concurrency and not self._stopping:
             job = self._buffer.popleft()
             subject = job.raw.opts.subject
-            if subject and (
-                subject in self._busy_subjects or any(w.raw.opts.subject == subject for w in waiting)
-            ):
-                waiting.append(job)
-                continue
             if subject:
+                if subject in self._busy_subjects:
+                    behind = behind_of.get(subject)
+                    if behind is None:
+                        behind = behind_of[subject] = deque()
+                    behind.append(job)
+                    self._behind_count += 1
+                    continue
                 self._busy_subjects.add(subject)
-            task = asyncio.create_task(self._run_job(job), name=f"loam-job {job.id}")
-            self._running[task] = job
-        self._buffer.extendleft(reversed(waiting))
+            self._start(job)
+
+    def _subject_done(self, job: LeasedJob) -> None:
+        """`job`'s handler is over: its subject goes to the next job behind it here, or is free."""
+        subject = job.raw.opts.subject
+        if subject in self._behind:
+            self._subjects_freed.append(subject)
+        else:
+            self._busy_subjects.discard(subject)
+
+    def _release_unstarted(self) -> None:
+        """Hand back every job leased here and not started: the buffer's, and those
+        behind their subject's running job."""
+        jobs = [job for behind in self._behind.values() for job in behind]  # ahead of the buffer's
+        jobs.extend(self._buffer)
+        self._buffer.clear()
+        self._behind.clear()
+        self._behind_count = 0
+        while self._subjects_freed:  # no job of theirs runs here any more
+            self._busy_subjects.discard(self._subjects_freed.popleft())
+        self._release(jobs)
 
     def _release(self, jobs: list[LeasedJob]) -> None:
         for job in jobs:
@@ -333,7 +365,7 @@ class Worker:
             raise
         finally:
             self._running.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
-            self._busy_subjects.discard(job.raw.opts.subject)
+            self._subject_done(job)
             assert self._loop is not None
             self._last_activity = self._loop.time()
         kind = outcome.WhichOneof("kind")
