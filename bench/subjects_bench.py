@@ -155,16 +155,18 @@ async def main_async(args: argparse.Namespace) -> dict:
             if not args.quiet:
                 print(f"round {r + 1} {variant:14} {res['jobs_per_s']:9,.0f} jobs/s  "
                       f"{res['jobs_per_cpu_s']:9,.0f} jobs/CPU-s", file=sys.stderr)  # fmt: skip
-    summary = {}
-    for variant, runs in rounds.items():
-        summary[variant] = {
-            "jobs_per_s": statistics.median(x["jobs_per_s"] for x in runs),
-            "jobs_per_cpu_s": statistics.median(x["jobs_per_cpu_s"] for x in runs),
-        }
+    return {"args": vars(args), "load": os.getloadavg(), "rounds": rounds, "summary": summarise(rounds)}
+
+
+def summarise(rounds: dict[str, list[dict]], extra: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:
+    """Each variant's medians over its rounds (rates, and the `extra` figures), and the
+    subject variants' rates as fractions of plain's (also bench/subjects_http_bench.py)."""
+    summary = {variant: {k: statistics.median(x[k] for x in runs) for k in ("jobs_per_s", "jobs_per_cpu_s", *extra)}
+               for variant, runs in rounds.items()}  # fmt: skip
     for variant in ("subjects", "subject-batch"):
         for k in ("jobs_per_s", "jobs_per_cpu_s"):
             summary[variant][f"{k}_vs_plain"] = summary[variant][k] / summary["plain"][k]
-    return {"args": vars(args), "load": os.getloadavg(), "rounds": rounds, "summary": summary}
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:

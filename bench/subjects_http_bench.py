@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,11 +38,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "drivers"))
 from loam_driver import CONCURRENCY, CountingClient  # noqa: E402  (bench/drivers/)
 from procstat import free_port, process_cpu  # noqa: E402
+from subjects_bench import VARIANTS, summarise  # noqa: E402  (bench/, this script's folder)
 
 import loam  # noqa: E402
 
 QUEUE, TASK, BULK = "subjects", "t", 1000
-VARIANTS = ("plain", "subjects", "subject-batch")
 
 
 def start_server() -> tuple[subprocess.Popen, str, str]:
@@ -110,13 +109,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             rounds[variant].append(res)
             print(f"round {r + 1} {variant:14} {res['jobs_per_s']:7,.0f} jobs/s  server {res['server_us_per_job']:5.0f} us"
                   f"  worker {res['worker_us_per_job']:5.0f} us CPU/job", file=sys.stderr)  # fmt: skip
-    summary = {}
-    for variant, runs in rounds.items():
-        summary[variant] = {k: statistics.median(x[k] for x in runs)
-                            for k in ("jobs_per_s", "jobs_per_cpu_s", "server_us_per_job", "worker_us_per_job")}  # fmt: skip
-    for variant in ("subjects", "subject-batch"):
-        for k in ("jobs_per_s", "jobs_per_cpu_s"):
-            summary[variant][f"{k}_vs_plain"] = summary[variant][k] / summary["plain"][k]
+    summary = summarise(rounds, ("server_us_per_job", "worker_us_per_job"))
     return {"args": vars(args), "load": os.getloadavg(), "rounds": rounds, "summary": summary}
 
 
