@@ -54,12 +54,13 @@ def start_dev_server(
 ) -> DevServer:
     """`loam dev` with `extra` flags; `env` is added to this process's environment less the
     variables starting with `drop_env`. Returns once it prints "ready" (a `server_class`)."""
-    port = port or free_port()
-    cmd = [sys.executable, "-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", str(port),
+    # Without a port, `loam dev` binds any free one and names it in its ready line: a port
+    # picked here and bound there later could be taken by another process meanwhile.
+    cmd = [sys.executable, "-m", "loam_gateway.dev", "--host", "127.0.0.1", "--port", str(port or 0),
            "--data", str(data), *extra]  # fmt: skip
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(drop_env)}, **(env or {})}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    server = server_class(f"http://127.0.0.1:{port}", port, data, proc)
+    server = server_class(f"http://127.0.0.1:{port}", port or 0, data, proc)  # the port: from its ready line
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:  # keep reading so the pipe never fills
@@ -81,4 +82,6 @@ def start_dev_server(
         if line is None:
             raise RuntimeError(f"loam dev exited with {proc.wait()}:\n{''.join(server.lines)}")
         if "ready on " in line:  # `loam dev: ready on <url>`, its last start-up line
+            server.url = line.split("ready on ", 1)[1].strip()
+            server.port = int(server.url.rsplit(":", 1)[1])
             return server

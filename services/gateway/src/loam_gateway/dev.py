@@ -81,7 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(prog="loam dev", description="Run every Loam service in one process.")
     p.add_argument("--host", default=env.get("LOAM_HOST", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(env.get("LOAM_PORT", DEFAULT_PORT)))
+    p.add_argument("--port", type=int, default=int(env.get("LOAM_PORT", DEFAULT_PORT)),
+                   help=f"the HTTP port ($LOAM_PORT; default {DEFAULT_PORT}, 0 = any free port, printed when ready)")  # fmt: skip
     p.add_argument("--data", default=env.get("LOAM_DATA", "./.loam"), help="data directory (default ./.loam)")
     p.add_argument("--auth", action="store_true", default=auth_on(env.get("LOAM_AUTH")),
                    help="require bearer tokens (LOAM_AUTH=on); needed to bind a non-loopback host")  # fmt: skip
@@ -192,9 +193,11 @@ async def run(args: argparse.Namespace) -> None:
         audit=AuditLog(store),
         metrics_history=MetricsHistory(router.metrics_text, store, args.metrics_interval),
     )
-    url = f"http://{args.host}:{args.port}"
 
     def ready(server) -> None:
+        # With --port 0 the OS picked the port: say which, so a script can read it here.
+        port = args.port or server.servers[0].sockets[0].getsockname()[1]
+        url = f"http://{args.host}:{port}"
         print(f"loam dev: serving {url} (data in {data}, auth {'on' if args.auth else 'off'})", flush=True)
         print(f"loam dev: durable (Resonate) at {url}/resonate", flush=True)
         print(f"loam dev: the console is at {url}/console/", flush=True)
