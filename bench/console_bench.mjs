@@ -137,7 +137,7 @@ try {
     sse.push(Date.now() - t);
     await page.waitForTimeout(300); // each push on its own, not folded into the last
   }
-  results.sse_to_page_ms = { p50: pct(sse, 50), p95: pct(sse, 95), max: Math.max(...sse) };
+  results.sse_to_page_ms = { p50: pct(sse, 50), p95: pct(sse, 95), max: Math.max(...sse), samples: sse };
   console.log(`SSE, enqueue to the row on the page: ${JSON.stringify(results.sse_to_page_ms)} ms`);
 } finally {
   await browser.close();

@@ -80,13 +80,19 @@ export function liveBadge(): { el: HTMLElement; set: (on: boolean) => void } {
   };
 }
 
-/** Run `fn` at most once per `ms`, the last call winning (events arrive in bursts). */
+/** A burst's first call waits this long, so the events of one change (a job's `added`
+ * and `waiting`, pushed together) make one run of `fn`. Run at once for the first, the
+ * second scheduled another a whole throttle window later, and the next change waited
+ * for that one: an SSE update reached the page in ~35 ms at p50 but ~290 ms at p95. */
+const FOLD_MS = 5;
+
+/** Run `fn` at most once per `ms`, once per burst of calls (events arrive in bursts). */
 export function throttle(fn: () => void, ms: number): () => void {
   let timer: ReturnType<typeof setTimeout> | null = null;
   let last = 0;
   return () => {
     if (timer) return;
-    const wait = Math.max(0, last + ms - Date.now());
+    const wait = Math.max(FOLD_MS, last + ms - Date.now());
     timer = setTimeout(() => {
       timer = null;
       last = Date.now();
