@@ -29,6 +29,9 @@ export type EngineRun = Schemas["EngineRunView"];
 export interface DurableNode { promise: Record<string, unknown>; parent?: string | null;
   task?: Record<string, unknown> | null; timedOut?: boolean | null }
 export interface DurableTree { root: string; promises: DurableNode[] }
+/** A page of durable executions (their root promises), in id order. */
+export interface DurableExecutions { executions: { promise: Record<string, unknown>; timedOut?: boolean | null }[];
+  cursor?: string | null }
 /** A Flink deployment as the engine answers it (its REST routes are not typed in /openapi.json). */
 export interface FlinkDeployment {
   name: string; state: string; version: number; kind: string; job_id: string; last_error: string;
@@ -201,4 +204,11 @@ export const api = {
   flinkAction: (name: string, verb: "savepoint" | "suspend" | "resume" | "cancel") =>
     request<unknown>("POST", `/v1/engines/flink/deployments/${q(name)}:${verb}`, verb === "resume" ? {} : undefined),
   durableTree: (id: string) => request<DurableTree>("GET", `/v1/durable/promises/${q(id)}`),
+  durableExecutions: (opts: { state?: string; prefix?: string; cursor?: string }) => {
+    const p = new URLSearchParams({ limit: "50" });
+    if (opts.state) p.set("state", opts.state);
+    if (opts.prefix) p.set("id_prefix", opts.prefix);
+    if (opts.cursor) p.set("cursor", opts.cursor);
+    return request<DurableExecutions>("GET", `/v1/durable/executions?${p}`);
+  },
 };

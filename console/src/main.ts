@@ -207,8 +207,8 @@ async function render(): Promise<void> {
     const m = re.exec(path);
     if (!m) continue;
     nav(section);
-    const params = Object.fromEntries(
-      Object.entries(m.groups ?? {}).map(([k, v]) => [k, decodeURIComponent(v)]),
+    const params = Object.fromEntries(  // an optional group that did not match is left out
+      Object.entries(m.groups ?? {}).filter(([, v]) => v !== undefined).map(([k, v]) => [k, decodeURIComponent(v)]),
     );
     const ctx: Ctx = { me: me!, main, url, params, onLeave: (fn) => leaving.push(fn) };
     replace(main, h("p", { class: "loading", role: "status" }, "Loading…"));

@@ -151,15 +151,34 @@ describe("flow graph", () => {
 });
 
 describe("engines and durable executions", () => {
-  test("the engines page says what this server runs; a durable execution's promise tree", async () => {
+  test("the engines page says what this server runs; the durable executions and one's promise tree", async () => {
     await resonate("promise.create", { id: "wf-7", timeoutAt: 2 ** 53, param: {}, tags: {} });
     for (const child of ["wf-7:1", "wf-7:2"])
       await resonate("promise.create", { id: child, timeoutAt: 2 ** 53, param: {}, tags: { "resonate:parent": "wf-7" } });
     await resonate("promise.settle", { id: "wf-7:1", state: "resolved", value: {} });
+    await resonate("promise.create", { id: "wf-8", timeoutAt: 2 ** 53, param: {}, tags: {} });
+    await resonate("promise.settle", { id: "wf-8", state: "resolved", value: {} });
     const page = await signedIn(admin, "/console/engines");
     await page.getByRole("heading", { name: "Engine runs" }).waitFor();
     await page.getByText("No engine runs").waitFor();
     await page.getByRole("link", { name: "Durable" }).click();
+    // The list: the root promises only, each with its state; filtered by state in the URL.
+    await page.locator('[data-root="wf-8"]').waitFor();
+    const roots = () => page.locator("[data-root]").evaluateAll((rows) =>
+      rows.map((r) => `${r.dataset.root} ${r.querySelector(".badge").textContent}`));
+    assert.deepEqual(await roots(), ["wf-7 pending", "wf-8 resolved"]);
+    await page.locator("#durable-state").selectOption("resolved");
+    await page.waitForURL(/\/console\/durable\?state=resolved$/);
+    await page.locator('[data-root="wf-8"]').waitFor(); // the page drawn again (navigation clears it first)
+    assert.deepEqual(await roots(), ["wf-8 resolved"]);
+    await page.locator("#durable-state").selectOption("rejected");
+    await page.locator("[data-testid=durable-none]").waitFor();
+    await axe(page, "durable executions");
+    await page.goto(`${server.url}/console/durable?q=wf-7`);
+    await page.locator('[data-root="wf-7"] a').click();
+    await page.waitForURL(/\/console\/durable\/wf-7$/);
+    await page.locator("[data-testid=durable-count]").filter({ hasText: "3 promises" }).waitFor();
+    await page.goto(`${server.url}/console/durable`);
     await page.locator("#durable-root").fill("wf-7");
     await page.locator("#durable-root").press("Enter");
     await page.waitForURL(/\/console\/durable\/wf-7$/);

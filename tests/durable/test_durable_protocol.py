@@ -289,6 +289,52 @@ def test_the_rest_facade_shows_a_promise_tree_and_sets_retention(dev_server):
     assert got == {"retention_ms": 60000}
 
 
+def test_the_rest_facade_lists_durable_executions_a_page_at_a_time(dev_server):
+    url = dev_server.url + "/ns/listed/resonate"
+    rest = f"{dev_server.url}/ns/listed/v1/durable/executions"
+
+    def page(**params) -> dict:
+        return json.loads(
+            urllib.request.urlopen(f"{rest}?{urllib.parse.urlencode(params)}", timeout=5).read()
+        )
+
+    for root in ("run-a", "run-b", "run-c", "run-b2", "other"):
+        create(url, root)
+        for child in (f"{root}:1", f"{root}:1.1", f"{root}:2"):
+            create(url, child, **{"resonate:parent": root})
+    envelope(url, "promise.settle", {"id": "run-b", "state": "resolved", "value": {}})
+    envelope(url, "promise.settle", {"id": "run-c", "state": "rejected", "value": {}})
+
+    ids = lambda p: [e["promise"]["id"] for e in p["executions"]]  # noqa: E731
+    everything = page()
+    assert ids(everything) == ["other", "run-a", "run-b", "run-b2", "run-c"]  # roots only, in id order
+    assert "cursor" not in everything
+    assert [e["promise"]["state"] for e in everything["executions"]] == [
+        "pending",
+        "pending",
+        "resolved",
+        "pending",
+        "rejected",
+    ]
+    assert ids(page(state="pending")) == ["other", "run-a", "run-b2"]
+    assert ids(page(state="rejected")) == ["run-c"]
+    assert ids(page(id_prefix="run-b")) == ["run-b", "run-b2"]
+    seen, cursor = [], ""
+    while True:  # two at a time, by cursor, every root once
+        p = page(limit=2, cursor=cursor, id_prefix="run")
+        seen += ids(p)
+        if not p.get("cursor"):
+            break
+        cursor = p["cursor"]
+    assert seen == ["run-a", "run-b", "run-b2", "run-c"]
+    for bad in ({"state": "done"}, {"limit": 0}, {"limit": 201}):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            page(**bad)
+        assert e.value.code == 400, bad
+    other_ns = f"{dev_server.url}/ns/elsewhere/v1/durable/executions"
+    assert json.loads(urllib.request.urlopen(other_ns, timeout=5).read()) == {"executions": []}
+
+
 def test_durable_changes_are_events_in_the_event_log(dev_server):
     url = dev_server.url + "/ns/evented/resonate"
     create(url, "ev-0")  # the namespace's durable event log exists from its first change

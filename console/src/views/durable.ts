@@ -1,7 +1,9 @@
-/** Durable executions (GET /v1/durable/promises/{id}): a workflow's promise tree from its
- * root, each promise's state, timing and tags, each task's state and attempts, as a
- * nested list that opens level by level. The root id is in the URL
- * (/console/durable/<root id>); the form asks for one. */
+/** Durable executions. Without a root in the URL, the list (GET /v1/durable/executions):
+ * every root promise, 50 a page by cursor, filtered by state and id prefix (kept in the
+ * URL: /console/durable?state=pending&q=wf-&cursor=...). With one
+ * (/console/durable/<root id>; the form opens any), its promise tree
+ * (GET /v1/durable/promises/{id}): each promise's state, timing and tags, each task's
+ * state and attempts, as a nested list that opens level by level. */
 import { api, ApiError, type DurableNode } from "../api";
 import { duration, h, replace, time } from "../dom";
 import { link, navigate, type Ctx } from "../main";
@@ -38,7 +40,7 @@ export async function durablePage(ctx: Ctx): Promise<void> {
   const box = h("div");
   replace(ctx.main, h("h1", null, "Durable executions"),
     h("p", { class: "muted" }, "A workflow (Resonate protocol) as its promise tree: every step, its state and its task."), form, box);
-  if (!root) return replace(box, h("p", { class: "muted" }, "Give a root promise id (the id a workflow was started with)."));
+  if (!root) return executionsList(ctx, box);
   try {
     const tree = await api.durableTree(root);
     const kids = new Map<string, DurableNode[]>();
@@ -53,5 +55,55 @@ export async function durablePage(ctx: Ctx): Promise<void> {
       top ? h("ul", { class: "tree", "data-testid": "durable-tree" }, node(top, kids, 0)) : h("p", { class: "muted" }, "The root is gone."));
   } catch (e) {
     replace(box, h("p", { class: "error", role: "alert" }, e instanceof ApiError ? `${e.code}: ${e.message}` : String(e)));
+  }
+}
+
+/** The list of executions (root promises) with its filters, into `box`. */
+async function executionsList(ctx: Ctx, box: HTMLElement): Promise<void> {
+  const params = ctx.url.searchParams;
+  const state = params.get("state") ?? "", prefix = params.get("q") ?? "", cursor = params.get("cursor") ?? "";
+  const to = (over: Record<string, string>) => {
+    const p = new URLSearchParams({ state, q: prefix, ...over });
+    for (const [k, v] of [...p]) if (!v) p.delete(k);
+    const qs = p.toString();
+    return link(`/durable${qs ? `?${qs}` : ""}`);
+  };
+  const stateSelect = h("select", { id: "durable-state", "aria-label": "State" },
+    ["", "pending", "resolved", "rejected"].map((s) => h("option", { value: s, selected: s === state }, s || "any state")));
+  const prefixInput = h("input", { id: "durable-prefix", value: prefix, size: 24, placeholder: "id starts with…",
+    "aria-label": "Root id starts with" });
+  const filters = h("form", { class: "row", role: "search", "aria-label": "Filter durable executions", on: { submit: (e: Event) => {
+    e.preventDefault();
+    navigate(to({ state: stateSelect.value, q: prefixInput.value.trim(), cursor: "" }));
+  } } }, stateSelect, prefixInput, h("button", { type: "submit" }, "Filter"));
+  stateSelect.addEventListener("change", () => navigate(to({ state: stateSelect.value, q: prefixInput.value.trim(), cursor: "" })));
+  replace(box, h("h2", null, "Executions"), filters, h("p", { class: "muted" }, "Loading…"));
+  try {
+    const page = await api.durableExecutions({ state, prefix, cursor });
+    const rows = page.executions.map((e) => {
+      const p = e.promise as Record<string, any>;
+      const id = String(p.id), st = String(p.state ?? "").toLowerCase();
+      const took = p.settledAt && p.createdAt ? duration((p.settledAt - p.createdAt) * 1e6) : "";
+      return h("tr", { "data-root": id },
+        h("td", null, h("a", { href: link(`/durable/${encodeURIComponent(id)}`) }, h("code", null, id))),
+        h("td", null, h("span", { class: `badge ${STATE_BADGE[st] ?? ""}` }, st), e.timedOut ? " (timed out)" : ""),
+        h("td", null, p.createdAt ? time(p.createdAt * 1e6) : ""),
+        h("td", { class: "num" }, took));
+    });
+    const pager = h("p", { class: "row" },
+      cursor ? h("a", { href: to({ cursor: "" }) }, "First page") : null,
+      page.cursor ? h("a", { href: to({ cursor: page.cursor }), "data-testid": "durable-next" }, "Next page") : null);
+    replace(box, h("h2", null, "Executions"), filters,
+      rows.length
+        ? h("table", { "data-testid": "durable-executions" },
+            h("thead", null, h("tr", null, h("th", null, "root promise"), h("th", null, "state"),
+              h("th", null, "started"), h("th", { class: "num" }, "took"))),
+            h("tbody", null, rows))
+        : h("p", { class: "muted", "data-testid": "durable-none" },
+            state || prefix ? "No durable execution matches." : "No durable executions yet: a workflow's root promise shows here once it is created."),
+      pager);
+  } catch (e) {
+    replace(box, h("h2", null, "Executions"), filters,
+      h("p", { class: "error", role: "alert" }, e instanceof ApiError ? `${e.code}: ${e.message}` : String(e)));
   }
 }

@@ -143,6 +143,10 @@ class DurableCore:
         """A promise with every promise under it and their tasks (NotFound: DurableError 404)."""
         return await self.store.snapshot(tr.promise_tree, ns, root_id)
 
+    async def executions(self, ns: str, state: str | None, id_prefix: str, cursor: str, limit: int) -> dict:
+        """A page of the namespace's durable executions (root promises), in id order."""
+        return await self.store.snapshot(tr.durable_executions, ns, state, id_prefix, cursor, limit)
+
     async def set_retention(self, ns: str, retention_ms: int) -> dict:
         return await self.transact(ns, tr.retention_set, retention_ms)
 

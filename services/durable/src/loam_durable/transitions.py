@@ -812,6 +812,48 @@ def retention_read(tx: Txn, ns: str) -> int:
     return retention_get(tx, Effects(ns, tx.now_ns() // MS))
 
 
+def durable_executions(tx: Txn, ns: str, state: str | None, id_prefix: str, cursor: str, limit: int) -> dict:
+    """One page of the namespace's durable executions: its root promises (ids without a
+    `:`), in id order, from `id_prefix` and after `cursor`, optionally in one state group
+    (pending, resolved, rejected). A root's promises (`<root>:...`) are skipped with one
+    seek each, not read; a page reads at most `SEARCH_EXAMINE` rows and then answers with
+    what it found and a cursor. States are as stored (`timedOut` as in `promise_tree`)."""
+    now = tx.now_ns() // MS
+    base = keys.durable_promises(ns)
+    prefix = base + id_prefix.encode()
+    start = base + cursor.encode() + b"\x00" if cursor else prefix
+    start, end = max(start, prefix), keys.prefix_end(prefix)
+    out: list[dict] = []
+    examined = 0
+    last = ""
+    while len(out) < limit and examined < SEARCH_EXAMINE:
+        rows = tx.scan(start, end, limit=min(SEARCH_EXAMINE - examined, 2 * limit + 10))
+        if not rows:
+            last = ""
+            break
+        for k, v in rows:
+            examined += 1
+            promise_id = k[len(base) :].decode()
+            if ":" in promise_id:  # under a root: skip the rest of that root's promises
+                start = keys.prefix_end(base + (promise_id.split(":", 1)[0] + ":").encode())
+                break
+            last = promise_id
+            p = promise_wire(loads(v))
+            if state is None or state_group(p["state"]) == state:
+                entry: dict[str, Any] = {"promise": p}
+                if p["state"] == PENDING and p["timeoutAt"] <= now:
+                    entry["timedOut"] = True
+                out.append(entry)
+                if len(out) == limit:
+                    break
+        else:
+            start = k + b"\x00"
+    return {
+        "executions": out,
+        "cursor": last if last and (len(out) == limit or examined >= SEARCH_EXAMINE) else None,
+    }
+
+
 def promise_tree(tx: Txn, ns: str, root_id: str) -> dict:
     """A promise and every promise under it (`<id>:...` for a root, `<id>.` below), in id
     order, each with its task (state, version = attempts, timing). States are as stored:

@@ -6,7 +6,8 @@
   namespace and actions exactly as a Connect or REST call's does (`Authorization:
   Bearer` or the envelope's `head.auth`; without auth, in dev on loopback, the
   `/ns/<ns>/` prefix or the default namespace);
-- `rest_router()`: visibility in the REST facade, `GET /v1/durable/promises/{id}` (a
+- `rest_router()`: visibility in the REST facade, `GET /v1/durable/executions` (the root
+  promises, a page at a time), `GET /v1/durable/promises/{id}` (a
   promise tree: each promise's state and timing, each task's state and attempts) and
   `GET`/`PUT /v1/durable/retention` (how long settled workflows are kept), jobs:admin.
 """
@@ -14,9 +15,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Path, Request
+from fastapi import APIRouter, Body, Path, Query, Request
 from loam_durable.app import SCHEDULE, DurableApp, create_durable_app
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
@@ -44,6 +45,17 @@ class DurableNode(BaseModel):
 class DurableTree(BaseModel):
     root: str
     promises: list[DurableNode]
+
+
+class DurableExecution(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    promise: dict[str, Any] = Field(description="the root's Resonate PromiseRecord (id, state, tags, times)")
+    timedOut: bool | None = Field(None, description="pending past its timeout, until a timer settles it")
+
+
+class DurableExecutions(BaseModel):
+    executions: list[DurableExecution]
+    cursor: str | None = Field(None, description="pass as `cursor` for the next page; absent on the last")
 
 
 class DurableRetention(BaseModel):
@@ -84,6 +96,17 @@ class DurableMount:
                 return await core.tree(ns, promise_id)
             except DurableError as e:
                 raise NotFound(e.message) from None
+
+        @api.get("/executions", response_model=DurableExecutions, response_model_exclude_none=True,
+                 summary="The durable executions (root promises), in id order, a page at a time")  # fmt: skip
+        async def executions(
+            request: Request,
+            state: Annotated[Literal["pending", "resolved", "rejected"] | None, Query()] = None,
+            id_prefix: Annotated[str, Query(max_length=1024, description="roots whose id starts so")] = "",
+            cursor: Annotated[str, Query(max_length=1024)] = "",
+            limit: Annotated[int, Query(ge=1, le=200)] = 50,
+        ) -> Any:
+            return await core.executions(await namespace(request), state, id_prefix, cursor, limit)
 
         @api.get("/retention", response_model=DurableRetention, summary="How long settled workflows are kept")
         async def retention_get(request: Request) -> Any:
