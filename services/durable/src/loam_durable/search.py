@@ -117,7 +117,7 @@ def _after(prefix: bytes, cursor: str) -> bytes:
 def search_plan(ns: str, q: PromiseQuery) -> SearchPlan:
     promises = keys.durable_promises(ns)
     if q.id_prefix:
-        return _id_range(promises, q.id_prefix, q.cursor)
+        return id_range(promises, q.id_prefix, q.cursor)
     tags = indexed_tags(q.tags)
     if tags:
         tag, value = tags[0]
@@ -127,7 +127,7 @@ def search_plan(ns: str, q: PromiseQuery) -> SearchPlan:
         )
     for tag in ID_TAGS:  # one workflow's promises: narrower than a whole state
         if tag in q.tags:
-            return _id_range(promises, q.tags[tag], q.cursor)
+            return id_range(promises, q.tags[tag], q.cursor)
     if q.state is not None:
         prefix = keys.durable_promise_states(ns, state_group(q.state))
         return SearchPlan(
@@ -138,7 +138,8 @@ def search_plan(ns: str, q: PromiseQuery) -> SearchPlan:
     )
 
 
-def _id_range(promises: bytes, id_prefix: str, cursor: str) -> SearchPlan:
+def id_range(promises: bytes, id_prefix: str, cursor: str) -> SearchPlan:
+    """The promise rows whose id starts with `id_prefix`, after `cursor` (an id)."""
     prefix = promises + id_prefix.encode()
     start = prefix
     if cursor:

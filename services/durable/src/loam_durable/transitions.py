@@ -57,7 +57,7 @@ from loam_durable.records import (
     timeout_state,
     unblock_message,
 )
-from loam_durable.search import SEARCH_EXAMINE, PromiseQuery, index_rows, search_plan, state_group
+from loam_durable.search import SEARCH_EXAMINE, PromiseQuery, id_range, index_rows, search_plan, state_group
 
 MS = 1_000_000
 #: the queue whose event log holds a namespace's durable events (`durable.<change>`, so
@@ -820,9 +820,8 @@ def durable_executions(tx: Txn, ns: str, state: str | None, id_prefix: str, curs
     what it found and a cursor. States are as stored (`timedOut` as in `promise_tree`)."""
     now = tx.now_ns() // MS
     base = keys.durable_promises(ns)
-    prefix = base + id_prefix.encode()
-    start = base + cursor.encode() + b"\x00" if cursor else prefix
-    start, end = max(start, prefix), keys.prefix_end(prefix)
+    plan = id_range(base, id_prefix, cursor)
+    start, end = plan.start, plan.end
     out: list[dict] = []
     examined = 0
     last = ""

@@ -55,7 +55,10 @@ class DurableExecution(BaseModel):
 
 class DurableExecutions(BaseModel):
     executions: list[DurableExecution]
-    cursor: str | None = Field(None, description="pass as `cursor` for the next page; absent on the last")
+    cursor: str | None = Field(
+        None,
+        description="pass as `cursor` for the next page; absent when none follows (a full page may be followed by an empty one)",
+    )
 
 
 class DurableRetention(BaseModel):
