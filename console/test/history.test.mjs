@@ -172,7 +172,7 @@ describe("engines and durable executions", () => {
     await page.locator('[data-root="wf-8"]').waitFor(); // the page drawn again (navigation clears it first)
     assert.deepEqual(await roots(), ["wf-8 resolved"]);
     await page.locator("#durable-state").selectOption("rejected");
-    await page.locator("[data-testid=durable-none]").waitFor();
+    await page.getByText("No durable execution matches.").waitFor();
     await axe(page, "durable executions");
     await page.goto(`${server.url}/console/durable?q=wf-7`);
     await page.locator('[data-root="wf-7"] a').click();

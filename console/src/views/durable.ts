@@ -6,7 +6,8 @@
  * state and attempts, as a nested list that opens level by level. */
 import { api, ApiError, type DurableNode } from "../api";
 import { duration, h, replace, time } from "../dom";
-import { link, navigate, type Ctx } from "../main";
+import { link, navigate, setQuery, type Ctx } from "../main";
+import { empty } from "./common";
 
 const STATE_BADGE: Record<string, string> = { resolved: "completed", pending: "waiting", rejected: "failed",
   rejected_canceled: "canceled", rejected_timedout: "failed" };
@@ -58,25 +59,20 @@ export async function durablePage(ctx: Ctx): Promise<void> {
   }
 }
 
-/** The list of executions (root promises) with its filters, into `box`. */
+/** The list of executions (root promises) with its filters (in the URL), into `box`. */
 async function executionsList(ctx: Ctx, box: HTMLElement): Promise<void> {
   const params = ctx.url.searchParams;
   const state = params.get("state") ?? "", prefix = params.get("q") ?? "", cursor = params.get("cursor") ?? "";
-  const to = (over: Record<string, string>) => {
-    const p = new URLSearchParams({ state, q: prefix, ...over });
-    for (const [k, v] of [...p]) if (!v) p.delete(k);
-    const qs = p.toString();
-    return link(`/durable${qs ? `?${qs}` : ""}`);
-  };
   const stateSelect = h("select", { id: "durable-state", "aria-label": "State" },
     ["", "pending", "resolved", "rejected"].map((s) => h("option", { value: s, selected: s === state }, s || "any state")));
   const prefixInput = h("input", { id: "durable-prefix", value: prefix, size: 24, placeholder: "id starts with…",
     "aria-label": "Root id starts with" });
+  const filter = () => setQuery({ state: stateSelect.value, q: prefixInput.value.trim(), cursor: null });
   const filters = h("form", { class: "row", role: "search", "aria-label": "Filter durable executions", on: { submit: (e: Event) => {
     e.preventDefault();
-    navigate(to({ state: stateSelect.value, q: prefixInput.value.trim(), cursor: "" }));
+    filter();
   } } }, stateSelect, prefixInput, h("button", { type: "submit" }, "Filter"));
-  stateSelect.addEventListener("change", () => navigate(to({ state: stateSelect.value, q: prefixInput.value.trim(), cursor: "" })));
+  stateSelect.addEventListener("change", filter);
   replace(box, h("h2", null, "Executions"), filters, h("p", { class: "muted" }, "Loading…"));
   try {
     const page = await api.durableExecutions({ state, prefix, cursor });
@@ -90,17 +86,22 @@ async function executionsList(ctx: Ctx, box: HTMLElement): Promise<void> {
         h("td", null, p.createdAt ? time(p.createdAt * 1e6) : ""),
         h("td", { class: "num" }, took));
     });
-    const pager = h("p", { class: "row" },
-      cursor ? h("a", { href: to({ cursor: "" }) }, "First page") : null,
-      page.cursor ? h("a", { href: to({ cursor: page.cursor }), "data-testid": "durable-next" }, "Next page") : null);
+    const at = (pageCursor: string | null | undefined) => {  // this list's address at a page
+      const p = new URLSearchParams(params);
+      if (pageCursor) p.set("cursor", pageCursor);
+      else p.delete("cursor");
+      return link(`/durable${p.size ? `?${p}` : ""}`);
+    };
+    const pager = h("nav", { class: "row", "aria-label": "Pages" },
+      cursor && h("a", { class: "btn", href: at(null), "data-key": "p" }, "First page"),
+      page.cursor && h("a", { class: "btn", href: at(page.cursor), "data-key": "n", rel: "next" }, "Next page"));
     replace(box, h("h2", null, "Executions"), filters,
       rows.length
         ? h("table", { "data-testid": "durable-executions" },
             h("thead", null, h("tr", null, h("th", null, "root promise"), h("th", null, "state"),
               h("th", null, "started"), h("th", { class: "num" }, "took"))),
             h("tbody", null, rows))
-        : h("p", { class: "muted", "data-testid": "durable-none" },
-            state || prefix ? "No durable execution matches." : "No durable executions yet: a workflow's root promise shows here once it is created."),
+        : empty(state || prefix ? "No durable execution matches." : "No durable executions yet: a workflow's root promise shows here once it is created."),
       pager);
   } catch (e) {
     replace(box, h("h2", null, "Executions"), filters,
