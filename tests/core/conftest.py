@@ -190,6 +190,13 @@ def invariant_problems(tx, ns: str, queue: str) -> tuple[list[str], Counter]:
     for key, value in index(k.q + b"sj/"):
         if not any(value.decode() in ids for ids in holders.values()):
             problems.append(f"{key!r} names {value!r}, which does not hold its subject")
+    # A live job flagged as its subject's holder is the one `sj/` names (its finish lets
+    # the subject go on the flag's word, without reading `sj/`).
+    for j in jobs.values():
+        if j.holds_subject and j.state not in S.FINISHED:
+            current = tx.get(k.subject_current(j.opts.subject))
+            if current != j.id.encode():
+                problems.append(f"job {j.id} is flagged as holding {j.opts.subject!r}, sj/ says {current!r}")
     return problems, by_state
 
 

@@ -426,6 +426,55 @@ async def test_a_run_holder_handed_back_after_an_earlier_job_of_its_run_goes_beh
     await check_invariants()
 
 
+async def test_a_run_holder_handed_back_while_its_run_runs_passes_the_subject_on(
+    core, job_of, check_invariants
+):
+    """The holder goes back while the later jobs of its run still run: the subject goes
+    to the run's last job (flagged as its holder, so its finish need not read `sj/`), and
+    the old holder waits at the front of the backlog, no longer flagged."""
+    from loam_common.jobs.complete import Release
+
+    ids = [(await enqueue(core, "register", subject="s")).job_id for _ in range(4)]
+    run = await lease(core, max_jobs=3, subject_batch=3)
+    assert (await job_of(ids[0])).holds_subject
+    await core.jobs.complete(NS, "q", run[0].id, run[0].epoch, Release())
+    await check_invariants()
+    assert not (await job_of(ids[0])).holds_subject
+    assert (await job_of(ids[2])).holds_subject
+    await ok(core, run[1])
+    assert await lease(core) == []  # the run's last job still holds the subject
+    await ok(core, run[2])
+    order = []
+    while leased := await lease(core, max_jobs=1, worker="w2"):
+        order.append(leased[0].id)
+        await ok(core, leased[0])
+    assert order == [ids[0], ids[3]]
+    await check_invariants()
+
+
+async def test_a_holder_stored_before_the_holder_flag_still_passes_its_subject_on(
+    core, store, check_invariants
+):
+    """A job that became its subject's holder before `holds_subject` existed has no
+    flag: its finish reads `sj/` and lets the subject go as before."""
+    from loam_common import keys
+
+    ids = [(await enqueue(core, "register", subject="s")).job_id for _ in range(3)]
+    jk = keys.QueueKeys(NS, "q").job(ids[0])
+
+    def as_stored_before(tx):
+        job = pb.Job.FromString(tx.get(jk))
+        job.holds_subject = False
+        tx.put(jk, job.SerializeToString())
+
+    await store.transact(as_stored_before)
+    (first,) = await lease(core, max_jobs=3)
+    assert first.id == ids[0] and not first.holds_subject
+    await ok(core, first)
+    assert [j.id for j in await lease(core, max_jobs=3)] == [ids[1]]
+    await check_invariants()
+
+
 # -- retries ---------------------------------------------------------------------------------------
 BACKOFF = pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC)
 HOLDING = pb.Backoff(kind=pb.BACKOFF_KIND_FIXED, base_ns=10 * SEC, hold_subject=True)

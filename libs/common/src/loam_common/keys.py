@@ -114,6 +114,9 @@ def prefix_end(prefix: bytes) -> bytes:
     return stripped[:-1] + bytes((stripped[-1] + 1,))
 
 
+_BACKLOG_END = b"\xff" * 9
+
+
 def _lp(s: str) -> bytes:
     b = s.encode()
     return U16.pack(len(b)) + b
@@ -175,6 +178,10 @@ class QueueKeys:
 
     def job(self, job_id: str) -> bytes:
         return self.q + b"j/" + job_id.encode()
+
+    def job_by_bytes(self, job_id: bytes) -> bytes:
+        """`job` of an id as an index entry holds it (no decode and encode again)."""
+        return self.q + b"j/" + job_id
 
     def jobs(self) -> bytes:
         return self.q + b"j/"
@@ -273,11 +280,15 @@ class QueueKeys:
     def subject_backlog(self, subject: str) -> bytes:
         return self.q + b"sq/" + _lp(subject)
 
-    def subject_current_and_backlog(self, subject: str) -> tuple[bytes, bytes]:
-        """`subject_current` and `subject_backlog` at once (the subject encoded once):
-        a job giving up its subject reads the one and scans the other."""
+    def subject_current_and_backlog(self, subject: str) -> tuple[bytes, bytes, bytes]:
+        """`subject_current`, and the start and end of `subject_backlog`'s range, at once
+        (the subject encoded once): a job giving up its subject reads the one and takes
+        the first entry of the other. The end is the prefix and nine 0xff bytes: above
+        every entry (the prefix and an 8-byte seq), and no other subject's key starts
+        with the prefix (it ends with the subject's length-prefixed name)."""
         lp = _lp(subject)
-        return self.q + b"sj/" + lp, self.q + b"sq/" + lp
+        backlog = self.q + b"sq/" + lp
+        return self.q + b"sj/" + lp, backlog, backlog + _BACKLOG_END
 
     def subject_backlog_entry(self, subject: str, seq: int) -> bytes:
         return self.subject_backlog(subject) + U64.pack(seq)

@@ -516,13 +516,14 @@ class QueueTx:
         """A job left the live states (finished or removed): free its subject, set off
         what that means for other jobs (`follow_job_left_live`), and run the hooks."""
         opts = job.opts
-        if opts.subject:
+        subject = opts.subject
+        if subject:
             done = self._subject_jobs_done
             if done is None:
                 done = self._subject_jobs_done = set()
             done.add(job.id)
             if not job.subject_blocked:
-                self._subject_release(job)
+                self._subject_release(job, subject)
         if opts.dedup.id or job.parents:
             self.follow_job_left_live(job)
         for hook in self.on_finished:
@@ -549,16 +550,19 @@ class QueueTx:
         if current is None or current == job.id.encode():
             self.tx.put(cur_key, job.id.encode())
             job.subject_blocked = False
+            job.holds_subject = True
         else:
             job.subject_blocked = True
+            job.holds_subject = False
         return job.subject_blocked
 
     def subject_step_aside(self, job: pb.Job) -> None:
         """`job` (its subject's, about to wait for a retry) lets the jobs behind it run
         during its backoff: the subject passes on as if it had finished, and the job is
         marked to claim the subject again once due (`move` from DELAYED)."""
-        if job.opts.subject and not job.subject_blocked:
-            self._subject_release(job)
+        subject = job.opts.subject
+        if subject and not job.subject_blocked:
+            self._subject_release(job, subject)
             job.subject_blocked = True
 
     def subject_reclaim_if_stepped_aside(self, job: pb.Job) -> bool:
@@ -589,33 +593,42 @@ class QueueTx:
             passed, earlier_waiting = self._subject_pass_down_run(job, cur_key)
             if passed:
                 job.subject_blocked = True
+                job.holds_subject = False
                 return True
             if earlier_waiting:  # they go first: the subject goes to its backlog's head
-                self._subject_admit_next(cur_key, self.k.subject_backlog(job.opts.subject))
+                self._subject_admit_next(*self.k.subject_current_and_backlog(job.opts.subject))
                 job.subject_blocked = True
+                job.holds_subject = False
                 return True
         return False
 
-    def _subject_release(self, job: pb.Job) -> None:
-        cur_key, backlog = self.k.subject_current_and_backlog(job.opts.subject)
-        if self.tx.get(cur_key) != job.id.encode():
+    def _subject_release(self, job: pb.Job, subject: str) -> None:
+        cur_key, backlog, backlog_end = self.k.subject_current_and_backlog(subject)
+        # A job that holds its subject knows it; a run member does not hold it, nor (we
+        # cannot tell) does a record from before the flag: `sj/` says who does.
+        if not job.holds_subject and self.tx.get(cur_key) != job.id.encode():
             return
+        job.holds_subject = False
         if job.subject_run and self._subject_pass_down_run(job, cur_key)[0]:
             return
-        self._subject_admit_next(cur_key, backlog)
+        self._subject_admit_next(cur_key, backlog, backlog_end)
 
-    def _subject_admit_next(self, cur_key: bytes, backlog: bytes) -> None:
+    def _subject_admit_next(self, cur_key: bytes, backlog: bytes, backlog_end: bytes) -> None:
         """The subject is free: the head of its backlog becomes its job, or nobody.
         Every finished job of a subject with a backlog comes through here: it does only
         what the admission needs (decision 0036)."""
         tx = self.tx
-        head = tx.scan(backlog, keys.prefix_end(backlog), limit=1)
+        head = tx.scan(backlog, backlog_end, limit=1)
         if not head:
             tx.delete(cur_key)
             return
         entry_key, next_id = head[0]
-        nxt = self.require_job(next_id.decode())
+        raw = tx.get(self.k.job_by_bytes(next_id))
+        if raw is None:
+            raise NotFound(f"job {next_id.decode()!r} not found in queue {self.name!r}")
+        nxt = pb.Job.FromString(raw)
         tx.put(cur_key, next_id)
+        nxt.holds_subject = True
         now = self.now
         shard = nxt.shard
         m = self.meta_for_update(shard)
@@ -667,6 +680,7 @@ class QueueTx:
                 earlier_waiting = earlier_waiting or (own >= 0 and member.state in S.READY)
                 continue
             self.tx.put(cur_key, member_id.encode())
+            member.holds_subject = True
             del member.subject_run[:]
             if i:  # it holds the subject for the run's jobs before it
                 member.subject_run.extend(others[:i])

@@ -325,6 +325,11 @@ class LmdbTxn(Txn):
             if not reverse:
                 if not (cur.set_range(start) if start else cur.first()):
                     return out
+                if limit == 1:  # a range's first entry (a subject's next job): no iterator
+                    kv = cur.item()
+                    if kv[0] < end:
+                        out.append(kv)
+                    return out
                 for kv in cur.iternext():
                     if kv[0] >= end:
                         break

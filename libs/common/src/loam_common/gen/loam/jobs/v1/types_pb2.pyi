@@ -299,7 +299,7 @@ class JobError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., stacktrace: _Optional[str] = ..., at_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., permanent: _Optional[bool] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "queue", "task", "opts", "state", "shard", "seq", "epoch", "worker", "deadline_ns", "attempt", "stalled", "created_ns", "processed_ns", "finished_ns", "due_ns", "result", "errors", "progress", "log_count", "subject_blocked", "lease_started_ns", "attempts_max", "origin_queue", "state_ns", "pending_children", "keep_last_pending", "request_hash", "parents", "children", "children_completed", "children_failed", "flow", "flow_node", "failed_child", "deferred_failure", "retry_epoch", "subject_run")
+    __slots__ = ("id", "queue", "task", "opts", "state", "shard", "seq", "epoch", "worker", "deadline_ns", "attempt", "stalled", "created_ns", "processed_ns", "finished_ns", "due_ns", "result", "errors", "progress", "log_count", "subject_blocked", "lease_started_ns", "attempts_max", "origin_queue", "state_ns", "pending_children", "keep_last_pending", "request_hash", "parents", "children", "children_completed", "children_failed", "flow", "flow_node", "failed_child", "deferred_failure", "retry_epoch", "subject_run", "holds_subject")
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +338,7 @@ class Job(_message.Message):
     DEFERRED_FAILURE_FIELD_NUMBER: _ClassVar[int]
     RETRY_EPOCH_FIELD_NUMBER: _ClassVar[int]
     SUBJECT_RUN_FIELD_NUMBER: _ClassVar[int]
+    HOLDS_SUBJECT_FIELD_NUMBER: _ClassVar[int]
     id: str
     queue: str
     task: TaskSpec
@@ -376,7 +377,8 @@ class Job(_message.Message):
     deferred_failure: str
     retry_epoch: int
     subject_run: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., shard: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., worker: _Optional[str] = ..., deadline_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., created_ns: _Optional[int] = ..., processed_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., due_ns: _Optional[int] = ..., result: _Optional[_Union[Payload, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[JobError, _Mapping]]] = ..., progress: _Optional[bytes] = ..., log_count: _Optional[int] = ..., subject_blocked: _Optional[bool] = ..., lease_started_ns: _Optional[int] = ..., attempts_max: _Optional[int] = ..., origin_queue: _Optional[str] = ..., state_ns: _Optional[int] = ..., pending_children: _Optional[int] = ..., keep_last_pending: _Optional[bool] = ..., request_hash: _Optional[bytes] = ..., parents: _Optional[_Iterable[_Union[ParentRef, _Mapping]]] = ..., children: _Optional[int] = ..., children_completed: _Optional[int] = ..., children_failed: _Optional[int] = ..., flow: _Optional[str] = ..., flow_node: _Optional[str] = ..., failed_child: _Optional[str] = ..., deferred_failure: _Optional[str] = ..., retry_epoch: _Optional[int] = ..., subject_run: _Optional[_Iterable[str]] = ...) -> None: ...
+    holds_subject: bool
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[EnqueueOpts, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., shard: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., worker: _Optional[str] = ..., deadline_ns: _Optional[int] = ..., attempt: _Optional[int] = ..., stalled: _Optional[int] = ..., created_ns: _Optional[int] = ..., processed_ns: _Optional[int] = ..., finished_ns: _Optional[int] = ..., due_ns: _Optional[int] = ..., result: _Optional[_Union[Payload, _Mapping]] = ..., errors: _Optional[_Iterable[_Union[JobError, _Mapping]]] = ..., progress: _Optional[bytes] = ..., log_count: _Optional[int] = ..., subject_blocked: _Optional[bool] = ..., lease_started_ns: _Optional[int] = ..., attempts_max: _Optional[int] = ..., origin_queue: _Optional[str] = ..., state_ns: _Optional[int] = ..., pending_children: _Optional[int] = ..., keep_last_pending: _Optional[bool] = ..., request_hash: _Optional[bytes] = ..., parents: _Optional[_Iterable[_Union[ParentRef, _Mapping]]] = ..., children: _Optional[int] = ..., children_completed: _Optional[int] = ..., children_failed: _Optional[int] = ..., flow: _Optional[str] = ..., flow_node: _Optional[str] = ..., failed_child: _Optional[str] = ..., deferred_failure: _Optional[str] = ..., retry_epoch: _Optional[int] = ..., subject_run: _Optional[_Iterable[str]] = ..., holds_subject: _Optional[bool] = ...) -> None: ...
 
 class RateLimit(_message.Message):
     __slots__ = ("max", "duration_ns", "sharded")
