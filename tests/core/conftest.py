@@ -167,7 +167,7 @@ def invariant_problems(tx, ns: str, queue: str) -> tuple[list[str], Counter]:
             expected[k.state_entry(j.state, j.shard, j.state_ns, j.id)] = j.id
     actual = {}
     for p in (k.q + b"r/", k.q + b"d/", k.q + b"a/", k.q + b"s/", k.subject_backlogs()):
-        actual.update({key: key for key, _ in index(p)})
+        actual.update({key: key for key, _ in index(p) if not k.is_subject_holder(key)})
     missing = [expected[key] for key in expected if key not in actual]
     extra = [key for key in actual if key not in expected]
     if missing:
@@ -175,7 +175,7 @@ def invariant_problems(tx, ns: str, queue: str) -> tuple[list[str], Counter]:
     if extra:
         problems.append(f"{len(extra)} index entries without a job in that state, e.g. {extra[:3]}")
 
-    # Subjects: one holder per subject, named by `sj/`; the others wait in the backlog.
+    # Subjects: one holder per subject, named by its holder key; the others wait in the backlog.
     holders: dict[str, list[str]] = {}
     for j in jobs.values():
         live = j.state not in S.FINISHED and j.state != S.WAITING_CHILDREN
@@ -186,17 +186,19 @@ def invariant_problems(tx, ns: str, queue: str) -> tuple[list[str], Counter]:
         # A subject batch: the current job lists the later members leased with it.
         run = set(jobs[current.decode()].subject_run) if current and current.decode() in jobs else set()
         if current is None or current.decode() not in ids or set(ids) - run - {current.decode()}:
-            problems.append(f"subject {subject!r}: holders {ids}, sj/ says {current!r}")
-    for key, value in index(k.q + b"sj/"):
-        if not any(value.decode() in ids for ids in holders.values()):
+            problems.append(f"subject {subject!r}: holders {ids}, its holder key says {current!r}")
+    for key, value in index(k.subject_backlogs()):
+        if k.is_subject_holder(key) and not any(value.decode() in ids for ids in holders.values()):
             problems.append(f"{key!r} names {value!r}, which does not hold its subject")
-    # A live job flagged as its subject's holder is the one `sj/` names (its finish lets
-    # the subject go on the flag's word, without reading `sj/`).
+    # A live job flagged as its subject's holder is the one its holder key names (its
+    # finish lets the subject go on the flag's word, without reading the key).
     for j in jobs.values():
         if j.holds_subject and j.state not in S.FINISHED:
             current = tx.get(k.subject_current(j.opts.subject))
             if current != j.id.encode():
-                problems.append(f"job {j.id} is flagged as holding {j.opts.subject!r}, sj/ says {current!r}")
+                problems.append(
+                    f"job {j.id} is flagged as holding {j.opts.subject!r}, its key says {current!r}"
+                )
     return problems, by_state
 
 

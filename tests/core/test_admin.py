@@ -125,6 +125,19 @@ async def test_drain_also_empties_subject_backlogs(store, core, check_invariants
     await check_invariants()
 
 
+async def test_drain_leaves_a_subjects_running_job_and_empties_its_backlog(store, core, check_invariants):
+    """The subject's running job is named by a key among the backlogs: drain takes the
+    jobs waiting behind it, not the running one (nor its key)."""
+    ids = [await enqueue(core, subject="s1") for _ in range(3)]
+    (running,) = await lease(core)
+    assert running.id == ids[0]
+    assert await store.transact(admin.queue_drain, NS, "q", False) == 2
+    assert await counts(store) == {"active": 1}
+    await check_invariants()
+    await ok(core, running)
+    assert await lease(core) == []
+
+
 # -- clean -------------------------------------------------------------------------------------------
 async def test_clean_removes_the_oldest_finished_jobs_past_the_grace_up_to_the_limit(
     store, core, clock, check_invariants, events_of

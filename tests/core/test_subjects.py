@@ -430,7 +430,7 @@ async def test_a_run_holder_handed_back_while_its_run_runs_passes_the_subject_on
     core, job_of, check_invariants
 ):
     """The holder goes back while the later jobs of its run still run: the subject goes
-    to the run's last job (flagged as its holder, so its finish need not read `sj/`), and
+    to the run's last job (flagged as its holder, so its finish need not read its key), and
     the old holder waits at the front of the backlog, no longer flagged."""
     from loam_common.jobs.complete import Release
 
@@ -456,7 +456,7 @@ async def test_a_holder_stored_before_the_holder_flag_still_passes_its_subject_o
     core, store, check_invariants
 ):
     """A job that became its subject's holder before `holds_subject` existed has no
-    flag: its finish reads `sj/` and lets the subject go as before."""
+    flag: its finish reads its holder key and lets the subject go as before."""
     from loam_common import keys
 
     ids = [(await enqueue(core, "register", subject="s")).job_id for _ in range(3)]

@@ -25,7 +25,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `Q i/<sha256(idempotency key)>`             | IdempotencyRecord    |                                |
 | `Q ie/<expires_ns u64><sha256>`             | empty                | idempotency expiry index       |
 | `Q u/<dedup id>`                            | DedupRecord          |                                |
-| `Q sj/<len u16><subject>`                   | job id               | the subject's in-flight job    |
+| `Q sq/<len u16><subject>`                   | job id               | the subject's in-flight job    |
 | `Q sq/<len u16><subject><seq u64>`          | job id               | the subject's backlog, FIFO    |
 | `Q sd/<len u16><subject><len u16><task><id>`| empty                | the subject's delayed jobs     |
 | `Q w/<worker id>`                           | Worker               | last seen, for Workers         |
@@ -74,6 +74,7 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `sys/registry`                              | u64                  | registry version (registry.py) |
 | `sys/mhist/sampled`                         | u64                  | metrics history: the last sample's time, where a new queue's first step starts |
 | `sys/due/<due_ns u64><len u16><ns><len u16><queue><shard u8>` | empty | the due index (decision 0032) |
+| `sys/format`                                | u64                  | the store's format version (store_format.py) |
 
 Durable records (`dur/`) are JSON, not protobuf: they are the Resonate protocol's own
 records, stored as they travel, so the server never transcodes them (decision 0025).
@@ -82,7 +83,8 @@ Promise ids are free-form and end their keys.
 System keys (`sys/…`) sit outside every tenant prefix: they belong to the deployment,
 not a tenant (a token record is what tells us the tenant, so it cannot live inside one).
 
-Encoding version 1. Band 0 is the FIFO band (served first), band 1 the prioritized.
+The store's format version is in `sys/format` (store_format.py, which moves an older
+store's keys when it is opened). Band 0 is the FIFO band (served first), band 1 the prioritized.
 In the FIFO band the u32 slot is a lane instead of a priority: lane 0 holds LIFO jobs
 under `2^64 - 1 - seq` (newest first), lane 1 plain FIFO jobs under `seq`, so a LIFO
 job is served before every FIFO job, as BullMQ serves it next. In the prioritized band a
@@ -275,26 +277,36 @@ class QueueKeys:
 
     # subjects --------------------------------------------------------------------
     def subject_current(self, subject: str) -> bytes:
-        return self.q + b"sj/" + _lp(subject)
-
-    def subject_backlog(self, subject: str) -> bytes:
+        """The subject's holder: the key its backlog's entries extend, so the holder and
+        the backlog's head share a B-tree page (format 2, decision 0046)."""
         return self.q + b"sq/" + _lp(subject)
 
+    def subject_backlog(self, subject: str) -> tuple[bytes, bytes]:
+        """The range of the subject's backlog entries: after its holder's key, below
+        the prefix and nine 0xff bytes (above every entry, the prefix and an 8-byte
+        seq; no other subject's key starts with the prefix, which ends with the
+        subject's length-prefixed name)."""
+        prefix = self.q + b"sq/" + _lp(subject)
+        return prefix + b"\x00", prefix + _BACKLOG_END
+
     def subject_current_and_backlog(self, subject: str) -> tuple[bytes, bytes, bytes]:
-        """`subject_current`, and the start and end of `subject_backlog`'s range, at once
-        (the subject encoded once): a job giving up its subject reads the one and takes
-        the first entry of the other. The end is the prefix and nine 0xff bytes: above
-        every entry (the prefix and an 8-byte seq), and no other subject's key starts
-        with the prefix (it ends with the subject's length-prefixed name)."""
-        lp = _lp(subject)
-        backlog = self.q + b"sq/" + lp
-        return self.q + b"sj/" + lp, backlog, backlog + _BACKLOG_END
+        """`subject_current` and `subject_backlog`'s range at once (the subject encoded
+        once): a job giving up its subject writes the one and takes the other's head."""
+        prefix = self.q + b"sq/" + _lp(subject)
+        return prefix, prefix + b"\x00", prefix + _BACKLOG_END
 
     def subject_backlog_entry(self, subject: str, seq: int) -> bytes:
-        return self.subject_backlog(subject) + U64.pack(seq)
+        return self.q + b"sq/" + _lp(subject) + U64.pack(seq)
 
     def subject_backlogs(self) -> bytes:
+        """Every subject's holder and backlog; `is_subject_holder` tells the two apart."""
         return self.q + b"sq/"
+
+    def is_subject_holder(self, key: bytes) -> bool:
+        """A key under `subject_backlogs` that names a subject's holder (it ends with
+        the subject's name), not a backlog entry (which has a seq after it)."""
+        at = len(self.q) + 3
+        return len(key) == at + 2 + U16.unpack_from(key, at)[0]
 
     def subject_delayed(self, subject: str, task: str) -> bytes:
         """The subject's delayed jobs of one task name, for a replacement to find
@@ -324,6 +336,11 @@ class QueueKeys:
 
 
 DUE_INDEX = b"sys/due/"
+
+
+def store_format() -> bytes:
+    """The store's format version (store_format.py)."""
+    return b"sys/format"
 
 
 def registry_version() -> bytes:

@@ -345,13 +345,17 @@ def _each_entry(qt: QueueTx, prefix: bytes, limit: int, consume: bool = True, ke
     the index is exhausted. With `consume` the caller takes every yielded job out of
     this index, so each page is scanned from the start again until one comes back
     empty: that also finds entries the removals let in anywhere in the index (a
-    subject's next job). Jobs `keep(job)` is true for are skipped, and stay."""
+    subject's next job). Jobs `keep(job)` is true for are skipped, and stay. Among the
+    subject backlogs, a subject's holder key is skipped: its job is in its own index."""
     start, end, seen = prefix, keys.prefix_end(prefix), 0
+    backlogs = prefix == qt.k.subject_backlogs()
     while seen < limit:
         page = min(limit - seen, 500)
         rows = qt.tx.scan(start, end, limit=page)
         took = 0
         for key, value in rows:
+            if backlogs and qt.k.is_subject_holder(key):
+                continue
             job = _job_at(qt, prefix, key, value)
             if job is not None and not (keep is not None and keep(job)):
                 seen += 1

@@ -161,15 +161,12 @@ def _runs_at(job: pb.Job) -> int:
 
 def _not_started_of_subject_task(qt: QueueTx, subject: str, task: str) -> list[pb.Job]:
     """The jobs of (subject, task name) never leased and still waiting or delayed, from
-    the subject's own indexes only: its job (`sj/`), its backlog (`sq/`) and its delayed
-    jobs (`sd/`). A replacement pays for the scan; a plain enqueue writes nothing new."""
+    the subject's own indexes only: its job and its backlog after it (`sq/`), and its
+    delayed jobs (`sd/`). A replacement pays for the scans; a plain enqueue writes
+    nothing new."""
     k, found = qt.k, dict[str, pb.Job]()
-    ids: list[str] = []
-    current = qt.tx.get(k.subject_current(subject))
-    if current is not None:
-        ids.append(current.decode())
-    backlog = k.subject_backlog(subject)
-    ids += [v.decode() for _, v in qt.tx.scan(backlog, keys.prefix_end(backlog))]
+    _, backlog_end = k.subject_backlog(subject)
+    ids = [v.decode() for _, v in qt.tx.scan(k.subject_current(subject), backlog_end)]
     delayed = k.subject_delayed(subject, task)
     ids += [key[len(delayed) :].decode() for key, _ in qt.tx.scan(delayed, keys.prefix_end(delayed))]
     for job_id in ids:

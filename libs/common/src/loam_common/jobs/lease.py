@@ -199,9 +199,9 @@ def _take_subject_run(
     worker or expired (each waits for its turn as the subject's job). The lead lists
     them (`Job.subject_run`); when it finishes, the subject passes to the last of them
     still running, which holds it until the run is over (`QueueTx._subject_pass_down_run`)."""
-    prefix = qt.k.subject_backlog(lead.opts.subject)
+    start, end = qt.k.subject_backlog(lead.opts.subject)
     taken = 0
-    for _key, job_id in qt.tx.scan(prefix, keys.prefix_end(prefix), limit=room):
+    for _key, job_id in qt.tx.scan(start, end, limit=room):
         job = qt.require_job(job_id.decode())
         opts = job.opts
         if (

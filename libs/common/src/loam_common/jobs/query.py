@@ -51,6 +51,9 @@ class _Source:
     lo: bytes = b""  # inclusive lower bound of the key after the prefix
     hi: bytes | None = None  # exclusive upper bound
     time_filter: bool = False  # check the job's state time against the range
+    # The subject backlogs, where a subject's holder key names a job not behind it
+    # (listed from its own index): only the jobs waiting behind their subject count.
+    behind_subject: bool = False
 
 
 def _sources(qt: QueueTx, states: list[int], since_ns: int, until_ns: int) -> list[_Source]:
@@ -74,7 +77,7 @@ def _sources(qt: QueueTx, states: list[int], since_ns: int, until_ns: int) -> li
             band = keys.PRIORITY_BAND if st == S.PRIORITIZED else keys.FIFO_BAND
             out.append(_Source([(s, k.ready_band(s, band)) for s in shards], None, st, time_filter=True))
             # Jobs queued behind their subject's in-flight job live in the subject FIFOs.
-            out.append(_Source([(0, k.subject_backlogs())], None, st, time_filter=True))
+            out.append(_Source([(0, k.subject_backlogs())], None, st, time_filter=True, behind_subject=True))
     return out
 
 
@@ -183,6 +186,8 @@ def _load(qt: QueueTx, src: _Source, suffix: bytes, value: bytes) -> pb.Job | No
 
 def _matches(job: pb.Job, src: _Source, name: str | None, since_ns: int, until_ns: int) -> bool:
     if src.state is not None and job.state != src.state:
+        return False
+    if src.behind_subject and not job.subject_blocked:
         return False
     if name is not None and job.task.name != name:
         return False

@@ -605,7 +605,7 @@ class QueueTx:
     def _subject_release(self, job: pb.Job, subject: str) -> None:
         cur_key, backlog, backlog_end = self.k.subject_current_and_backlog(subject)
         # A job that holds its subject knows it; a run member does not hold it, nor (we
-        # cannot tell) does a record from before the flag: `sj/` says who does.
+        # cannot tell) does a record from before the flag: the holder key says who does.
         if not job.holds_subject and self.tx.get(cur_key) != job.id.encode():
             return
         job.holds_subject = False

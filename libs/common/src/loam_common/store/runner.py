@@ -38,6 +38,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from loam_common import store_format
 from loam_common.effects import Effect, EffectSink
 from loam_common.store.base import (
     Backend,
@@ -537,4 +538,9 @@ def open_store(url: str, *, durable_power_loss: bool = False, clock: Clock | Non
         backend = TikvBackend([e.strip() for e in endpoints], clock=clock)
     else:
         raise ValueError(f"unsupported store URL {url!r}: use one of {_URL_FORMS}")
+    try:
+        store_format.ensure_current(backend)
+    except BaseException:
+        backend.close()
+        raise
     return Store(backend)

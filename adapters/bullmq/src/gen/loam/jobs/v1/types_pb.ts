@@ -754,9 +754,10 @@ export type Job = Message<"loam.jobs.v1.Job"> & {
   subjectRun: string[];
 
   /**
-   * Additive (subjects): the job holds its subject (`sj/` names it), so its finish lets
-   * the subject go without reading `sj/`. Meaningful while the job is live (a finished
-   * job keeps the value it had); false on records written before it, which read `sj/`.
+   * Additive (subjects): the job holds its subject (the subject's holder key names it),
+   * so its finish lets the subject go without reading that key. Meaningful while the
+   * job is live (a finished job keeps the value it had); false on records written
+   * before it, whose finish reads the key.
    *
    * @generated from field: bool holds_subject = 39;
    */
