@@ -94,10 +94,21 @@ def in_range(field: str, value: int | float, low: int | float, high: int | float
         raise InvalidArgument(field, f"must be between {low} and {high} (got {value})")
 
 
+_ENUM_NUMBERS: dict = {}
+
+
+def _enum_numbers(enum_type) -> frozenset[int]:
+    numbers = _ENUM_NUMBERS.get(enum_type)
+    if numbers is None:  # `values()` builds a list from the descriptor on every call
+        numbers = _ENUM_NUMBERS[enum_type] = frozenset(enum_type.values())
+    return numbers
+
+
 def enum(field: str, value: int, enum_type) -> int:
     """`value` if it is one of the protobuf enum's numbers (JSON and binary decoders keep
-    unknown numbers of an open enum; they mean nothing here)."""
-    if value not in enum_type.values():
+    unknown numbers of an open enum; they mean nothing here). 0 is every proto3 enum's
+    first value, and the value of an option left unset: checked without a lookup."""
+    if value and value not in _enum_numbers(enum_type):
         raise InvalidArgument(field, f"{value} is not a known {enum_type.DESCRIPTOR.name}")
     return value
 
