@@ -9,7 +9,7 @@ import pytest
 from loam_common import keys, store_format
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs.complete import Ok
-from loam_common.store import LmdbBackend, SqliteBackend, Store, open_store
+from loam_common.store import Fault, FaultPlan, LmdbBackend, MemoryBackend, SqliteBackend, Store, open_store
 from loam_queue_core import QueueCore
 
 NS = "acme"
@@ -98,3 +98,23 @@ async def test_a_store_of_a_newer_format_is_refused_and_left_as_it_is(embedded):
         assert store_format.stored_format(raw) == store_format.FORMAT + 1
     finally:
         raw.close()
+
+
+async def test_the_move_is_tried_again_through_a_conflict_and_a_lost_acknowledgement():
+    plan = FaultPlan()
+    backend = MemoryBackend(faults=plan)
+    store = Store(backend)
+    try:
+        core = QueueCore(store)
+        ids = [await enqueue(core, "q", "s1") for _ in range(2)]
+        await store.transact(as_format_1)
+        plan.schedule_commits(Fault.CONFLICT, Fault.UNKNOWN_COMMITTED)
+        assert store_format.ensure_current(backend) == 1
+        assert plan.injected[Fault.CONFLICT] == 1 and plan.injected[Fault.UNKNOWN_COMMITTED] == 1
+        assert store_format.stored_format(backend) == store_format.FORMAT
+        assert not any(b"/sj/" in key for key in await store.snapshot(subject_keys, "q"))
+        (job,) = await core.jobs.lease(NS, ["q"], "w1", 10)
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
+        assert [j.id for j in await core.jobs.lease(NS, ["q"], "w1", 10)] == ids[1:]
+    finally:
+        await store.close()

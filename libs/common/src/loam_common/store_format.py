@@ -14,7 +14,7 @@ A store of a newer format is refused: this code would misread its keys.
 from __future__ import annotations
 
 from loam_common import keys
-from loam_common.store.base import Backend, RegionError, StoreError, WriteConflict
+from loam_common.store.base import Backend, CommitUnknown, RegionError, StoreError, WriteConflict
 
 FORMAT = 2
 _ATTEMPTS = 20
@@ -34,24 +34,26 @@ def stored_format(backend: Backend) -> int:
 
 def ensure_current(backend: Backend) -> int:
     """Bring the store to FORMAT (a no-op when it is there); return the format it had."""
-    found = stored_format(backend)
-    if found == FORMAT:
-        return found
-    _refuse_newer(found)
+    had = stored_format(backend)
+    _refuse_newer(had)
+    if had == FORMAT:
+        return had
     for _ in range(_ATTEMPTS):
         txn = backend.begin()
         committed = False
         try:
             found = _read(txn)
             _refuse_newer(found)
+            if found == FORMAT:  # another process, or our commit whose answer was lost
+                return had
             if found < 2:
                 _subject_holders_beside_backlogs(txn)
             txn.put(keys.store_format(), keys.U64.pack(FORMAT))
             txn.commit()
             committed = True
-            return found
-        except (WriteConflict, RegionError):
-            continue  # another process moved them, or a transient fault: read again
+            return had
+        except (WriteConflict, RegionError, CommitUnknown):
+            continue  # read the version again: the move is one transaction, all or nothing
         finally:
             if not committed:
                 txn.rollback()
