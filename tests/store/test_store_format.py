@@ -36,7 +36,7 @@ def as_format_1(tx) -> None:  # noqa: ANN001
         k = keys.QueueKeys(NS, keys.queue_from_registry_key(NS, queue_key))
         for key, holder in tx.scan(k.subject_backlogs(), keys.prefix_end(k.subject_backlogs())):
             if k.is_subject_holder(key):
-                tx.put(k.q + b"sj/" + key[len(k.subject_backlogs()) :], holder)
+                tx.put(k.subject_holders_format_1() + key[len(k.subject_backlogs()) :], holder)
                 tx.delete(key)
     tx.delete(keys.store_format())
 

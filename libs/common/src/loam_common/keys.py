@@ -181,10 +181,6 @@ class QueueKeys:
     def job(self, job_id: str) -> bytes:
         return self.q + b"j/" + job_id.encode()
 
-    def job_by_bytes(self, job_id: bytes) -> bytes:
-        """`job` of an id as an index entry holds it (no decode and encode again)."""
-        return self.q + b"j/" + job_id
-
     def jobs(self) -> bytes:
         return self.q + b"j/"
 
@@ -307,6 +303,15 @@ class QueueKeys:
         the subject's name), not a backlog entry (which has a seq after it)."""
         at = len(self.q) + 3
         return len(key) == at + 2 + U16.unpack_from(key, at)[0]
+
+    def subject_holders_format_1(self) -> bytes:
+        """Where format 1 kept every subject's holder (`Q sj/<len u16><subject>`): what
+        store_format.py moves."""
+        return self.q + b"sj/"
+
+    def subject_current_from_format_1(self, key: bytes) -> bytes:
+        """`subject_current` of a format-1 holder key (the subject's part unchanged)."""
+        return self.q + b"sq/" + key[len(self.q) + 3 :]
 
     def subject_delayed(self, subject: str, task: str) -> bytes:
         """The subject's delayed jobs of one task name, for a replacement to find

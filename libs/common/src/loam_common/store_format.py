@@ -81,8 +81,8 @@ def _subject_holders_beside_backlogs(txn) -> None:  # noqa: ANN001 - a backend's
         ns = ns_key[len(registry) :].decode()
         queues = keys.queue_registry(ns)
         for queue_key, _ in txn.scan(queues, keys.prefix_end(queues)):
-            q = keys.QueueKeys(ns, keys.queue_from_registry_key(ns, queue_key)).q
-            old = q + b"sj/"
+            k = keys.QueueKeys(ns, keys.queue_from_registry_key(ns, queue_key))
+            old = k.subject_holders_format_1()
             for key, holder in txn.scan(old, keys.prefix_end(old)):
-                txn.put(q + b"sq/" + key[len(old) :], holder)
+                txn.put(k.subject_current_from_format_1(key), holder)
                 txn.delete(key)

@@ -623,10 +623,7 @@ class QueueTx:
             tx.delete(cur_key)
             return
         entry_key, next_id = head[0]
-        raw = tx.get(self.k.job_by_bytes(next_id))
-        if raw is None:
-            raise NotFound(f"job {next_id.decode()!r} not found in queue {self.name!r}")
-        nxt = pb.Job.FromString(raw)
+        nxt = self.require_job(next_id.decode())
         tx.put(cur_key, next_id)
         nxt.holds_subject = True
         now = self.now
