@@ -278,21 +278,21 @@ class QueueKeys:
         return self.q + b"sq/" + _lp(subject)
 
     def subject_backlog(self, subject: str) -> tuple[bytes, bytes]:
-        """The range of the subject's backlog entries: after its holder's key, below
-        the prefix and nine 0xff bytes (above every entry, the prefix and an 8-byte
-        seq; no other subject's key starts with the prefix, which ends with the
-        subject's length-prefixed name)."""
-        prefix = self.q + b"sq/" + _lp(subject)
-        return prefix + b"\x00", prefix + _BACKLOG_END
+        """The range of the subject's backlog entries (`subject_current_and_backlog`)."""
+        return self.subject_current_and_backlog(subject)[1:]
 
     def subject_current_and_backlog(self, subject: str) -> tuple[bytes, bytes, bytes]:
-        """`subject_current` and `subject_backlog`'s range at once (the subject encoded
-        once): a job giving up its subject writes the one and takes the other's head."""
+        """`subject_current`, and the range of the subject's backlog entries, at once
+        (the subject encoded once): a job giving up its subject writes the one and
+        takes the other's head. The range runs from after the holder's key to the
+        prefix and nine 0xff bytes: above every entry (the prefix and an 8-byte seq),
+        and no other subject's key starts with the prefix (it ends with the subject's
+        length-prefixed name)."""
         prefix = self.q + b"sq/" + _lp(subject)
         return prefix, prefix + b"\x00", prefix + _BACKLOG_END
 
     def subject_backlog_entry(self, subject: str, seq: int) -> bytes:
-        return self.q + b"sq/" + _lp(subject) + U64.pack(seq)
+        return self.subject_current(subject) + U64.pack(seq)
 
     def subject_backlogs(self) -> bytes:
         """Every subject's holder and backlog; `is_subject_holder` tells the two apart."""

@@ -165,8 +165,8 @@ def _not_started_of_subject_task(qt: QueueTx, subject: str, task: str) -> list[p
     delayed jobs (`sd/`). A replacement pays for the scans; a plain enqueue writes
     nothing new."""
     k, found = qt.k, dict[str, pb.Job]()
-    _, backlog_end = k.subject_backlog(subject)
-    ids = [v.decode() for _, v in qt.tx.scan(k.subject_current(subject), backlog_end)]
+    holder, _, backlog_end = k.subject_current_and_backlog(subject)
+    ids = [v.decode() for _, v in qt.tx.scan(holder, backlog_end)]
     delayed = k.subject_delayed(subject, task)
     ids += [key[len(delayed) :].decode() for key, _ in qt.tx.scan(delayed, keys.prefix_end(delayed))]
     for job_id in ids:
