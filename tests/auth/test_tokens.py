@@ -267,6 +267,11 @@ async def test_dev_authenticator():
     with pytest.raises(InvalidArgument) as e:
         await dev.authenticate({"x-loam-namespace": "a/b"})
     assert e.value.field == "x-loam-namespace"
+    # Asked again (its principals are kept by header value), the same answers.
+    assert (await dev.authenticate({})).namespace == "default"
+    assert (await dev.authenticate({"x-loam-namespace": "team-a"})).namespace == "team-a"
+    with pytest.raises(InvalidArgument):
+        await dev.authenticate({"x-loam-namespace": "a/b"})
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"])

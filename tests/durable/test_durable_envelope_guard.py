@@ -7,6 +7,7 @@ gateway app every gateway command serves, on an in-memory store."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 
+from loam_common.serving import QuietServer, uvicorn_config
 from loam_common.store.runner import open_store
 from loam_gateway.app import create_app
 from loam_gateway.durable_mount import DurableMount
@@ -34,16 +36,42 @@ def _get(promise_id: str) -> bytes:
                        "data": {"id": promise_id}}).encode()  # fmt: skip
 
 
-@pytest.fixture
-async def http():
+@pytest.fixture(params=["asgi", "http"])
+async def http(request):
+    """The app called in process (its ASGI path), or served by uvicorn on a real socket,
+    where the envelope is answered straight from the HTTP parser (direct_http.py)."""
     store = open_store("memory://")
     hub = Hub()
     policy = GuardPolicy.for_server("127.0.0.1", False, origins=OPS, max_body_bytes=4096)
     app = create_app(Router(cores=["http://127.0.0.1:9"]), durable=DurableMount(DurableCore(store, hub), hub),
                      guard=policy)  # fmt: skip
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=30) as client:
+    direct: list[str] = []
+    if request.param == "asgi":
+        transport, base, server = httpx.ASGITransport(app=app), "http://localhost", None
+    else:
+        routes, limit = app.direct_routes()
+
+        def counted(handler):
+            async def answer(headers, body):
+                direct.append(headers["host"])
+                return await handler(headers, body)
+
+            return answer
+
+        app.direct_routes = lambda: ({path: counted(h) for path, h in routes.items()}, limit)
+        server = QuietServer(uvicorn_config(app, "127.0.0.1", 0))
+        serving = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        transport, base = httpx.AsyncHTTPTransport(), f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(transport=transport, base_url=base, timeout=30) as client:
+        client.direct = direct  # the envelopes the direct path answered (served over HTTP)
+        client.served = server is not None
         yield client
+    if server is not None:
+        server.should_exit = True
+        await serving
     await store.close()
 
 
@@ -65,6 +93,8 @@ async def test_an_envelope_passes_and_answers_in_its_envelope(http):
         assert "access-control-allow-origin" not in r.headers
     r = await http.post("/resonate/", content=b"[1]", headers=JSON)
     assert r.status_code == 400 and r.json()["data"] == "Request body must be a JSON object"
+    if http.served:  # over HTTP, each of the three was answered by the direct path
+        assert len(http.direct) == 3
 
 
 @pytest.mark.parametrize(
@@ -80,7 +110,10 @@ async def test_what_the_guard_refuses_is_refused_here_too_and_changes_nothing(ht
     r = await http.post("/resonate/", content=_create("refused"), headers=headers)
     assert r.status_code == status, r.text
     assert r.json()["code"] == "permission_denied"
+    assert r.headers["content-type"] == "application/json"
     assert not await _stored(http, "refused")
+    if http.served:
+        assert len(http.direct) == 2  # the refusal too came from the direct path
 
 
 async def test_a_body_over_the_limit_is_413_and_changes_nothing(http):
@@ -97,6 +130,8 @@ async def test_a_body_over_the_limit_is_413_and_changes_nothing(http):
     r = await http.post("/resonate/", content=chunks(), headers=JSON)
     assert r.status_code == 413, r.text
     assert not await _stored(http, "big")
+    if http.served:  # neither big body was taken by the direct path: the general one refused it
+        assert len(http.direct) == 1
 
 
 async def test_an_allowed_origin_gets_its_cors_headers(http):

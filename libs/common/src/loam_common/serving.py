@@ -24,6 +24,7 @@ import uvicorn
 from starlette.responses import JSONResponse
 
 from loam_common.connect_errors import HTTP_STATUS, to_connect
+from loam_common.direct_http import direct_protocol
 
 
 def is_loopback(host: str | None) -> bool:
@@ -89,14 +90,18 @@ def _redact_access_log() -> None:
 
 
 def uvicorn_config(app: Any, host: str, port: int, **kw: Any) -> uvicorn.Config:
+    """`app` may name hot POST paths it answers without ASGI: `app.direct_routes()` ->
+    ({raw target: handler}, the largest body they take) (direct_http.py)."""
     log_level = kw.pop("log_level", "warning")
     _redact_access_log()
+    direct = getattr(app, "direct_routes", None)
+    routes, max_body = direct() if direct is not None else ({}, 0)
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
+        http=direct_protocol(routes, max_body) if routes else "httptools",
         lifespan="on",
         log_level=log_level,
         # Per request, uvicorn formats the access line's arguments before the logger

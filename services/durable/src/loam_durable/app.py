@@ -156,6 +156,16 @@ class DurableApp:
         """Answer one request envelope whose body has been read (b"" for one over
         MAX_BODY). `headers` by lower-case name, this call's own (it may add to them);
         `extra_headers` go on the answer (the gateway's CORS headers)."""
+        status, raw = await self.answer(body, headers)
+        headers_out = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(raw))]
+        if extra_headers:
+            headers_out += extra_headers
+        await send({"type": "http.response.start", "status": status, "headers": headers_out})
+        await send({"type": "http.response.body", "body": raw})
+
+    async def answer(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        """The HTTP status and JSON body of the answer to one request envelope (see
+        `envelope`); every refusal is an envelope too."""
         kind, corr_id = "", ""
         try:
             try:
@@ -185,9 +195,8 @@ class DurableApp:
             status, out = await self.core.request(ns, kind, data)
         except Exception as e:  # noqa: BLE001 - every refusal becomes an envelope
             status, message = _status_of(e)
-            await _send_json(send, status, response(kind, corr_id, status, message), extra_headers)
-            return
-        await _send_json(send, status, response(kind, corr_id, status, out), extra_headers)
+            return status, dumps(response(kind, corr_id, status, message))
+        return status, dumps(response(kind, corr_id, status, out))
 
     async def _internal_body(self, scope: dict, receive: Any, send: Any) -> bytes | None:
         """The body of a call between this deployment's processes, or None when there is

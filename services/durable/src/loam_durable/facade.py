@@ -114,8 +114,11 @@ class DurableCore:
         return await self._handlers[kind](ns, data)
 
     async def transact(self, ns: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run one transition and deliver its pushes after the commit."""
-        result, fx = await self.store.transact(tr.run, ns, self.retry_ms, self.hub is None, fn, *args)
+        """Run one transition and deliver its pushes after the commit. Inline: a request's
+        transaction is small and its caller waits for it (Store.transact)."""
+        result, fx = await self.store.transact(
+            tr.run, ns, self.retry_ms, self.hub is None, fn, *args, inline=True
+        )
         await self.deliver(fx)
         return result
 

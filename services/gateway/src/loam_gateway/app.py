@@ -18,6 +18,7 @@ Connect's code names and HTTP statuses, so REST clients and the console read one
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -37,7 +38,7 @@ from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
 from loam_gateway.audit_log import AuditLog
 from loam_gateway.auth import Authenticator
 from loam_gateway.connect import Access, GatewayJobsService, NamespacePrefix, strip_namespace
-from loam_gateway.guard import GuardPolicy, RequestGuard, header_dict
+from loam_gateway.guard import GuardPolicy, Refused, RequestGuard, header_dict, refusal_body
 from loam_gateway.list_lane import JobListLane
 from loam_gateway.metrics_history import MetricsHistory
 from loam_gateway.redaction import Redaction
@@ -56,6 +57,7 @@ DEFAULT_PORT = 7720
 DURABLE_BASE = "/resonate"
 DURABLE_PREFIX = DURABLE_BASE + "/"
 _ENVELOPE_PATHS = frozenset({DURABLE_BASE, DURABLE_PREFIX})
+_JSON = (b"content-type", b"application/json")
 _STATUS_CODES = {404: "not_found", 405: "unimplemented", 401: "unauthenticated", 403: "permission_denied",
                  413: "invalid_argument", 415: "invalid_argument"}  # fmt: skip
 
@@ -105,6 +107,24 @@ class GatewayApp(FastAPI):
                 await self.guard(scope, receive, send, self._serve)
                 return
         await self._serve(scope, receive, send)
+
+    def direct_routes(self) -> tuple[dict[str, Any], int]:
+        """The paths the HTTP server answers without ASGI (loam_common.direct_http), with
+        the largest body they take: the durable envelope, answered as `_durable_envelope`
+        answers it."""
+        guard, durable = self.guard, self.durable_app
+        if guard is None or durable is None:
+            return {}, 0
+
+        async def envelope(headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
+            try:
+                extra = guard.open_post_headers("POST", headers)
+            except Refused as r:
+                return r.status, [_JSON], json.dumps(refusal_body(r)).encode()
+            status, raw = await durable.answer(body if len(body) <= durable.max_body else b"", headers)
+            return status, [_JSON, *extra], raw
+
+        return dict.fromkeys(_ENVELOPE_PATHS, envelope), guard.policy.max_body_bytes
 
     async def _durable_envelope(self, guard: RequestGuard, scope: dict, receive: Any, send: Any) -> None:
         """`POST /resonate/`, a durable step's two requests: the guard's checks on headers

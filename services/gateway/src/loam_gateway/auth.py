@@ -138,10 +138,19 @@ class DevAuthenticator:
 
     def __init__(self, namespace: str = DEV_NAMESPACE) -> None:
         self.namespace = validate.namespace(namespace)
+        #: by the header's value (None: absent): a Principal is immutable, and every
+        #: request of a dev server asks for one
+        self._principals: dict[str | None, Principal] = {}
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
-        ns = _header(headers, NAMESPACE_HEADER) or self.namespace
-        return Principal(namespace=validate.namespace(ns, NAMESPACE_HEADER), actions=ACTIONS, token_id="")
+        named = _header(headers, NAMESPACE_HEADER)
+        principal = self._principals.get(named)
+        if principal is None:
+            ns = validate.namespace(named or self.namespace, NAMESPACE_HEADER)
+            principal = Principal(namespace=ns, actions=ACTIONS, token_id="")
+            if len(self._principals) < 1024:  # a client naming ever new namespaces gets no cache
+                self._principals[named] = principal
+        return principal
 
 
 def auth_on(value: str | None) -> bool:

@@ -141,6 +141,10 @@ class BodyTooLarge(Exception):
     pass
 
 
+def refusal_body(r: Refused) -> dict[str, str]:
+    return {"code": r.code, "message": r.message}
+
+
 async def _answer(send: Any, status: int, body: dict, extra: list | None = None) -> None:
     raw = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(raw)), *(extra or [])]
@@ -169,7 +173,7 @@ class RequestGuard:
                 except JobsError as e:
                     raise Refused(401, "unauthenticated", str(e)) from None
         except Refused as r:
-            return await _answer(send, r.status, {"code": r.code, "message": r.message})
+            return await _answer(send, r.status, refusal_body(r))
         await self._run(scope, receive, send, app, cors)
 
     def check_write(self, method: str, headers: dict[str, str]) -> None:
@@ -184,11 +188,16 @@ class RequestGuard:
         its body itself within `policy.max_body_bytes` (the Resonate envelope): the CORS
         headers its answer must carry, or None when it was refused here (already answered)."""
         try:
-            cors = self._check_origin(headers)
-            self.check_write(scope["method"], headers)
+            return self.open_post_headers(scope["method"], headers)
         except Refused as r:
-            await _answer(send, r.status, {"code": r.code, "message": r.message})
+            await _answer(send, r.status, refusal_body(r))
             return None
+
+    def open_post_headers(self, method: str, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+        """`check_open_post` for a caller that answers by itself: the CORS headers, or
+        Refused (its status and `refusal_body`)."""
+        cors = self._check_origin(headers)
+        self.check_write(method, headers)
         return _cors_headers(cors) if cors is not None else []
 
     async def too_large(self, send: Any) -> None:

@@ -234,6 +234,10 @@ class Capabilities:
     #: whose savepoints cost something per write, and whose abandoned transaction costs
     #: nothing but the work done in it)
     optimistic_batches: bool = False
+    #: a commit is quick and waits neither on the disk nor on another client for long (LMDB
+    #: without a flush per commit): `transact(..., inline=True)` may run a batch on the
+    #: caller's event loop instead of handing it to the writer thread and back
+    inline_commits: bool = False
 
 
 class Backend(abc.ABC):

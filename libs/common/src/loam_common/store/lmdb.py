@@ -542,6 +542,7 @@ class LmdbBackend(Backend):
             multi_process=True,
             pessimistic=False,
             optimistic_batches=True,
+            inline_commits=not durable_power_loss,
         )
         self._shared = _acquire(self.path, durable_power_loss, map_size)
         self._closed = False

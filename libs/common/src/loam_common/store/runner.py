@@ -4,7 +4,7 @@ What it owns: running transitions (`transact`) and reads (`snapshot`), retries, 
 commit, commit tokens, and handing each committed transaction's declared effects to the
 store's sinks (loam_common.effects). Backends only open transactions.
 
-Group commit (backends with `capabilities.group_commit`, i.e. SQLite and memory): one
+Group commit (backends with `capabilities.group_commit`, SQLite, LMDB and memory): one
 writer thread per Store takes every pending `transact` call (up to `max_batch`), runs them
 in one backend transaction, each in its own savepoint, and commits once. A transition that
 raises is rolled back to its savepoint and its exception goes to its caller only. If the
@@ -14,6 +14,14 @@ caller's event loop with `call_soon_threadsafe`, one call per loop per batch.
 A backend with `capabilities.optimistic_batches` (LMDB) first runs the batch with no
 savepoints at all; if a call raises, that transaction is abandoned and the batch runs
 again the usual way. Most batches have no failing call and pay for no savepoint.
+
+Inline batches (`transact(..., inline=True)` on a backend with
+`capabilities.inline_commits`, i.e. LMDB without `--durable`): the calls one turn of the
+caller's event loop makes are run by that loop, after the turn's callbacks, as one group
+commit, instead of crossing to the writer thread and back (two thread wake-ups per
+batch, which cost more than a small transaction). Only while no other batch is running
+in the process: otherwise, and for a batch that must be retried, the calls go to the
+writer thread as usual, so the loop never waits on a retry's backoff.
 
 Without group commit (TiKV), each call runs in its own transaction on a worker thread.
 
@@ -167,6 +175,12 @@ class Store:
         self._inline_reads = not backend.capabilities.multi_process
         self._lock = threading.Lock()
         self._closed = False
+        #: held while a batch runs (writer thread or inline), so that one runs at a time
+        self._batch_lock = threading.Lock()
+        self._backend_closed = False
+        self._inline = backend.capabilities.inline_commits
+        #: per event loop, the inline calls of its current turn
+        self._inline_calls: dict[asyncio.AbstractEventLoop, list[_Call]] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
@@ -184,7 +198,9 @@ class Store:
     def remove_sink(self, sink: EffectSink) -> None:
         self.sinks = [s for s in self.sinks if s is not sink]
 
-    async def transact(self, fn: Callable[..., Any], *args: Any, pessimistic: bool = False) -> Any:
+    async def transact(
+        self, fn: Callable[..., Any], *args: Any, pessimistic: bool = False, inline: bool = False
+    ) -> Any:
         """Run `fn(tx, *args)` in a write transaction and return its result. Retries on
         write conflicts and region errors; StoreUnavailable once retries run out. If `fn`
         raises, its writes are rolled back and the exception is raised here.
@@ -192,15 +208,29 @@ class Store:
         `fn` runs on the store's writer thread (or a worker thread), possibly more than
         once: it must be quick, must not touch the event loop, and must have no effects
         outside `tx` except the effects it declares (`tx.declare`), which the store's
-        sinks run once it has committed."""
+        sinks run once it has committed. With `inline` (for small transactions whose
+        callers wait on them one by one) it may run on this event loop instead, after
+        the loop's current turn, with the other inline calls of that turn (see the
+        module docstring)."""
         if self._writer is None:
             return await self._transact_alone(fn, args, pessimistic)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        with self._lock:
+        call = _Call(fn, args, pessimistic, loop, future)
+        if inline and self._inline:
             if self._closed:
                 raise StoreUnavailable("store is closed")
-            self._queue.put(_Call(fn, args, pessimistic, loop, future))
+            turn = self._inline_calls.get(loop)
+            if turn is None:
+                self._inline_calls[loop] = [call]
+                loop.call_soon(self._run_inline, loop)
+            else:
+                turn.append(call)
+        else:
+            with self._lock:
+                if self._closed:
+                    raise StoreUnavailable("store is closed")
+                self._queue.put(call)
         return await future
 
     async def snapshot(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -251,6 +281,8 @@ class Store:
             await asyncio.to_thread(self._writer.join)
         if self._pool is not None:
             await asyncio.to_thread(self._pool.shutdown)
+        with self._batch_lock:  # an inline batch of another loop may still be running
+            self._backend_closed = True
         if self._close_backend:
             self.backend.close()
 
@@ -355,7 +387,46 @@ class Store:
                     stopping = True
                     break
                 batch.append(item)
-            self._run_batch(batch)
+            with self._batch_lock:
+                self._run_batch(batch)
+
+    def _run_inline(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On `loop`, after the turn that made them: its inline calls, in batches of at
+        most `max_batch`, each batch as one group commit; answered here, at once."""
+        calls = [c for c in self._inline_calls.pop(loop) if not c.future.done()]
+        for start in range(0, len(calls), self.max_batch):
+            batch = calls[start : start + self.max_batch]
+            if not self._batch_lock.acquire(blocking=False):
+                self._hand_over(batch)  # the writer is busy: it takes them next
+                continue
+            try:
+                if self._backend_closed:
+                    raise StoreUnavailable("store is closed")
+                self._group_attempt(batch)
+            except _RETRYABLE:
+                self._hand_over(batch)  # the writer retries, with its backoff, off the loop
+                continue
+            except BaseException as e:
+                if not isinstance(e, StoreUnavailable):
+                    log.exception("group commit failed")
+                for call in batch:
+                    call.error, call.effects = _unavailable(e), []
+            finally:
+                self._batch_lock.release()
+            _resolve(self.sinks, batch)
+
+    def _hand_over(self, calls: list[_Call]) -> None:
+        """Inline calls the loop could not run: to the writer thread, as `transact` queues
+        them (after `close` the writer is gone: they fail as a closed store's calls do)."""
+        with self._lock:
+            if not self._closed:
+                for call in calls:
+                    call.result, call.error, call.effects = None, None, []
+                    self._queue.put(call)
+                return
+        for call in calls:
+            if not call.future.done():
+                call.future.set_exception(StoreUnavailable("store is closed"))
 
     def _run_batch(self, batch: list[_Call]) -> None:
         calls = [c for c in batch if not c.future.done()]  # skip callers that gave up

@@ -1,0 +1,165 @@
+"""The HTTP server's direct routes (loam_common.direct_http): a `POST` to a direct path
+with a small declared body is answered by the route's handler without ASGI; everything
+else reaches the ASGI app as before, in order, on the same keep-alive connection.
+Real uvicorn on a real socket, raw HTTP/1.1 bytes, so keep-alive, `Connection: close`,
+HTTP/1.0 and pipelining are what a client sees."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from loam_common.serving import QuietServer, uvicorn_config
+
+MAX_BODY = 64
+
+
+class App:
+    """An ASGI app that answers `asgi:<method> <path> <body>`, with one direct route,
+    `/direct`, that answers `direct:<body>` (or fails, for a body `boom`, or waits for
+    `release` for a body `slow`)."""
+
+    def __init__(self) -> None:
+        self.direct_seen: list[bytes] = []
+        self.release = asyncio.Event()
+
+    def direct_routes(self):
+        async def handler(headers: dict[str, str], body: bytes):
+            self.direct_seen.append(body)
+            if body == b"boom":
+                raise RuntimeError("boom")
+            if body == b"slow":
+                await self.release.wait()
+            return (
+                201,
+                [(b"content-type", b"text/plain"), (b"x-seen-host", headers["host"].encode())],
+                b"direct:" + body,
+            )
+
+        return {"/direct": handler}, MAX_BODY
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                await send({"type": msg["type"] + ".complete"})
+                if msg["type"] == "lifespan.shutdown":
+                    return
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        out = b"asgi:%s %s %s" % (scope["method"].encode(), scope["path"].encode(), body)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/plain"), (b"content-length", b"%d" % len(out))]})  # fmt: skip
+        await send({"type": "http.response.body", "body": out})
+
+
+@pytest.fixture
+async def served():
+    app = App()
+    server = QuietServer(uvicorn_config(app, "127.0.0.1", 0))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield app, port
+    app.release.set()
+    server.should_exit = True
+    await task
+
+
+def post(path: str, body: bytes, *extra: str, version: str = "1.1") -> bytes:
+    head = [f"POST {path} HTTP/{version}", "host: test.local", f"content-length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    status_line = await reader.readline()
+    status = int(status_line.split()[1])
+    headers: dict[str, str] = {}
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return status, headers, body
+
+
+async def test_a_direct_post_is_answered_by_its_handler_and_the_connection_stays_open(served):
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for body in (b"one", b"two"):
+        writer.write(post("/direct", body))
+        status, headers, answer = await read_response(reader)
+        assert (status, answer) == (201, b"direct:" + body)
+        assert headers["x-seen-host"] == "test.local" and "connection" not in headers
+    writer.write(post("/other", b"three"))  # the same connection, the ASGI app
+    assert (await read_response(reader))[2] == b"asgi:POST /other three"
+    assert app.direct_seen == [b"one", b"two"]
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        post("/direct?x=1", b"q"),  # a query string
+        post("/direct", b"x" * (MAX_BODY + 1)),  # over the direct routes' limit
+        b"POST /direct HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n1\r\nc\r\n0\r\n\r\n",
+        b"POST /direct HTTP/1.1\r\nhost: t\r\n\r\n",  # no content-length
+        b"GET /direct HTTP/1.1\r\nhost: t\r\n\r\n",
+        post("/direct", b"e", "expect: 100-continue"),
+    ],
+    ids=["query", "too-large", "chunked", "no-length", "get", "expect-continue"],
+)
+async def test_anything_else_goes_to_the_asgi_app(served, request_bytes):
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request_bytes)
+    if b"expect: 100" in request_bytes:
+        assert (await reader.readline()).startswith(b"HTTP/1.1 100")
+        await reader.readline()
+    status, _, answer = await read_response(reader)
+    assert status == 200 and answer.startswith(b"asgi:"), answer
+    assert app.direct_seen == []
+    writer.close()
+
+
+async def test_connection_close_and_http_1_0_close_after_the_answer(served):
+    _, port = served
+    for request_bytes in (post("/direct", b"a", "connection: close"), post("/direct", b"b", version="1.0")):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request_bytes)
+        status, headers, answer = await read_response(reader)
+        assert status == 201 and headers["connection"] == "close"
+        assert await reader.read() == b""  # the server closed it
+        writer.close()
+
+
+async def test_pipelined_requests_are_answered_in_order(served):
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    # A slow direct request, then an ASGI one and a direct one behind it, in one write.
+    writer.write(post("/direct", b"slow") + post("/other", b"2") + post("/direct", b"3"))
+    await asyncio.sleep(0.2)
+    assert app.direct_seen == [b"slow"]  # nothing behind it has started
+    app.release.set()
+    answers = [(await read_response(reader))[2] for _ in range(3)]
+    # The third was pipelined behind a request in flight: uvicorn queued it, so the ASGI
+    # app answered it (the gateway's two paths answer an envelope alike).
+    assert answers == [b"direct:slow", b"asgi:POST /other 2", b"asgi:POST /direct 3"]
+    writer.close()
+
+
+async def test_a_handler_that_fails_is_a_500_and_the_connection_serves_on(served):
+    _, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/direct", b"boom"))
+    status, _, answer = await read_response(reader)
+    assert status == 500 and answer == b"Internal Server Error"
+    writer.write(post("/direct", b"after"))
+    status, _, answer = await read_response(reader)
+    assert (status, answer) == (201, b"direct:after")
+    writer.close()
