@@ -15,6 +15,7 @@ token. Over Connect they are the producers' hot path (the SDKs, workers), not au
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -60,13 +61,16 @@ def transact_if_rest(
     detail: Callable[[], str],
     count: Callable[[Any], int],
     job_of: Callable[[Any], str] | None = None,
+    *,
+    inline: bool = False,
 ) -> Callable[..., Awaitable[Any]]:
     """How a job-creating write's transaction runs: `store.transact`, audited (one record,
     `count` jobs, the job `job_of` its result names, if one) when its caller came by REST;
-    as it is otherwise. `detail` is built only for a record."""
+    as it is otherwise (`inline`: Store.transact's, for a small one). `detail` is built
+    only for a record."""
     actor = current_actor()
     if actor is None or actor.via != "rest":
-        return store.transact
+        return functools.partial(store.transact, inline=True) if inline else store.transact
     return AuditedAction(store, ns, action, queue, "", detail(), count, job_of).transact
 
 

@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 
 MAX_LEASE_BATCH = 1000
 MAX_BULK = 10_000
+#: a call touching at most this many jobs is small enough for its transaction to run on
+#: the event loop (`Store.transact(..., inline=True)`); larger ones go to the writer thread
+INLINE_JOBS = 64
 
 #: A completion: (queue, job id, the lease's epoch, how it finished).
 Completion = tuple[str, str, int, Outcome]
@@ -66,6 +69,7 @@ class Jobs:
         self.payloads = payloads
         self.waiters = waiters
         self.quotas = quotas or Quotas(store)  # each namespace's quotas in force
+        self._giving_back: set[asyncio.Future] = set()  # hand-backs of polls that left
 
     # -- producing -------------------------------------------------------------------
     async def enqueue(
@@ -142,15 +146,16 @@ class Jobs:
             jobs = leased.jobs if leased is not None else []
             answered = self.waiters.hand(poll, jobs or None)
         if jobs and not answered:
-            # The poll's caller left while the enqueue ran: its jobs go back in place (if
-            # this fails, their leases lapse and the sweeper puts them back).
-            try:
-                await self.complete_many(ns, [(j.queue, j.id, j.epoch, Release()) for j in jobs])
-            except Exception:
-                log.warning(
-                    "could not hand back %d jobs leased for a poll that left", len(jobs), exc_info=True
-                )
+            await self._give_back(ns, jobs)  # the poll's caller left while the enqueue ran
         return results
+
+    async def _give_back(self, ns: Namespace, jobs: list[pb.Job]) -> None:
+        """Jobs leased for a poll whose caller left go back in place (if this fails,
+        their leases lapse and the sweeper puts them back)."""
+        try:
+            await self.complete_many(ns, [(j.queue, j.id, j.epoch, Release()) for j in jobs])
+        except Exception:
+            log.warning("could not hand back %d jobs leased for a poll that left", len(jobs), exc_info=True)
 
     def _enqueue_transact(
         self, ns: Namespace, queue: str, news: list[NewJob], results_of: Callable[[Any], list]
@@ -163,7 +168,8 @@ class Jobs:
         return transact_if_rest(self.store, ns, "queue.enqueue", queue,
                                 lambda: ", ".join(sorted({n.task.name for n in news})),
                                 lambda result: _created(results_of(result)),
-                                lambda result: _one_job(results_of(result)))  # fmt: skip
+                                lambda result: _one_job(results_of(result)),
+                                inline=len(news) <= INLINE_JOBS)  # fmt: skip
 
     async def write_batch(self, ns: Namespace, items: list[tuple]) -> list[WriteOutcome]:
         """Several writes in one transaction, all or none (write_batch.py). Each item is
@@ -225,13 +231,15 @@ class Jobs:
             # Park before reading, so a job that arrives after the read wakes us.
             fut = self.waiters.park(ns, queues, worker) if wait_ns else None
             try:
+                inline = max_jobs <= INLINE_JOBS
                 if quota := await self.quotas.of(ns):
                     res = await self.store.transact(quotas.job_lease_within_quota, ns, queues, worker, max_jobs,
                                                     name_set, random.randrange(64), visibility_ns, subject_batch,
-                                                    quota)  # fmt: skip
+                                                    quota, inline=inline)  # fmt: skip
                 else:
                     res = await self.store.transact(job_lease, ns, queues, worker, max_jobs, name_set,
-                                                    random.randrange(64), visibility_ns, subject_batch)  # fmt: skip
+                                                    random.randrange(64), visibility_ns, subject_batch,
+                                                    inline=inline)  # fmt: skip
                 left = give_up - loop.time()
                 if res.jobs or fut is None or left <= 0 or self.waiters.ended(fut):
                     return await self.payloads.inline(res.jobs)
@@ -248,6 +256,14 @@ class Jobs:
                     return await self.payloads.inline(fut.result())
                 if self.waiters.ended(fut):  # the worker stopped waiting
                     return []
+            except asyncio.CancelledError:
+                # The caller left after an enqueue handed this poll its jobs, before they
+                # were returned: back in place now rather than when their leases lapse.
+                if fut is not None and fut.done() and not fut.cancelled() and fut.result():
+                    giving = asyncio.ensure_future(self._give_back(ns, fut.result()))
+                    self._giving_back.add(giving)
+                    giving.add_done_callback(self._giving_back.discard)
+                raise
             finally:
                 if fut is not None:
                     self.waiters.unpark(ns, queues, fut, worker)
@@ -261,7 +277,9 @@ class Jobs:
     async def extend(self, ns: Namespace, queue: str, job_id: str, epoch: int, by_ns: int) -> int:
         validate.in_range("by_ns", by_ns, 1, 24 * 3600 * 10**9)
         try:
-            return await self.store.transact(job_extend_if_leased, ns, queue, job_id, epoch, by_ns)
+            return await self.store.transact(
+                job_extend_if_leased, ns, queue, job_id, epoch, by_ns, inline=True
+            )
         except Fenced:
             await self._count_fenced(ns, queue, job_id)
             raise
@@ -271,7 +289,9 @@ class Jobs:
     ) -> Completed:
         outcome = await self.payloads.result(ns, queue, job_id, outcome)
         try:
-            return await self.store.transact(job_complete_if_leased, ns, queue, job_id, epoch, outcome)
+            return await self.store.transact(
+                job_complete_if_leased, ns, queue, job_id, epoch, outcome, inline=True
+            )
         except Fenced:
             await self._count_fenced(ns, queue, job_id)
             raise
@@ -279,7 +299,9 @@ class Jobs:
     async def complete_many(self, ns: Namespace, items: list[Completion]) -> list[Completed | JobsError]:
         """Batched Complete: one transaction, one answer per item."""
         prepared = await self._prepare_outcomes(ns, items)
-        results = await self.store.transact(job_complete_many, ns, prepared)
+        results = await self.store.transact(
+            job_complete_many, ns, prepared, inline=len(prepared) <= INLINE_JOBS
+        )
         await self._count_fenced_items(ns, prepared, results)
         return results
 
@@ -304,6 +326,7 @@ class Jobs:
             ns,
             prepared,
             (queues, worker, max_jobs, name_set, random.randrange(64), visibility_ns, subject_batch),
+            inline=len(prepared) + max_jobs <= INLINE_JOBS,
         )
         await self._count_fenced_items(ns, prepared, results)
         return results, await self.payloads.inline(leased.jobs)

@@ -47,19 +47,19 @@ class Results:
         return await self.store.snapshot(results.result_mget, ns, keys)
 
     async def set(self, ns: Namespace, key: str, value: pb.Payload, ttl_ns: int) -> None:
-        await self.store.transact(results.result_set, ns, key, value, ttl_ns)
+        await self.store.transact(results.result_set, ns, key, value, ttl_ns, inline=True)
 
     async def set_many(self, ns: Namespace, items: list[tuple[str, pb.Payload, int]]) -> None:
         """(key, value, ttl_ns) each, all or none."""
         await self.store.transact(results.result_set_many, ns, items)
 
     async def delete(self, ns: Namespace, key: str) -> bool:
-        return await self.store.transact(results.result_delete, ns, key)
+        return await self.store.transact(results.result_delete, ns, key, inline=True)
 
     async def add(self, ns: Namespace, key: str, member: str, ttl_ns: int | None) -> tuple[int, bool]:
         """Add `member` to the counter `key`: its size, and whether this call added it
         (ttl_ns None leaves the key's TTL as it is, as Redis INCR does)."""
-        return await self.store.transact(results.result_add, ns, key, member, ttl_ns)
+        return await self.store.transact(results.result_add, ns, key, member, ttl_ns, inline=True)
 
     async def expire(self, ns: Namespace, key: str, ttl_ns: int) -> bool:
-        return await self.store.transact(results.result_expire, ns, key, ttl_ns)
+        return await self.store.transact(results.result_expire, ns, key, ttl_ns, inline=True)
