@@ -1,5 +1,5 @@
 """Auth through the gateway app (`create_app` with a `StoreAuthenticator`), over Connect
-JSON in process: a lease token from one namespace is useless to another namespace's
+JSON, in process and over a real socket: a lease token from one namespace is useless to another namespace's
 credential, and missing, wrong or under-privileged tokens get Unauthenticated /
 PermissionDenied and change nothing."""
 
@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from inproc import served
 
 from loam_common import auth
 from loam_common.blobs import DirBlobStore
+from loam_common.direct_http import Route
 from loam_gateway.app import create_app
 from loam_gateway.auth import StoreAuthenticator
 from loam_gateway.routing import Router
@@ -19,12 +21,31 @@ from loam_queue_core.rpc import CoreRpc
 SVC = "/loam.jobs.v1.JobsService/"
 
 
-@pytest.fixture
-async def gateway(store, tmp_path):
+@pytest.fixture(params=["asgi", "http"])
+async def gateway(request, store, tmp_path):
+    """The app in process (its ASGI path), or on a real socket as the gateway serves it,
+    where the common Connect calls are answered straight from the HTTP parser."""
     core = QueueCore(store, DirBlobStore(tmp_path / "blobs"))
     app = create_app(Router(local=CoreRpc(core)), StoreAuthenticator(store))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+    if request.param == "asgi":
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+            yield client
+        return
+    routes, limit = app.direct_routes()
+    assert SVC + "Enqueue" in routes and SVC + "Lease" not in routes  # a long-poll watches its client
+    direct: list[str] = []
+
+    def counted(path, route):
+        async def answer(headers, body):
+            direct.append(path)
+            return await route.answer(headers, body)
+
+        return Route(answer, route.takes)
+
+    app.direct_routes = lambda: ({p: counted(p, r) for p, r in routes.items()}, limit)
+    async with served(app, as_loam_serves=True) as url, httpx.AsyncClient(base_url=url) as client:
         yield client
+    assert SVC + "Enqueue" in direct  # refused or not, the calls took the direct path
 
 
 @pytest.fixture

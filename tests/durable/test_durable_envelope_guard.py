@@ -7,15 +7,16 @@ gateway app every gateway command serves, on an in-memory store."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 
 import httpx
 import pytest
+from inproc import served
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 
-from loam_common.serving import QuietServer, uvicorn_config
+from loam_common.direct_http import Route
 from loam_common.store.runner import open_store
 from loam_gateway.app import create_app
 from loam_gateway.durable_mount import DurableMount
@@ -46,32 +47,28 @@ async def http(request):
     app = create_app(Router(cores=["http://127.0.0.1:9"]), durable=DurableMount(DurableCore(store, hub), hub),
                      guard=policy)  # fmt: skip
     direct: list[str] = []
-    if request.param == "asgi":
-        transport, base, server = httpx.ASGITransport(app=app), "http://localhost", None
-    else:
-        routes, limit = app.direct_routes()
+    async with contextlib.AsyncExitStack() as stack:
+        if request.param == "asgi":
+            transport, base = httpx.ASGITransport(app=app), "http://localhost"
+        else:
+            routes, limit = app.direct_routes()
 
-        def counted(handler):
-            async def answer(headers, body):
-                direct.append(headers["host"])
-                return await handler(headers, body)
+            def counted(route):
+                async def answer(headers, body):
+                    direct.append(headers["host"])
+                    return await route.answer(headers, body)
 
-            return answer
+                return Route(answer, route.takes)
 
-        app.direct_routes = lambda: ({path: counted(h) for path, h in routes.items()}, limit)
-        server = QuietServer(uvicorn_config(app, "127.0.0.1", 0))
-        serving = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        transport, base = httpx.AsyncHTTPTransport(), f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient(transport=transport, base_url=base, timeout=30) as client:
+            app.direct_routes = lambda: ({path: counted(r) for path, r in routes.items()}, limit)
+            transport = httpx.AsyncHTTPTransport()
+            base = await stack.enter_async_context(served(app, as_loam_serves=True))
+        client = await stack.enter_async_context(
+            httpx.AsyncClient(transport=transport, base_url=base, timeout=30)
+        )
         client.direct = direct  # the envelopes the direct path answered (served over HTTP)
-        client.served = server is not None
+        client.served = request.param == "http"
         yield client
-    if server is not None:
-        server.should_exit = True
-        await serving
     await store.close()
 
 

@@ -10,15 +10,16 @@ import asyncio
 
 import pytest
 
+from loam_common.direct_http import Route
 from loam_common.serving import QuietServer, uvicorn_config
 
 MAX_BODY = 64
 
 
 class App:
-    """An ASGI app that answers `asgi:<method> <path> <body>`, with one direct route,
+    """An ASGI app that answers `asgi:<method> <path> <body>`, with a direct route,
     `/direct`, that answers `direct:<body>` (or fails, for a body `boom`, or waits for
-    `release` for a body `slow`)."""
+    `release` for a body `slow`), and the same at `/json-only` for JSON bodies only."""
 
     def __init__(self) -> None:
         self.direct_seen: list[bytes] = []
@@ -37,7 +38,10 @@ class App:
                 b"direct:" + body,
             )
 
-        return {"/direct": handler}, MAX_BODY
+        def json_only(headers: dict[str, str]) -> bool:
+            return headers.get("content-type") == "application/json"
+
+        return {"/direct": Route(handler), "/json-only": Route(handler, json_only)}, MAX_BODY
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
@@ -124,6 +128,17 @@ async def test_anything_else_goes_to_the_asgi_app(served, request_bytes):
     status, _, answer = await read_response(reader)
     assert status == 200 and answer.startswith(b"asgi:"), answer
     assert app.direct_seen == []
+    writer.close()
+
+
+async def test_a_route_takes_only_the_headers_it_serves(served):
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/json-only", b"{}", "content-type: application/json"))
+    assert (await read_response(reader))[2] == b"direct:{}"
+    writer.write(post("/json-only", b"x", "content-type: text/plain"))
+    assert (await read_response(reader))[2] == b"asgi:POST /json-only x"
+    assert app.direct_seen == [b"{}"]
     writer.close()
 
 

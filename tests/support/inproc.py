@@ -12,14 +12,23 @@ from collections.abc import AsyncIterator
 
 import uvicorn
 
+from loam_common.serving import uvicorn_config
+
 
 @contextlib.asynccontextmanager
-async def served(app) -> AsyncIterator[str]:
-    """Serve `app` until the block ends; yields its base URL, `http://127.0.0.1:<port>`."""
+async def served(app, *, as_loam_serves: bool = False) -> AsyncIterator[str]:
+    """Serve `app` until the block ends; yields its base URL, `http://127.0.0.1:<port>`.
+    `as_loam_serves`: with the config the services run (loam_common.serving), so an app's
+    direct routes are answered straight from the HTTP parser (direct_http.py)."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    if as_loam_serves:
+        config = uvicorn_config(app, "127.0.0.1", 0)
+        config.lifespan = "off"
+    else:
+        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # older uvicorn; newer ones check the thread
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:

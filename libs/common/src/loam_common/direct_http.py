@@ -12,8 +12,10 @@ pipelined behind one still running included, goes to the ASGI app as before, so 
 route's handler must answer exactly as the app would (the gateway's does: it is the
 same code, `GatewayApp.direct_routes`).
 
-`headers` are the request's, by lower-case name (the last of a repeated one wins), as
-the gateway's `header_dict` gives them. Keep-alive, `Connection: close`, HTTP/1.0,
+A route is a `Route(answer, takes)`: `takes(headers)`, when given, decides from the
+headers whether the request is one `answer` serves (a shape it does not serve goes to
+the ASGI app). `headers` are the request's, by lower-case name (the last of a repeated
+one wins), as the gateway's `header_dict` gives them. Keep-alive, `Connection: close`, HTTP/1.0,
 graceful shutdown and the keep-alive timer are uvicorn's own (`on_response_complete`).
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
@@ -28,6 +31,13 @@ log = logging.getLogger(__name__)
 
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 Handler = Callable[[dict[str, str], bytes], Awaitable[Answer]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    answer: Handler
+    takes: Callable[[dict[str, str]], bool] | None = None
+
 
 _FAILED: Answer = (500, [(b"content-type", b"text/plain; charset=utf-8")], b"Internal Server Error")
 
@@ -55,21 +65,24 @@ class _DirectCycle:
 class DirectHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol; `direct_protocol` makes one with its routes."""
 
-    routes: Mapping[bytes, Handler] = {}
+    routes: Mapping[bytes, Route] = {}
     max_body = 0
 
     _direct: Handler | None = None
     _body: bytes = b""
+    _header_dict: dict[str, str] = {}
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._direct = None
 
     def on_headers_complete(self) -> None:
-        handler = self.routes.get(self.url)
-        if handler is not None and self._takes_direct():
-            self._direct, self._body = handler, b""
-            return
+        route = self.routes.get(self.url)
+        if route is not None and self._takes_direct():
+            headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in self.headers}
+            if route.takes is None or route.takes(headers):
+                self._direct, self._body, self._header_dict = route.answer, b"", headers
+                return
         super().on_headers_complete()
 
     def _takes_direct(self) -> bool:
@@ -102,8 +115,7 @@ class DirectHttpProtocol(HttpToolsProtocol):
         self._direct = None
         parser = self.parser
         cycle = self.cycle = _DirectCycle(parser.get_http_version() != "1.0" and parser.should_keep_alive())
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in self.headers}
-        task = self.loop.create_task(self._answer(handler, headers, self._body, cycle))
+        task = self.loop.create_task(self._answer(handler, self._header_dict, self._body, cycle))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 
@@ -134,10 +146,10 @@ class DirectHttpProtocol(HttpToolsProtocol):
         self.on_response_complete()
 
 
-def direct_protocol(routes: Mapping[str, Handler], max_body: int) -> type[DirectHttpProtocol]:
+def direct_protocol(routes: Mapping[str, Route], max_body: int) -> type[DirectHttpProtocol]:
     """uvicorn's httptools protocol answering `routes` (raw request targets) directly."""
-    encoded = {path.encode("ascii"): handler for path, handler in routes.items()}
+    encoded = {path.encode("ascii"): route for path, route in routes.items()}
     return type("DirectHttpProtocol", (DirectHttpProtocol,), {"routes": encoded, "max_body": max_body})
 
 
-__all__ = ["Answer", "DirectHttpProtocol", "Handler", "direct_protocol"]
+__all__ = ["Answer", "DirectHttpProtocol", "Handler", "Route", "direct_protocol"]

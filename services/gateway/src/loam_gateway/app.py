@@ -33,6 +33,7 @@ from loam_common import auth, metrics, tracing
 from loam_common.api import codec as api_codec
 from loam_common.api.methods import operation
 from loam_common.connect_errors import HTTP_STATUS, error_detail, to_connect
+from loam_common.direct_http import Route
 from loam_common.errors import JobsError
 from loam_common.gen.loam.jobs.v1.jobs_connect import JobsServiceASGIApplication
 from loam_gateway.audit_log import AuditLog
@@ -108,23 +109,30 @@ class GatewayApp(FastAPI):
                 return
         await self._serve(scope, receive, send)
 
-    def direct_routes(self) -> tuple[dict[str, Any], int]:
+    def direct_routes(self) -> tuple[dict[str, Route], int]:
         """The paths the HTTP server answers without ASGI (loam_common.direct_http), with
         the largest body they take: the durable envelope, answered as `_durable_envelope`
-        answers it."""
-        guard, durable = self.guard, self.durable_app
-        if guard is None or durable is None:
+        answers it, and the unary Connect calls of the common shape, as the request
+        guard and the `UnaryLane` answer them."""
+        guard, durable, lane = self.guard, self.durable_app, self.unary_lane
+        if guard is None:
             return {}, 0
+        routes: dict[str, Route] = {}
+        if durable is not None:
 
-        async def envelope(headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
-            try:
-                extra = guard.open_post_headers("POST", headers)
-            except Refused as r:
-                return r.status, [_JSON], json.dumps(refusal_body(r)).encode()
-            status, raw = await durable.answer(body if len(body) <= durable.max_body else b"", headers)
-            return status, [_JSON, *extra], raw
+            async def envelope(headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
+                try:
+                    extra = guard.open_post_headers("POST", headers)
+                except Refused as r:
+                    return r.status, [_JSON], json.dumps(refusal_body(r)).encode()
+                status, raw = await durable.answer(body if len(body) <= durable.max_body else b"", headers)
+                return status, [_JSON, *extra], raw
 
-        return dict.fromkeys(_ENVELOPE_PATHS, envelope), guard.policy.max_body_bytes
+            routes |= dict.fromkeys(_ENVELOPE_PATHS, Route(envelope))
+        if lane is not None:
+            for path in lane.direct_paths():
+                routes[path] = Route(_connect_call(guard, lane, path), lane.takes)
+        return routes, guard.policy.max_body_bytes
 
     async def _durable_envelope(self, guard: RequestGuard, scope: dict, receive: Any, send: Any) -> None:
         """`POST /resonate/`, a durable step's two requests: the guard's checks on headers
@@ -169,6 +177,18 @@ class GatewayApp(FastAPI):
             if self.list_lane is not None and await self.list_lane(lane_scope, receive, send):
                 return
         await super().__call__(scope, receive, send)
+
+
+def _connect_call(guard: RequestGuard, lane: UnaryLane, path: str) -> Any:
+    async def call(headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
+        try:
+            cors = await guard.post_headers(path, headers)
+        except Refused as r:
+            return r.status, [_JSON], json.dumps(refusal_body(r)).encode()
+        status, out, payload = await lane.answer(path, headers, body)
+        return status, [*out, *cors], payload
+
+    return call
 
 
 def create_app(

@@ -167,11 +167,7 @@ class RequestGuard:
             if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
                 return await self._preflight(send, cors)
             self.check_write(scope["method"], headers)
-            if self.authenticator is not None and _needs_credential(scope["path"]):
-                try:
-                    await self.authenticator.authenticate(headers)
-                except JobsError as e:
-                    raise Refused(401, "unauthenticated", str(e)) from None
+            await self._check_credential(scope["path"], headers)
         except Refused as r:
             return await _answer(send, r.status, refusal_body(r))
         await self._run(scope, receive, send, app, cors)
@@ -192,6 +188,23 @@ class RequestGuard:
         except Refused as r:
             await _answer(send, r.status, refusal_body(r))
             return None
+
+    async def post_headers(self, path: str, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+        """Every check of a POST to `path` whose body has been read within
+        `policy.max_body_bytes`, for a caller that answers by itself: the CORS headers
+        its answer carries, or Refused (its status and `refusal_body`)."""
+        cors = self._check_origin(headers)
+        self.check_write("POST", headers)
+        await self._check_credential(path, headers)
+        return _cors_headers(cors) if cors is not None else []
+
+    async def _check_credential(self, path: str, headers: dict[str, str]) -> None:
+        """Check 6: a path that does not authenticate itself needs a valid credential."""
+        if self.authenticator is not None and _needs_credential(path):
+            try:
+                await self.authenticator.authenticate(headers)
+            except JobsError as e:
+                raise Refused(401, "unauthenticated", str(e)) from None
 
     def open_post_headers(self, method: str, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
         """`check_open_post` for a caller that answers by itself: the CORS headers, or

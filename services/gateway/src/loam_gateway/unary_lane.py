@@ -61,18 +61,51 @@ class UnaryLane:
         if endpoint is None or scope["method"] != "POST":
             return False
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        content_type = headers.get("content-type", "")
-        codec = self.codecs.get(content_type)
-        if codec is None or headers.get("content-encoding", "identity") != "identity":
+        if not self.takes(headers):
             return False
+
+        async def body() -> bytes | None:
+            return await self._body(receive)
+
+        await self._serve(scope["path"], endpoint, headers, body, receive, send)
+        return True
+
+    def takes(self, headers: dict[str, str]) -> bool:
+        """Whether a POST with these headers is the common shape this lane serves."""
+        return (
+            headers.get("content-type", "") in self.codecs
+            and headers.get("content-encoding", "identity") == "identity"
+        )
+
+    def direct_paths(self) -> list[str]:
+        """The paths whose calls the HTTP server may hand to `answer` (direct_http.py):
+        every unary method but the long-polls, which watch for the client leaving."""
+        return [p for p in (self.endpoints or self._resolve()) if p not in _LONG_POLL]
+
+    async def answer(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
+        """The answer to one call whose body is read (direct_http.py): as `__call__`
+        would send it, for a path of `direct_paths` and headers it `takes`."""
+        answer = _Answer()
+
+        async def whole() -> bytes:
+            self._check_size(len(body))
+            return body
+
+        await self._serve(path, (self.endpoints or self._resolve())[path], headers, whole, None, answer)
+        return answer.status, answer.headers, answer.body
+
+    async def _serve(self, path: str, endpoint: Any, headers: dict[str, str], read_body: Any,
+                     receive: Any, send: Any) -> None:  # fmt: skip
+        content_type = headers["content-type"]
+        codec = self.codecs[content_type]
         sender = _ResponseSender(send)
         try:
             ctx = LaneContext(headers)
-            body = await self._body(receive)
+            body = await read_body()
             if body is None:
-                return True  # the client went away before its request was whole
+                return  # the client went away before its request was whole
             request = decode_message(codec, body, endpoint.method.input)
-            if scope["path"] in _LONG_POLL and request.wait_ns:
+            if receive is not None and path in _LONG_POLL and request.wait_ns:
                 response = await _unless_disconnected(
                     endpoint.function(request, ctx), receive, ctx.timeout_ms
                 )
@@ -85,16 +118,15 @@ class UnaryLane:
             await self.app._handle_error(
                 ConnectError(Code.DEADLINE_EXCEEDED, "Request timed out"), None, None, sender
             )
-            return True
+            return
         except Exception as e:  # every failure is answered in Connect's format
             if not isinstance(e, ConnectError):
-                log.exception("unexpected error serving %s", scope["path"])
+                log.exception("unexpected error serving %s", path)
             await self.app._handle_error(e, None, None, sender)
-            return True
+            return
         response_headers = [*self.headers[content_type], (b"content-length", b"%d" % len(payload))]
         await send({"type": "http.response.start", "status": 200, "headers": response_headers})
         await send({"type": "http.response.body", "body": payload, "more_body": False})
-        return True
 
     async def _body(self, receive: Any) -> bytes | None:
         message = await receive()
@@ -122,6 +154,22 @@ class UnaryLane:
             raise ConnectError(
                 Code.RESOURCE_EXHAUSTED, f"message is larger than configured max {self.read_max_bytes}"
             )
+
+
+class _Answer:
+    """A `send` that keeps the answer (status, headers less the length, body)."""
+
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self) -> None:
+        self.status, self.headers, self.body = 500, [], b""
+
+    async def __call__(self, message: dict) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            self.headers = [h for h in message.get("headers", []) if h[0].lower() != b"content-length"]
+        else:
+            self.body += message.get("body", b"")
 
 
 class LaneContext:
