@@ -124,7 +124,7 @@ class GatewayApp(FastAPI):
                 try:
                     extra = guard.open_post_headers("POST", headers)
                 except Refused as r:
-                    return r.status, [_JSON], json.dumps(refusal_body(r)).encode()
+                    return _refused(r)
                 status, raw = await durable.answer(body if len(body) <= durable.max_body else b"", headers)
                 return status, [_JSON, *extra], raw
 
@@ -179,12 +179,19 @@ class GatewayApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
+def _refused(r: Refused) -> tuple[int, list, bytes]:
+    """The request guard's answer to a refusal, for a direct route."""
+    return r.status, [_JSON], json.dumps(refusal_body(r)).encode()
+
+
 def _connect_call(guard: RequestGuard, lane: UnaryLane, path: str) -> Any:
+    """A unary Connect method's direct route: the request guard's checks, then the lane."""
+
     async def call(headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
         try:
             cors = await guard.post_headers(path, headers)
         except Refused as r:
-            return r.status, [_JSON], json.dumps(refusal_body(r)).encode()
+            return _refused(r)
         status, out, payload = await lane.answer(path, headers, body)
         return status, [*out, *cors], payload
 
