@@ -90,6 +90,9 @@ async def faults(cluster: SplitDeployment, history: History, rng: random.Random,
     # a minute past the furthest the clock went ahead.
     history.faults["clock-forward"] += 1
     cluster.jump_clock(cluster.max_clock_offset_ns + MINUTE - cluster.clock_offset_ns)
+    # The load goes on for a moment on that clock (each process reads the jump within
+    # 50 ms), so the run's last writes carry it: the test checks they do.
+    await asyncio.sleep(1.0)
 
 
 def _durable_promise(tx, ns: str, promise_id: str) -> dict | None:
