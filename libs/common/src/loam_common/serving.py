@@ -91,7 +91,7 @@ def _redact_access_log() -> None:
 
 def uvicorn_config(app: Any, host: str, port: int, **kw: Any) -> uvicorn.Config:
     """`app` may name hot POST paths it answers without ASGI: `app.direct_routes()` ->
-    ({raw target: handler}, the largest body they take) (direct_http.py)."""
+    ({raw target: direct_http.Route}, the largest body they take)."""
     log_level = kw.pop("log_level", "warning")
     _redact_access_log()
     direct = getattr(app, "direct_routes", None)

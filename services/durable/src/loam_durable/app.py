@@ -86,7 +86,12 @@ async def _read_body(receive: Callable[[], Awaitable[dict]]) -> bytes | None:
 async def _send_json(
     send: Callable[[dict], Awaitable[None]], status: int, body: Any, extra_headers: list | None = None
 ) -> None:
-    raw = dumps(body)
+    await _send_raw_json(send, status, dumps(body), extra_headers)
+
+
+async def _send_raw_json(
+    send: Callable[[dict], Awaitable[None]], status: int, raw: bytes, extra_headers: list | None = None
+) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(raw))]
     if extra_headers:
         headers += extra_headers
@@ -153,23 +158,20 @@ class DurableApp:
     async def envelope(
         self, body: bytes, headers: dict[str, str], send: Any, extra_headers: list | None = None
     ) -> None:
-        """Answer one request envelope whose body has been read (b"" for one over
-        MAX_BODY). `headers` by lower-case name, this call's own (it may add to them);
-        `extra_headers` go on the answer (the gateway's CORS headers)."""
+        """Answer one request envelope whose body has been read. `headers` by lower-case
+        name, this call's own (it may add to them); `extra_headers` go on the answer (the
+        gateway's CORS headers)."""
         status, raw = await self.answer(body, headers)
-        headers_out = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(raw))]
-        if extra_headers:
-            headers_out += extra_headers
-        await send({"type": "http.response.start", "status": status, "headers": headers_out})
-        await send({"type": "http.response.body", "body": raw})
+        await _send_raw_json(send, status, raw, extra_headers)
 
     async def answer(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         """The HTTP status and JSON body of the answer to one request envelope (see
-        `envelope`); every refusal is an envelope too."""
+        `envelope`); every refusal is an envelope too, a body over `max_body` (or b"")
+        refused as not being a JSON object."""
         kind, corr_id = "", ""
         try:
             try:
-                req = loads(body)
+                req = loads(body) if len(body) <= self.max_body else None
             except ValueError:
                 raise DurableError(400, "Request body must be a JSON object") from None
             if not isinstance(req, dict):

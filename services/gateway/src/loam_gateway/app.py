@@ -125,7 +125,7 @@ class GatewayApp(FastAPI):
                     extra = guard.open_post_headers("POST", headers)
                 except Refused as r:
                     return _refused(r)
-                status, raw = await durable.answer(body if len(body) <= durable.max_body else b"", headers)
+                status, raw = await durable.answer(body, headers)
                 return status, [_JSON, *extra], raw
 
             routes |= dict.fromkeys(_ENVELOPE_PATHS, Route(envelope))
@@ -159,8 +159,6 @@ class GatewayApp(FastAPI):
             if not message.get("more_body"):
                 break
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        if size > self.durable_app.max_body:
-            body = b""  # the protocol's own limit: refused as the envelope path refuses it
         await self.durable_app.envelope(body, headers, send, extra)
 
     async def _serve(self, scope: dict, receive: Any, send: Any) -> None:

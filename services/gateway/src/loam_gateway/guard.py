@@ -193,10 +193,9 @@ class RequestGuard:
         """Every check of a POST to `path` whose body has been read within
         `policy.max_body_bytes`, for a caller that answers by itself: the CORS headers
         its answer carries, or Refused (its status and `refusal_body`)."""
-        cors = self._check_origin(headers)
-        self.check_write("POST", headers)
+        cors = self.open_post_headers("POST", headers)
         await self._check_credential(path, headers)
-        return _cors_headers(cors) if cors is not None else []
+        return cors
 
     async def _check_credential(self, path: str, headers: dict[str, str]) -> None:
         """Check 6: a path that does not authenticate itself needs a valid credential."""
