@@ -227,11 +227,11 @@ class Jobs:
         name_set = check_lease(queues, worker, max_jobs, names, visibility_ns, subject_batch=subject_batch)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait_ns / 1e9
+        inline = max_jobs <= INLINE_JOBS
         while True:
             # Park before reading, so a job that arrives after the read wakes us.
             fut = self.waiters.park(ns, queues, worker) if wait_ns else None
             try:
-                inline = max_jobs <= INLINE_JOBS
                 if quota := await self.quotas.of(ns):
                     res = await self.store.transact(quotas.job_lease_within_quota, ns, queues, worker, max_jobs,
                                                     name_set, random.randrange(64), visibility_ns, subject_batch,
