@@ -62,14 +62,18 @@ class App:
         await send({"type": "http.response.body", "body": out})
 
 
-@pytest.fixture
-async def served():
-    app = App()
-    server = QuietServer(uvicorn_config(app, "127.0.0.1", 0))
+async def start(app: App, **config) -> tuple[QuietServer, asyncio.Task, int]:
+    server = QuietServer(uvicorn_config(app, "127.0.0.1", 0, **config))
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    return server, task, server.servers[0].sockets[0].getsockname()[1]
+
+
+@pytest.fixture
+async def served():
+    app = App()
+    server, task, port = await start(app)
     yield app, port
     app.release.set()
     server.should_exit = True
@@ -177,4 +181,115 @@ async def test_a_handler_that_fails_is_a_500_and_the_connection_serves_on(served
     writer.write(post("/direct", b"after"))
     status, _, answer = await read_response(reader)
     assert (status, answer) == (201, b"direct:after")
+    writer.close()
+
+
+async def test_pipelined_direct_requests_are_answered_directly_in_order(served):
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/direct", b"slow") + post("/direct", b"b") + post("/direct", b"c"))
+    await asyncio.sleep(0.2)
+    assert app.direct_seen == [b"slow"]  # nothing behind it has started
+    app.release.set()
+    answers = [(await read_response(reader))[2] for _ in range(3)]
+    assert answers == [b"direct:slow", b"direct:b", b"direct:c"]
+    assert app.direct_seen == [b"slow", b"b", b"c"]
+    writer.close()
+
+
+async def test_a_body_in_pieces_is_answered_directly(served):
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    whole = post("/direct", b"piecewise")
+    for i in range(0, len(whole), 5):
+        writer.write(whole[i : i + 5])
+        await writer.drain()
+        await asyncio.sleep(0.005)
+    assert (await read_response(reader))[2] == b"direct:piecewise"
+    assert app.direct_seen == [b"piecewise"]
+    writer.close()
+
+
+async def test_after_another_request_the_direct_routes_are_still_answered_directly(served):
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/other", b"1"))
+    assert (await read_response(reader))[2] == b"asgi:POST /other 1"
+    writer.write(post("/direct", b"2"))  # the connection is uvicorn's now; the route is still direct
+    assert (await read_response(reader))[2] == b"direct:2"
+    assert app.direct_seen == [b"2"]
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"POST /direct HTTP/1.1\nhost: t\ncontent-length: 1\n\nx",  # bare line feeds
+        b"POST /direct HTTP/1.1\r\nhost: t\r\n folded\r\ncontent-length: 1\r\n\r\nx",
+        b"POST /direct HTTP/1.1\r\nhost: t\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\nx",
+        b"POST /direct HTTP/1.1\r\nhost : t\r\ncontent-length: 1\r\n\r\nx",
+        b"POST /direct HTTP/1.1\r\nhost: t\x00\r\ncontent-length: 1\r\n\r\nx",
+        b"POST /direct HTTP/1.1\r\nhost: t\r\ncontent-length: +1\r\n\r\nx",
+    ],
+    ids=["bare-lf", "folded", "two-lengths", "space-before-colon", "nul", "signed-length"],
+)
+async def test_a_malformed_head_gets_uvicorns_400(served, request_bytes):
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request_bytes)
+    status, _, answer = await asyncio.wait_for(read_response(reader), 5)
+    assert (status, answer) == (400, b"Invalid HTTP request received.")  # uvicorn's parser's
+    assert app.direct_seen == []
+    writer.close()
+
+
+async def test_an_idle_connection_closes_after_the_keep_alive_timeout():
+    app = App()
+    server, task, port = await start(app, timeout_keep_alive=0.3)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for i in range(6):  # busy for longer than the timeout: open throughout
+            writer.write(post("/direct", b"%d" % i))
+            assert (await read_response(reader))[2] == b"direct:%d" % i
+            await asyncio.sleep(0.1)
+        assert await asyncio.wait_for(reader.read(), 3) == b""  # then idle: closed
+        writer.close()
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def test_shutdown_answers_the_request_in_flight_and_closes():
+    app = App()
+    server, task, port = await start(app)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)
+    idle_writer.write(post("/direct", b"idle"))
+    await read_response(idle_reader)
+    writer.write(post("/direct", b"slow"))
+    while b"slow" not in app.direct_seen:
+        await asyncio.sleep(0.01)
+    server.should_exit = True
+    assert await asyncio.wait_for(idle_reader.read(), 3) == b""  # idle: closed at once
+    app.release.set()
+    status, headers, answer = await asyncio.wait_for(read_response(reader), 3)
+    assert (status, answer, headers["connection"]) == (201, b"direct:slow", "close")
+    await task
+    writer.close()
+    idle_writer.close()
+
+
+async def test_a_client_gone_mid_request_leaves_the_server_serving(served):
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/direct", b"slow"))
+    while b"slow" not in app.direct_seen:
+        await asyncio.sleep(0.01)
+    writer.close()
+    await asyncio.sleep(0.05)
+    app.release.set()
+    await asyncio.sleep(0.05)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/direct", b"next"))
+    assert (await read_response(reader))[2] == b"direct:next"
     writer.close()

@@ -1,33 +1,46 @@
-"""Direct routes: a few small, hot `POST` paths answered from the HTTP parser's own
-callbacks, without an ASGI scope, `receive`/`send` messages or a per-request cycle.
+"""Direct routes: a few small, hot `POST` paths answered without an ASGI scope,
+`receive`/`send` messages or a per-request cycle.
 
 Most calls are small POSTs (a producer's enqueue, a worker's completion, a durable
 step's two envelopes), and the ASGI round trip around each (the scope, the cycle object,
 the messages, the header checks of `send`, the wrappers of whatever sits between the
-server and the handler) is work their answer does not need: about a tenth of a single
-enqueue's server CPU (bench/README.md). `direct_protocol(routes, max_body)` is uvicorn's httptools
-protocol with one change: a request whose method is `POST`, whose raw target is one of
-`routes` (no query string) and whose body has a `Content-Length` of at most `max_body`
-is read into bytes and handed to the route's handler, `await handler(headers, body) ->
-(status, headers, body)`; its answer is written as one buffer. Anything else, a request
-pipelined behind one still running included, goes to the ASGI app as before, so a
-route's handler must answer exactly as the app would (the gateway's does: it is the
-same code, `GatewayApp.direct_routes`).
+server and the handler) is work their answer does not need. `direct_protocol(routes,
+max_body)` gives the HTTP server's protocol class: a request whose method is `POST`,
+whose raw target is one of `routes` (no query string) and whose body has a
+`Content-Length` of at most `max_body` is read into bytes and handed to the route's
+handler, `await handler(headers, body) -> (status, headers, body)`; its answer is
+written as one buffer. Anything else goes to the ASGI app, in order on the same
+connection, so a route's handler must answer exactly as the app would (the gateway's
+does: it is the same code, `GatewayApp.direct_routes`).
+
+Two protocols do it (decision 0048). A connection starts on `DirectFront`, which reads
+HTTP/1.1 itself and answers direct requests from one task per connection: no parser
+callbacks, no task, timer or cycle object per request, which is about a third of a
+small call's server CPU on uvicorn's protocol (bench/README.md). The first request it
+does not answer (another path or method, HTTP/1.0, `Expect`, `Transfer-Encoding`, an
+upgrade, anything it does not parse plainly) hands the connection, with the bytes not
+yet answered, to `DirectHttpProtocol`: uvicorn's httptools protocol, which from then on
+serves the connection, answering the direct routes from its parser's callbacks and the
+rest through ASGI. A malformed request thus gets uvicorn's own answer.
 
 A route is a `Route(answer, takes)`: `takes(headers)`, when given, decides from the
 headers whether the request is one `answer` serves (a shape it does not serve goes to
 the ASGI app). `headers` are the request's, by lower-case name (the last of a repeated
-one wins), as the gateway's `header_dict` gives them. Keep-alive, `Connection: close`, HTTP/1.0,
-graceful shutdown and the keep-alive timer are uvicorn's own (`on_response_complete`).
+one wins), as the gateway's `header_dict` gives them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -133,25 +146,279 @@ class DirectHttpProtocol(HttpToolsProtocol):
             return
         if self.flow.write_paused:
             await self.flow.drain()
-        out = [STATUS_LINE[status]]
-        for name, value in self.server_state.default_headers:
-            out += (name, b": ", value, b"\r\n")
-        for name, value in extra:
-            out += (name, b": ", value, b"\r\n")
-        if not cycle.keep_alive:
-            out.append(b"connection: close\r\n")
-        out += (b"content-length: %d\r\n\r\n" % len(raw), raw)
-        self.transport.write(b"".join(out))
+        self.transport.write(
+            _response(status, self.server_state.default_headers, extra, raw, cycle.keep_alive)
+        )
         cycle.response_complete = True
         if not cycle.keep_alive:
             self.transport.close()
         self.on_response_complete()
 
 
-def direct_protocol(routes: Mapping[str, Route], max_body: int) -> type[DirectHttpProtocol]:
-    """uvicorn's httptools protocol answering `routes` (raw request targets) directly."""
-    encoded = {path.encode("ascii"): route for path, route in routes.items()}
-    return type("DirectHttpProtocol", (DirectHttpProtocol,), {"routes": encoded, "max_body": max_body})
+def _response(
+    status: int,
+    default: list[tuple[bytes, bytes]],
+    extra: list[tuple[bytes, bytes]],
+    raw: bytes,
+    keep_alive: bool,
+) -> bytes:
+    out = [STATUS_LINE[status]]
+    for name, value in default:
+        out += (name, b": ", value, b"\r\n")
+    for name, value in extra:
+        out += (name, b": ", value, b"\r\n")
+    if not keep_alive:
+        out.append(b"connection: close\r\n")
+    out += (b"content-length: %d\r\n\r\n" % len(raw), raw)
+    return b"".join(out)
 
 
-__all__ = ["Answer", "DirectHttpProtocol", "Handler", "Route", "direct_protocol"]
+#: A request head longer than this, or one that is not complete by then, is not a
+#: direct route's: uvicorn's protocol takes the connection and applies its own limits.
+MAX_HEAD = 16 * 1024
+_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # CR and LF are counted apart
+
+
+def _bare_break(partial: bytes) -> bool:
+    """Whether a head still arriving has a CR or LF that is not part of a CRLF (its end
+    would never be found by looking for CRLF CRLF)."""
+    pairs = partial.count(b"\r\n")
+    return partial.count(b"\n") != pairs or partial.count(b"\r") != pairs + partial.endswith(b"\r")
+
+
+class DirectFront(asyncio.Protocol):
+    """Where every connection starts: plain HTTP/1.1 direct requests answered here, in
+    order, by `_serve` (one task per connection, woken per request); the first other
+    request hands the connection to `fallback` (see the module's docstring).
+
+    Keep-alive, graceful shutdown and the server's request count are uvicorn's: the
+    connection is in `server_state.connections` (shutdown closes it when idle, or after
+    the answer in flight), an idle connection closes after `timeout_keep_alive`, and
+    each answer counts towards `limit_max_requests`. A client that goes away while its
+    request runs does not cancel it (as on uvicorn's protocol): the answer is dropped."""
+
+    routes: Mapping[str, Route] = {}
+    max_body = 0
+    fallback: type[HttpToolsProtocol] = HttpToolsProtocol
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.config, self.server_state, self.app_state = config, server_state, app_state
+        self.loop = _loop or asyncio.get_event_loop()
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.request: tuple[Handler, dict[str, str], bytes, bool] | None = None
+        self.busy = False  # a request is parsed and not yet answered
+        self.keep_alive = True
+        self.task: asyncio.Task[None] | None = None
+        self.waiter: asyncio.Future[None] | None = None  # `_serve` waiting for a request
+        self.drained: asyncio.Future[None] | None = None  # set while the transport's buffer is full
+        self.reading = True
+        self.idle_since = 0.0
+        self.idle_timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.server_state.connections.add(self)  # type: ignore[arg-type]
+        if self.config.limit_concurrency is not None:
+            self._hand_over()  # its 503 is uvicorn's to give
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server_state.connections.discard(self)  # type: ignore[arg-type]
+        self._stop_timer()
+        if self.waiter is not None and self.task is not None:
+            self.task.cancel()  # idle: nothing is lost
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer = self.buffer + data if self.buffer else data
+        if not self.busy:
+            self._next()
+        elif self.reading and len(self.buffer) > self.max_body + MAX_HEAD:
+            self.reading = False  # pipelined past what one request may be: wait
+            self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def pause_writing(self) -> None:
+        self.drained = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+        self.drained = None
+
+    # -- uvicorn's server asks ---------------------------------------------------------
+    def shutdown(self) -> None:
+        if self.busy:
+            self.keep_alive = False  # closed after the answer in flight
+        else:
+            self.transport.close()  # type: ignore[union-attr]
+
+    # -- requests ----------------------------------------------------------------------
+    def _next(self) -> None:
+        """The next request in the buffer: to `_serve` if it is a direct one, complete;
+        nothing yet if it is a direct one still arriving; else the connection is handed
+        over."""
+        buffer = self.buffer
+        if not buffer:
+            return
+        end = buffer.find(b"\r\n\r\n", 0, MAX_HEAD)
+        if end < 0:
+            if (
+                len(buffer) >= MAX_HEAD
+                or not buffer.startswith(b"POST "[: len(buffer)])
+                or _bare_break(buffer)
+            ):
+                self._hand_over()
+            return
+        parsed = self._parse_head(buffer[:end].decode("latin-1"))
+        if parsed is None:
+            self._hand_over()
+            return
+        route, headers, length = parsed
+        start = end + 4
+        if len(buffer) < start + length:
+            return  # the body is still arriving
+        body, self.buffer = buffer[start : start + length], buffer[start + length :]
+        keep_alive = "close" not in headers.get("connection", "").lower()
+        self.busy = True
+        self.request = (route.answer, headers, body, keep_alive)
+        if self.task is None:
+            self.task = self.loop.create_task(self._serve())
+        elif self.waiter is not None:
+            self.waiter.set_result(None)
+            self.waiter = None
+
+    def _parse_head(self, head: str) -> tuple[Route, dict[str, str], int] | None:
+        """The route, headers and body length of a request head this protocol answers,
+        or None: not a direct route's, or not a head it reads without doubt (a line
+        break other than CRLF, a folded or nameless header, a repeated length)."""
+        lines = head.split("\r\n")
+        if head.count("\n") != len(lines) - 1 or head.count("\r") != len(lines) - 1 or _CONTROL.search(head):
+            return None
+        method, _, rest = lines[0].partition(" ")
+        target, _, version = rest.partition(" ")
+        route = self.routes.get(target)
+        if method != "POST" or version != "HTTP/1.1" or route is None:
+            return None
+        headers: dict[str, str] = {}
+        length = None
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            name = name.lower()
+            if not colon or not name or not _TOKEN.issuperset(name):
+                return None
+            value = value.strip(" \t")
+            if name == "content-length":
+                if length is not None or not value.isdecimal():
+                    return None
+                length = int(value)
+            headers[name] = value
+        if length is None or length > self.max_body:
+            return None
+        if "transfer-encoding" in headers or "expect" in headers or "upgrade" in headers:
+            return None
+        if "upgrade" in headers.get("connection", "").lower():
+            return None
+        if route.takes is not None and not route.takes(headers):
+            return None
+        return route, headers, length
+
+    async def _serve(self) -> None:
+        transport = self.transport
+        assert transport is not None
+        while True:
+            assert self.request is not None
+            handler, headers, body, keep_alive = self.request
+            self.request = None
+            try:
+                status, extra, raw = await handler(headers, body)
+            except Exception:  # the ASGI path's answer to an app that raised
+                log.exception("direct route failed")
+                status, extra, raw = _FAILED
+            if transport.is_closing():
+                return
+            keep_alive = keep_alive and self.keep_alive
+            transport.write(_response(status, self.server_state.default_headers, extra, raw, keep_alive))
+            self.server_state.total_requests += 1
+            if not keep_alive:
+                transport.close()
+                return
+            if self.drained is not None:
+                await self.drained  # the client is not reading: read no more meanwhile
+            self.busy = False
+            if not self.reading:
+                self.reading = True
+                transport.resume_reading()
+            self._next()
+            if self.request is None:
+                if self.transport is not transport or transport.is_closing():
+                    return  # handed over (or closed): this connection is not served here
+                self._idle()
+                self.waiter = self.loop.create_future()
+                await self.waiter
+
+    # -- keep-alive --------------------------------------------------------------------
+    def _idle(self) -> None:
+        """Between requests: one timer per connection, re-armed only when it fires
+        early, instead of a timer set and cancelled per request."""
+        self.idle_since = self.loop.time()
+        if self.idle_timer is None:
+            self.idle_timer = self.loop.call_later(self.config.timeout_keep_alive, self._idle_check)
+
+    def _idle_check(self) -> None:
+        self.idle_timer = None
+        if self.busy or self.buffer or self.transport is None or self.transport.is_closing():
+            return  # re-armed when the connection next goes idle
+        left = self.idle_since + self.config.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self.idle_timer = self.loop.call_later(left, self._idle_check)
+        else:
+            self.transport.close()
+
+    def _stop_timer(self) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+
+    def _hand_over(self) -> None:
+        """From here on `fallback` serves this connection, starting with the bytes not
+        yet answered (this protocol is idle: nothing of theirs was answered here)."""
+        transport, buffer = self.transport, self.buffer
+        assert transport is not None
+        self.buffer, self.transport = b"", None
+        self.server_state.connections.discard(self)  # type: ignore[arg-type]
+        self._stop_timer()
+        if self.task is not None and self.waiter is not None:
+            self.task.cancel()
+        if not self.reading:
+            transport.resume_reading()
+        protocol = self.fallback(self.config, self.server_state, self.app_state, self.loop)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        if buffer:
+            protocol.data_received(buffer)
+
+
+def direct_protocol(routes: Mapping[str, Route], max_body: int) -> type[DirectFront]:
+    """The HTTP server's protocol class answering `routes` (raw request targets)
+    directly: a `DirectFront` that hands what else it reads to a `DirectHttpProtocol`
+    with the same routes."""
+    fallback = type(
+        "DirectHttpProtocol",
+        (DirectHttpProtocol,),
+        {"routes": {path.encode("ascii"): route for path, route in routes.items()}, "max_body": max_body},
+    )
+    return type(
+        "DirectFront", (DirectFront,), {"routes": dict(routes), "max_body": max_body, "fallback": fallback}
+    )
+
+
+__all__ = ["Answer", "DirectFront", "DirectHttpProtocol", "Handler", "Route", "direct_protocol"]
