@@ -48,6 +48,13 @@ Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 Handler = Callable[[dict[str, str], bytes], Awaitable[Answer]]
 
 
+class LowerCaseHeaders(dict[str, str]):
+    """A request's headers by lower-case name: one looked up and absent is absent, with
+    no search for another casing (`loam_gateway.auth._header`)."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     answer: Handler
@@ -94,7 +101,9 @@ class DirectHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         route = self.routes.get(self.url)
         if route is not None and self._takes_direct():
-            headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in self.headers}
+            headers = LowerCaseHeaders(
+                (name.decode("latin-1"), value.decode("latin-1")) for name, value in self.headers
+            )
             if route.takes is None or route.takes(headers):
                 self._direct, self._body, self._header_dict = route.answer, b"", headers
                 return
@@ -308,7 +317,7 @@ class DirectFront(asyncio.Protocol):
         route = self.routes.get(target)
         if method != "POST" or version != "HTTP/1.1" or route is None:
             return None
-        headers: dict[str, str] = {}
+        headers = LowerCaseHeaders()
         length = None
         for line in lines[1:]:
             name, colon, value = line.partition(":")
@@ -421,4 +430,12 @@ def direct_protocol(routes: Mapping[str, Route], max_body: int) -> type[DirectFr
     )
 
 
-__all__ = ["Answer", "DirectFront", "DirectHttpProtocol", "Handler", "Route", "direct_protocol"]
+__all__ = [
+    "Answer",
+    "DirectFront",
+    "DirectHttpProtocol",
+    "Handler",
+    "LowerCaseHeaders",
+    "Route",
+    "direct_protocol",
+]

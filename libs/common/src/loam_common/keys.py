@@ -94,6 +94,7 @@ sequences start at 1, so it comes before every other job of its priority, newest
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 
@@ -124,6 +125,7 @@ def _lp(s: str) -> bytes:
     return U16.pack(len(b)) + b
 
 
+@functools.lru_cache(maxsize=4096)  # every key of a call starts so: built once per namespace
 def ns_prefix(ns: str) -> bytes:
     return b"t/" + ns.encode() + b"/"
 
@@ -526,10 +528,12 @@ def durable_namespaces(ns: str = "") -> bytes:
     return b"dn/" + ns.encode()
 
 
+@functools.lru_cache(maxsize=4096)
 def durable_all(ns: str) -> bytes:
     return ns_prefix(ns) + b"dur/"
 
 
+@functools.lru_cache(maxsize=4096)
 def durable_promises(ns: str) -> bytes:
     return durable_all(ns) + b"p/"
 
@@ -538,6 +542,7 @@ def durable_promise(ns: str, promise_id: str) -> bytes:
     return durable_promises(ns) + promise_id.encode()
 
 
+@functools.lru_cache(maxsize=4096)
 def durable_tasks(ns: str) -> bytes:
     return durable_all(ns) + b"t/"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import ipaddress
 import logging
 import signal
@@ -148,6 +149,11 @@ async def serve(app: Any, host: str, port: int, *, on_ready=None, **kw: Any) -> 
     async def announce() -> None:
         while not server.started:
             await asyncio.sleep(0.01)
+        # What exists once the server is up (modules, the app, its schemas and stores)
+        # lives as long as the process: out of the collector's generations, a full
+        # collection no longer walks it between requests.
+        gc.collect()
+        gc.freeze()
         if on_ready is not None:
             on_ready(server)
 

@@ -119,10 +119,10 @@ class DurableCore:
         result, fx = await self.store.transact(
             tr.run, ns, self.retry_ms, self.hub is None, fn, *args, inline=True
         )
-        await self.deliver(fx)
+        self.deliver(fx)
         return result
 
-    async def deliver(self, fx: tr.Effects) -> None:
+    def deliver(self, fx: tr.Effects) -> None:
         """Hand the pushes of a committed transaction to this process's connections (or,
         written to the outbox, tell the processes that have connections)."""
         if fx.outboxed and self.outbox_notice is not None:

@@ -77,7 +77,7 @@ class DurableTimers(Loop):
                         run_fenced, fence, tr.run, ns, self.core.retry_ms, self.core.hub is None,
                         tr.timers_fire_due, next_cron,
                     )  # fmt: skip
-                    await self.core.deliver(fx)
+                    self.core.deliver(fx)
                     rep.fired += timers.fired
                     if not timers.more:
                         break
@@ -103,7 +103,7 @@ class DurableTimers(Loop):
                         self.core.hub is None,
                         tr.retention_sweep,
                     )
-                    await self.core.deliver(fx)
+                    self.core.deliver(fx)
                     rep.expired_roots += n
             except OwnershipLost:
                 log.info("durable timers %s: lost namespace %s to another sweeper", self.owner_id, ns)

@@ -23,6 +23,7 @@ from typing import Protocol
 from loam_common import validate
 from loam_common.api.headers import NAMESPACE_HEADER
 from loam_common.auth import ACTIONS, Principal, token_verify
+from loam_common.direct_http import LowerCaseHeaders
 from loam_common.errors import PermissionDenied, Unauthenticated
 from loam_common.serving import is_loopback
 from loam_common.store.runner import Store
@@ -54,7 +55,7 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     """A header by lower-case name, from a case-insensitive mapping (Starlette, Connect)
     or a plain dict with any casing."""
     value = headers.get(name)
-    if value is not None:
+    if value is not None or isinstance(headers, LowerCaseHeaders):
         return value
     for key, v in headers.items():
         if key.lower() == name:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from loam_common.direct_http import LowerCaseHeaders
 from loam_common.errors import JobsError
 from loam_common.serving import is_loopback
 
@@ -317,7 +318,7 @@ class RequestGuard:
 
 def header_dict(scope: dict) -> dict[str, str]:
     """A request's headers by lower-case name (the last of a repeated one wins)."""
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    return LowerCaseHeaders((k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"])
 
 
 def _cors_headers(origin: str) -> list[tuple[bytes, bytes]]:
