@@ -185,8 +185,11 @@ def _response(
 #: A request head longer than this, or one that is not complete by then, is not a
 #: direct route's: uvicorn's protocol takes the connection and applies its own limits.
 MAX_HEAD = 16 * 1024
-_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz")
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # CR and LF are counted apart
+#: A `POST` of HTTP/1.1 with header lines of a token, a colon and a value, lines broken by
+#: CRLF only, no control character but a tab; obs-text (bytes over 0x7f) is read as Latin-1.
+_PLAIN_HEAD = re.compile(
+    r"POST ([^ \x00-\x1f\x7f]+) HTTP/1\.1((?:\r\n[-!#$%&'*+.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7f]*)*)"
+)
 
 
 def _bare_break(partial: bytes) -> bool:
@@ -307,23 +310,17 @@ class DirectFront(asyncio.Protocol):
 
     def _parse_head(self, head: str) -> tuple[Route, dict[str, str], int] | None:
         """The route, headers and body length of a request head this protocol answers,
-        or None: not a direct route's, or not a head it reads without doubt (a line
-        break other than CRLF, a folded or nameless header, a repeated length)."""
-        lines = head.split("\r\n")
-        if head.count("\n") != len(lines) - 1 or head.count("\r") != len(lines) - 1 or _CONTROL.search(head):
-            return None
-        method, _, rest = lines[0].partition(" ")
-        target, _, version = rest.partition(" ")
-        route = self.routes.get(target)
-        if method != "POST" or version != "HTTP/1.1" or route is None:
+        or None: not a direct route's, or not a head it reads without doubt (`_PLAIN_HEAD`
+        does not match it, or it repeats its length)."""
+        plain = _PLAIN_HEAD.fullmatch(head)
+        route = None if plain is None else self.routes.get(plain[1])
+        if route is None:
             return None
         headers = LowerCaseHeaders()
         length = None
-        for line in lines[1:]:
-            name, colon, value = line.partition(":")
+        for line in plain[2].split("\r\n")[1:]:  # type: ignore[index]
+            name, _, value = line.partition(":")
             name = name.lower()
-            if not colon or not name or not _TOKEN.issuperset(name):
-                return None
             value = value.strip(" \t")
             if name == "content-length":
                 if length is not None or not value.isdecimal():
