@@ -151,9 +151,12 @@ async def serve(app: Any, host: str, port: int, *, on_ready=None, **kw: Any) -> 
             await asyncio.sleep(0.01)
         # What exists once the server is up (modules, the app, its schemas and stores)
         # lives as long as the process: out of the collector's generations, a full
-        # collection no longer walks it between requests.
+        # collection no longer walks it between requests. A request's objects die by
+        # reference count; the young collections the default thresholds start every
+        # ~70 durable requests cost ~2.5 us a request (bench/README.md, "Durable steps").
         gc.collect()
         gc.freeze()
+        gc.set_threshold(10_000, 50, 100)
         if on_ready is not None:
             on_ready(server)
 
