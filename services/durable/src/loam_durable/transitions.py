@@ -21,7 +21,6 @@ changes nothing.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,9 +116,7 @@ def _record_changes(tx: Txn, fx: Effects) -> None:
     with QueueTx(tx, fx.ns, EVENT_QUEUE) as q:
         q.ensure_exists()
         for kind, subject, detail in fx.changes:
-            q.emit(
-                "durable." + kind, None, 0, job_id=subject, detail=json.dumps(detail, separators=(",", ":"))
-            )
+            q.emit("durable." + kind, None, 0, job_id=subject, detail=dumps(detail).decode())
 
 
 def _visible(p: dict) -> bool:
