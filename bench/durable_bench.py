@@ -1,7 +1,7 @@
 """Durable mode's overhead per step: N workflows of 10 `ctx.run` steps of no work, run by
 W worker processes of the stock Python SDK (resonate-sdk) against a fresh `loam dev`.
 
-    .venv/bin/python bench/durable_bench.py [--workflows 1000] [--workers 8] [--out FILE]
+    .venv/bin/python bench/durable_bench.py [--workflows 1000] [--workers 8] [--steps 10] [--out FILE]
 
 Reports steps/s (wall clock from the first dispatch to the last result), the server's
 CPU per step (user + system time of the `loam dev` process tree, read from /proc before
@@ -13,6 +13,8 @@ work in a plain job is 10 calls of a no-op function inside the handler, which ad
 nothing measurable, so this difference is what durable mode adds per step. A step is two fenced requests
 (`task.fence` create, then settle); each workflow adds a task.create-or-acquire, a
 listener and a fulfil. Results are printed as JSON (and written to --out).
+`--steps 0` runs workflows of no steps: `server_cpu_us_per_workflow` is then what a
+workflow costs the server apart from its steps.
 """
 
 from __future__ import annotations
@@ -86,18 +88,18 @@ async def step_latency(url: str, rounds: int) -> dict:
     }
 
 
-async def drive(url: str, workflows: int) -> float:
+async def drive(url: str, workflows: int, steps: int = STEPS) -> float:
     from resonate.resonate import Resonate
 
     r = Resonate(url=url, group="bench-client")
     run = uuid.uuid4().hex[:8]
     t0 = time.perf_counter()
     handles = [
-        r.options(target="bench").rpc(f"bench-{run}-{i}", "ten_steps", STEPS) for i in range(workflows)
+        r.options(target="bench").rpc(f"bench-{run}-{i}", "ten_steps", steps) for i in range(workflows)
     ]
     results = await asyncio.gather(*(h.result() for h in handles))
     elapsed = time.perf_counter() - t0
-    assert results == [STEPS] * workflows
+    assert results == [steps] * workflows
     await r.stop()
     return elapsed
 
@@ -106,6 +108,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workflows", type=int, default=1000)
     p.add_argument("--workers", type=int, default=8)
+    p.add_argument(
+        "--steps", type=int, default=STEPS, help="steps a workflow (0: what a workflow costs alone)"
+    )
     p.add_argument(
         "--latency-rounds", type=int, default=30, help="sequential workflows of each kind (0: skip)"
     )
@@ -125,21 +130,25 @@ def main() -> int:
         asyncio.run(drive(url, min(args.workflows, 20)))  # warm up
         server_before = procstat.tree_cpu([server.proc.pid])
         workers_before = procstat.tree_cpu([w.pid for w in workers])
-        elapsed = asyncio.run(drive(url, args.workflows))
+        elapsed = asyncio.run(drive(url, args.workflows, args.steps))
         server_cpu = procstat.busy_cpu(server_before, procstat.tree_cpu([server.proc.pid]))
         workers_cpu = procstat.busy_cpu(workers_before, procstat.tree_cpu([w.pid for w in workers]))
-        steps = args.workflows * STEPS
+        steps = args.workflows * args.steps
         report = {
             "workflows": args.workflows,
-            "steps_per_workflow": STEPS,
+            "steps_per_workflow": args.steps,
             "workers": args.workers,
             "seconds": round(elapsed, 3),
-            "steps_per_s": round(steps / elapsed, 1),
             "workflows_per_s": round(args.workflows / elapsed, 1),
-            "server_cpu_us_per_step": round(server_cpu / steps * 1e6, 1),
-            "workers_cpu_us_per_step": round(workers_cpu / steps * 1e6, 1),
+            "server_cpu_us_per_workflow": round(server_cpu / args.workflows * 1e6, 1),
             "cores": os.cpu_count(),
         }
+        if steps:
+            report |= {
+                "steps_per_s": round(steps / elapsed, 1),
+                "server_cpu_us_per_step": round(server_cpu / steps * 1e6, 1),
+                "workers_cpu_us_per_step": round(workers_cpu / steps * 1e6, 1),
+            }
         if args.latency_rounds:
             report.update(asyncio.run(step_latency(url, args.latency_rounds)))
         print(json.dumps(report, indent=2))
