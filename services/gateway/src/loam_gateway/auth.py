@@ -52,8 +52,8 @@ class Authenticator(Protocol):
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
-    """A header by lower-case name, from a case-insensitive mapping (Starlette, Connect)
-    or a plain dict with any casing."""
+    """A header by lower-case name, from a case-insensitive mapping (Starlette, Connect),
+    the gateway's own `LowerCaseHeaders`, or a plain dict with any casing."""
     value = headers.get(name)
     if value is not None or isinstance(headers, LowerCaseHeaders):
         return value
