@@ -8,6 +8,7 @@ Nothing here touches the store; `transitions.py` does.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -230,18 +231,24 @@ class Address:
 
 
 def parse_address(text: Any, problem: str = "Invalid address") -> Address:
-    if not isinstance(text, str):
+    address = _poll_address(text) if isinstance(text, str) else None
+    if address is None:
         raise bad(problem)
+    return address
+
+
+@functools.lru_cache(maxsize=4096)  # a workflow names the same few addresses several times
+def _poll_address(text: str) -> Address | None:
     try:
         url = urlsplit(text)
         host = url.hostname
     except ValueError:
-        raise bad(problem) from None
+        return None
     if url.scheme != "poll" or url.username not in ("uni", "any") or not host:
-        raise bad(problem)
+        return None
     pid = url.path.strip("/") or None
     if url.username == "uni" and pid is None:
-        raise bad(problem)
+        return None
     return Address(url.username == "uni", host.lower(), pid)
 
 
