@@ -79,8 +79,10 @@ export async function metricsPage(ctx: Ctx): Promise<void> {
     for (const p of plots) p.destroy();
     plots.length = 0;
     if (!history.enabled) return replace(box, empty("This server keeps no metrics history."));
-    if (!history.points.length)
+    if (!history.points.length) {
+      caption.textContent = "";
       return replace(box, empty(`No points yet: the server takes one every ${duration(history.step_ns)} on this range.`));
+    }
     caption.textContent = summary(history);
     replace(box);
     const width = Math.max(280, Math.min(box.clientWidth || 640, 1400) / (box.clientWidth > 900 ? 2 : 1) - 16);
