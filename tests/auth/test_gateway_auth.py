@@ -32,7 +32,8 @@ async def gateway(request, store, tmp_path):
             yield client
         return
     routes, limit = app.direct_routes()
-    assert SVC + "Enqueue" in routes and SVC + "Lease" not in routes  # a long-poll watches its client
+    assert not routes[SVC + "Enqueue"].cancel_on_close
+    assert routes[SVC + "Lease"].cancel_on_close  # a long-poll ends with its client
     direct: list[str] = []
 
     def counted(path, route):
@@ -40,7 +41,7 @@ async def gateway(request, store, tmp_path):
             direct.append(path)
             return await route.answer(headers, body)
 
-        return Route(answer, route.takes)
+        return Route(answer, route.takes, route.cancel_on_close)
 
     app.direct_routes = lambda: ({p: counted(p, r) for p, r in routes.items()}, limit)
     async with served(app, as_loam_serves=True) as url, httpx.AsyncClient(base_url=url) as client:

@@ -58,7 +58,7 @@ async def http(request):
                     direct.append(headers["host"])
                     return await route.answer(headers, body)
 
-                return Route(answer, route.takes)
+                return Route(answer, route.takes, route.cancel_on_close)
 
             app.direct_routes = lambda: ({path: counted(r) for path, r in routes.items()}, limit)
             transport = httpx.AsyncHTTPTransport()

@@ -97,10 +97,19 @@ def test_namespace_prefix_reaches_the_lane(client):
     assert theirs["counts"]["waiting"] in (1, "1")
 
 
-async def test_a_long_poll_abandoned_by_its_client_takes_no_job(dev_server):
+# A connection's first request is read by the server's own HTTP reader, which answers a
+# Lease itself; after a request it does not answer (a GET), uvicorn's protocol and the
+# ASGI app serve the connection (loam_common/direct_http.py). Both watch for the client.
+FIRST = {"direct": False, "asgi": True}
+
+
+@pytest.mark.parametrize("handed_over", FIRST.values(), ids=FIRST.keys())
+async def test_a_long_poll_abandoned_by_its_client_takes_no_job(dev_server, handed_over):
     q = qname()
     lease = J.LeaseRequest(queues=[q], max=1, wait_ns=5_000_000_000, worker="gone").SerializeToString()
     async with httpx.AsyncClient(base_url=dev_server.url) as c:
+        if handed_over:
+            assert (await c.get("/healthz")).status_code == 200
         with pytest.raises(httpx.TimeoutException):
             await c.post(BASE + "Lease", content=lease, headers=PROTO, timeout=0.5)  # the client hangs up
     await asyncio.sleep(0.2)
@@ -117,7 +126,10 @@ async def test_a_long_poll_abandoned_by_its_client_takes_no_job(dev_server):
         assert len(J.LeaseResponse.FromString(got.content).leases) == 1
 
 
-def test_a_long_poll_answers_within_its_deadline(client):
+@pytest.mark.parametrize("handed_over", FIRST.values(), ids=FIRST.keys())
+def test_a_long_poll_answers_within_its_deadline(client, handed_over):
+    if handed_over:
+        assert client.get("/healthz").status_code == 200
     q = qname()
     lease = J.LeaseRequest(queues=[q], max=1, wait_ns=10_000_000_000, worker="w").SerializeToString()
     r = client.post(BASE + "Lease", content=lease, headers={**PROTO, "connect-timeout-ms": "300"})

@@ -19,11 +19,14 @@ MAX_BODY = 64
 class App:
     """An ASGI app that answers `asgi:<method> <path> <body>`, with a direct route,
     `/direct`, that answers `direct:<body>` (or fails, for a body `boom`, or waits for
-    `release` for a body `slow`), and the same at `/json-only` for JSON bodies only."""
+    `release` for a body `slow`), the same at `/json-only` for JSON bodies only, and a
+    long-poll, `/poll`, that waits for `release` and is cancelled when its client leaves
+    (`polls` keeps what became of each: `answered` or `cancelled`)."""
 
     def __init__(self) -> None:
         self.direct_seen: list[bytes] = []
         self.release = asyncio.Event()
+        self.polls: dict[bytes, str] = {}
 
     def direct_routes(self):
         async def handler(headers: dict[str, str], body: bytes):
@@ -41,7 +44,18 @@ class App:
         def json_only(headers: dict[str, str]) -> bool:
             return headers.get("content-type") == "application/json"
 
-        return {"/direct": Route(handler), "/json-only": Route(handler, json_only)}, MAX_BODY
+        async def poll(headers: dict[str, str], body: bytes):
+            self.polls[body] = "waiting"
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.polls[body] = "cancelled"
+                raise
+            self.polls[body] = "answered"
+            return 200, [(b"content-type", b"text/plain")], b"poll:" + body
+
+        routes = {"/direct": Route(handler), "/json-only": Route(handler, json_only)}
+        return routes | {"/poll": Route(poll, cancel_on_close=True)}, MAX_BODY
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
@@ -289,4 +303,42 @@ async def test_a_client_gone_mid_request_leaves_the_server_serving(served):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(post("/direct", b"next"))
     assert (await read_response(reader))[2] == b"direct:next"
+    writer.close()
+
+
+async def test_a_long_poll_ends_with_its_client_and_other_requests_do_not(served):
+    app, port = served
+    polling = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+    for (_, writer), body in zip(polling, (b"left", b"stayed"), strict=True):
+        writer.write(post("/poll", body))
+    _, slow_writer = await asyncio.open_connection("127.0.0.1", port)
+    slow_writer.write(post("/direct", b"slow"))
+    while len(app.polls) < 2 or b"slow" not in app.direct_seen:
+        await asyncio.sleep(0.01)
+    polling[0][1].close()
+    slow_writer.close()
+    for _ in range(100):
+        if app.polls[b"left"] == "cancelled":
+            break
+        await asyncio.sleep(0.01)
+    assert app.polls == {b"left": "cancelled", b"stayed": "waiting"}
+    app.release.set()
+    reader, writer = polling[1]
+    assert (await asyncio.wait_for(read_response(reader), 3))[2] == b"poll:stayed"
+    # the request that is not a long-poll ran to its end, its answer dropped
+    writer.write(post("/direct", b"after"))
+    assert (await read_response(reader))[2] == b"direct:after"
+    assert app.direct_seen.count(b"slow") == 1
+    writer.close()
+
+
+async def test_after_the_hand_over_a_long_poll_goes_to_the_asgi_app(served):
+    # uvicorn's protocol watches a client through the ASGI app's `http.disconnect`
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /first HTTP/1.1\r\nhost: t\r\n\r\n")
+    assert (await read_response(reader))[2] == b"asgi:GET /first "
+    writer.write(post("/poll", b"p"))
+    assert (await read_response(reader))[2] == b"asgi:POST /poll p"
+    assert app.polls == {}
     writer.close()

@@ -23,9 +23,13 @@ yet answered, to `DirectHttpProtocol`: uvicorn's httptools protocol, which from 
 serves the connection, answering the direct routes from its parser's callbacks and the
 rest through ASGI. A malformed request thus gets uvicorn's own answer.
 
-A route is a `Route(answer, takes)`: `takes(headers)`, when given, decides from the
-headers whether the request is one `answer` serves (a shape it does not serve goes to
-the ASGI app). `headers` are the request's, by lower-case name (the last of a repeated
+A route is a `Route(answer, takes, cancel_on_close)`: `takes(headers)`, when given,
+decides from the headers whether the request is one `answer` serves (a shape it does not
+serve goes to the ASGI app). A `cancel_on_close` route's answer is cancelled when its
+client closes the connection while it runs: a long-poll, whose wait must end with its
+client (a parked lease of a closed connection takes no jobs). `DirectFront` answers such
+routes; `DirectHttpProtocol` leaves them to the ASGI app, which watches for the client's
+`http.disconnect` itself. `headers` are the request's, by lower-case name (the last of a repeated
 one wins), a `LowerCaseHeaders` as the gateway's `header_dict` gives them.
 """
 
@@ -59,6 +63,7 @@ class LowerCaseHeaders(dict[str, str]):
 class Route:
     answer: Handler
     takes: Callable[[dict[str, str]], bool] | None = None
+    cancel_on_close: bool = False
 
 
 _FAILED: Answer = (500, [(b"content-type", b"text/plain; charset=utf-8")], b"Internal Server Error")
@@ -208,7 +213,8 @@ class DirectFront(asyncio.Protocol):
     connection is in `server_state.connections` (shutdown closes it when idle, or after
     the answer in flight), an idle connection closes after `timeout_keep_alive`, and
     each answer counts towards `limit_max_requests`. A client that goes away while its
-    request runs does not cancel it (as on uvicorn's protocol): the answer is dropped."""
+    request runs does not cancel it (as on uvicorn's protocol): the answer is dropped;
+    unless its route is `cancel_on_close`: then the answer is cancelled."""
 
     routes: Mapping[str, Route] = {}
     max_body = 0
@@ -227,6 +233,7 @@ class DirectFront(asyncio.Protocol):
         self.buffer = b""
         self.request: tuple[Handler, dict[str, str], bytes, bool] | None = None
         self.busy = False  # a request is parsed and not yet answered
+        self.cancel_on_close = False  # the busy request's route: cancelled if the client leaves
         self.keep_alive = True
         self.task: asyncio.Task[None] | None = None
         self.waiter: asyncio.Future[None] | None = None  # `_serve` waiting for a request
@@ -245,8 +252,8 @@ class DirectFront(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.server_state.connections.discard(self)  # type: ignore[arg-type]
         self._stop_timer()
-        if self.waiter is not None and self.task is not None:
-            self.task.cancel()  # idle: nothing is lost
+        if self.task is not None and (self.waiter is not None or (self.busy and self.cancel_on_close)):
+            self.task.cancel()  # idle, or a long-poll whose client is gone
         if self.drained is not None and not self.drained.done():
             self.drained.set_result(None)
 
@@ -301,6 +308,7 @@ class DirectFront(asyncio.Protocol):
         body, self.buffer = buffer[start : start + length], buffer[start + length :]
         keep_alive = "close" not in headers.get("connection", "").lower()
         self.busy = True
+        self.cancel_on_close = route.cancel_on_close
         self.request = (route.answer, headers, body, keep_alive)
         if self.task is None:
             self.task = self.loop.create_task(self._serve())
@@ -416,12 +424,9 @@ class DirectFront(asyncio.Protocol):
 def direct_protocol(routes: Mapping[str, Route], max_body: int) -> type[DirectFront]:
     """The HTTP server's protocol class answering `routes` (raw request targets)
     directly: a `DirectFront` that hands what else it reads to a `DirectHttpProtocol`
-    with the same routes."""
-    fallback = type(
-        "DirectHttpProtocol",
-        (DirectHttpProtocol,),
-        {"routes": {path.encode("ascii"): route for path, route in routes.items()}, "max_body": max_body},
-    )
+    with the same routes but the `cancel_on_close` ones."""
+    answered = {path.encode("ascii"): route for path, route in routes.items() if not route.cancel_on_close}
+    fallback = type("DirectHttpProtocol", (DirectHttpProtocol,), {"routes": answered, "max_body": max_body})
     return type(
         "DirectFront", (DirectFront,), {"routes": dict(routes), "max_body": max_body, "fallback": fallback}
     )

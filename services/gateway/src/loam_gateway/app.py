@@ -131,7 +131,7 @@ class GatewayApp(FastAPI):
             routes |= dict.fromkeys(_ENVELOPE_PATHS, Route(envelope))
         if lane is not None:
             for path in lane.direct_paths():
-                routes[path] = Route(_connect_call(guard, lane, path), lane.takes)
+                routes[path] = Route(_connect_call(guard, lane, path), lane.takes, lane.long_poll(path))
         return routes, guard.policy.max_body_bytes
 
     async def _durable_envelope(self, guard: RequestGuard, scope: dict, receive: Any, send: Any) -> None:

@@ -12,7 +12,8 @@ everything else to the general app, untouched:
 - the same header checks (`connect-protocol-version`, `connect-timeout-ms`) and the
   same error bodies and statuses (the general app's own error writer);
 - a long-poll `Lease` keeps its deadline and still watches for the client going away,
-  so a parked lease of a closed connection takes no jobs. Other calls wait on nothing
+  so a parked lease of a closed connection takes no jobs (answered directly, its HTTP
+  server cancels it when the connection closes: `long_poll`). Other calls wait on nothing
   but the store, so they get no deadline scope: a client past its deadline has
   already stopped waiting, and the work is the same either way.
 
@@ -79,8 +80,14 @@ class UnaryLane:
 
     def direct_paths(self) -> list[str]:
         """The paths whose calls the HTTP server may hand to `answer` (direct_http.py):
-        every unary method but the long-polls, which watch for the client leaving."""
-        return [p for p in (self.endpoints or self._resolve()) if p not in _LONG_POLL]
+        every unary method's."""
+        return list(self.endpoints or self._resolve())
+
+    @staticmethod
+    def long_poll(path: str) -> bool:
+        """Whether the method may park until work arrives: its HTTP server must cancel
+        the call when the client closes the connection (`Route.cancel_on_close`)."""
+        return path in _LONG_POLL
 
     async def answer(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
         """The answer to one call whose body is read (direct_http.py): as `__call__`
@@ -105,10 +112,14 @@ class UnaryLane:
             if body is None:
                 return  # the client went away before its request was whole
             request = decode_message(codec, body, endpoint.method.input)
-            if receive is not None and path in _LONG_POLL and request.wait_ns:
-                response = await _unless_disconnected(
-                    endpoint.function(request, ctx), receive, ctx.timeout_ms
-                )
+            if path in _LONG_POLL and request.wait_ns and (receive is not None or ctx.timeout_ms is not None):
+                if receive is None:  # answered directly: the HTTP server cancels it if the client leaves
+                    async with asyncio.timeout(ctx.timeout_ms / 1000):  # type: ignore[operator]
+                        response = await endpoint.function(request, ctx)
+                else:
+                    response = await _unless_disconnected(
+                        endpoint.function(request, ctx), receive, ctx.timeout_ms
+                    )
             else:
                 # No deadline scope here: these calls do not wait on anything but the
                 # store, and a client past its deadline has already stopped waiting.
