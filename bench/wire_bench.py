@@ -1,7 +1,8 @@
-"""The native SDK's enqueue paths over HTTP against `loam dev`, in CPU per job as well
-as wall time: bulk enqueue (1,000 a call, one call at a time) and single enqueues (one
-caller, one call at a time), with the CPU of the client process and of the server
-process (all threads, from /proc) per job or call. On a machine shared with other work
+"""The native SDK's paths over HTTP against `loam dev`, in CPU per job as well as wall
+time: bulk enqueue (1,000 a call, one call at a time), single enqueues (one caller, one
+call at a time), and the drain of the bulk jobs by one `loam.Worker` (concurrency 50, a
+no-op handler), with the CPU of the client process and of the server process (all
+threads, from /proc) per job or call. On a machine shared with other work
 the wall figures move with the load; the CPU ones much less.
 
 `--before PYTHON` pairs this tree with another checkout: each round runs the other
@@ -70,6 +71,25 @@ async def measure(jobs: int, singles: int) -> dict[str, float]:
                 "single_client_us_per_call": 1e6 * (c1 - c0) / singles,
                 "single_server_us_per_call": 1e6 * (s1 - s0) / singles,
             }
+            done, ran = asyncio.Event(), [0]
+
+            async def noop(job: loam.LeasedJob) -> None:
+                ran[0] += 1
+                if ran[0] == n + 1:  # the warm-up job too
+                    done.set()
+
+            worker = loam.Worker(client, "bulk", noop, concurrency=50)
+            s0, c0, t0 = process_cpu(server.pid), time.process_time(), time.perf_counter()
+            task = asyncio.create_task(worker.run())
+            await done.wait()
+            t1, c1, s1 = time.perf_counter(), time.process_time(), process_cpu(server.pid)
+            worker.stop()
+            await task
+            out |= {
+                "drain_per_s": (n + 1) / (t1 - t0),
+                "drain_client_us_per_job": 1e6 * (c1 - c0) / (n + 1),
+                "drain_server_us_per_job": 1e6 * (s1 - s0) / (n + 1),
+            }
             return out
     finally:
         server.terminate()
@@ -98,7 +118,9 @@ def main() -> int:
             print(f"round {r + 1} {label:9s} (load {load:.1f}): bulk {res['bulk_per_s']:,.0f} jobs/s, "
                   f"client {res['bulk_client_us_per_job']:.1f} + server {res['bulk_server_us_per_job']:.1f} us CPU/job; "
                   f"single p50 {res['single_p50_ms']:.3f} ms, client {res['single_client_us_per_call']:.0f} + "
-                  f"server {res['single_server_us_per_call']:.0f} us CPU/call", flush=True)  # fmt: skip
+                  f"server {res['single_server_us_per_call']:.0f} us CPU/call; drain {res['drain_per_s']:,.0f} jobs/s, "
+                  f"client {res['drain_client_us_per_job']:.1f} + server {res['drain_server_us_per_job']:.1f} us CPU/job",
+                  flush=True)  # fmt: skip
     return 0
 
 

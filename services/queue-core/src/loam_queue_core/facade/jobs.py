@@ -54,8 +54,10 @@ log = logging.getLogger(__name__)
 MAX_LEASE_BATCH = 1000
 MAX_BULK = 10_000
 #: a call touching at most this many jobs is small enough for its transaction to run on
-#: the event loop (`Store.transact(..., inline=True)`); larger ones go to the writer thread
-INLINE_JOBS = 64
+#: the event loop (`Store.transact(..., inline=True)`); larger ones go to the writer thread.
+#: A worker's lease of its free slots and prefetch (`loam.Worker`: 100 by default) with the
+#: completions it carries fits (decision 0050).
+INLINE_JOBS = 256
 
 #: A completion: (queue, job id, the lease's epoch, how it finished).
 Completion = tuple[str, str, int, Outcome]
