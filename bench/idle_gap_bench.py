@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -53,23 +54,32 @@ def pause(gap_s: float, spin: bool) -> None:
         time.sleep(gap_s)
 
 
+async def after_gaps(
+    call: Callable[[], Awaitable[object]], calls: int, gaps: list[float], spin: bool
+) -> dict[str, float]:
+    """Per gap (ms), the p50 (µs) of `calls` calls, each after a pause of that gap."""
+    for _ in range(calls):  # warm: the code has run, what it creates exists
+        await call()
+    out = {}
+    for gap in gaps:
+        took = []
+        for _ in range(calls):
+            pause(gap, spin)
+            t = time.perf_counter()
+            await call()
+            took.append(time.perf_counter() - t)
+        out[f"{gap * 1e3:g}"] = p50_us(took)
+    return out
+
+
 async def in_process(calls: int, gaps: list[float], spin: bool) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="loam-gap-") as d:
         store = open_store(f"lmdb://{d}/loam.lmdb")
         core = QueueCore(store)
         try:
-            for _ in range(calls):  # warm: the queue exists, the code has run
-                await core.jobs.enqueue("gap", "q", pb.TaskSpec(name="noop"))
-            out = {}
-            for gap in gaps:
-                took = []
-                for _ in range(calls):
-                    pause(gap, spin)
-                    t = time.perf_counter()
-                    await core.jobs.enqueue("gap", "q", pb.TaskSpec(name="noop"))
-                    took.append(time.perf_counter() - t)
-                out[f"{gap * 1e3:g}"] = p50_us(took)
-            return out
+            return await after_gaps(
+                lambda: core.jobs.enqueue("gap", "q", pb.TaskSpec(name="noop")), calls, gaps, spin
+            )
         finally:
             await store.close()
 
@@ -120,23 +130,12 @@ async def over_http(calls: int, gaps: list[float]) -> dict[str, dict[str, float]
             server.wait()
 
 
-def pure_python(calls: int, gaps: list[float], spin: bool) -> dict[str, float]:
-    def work() -> int:
+async def pure_python(calls: int, gaps: list[float], spin: bool) -> dict[str, float]:
+    async def work() -> int:  # awaited at once: nothing in it suspends
         d = {str(i): json.dumps({"a": i, "b": [i, i + 1]}) for i in range(300)}
         return len(d)
 
-    for _ in range(calls):
-        work()
-    out = {}
-    for gap in gaps:
-        took = []
-        for _ in range(calls):
-            pause(gap, spin)
-            t = time.perf_counter()
-            work()
-            took.append(time.perf_counter() - t)
-        out[f"{gap * 1e3:g}"] = p50_us(took)
-    return out
+    return await after_gaps(work, calls, gaps, spin)
 
 
 def main() -> None:
@@ -150,7 +149,7 @@ def main() -> None:
         "calls": args.calls,
         "gap_ms": [g * 1e3 for g in gaps],
         "spin": args.spin,
-        "pure_python_p50_us": pure_python(args.calls, gaps, args.spin),
+        "pure_python_p50_us": asyncio.run(pure_python(args.calls, gaps, args.spin)),
         "in_process_enqueue_p50_us": asyncio.run(in_process(args.calls, gaps, args.spin)),
         "over_http_enqueue": asyncio.run(over_http(args.calls, gaps)),
         "load_average": os.getloadavg()[0],
