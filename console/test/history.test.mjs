@@ -44,13 +44,20 @@ describe("metrics history", () => {
     for (const id of ["throughput", "failures", "depth", "latency"]) await page.locator(`[data-chart=${id}] canvas`).first().waitFor();
     // every job of the run falls in one step or another: the history adds up to it
     await page.locator("[data-testid=metrics-summary]").filter({ hasText: "30 completed, 5 failed attempts" }).waitFor();
-    // the run time percentiles come from the worker's completions (the core runs in loam dev)
-    const hasRunTimes = await page.evaluate(async (token) => {
+    // the run time percentiles come from the worker's completions (the core runs in loam dev);
+    // the core adds its observations to the store about once a second, so a sample may
+    // count the jobs before it sees their times: wait for a later one
+    const runTimesSeen = () => page.evaluate(async (token) => {
       const r = await fetch("/v1/queues/metered/metrics?range=1h", { headers: { authorization: `Bearer ${token}` } });
       // the leases and the completions may fall in different steps on a loaded machine
       const points = (await r.json()).points;
       return points.some((p) => p.run_p50_s !== null) && points.some((p) => p.wait_p99_s !== null);
     }, admin);
+    let hasRunTimes = await runTimesSeen();
+    for (const end = Date.now() + 15_000; !hasRunTimes && Date.now() < end; ) {
+      await new Promise((r) => setTimeout(r, 250));
+      hasRunTimes = await runTimesSeen();
+    }
     assert.ok(hasRunTimes, "no point has wait and run times");
     // new work shows up without a reload (the page follows the server's steps)
     await server.work(admin, "metered", 4, 0);

@@ -27,6 +27,7 @@ class App:
         self.direct_seen: list[bytes] = []
         self.release = asyncio.Event()
         self.polls: dict[bytes, str] = {}
+        self.order: list[str] = []  # polls cancelled and the lifespan's shutdown, in turn
 
     def direct_routes(self):
         async def handler(headers: dict[str, str], body: bytes):
@@ -50,6 +51,7 @@ class App:
                 await self.release.wait()
             except asyncio.CancelledError:
                 self.polls[body] = "cancelled"
+                self.order.append(f"poll {body.decode()} cancelled")
                 raise
             self.polls[body] = "answered"
             return 200, [(b"content-type", b"text/plain")], b"poll:" + body
@@ -61,6 +63,8 @@ class App:
         if scope["type"] == "lifespan":
             while True:
                 msg = await receive()
+                if msg["type"] == "lifespan.shutdown":
+                    self.order.append("lifespan shutdown")
                 await send({"type": msg["type"] + ".complete"})
                 if msg["type"] == "lifespan.shutdown":
                     return
@@ -288,6 +292,20 @@ async def test_shutdown_answers_the_request_in_flight_and_closes():
     await task
     writer.close()
     idle_writer.close()
+
+
+async def test_a_shutdown_ends_a_parked_long_poll_after_its_grace_period_before_the_app_stops():
+    app = App()
+    server, task, port = await start(app, timeout_graceful_shutdown=0.3)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/poll", b"parked"))
+    while b"parked" not in app.polls:
+        await asyncio.sleep(0.01)
+    server.should_exit = True
+    await asyncio.wait_for(task, 5)
+    assert app.order == ["poll parked cancelled", "lifespan shutdown"]
+    assert await asyncio.wait_for(reader.read(), 3) == b""  # closed, with no answer
+    writer.close()
 
 
 async def test_a_client_gone_mid_request_leaves_the_server_serving(served):

@@ -211,8 +211,11 @@ class DirectFront(asyncio.Protocol):
 
     Keep-alive, graceful shutdown and the server's request count are uvicorn's: the
     connection is in `server_state.connections` (shutdown closes it when idle, or after
-    the answer in flight), an idle connection closes after `timeout_keep_alive`, and
-    each answer counts towards `limit_max_requests`. A client that goes away while its
+    the answer in flight), its task is in `server_state.tasks` while a request runs (a
+    shutdown whose grace period ends cancels it, before the app's lifespan shutdown, as it
+    does uvicorn's request tasks: a parked long-poll ends there), an idle connection
+    closes after `timeout_keep_alive`, and each answer counts towards
+    `limit_max_requests`. A client that goes away while its
     request runs does not cancel it (as on uvicorn's protocol): the answer is dropped;
     unless its route is `cancel_on_close`: then the answer is cancelled."""
 
@@ -312,9 +315,11 @@ class DirectFront(asyncio.Protocol):
         self.request = (route.answer, headers, body, keep_alive)
         if self.task is None:
             self.task = self.loop.create_task(self._serve())
+            self.task.add_done_callback(self._ended)
         elif self.waiter is not None:
             self.waiter.set_result(None)
             self.waiter = None
+        self.server_state.tasks.add(self.task)
 
     def _parse_head(self, head: str) -> tuple[Route, dict[str, str], int] | None:
         """The route, headers and body length of a request head this protocol answers,
@@ -368,6 +373,7 @@ class DirectFront(asyncio.Protocol):
             if self.drained is not None:
                 await self.drained  # the client is not reading: read no more meanwhile
             self.busy = False
+            self.server_state.tasks.discard(self.task)  # type: ignore[arg-type]
             if not self.reading:
                 self.reading = True
                 transport.resume_reading()
@@ -378,6 +384,11 @@ class DirectFront(asyncio.Protocol):
                 self._idle()
                 self.waiter = self.loop.create_future()
                 await self.waiter
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self.server_state.tasks.discard(task)
+        if task.cancelled() and self.transport is not None and not self.transport.is_closing():
+            self.transport.close()  # cancelled by a shutdown: its answer will not come
 
     # -- keep-alive --------------------------------------------------------------------
     def _idle(self) -> None:
