@@ -29,8 +29,8 @@ serve goes to the ASGI app). A `cancel_on_close` route's answer is cancelled whe
 client closes the connection while it runs: a long-poll, whose wait must end with its
 client (a parked lease of a closed connection takes no jobs). `DirectFront` answers such
 routes; `DirectHttpProtocol` leaves them to the ASGI app, which watches for the client's
-`http.disconnect` itself. `headers` are the request's, by lower-case name (the last of a repeated
-one wins), a `LowerCaseHeaders` as the gateway's `header_dict` gives them.
+`http.disconnect` itself. `headers` are the request's, by lower-case name (the last of a
+repeated one wins), a `LowerCaseHeaders` as the gateway's `header_dict` gives them.
 """
 
 from __future__ import annotations
@@ -215,9 +215,9 @@ class DirectFront(asyncio.Protocol):
     shutdown whose grace period ends cancels it, before the app's lifespan shutdown, as it
     does uvicorn's request tasks: a parked long-poll ends there), an idle connection
     closes after `timeout_keep_alive`, and each answer counts towards
-    `limit_max_requests`. A client that goes away while its
-    request runs does not cancel it (as on uvicorn's protocol): the answer is dropped;
-    unless its route is `cancel_on_close`: then the answer is cancelled."""
+    `limit_max_requests`. A client that goes away while its request runs does not cancel
+    it (as on uvicorn's protocol): the answer is dropped; unless its route is
+    `cancel_on_close`: then the answer is cancelled."""
 
     routes: Mapping[str, Route] = {}
     max_body = 0

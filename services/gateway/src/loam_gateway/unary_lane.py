@@ -112,14 +112,14 @@ class UnaryLane:
             if body is None:
                 return  # the client went away before its request was whole
             request = decode_message(codec, body, endpoint.method.input)
-            if path in _LONG_POLL and request.wait_ns and (receive is not None or ctx.timeout_ms is not None):
-                if receive is None:  # answered directly: the HTTP server cancels it if the client leaves
-                    async with asyncio.timeout(ctx.timeout_ms / 1000):  # type: ignore[operator]
-                        response = await endpoint.function(request, ctx)
-                else:
-                    response = await _unless_disconnected(
-                        endpoint.function(request, ctx), receive, ctx.timeout_ms
-                    )
+            waits = path in _LONG_POLL and request.wait_ns
+            if waits and receive is not None:
+                response = await _unless_disconnected(
+                    endpoint.function(request, ctx), receive, ctx.timeout_ms
+                )
+            elif waits:  # answered directly: the HTTP server cancels it if the client leaves
+                async with asyncio.timeout(None if ctx.timeout_ms is None else ctx.timeout_ms / 1000):
+                    response = await endpoint.function(request, ctx)
             else:
                 # No deadline scope here: these calls do not wait on anything but the
                 # store, and a client past its deadline has already stopped waiting.
