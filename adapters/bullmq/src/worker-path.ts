@@ -1,8 +1,8 @@
 /**
  * The worker's hot path: leases prefetched and handed to BullMQ's moveToActive one at a
- * time, and completions from concurrent moveToFinished calls coalesced into one
- * CompleteBatch per round trip (a batch leaves at once when none is in flight; the calls
- * that arrive meanwhile go in the next one). BullMQ's worker token maps to the Loam lease
+ * time, and completions from concurrent moveToFinished calls coalesced into CompleteBatch
+ * calls, two in flight (a batch leaves at once when a lane is free; the calls that arrive
+ * meanwhile go in the next one). BullMQ's worker token maps to the Loam lease
  * token (queue, job id, epoch) here, in the backend's memory.
  */
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
@@ -52,6 +52,12 @@ export class CompleteFailed extends Error {
 }
 
 const MAX_BATCH = 1000;
+/**
+ * CompleteBatch calls in flight at once. With one, a worker at concurrency 50 and the
+ * server took turns: 50 completions out, 50 leases back, 50 handlers run while the server
+ * waited (bench/README.md, "Two completion batches in flight").
+ */
+const COMPLETE_LANES = 2;
 
 interface Completion {
   item: CompleteInit;
@@ -70,9 +76,9 @@ export interface Finished {
 }
 
 /**
- * Coalesces Complete calls: at most one CompleteBatch in flight per client. A batch
- * whose completions fetch next (moveToFinished with fetchNext) also leases, in the same
- * call, the slots they free for the worker with the most of them.
+ * Coalesces Complete calls: at most COMPLETE_LANES CompleteBatch calls in flight per
+ * client. A batch whose completions fetch next (moveToFinished with fetchNext) also
+ * leases, in the same call, the free slots of the worker with the most of them.
  */
 export class Completer {
   private readonly batches: Coalescer<Completion, Finished>;
@@ -80,12 +86,14 @@ export class Completer {
   constructor(client: JobsClient) {
     this.batches = new Coalescer<Completion, Finished>(MAX_BATCH, "CompleteBatch", async (batch) => {
       const fetcher = busiest(batch);
-      const lease = fetcher?.reserve();
+      const own = batch.filter((c) => c.refill === fetcher).length;
+      const lease = fetcher?.reserve(own);
       let res;
       try {
         res = await client.completeBatch({ items: batch.map((c) => c.item), lease });
       } finally {
-        if (lease) fetcher!.unreserve(lease.max!);
+        if (lease) fetcher!.unreserve(lease.max! - own);
+        for (const c of batch) if (c.refill) c.refill.settling--;
       }
       if (lease) fetcher!.accept(res.leases);
       const drained = !!lease && res.leases.length < lease.max!;
@@ -97,10 +105,11 @@ export class Completer {
         if (r?.case === "error") return new CompleteFailed(r.value.code, r.value.message);
         return undefined;
       });
-    });
+    }, COMPLETE_LANES);
   }
 
   complete(item: CompleteInit, refill?: Fetcher): Promise<Finished> {
+    if (refill) refill.settling++;
     return this.batches.add({ item, refill });
   }
 }
@@ -144,6 +153,11 @@ const END_WAIT_GRACE_MS = 2_000;
 export class Fetcher {
   private buffer: Buffered[] = [];
   private reserved = 0; // slots asked for by a CompleteBatch in flight
+  /**
+   * Completions that fetch next for this worker, sent or waiting to be: BullMQ no longer
+   * holds their jobs, but the server does until their batch commits.
+   */
+  settling = 0;
   private inflight: Promise<void> | null = null; // a Lease that does not wait
   private blockingInflight: Promise<void> | null = null; // wait()'s long poll
   private abort: AbortController | null = null;
@@ -160,20 +174,27 @@ export class Fetcher {
     return this.buffer.length;
   }
 
-  /** The worker's free slots: its concurrency less what it holds, has buffered or has asked for. */
+  /**
+   * The worker's free slots: its concurrency less what it holds, has buffered, has asked
+   * for or is settling (the server counts those jobs active until their batch commits).
+   */
   private free(): number {
-    return this.o.concurrency() - this.o.handedOut() - this.buffer.length - this.reserved;
+    return this.o.concurrency() - this.o.handedOut() - this.buffer.length - this.reserved - this.settling;
   }
 
   private want(): number {
     return Math.max(1, this.free());
   }
 
-  /** A Lease for a CompleteBatch to carry: every free slot, held until unreserve(). */
-  reserve(): MessageInitShape<typeof LeaseRequestSchema> | undefined {
-    const max = this.free();
+  /**
+   * A Lease for a CompleteBatch carrying `own` of this worker's settling completions:
+   * their slots (the batch commits them before it leases) and the free ones, which are
+   * held until unreserve(max - own).
+   */
+  reserve(own: number): MessageInitShape<typeof LeaseRequestSchema> | undefined {
+    const max = this.free() + own;
     if (max <= 0 || this.closed) return undefined;
-    this.reserved += max;
+    this.reserved += max - own;
     return { queues: [this.o.queue], worker: this.o.worker, max, visibilityNs: this.o.visibilityNs };
   }
 
