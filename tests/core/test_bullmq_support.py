@@ -17,10 +17,17 @@ from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, job_admin
 from loam_common.jobs import states as S
 from loam_common.jobs.complete import Fail, Ok, Release, Retry, WaitChildren
-from loam_queue_core.rpc import CoreRpc
+from loam_queue_core.rpc import CoreRpc, fill_lease
 
 NS = "acme"
 SEC = 1_000_000_000
+
+
+def lease_of(job: pb.Job) -> J.Lease:
+    """The Lease a worker receives for `job`."""
+    lease = J.Lease()
+    fill_lease(lease, job)
+    return lease
 
 
 def task(name: str = "t") -> pb.TaskSpec:
@@ -247,8 +254,6 @@ async def test_the_finish_that_empties_a_queue_emits_drained(core, events_of):
 
 
 async def test_a_deferred_stalled_failure_rides_on_the_next_lease(core, configure, clock, sweep, job_of):
-    from loam_queue_core.rpc import lease_from_job
-
     await configure("q", ns=NS, max_stalled=0, defer_stalled_failure=True)
     r = await core.jobs.enqueue(NS, "q", task())
     await core.jobs.lease(NS, ["q"], "w", 1, 0, None, SEC)
@@ -257,7 +262,7 @@ async def test_a_deferred_stalled_failure_rides_on_the_next_lease(core, configur
     job = await job_of(r.job_id)
     assert (job.state, job.deferred_failure) == (S.WAITING, "job stalled more than allowable limit")
     [again] = await core.jobs.lease(NS, ["q"], "w", 1)
-    assert lease_from_job(again).deferred_failure == "job stalled more than allowable limit"
+    assert lease_of(again).deferred_failure == "job stalled more than allowable limit"
 
 
 async def test_skip_stalled_check_leaves_an_expired_lease_to_its_worker(
@@ -299,15 +304,13 @@ async def test_a_negative_stalled_interval_is_refused(core, store):
 
 
 async def test_a_retry_that_resets_the_attempts_marks_the_epoch_and_leases_carry_it(core, store):
-    from loam_queue_core.rpc import lease_from_job
-
     r = await core.jobs.enqueue(NS, "q", task())
     [job] = await core.jobs.lease(NS, ["q"], "w", 1)
     await core.jobs.complete(NS, "q", job.id, job.epoch, Fail(pb.JobError(code="e", message="boom")))
     reset = await store.transact(job_admin.job_retry, NS, "q", r.job_id)
     assert reset.retry_epoch == job.epoch  # leases after this one are the new starts
     [again] = await core.jobs.lease(NS, ["q"], "w", 1)
-    lease = lease_from_job(again)
+    lease = lease_of(again)
     assert (lease.retry_epoch, lease.token.epoch) == (job.epoch, job.epoch + 1)
     assert lease.last_error.message == "boom"  # a retried job brings its last error
 
