@@ -144,6 +144,17 @@ def _task(data: bytes) -> pb.TaskSpec:
     return pb.TaskSpec(name=TASK_NAME, payload=pb.Payload(data=data, content_type="application/octet-stream"))
 
 
+def _bullmq_job(i: int) -> tuple[pb.TaskSpec, pb.EnqueueOpts]:
+    """A job as @loam/bullmq sends a plain `queue.add(name, data)`: JSON data, BullMQ's
+    options and timestamp in headers, a key from the queue's counter, one attempt."""
+    task = pb.TaskSpec(
+        name=TASK_NAME, payload=pb.Payload(data=b'{"i":%d}' % i, content_type="application/json")
+    )
+    task.headers["bullmq-opts"] = '{"attempts":1}'
+    task.headers["bullmq-ts"] = "1733400000000"
+    return task, pb.EnqueueOpts(job_key_from_counter=True, attempts=1)
+
+
 class WriterStats:
     """Wraps the store's group-commit writer: how many batches, how many calls per batch,
     and the writer thread's CPU time (time.thread_time counts only that thread)."""
@@ -274,7 +285,10 @@ class Bench:
         left = n
         while left > 0:
             k = min(batch, left)
-            jobs = [(_task(self.data), None) for _ in range(k)]
+            if self.args.bullmq_jobs:
+                jobs = [_bullmq_job(i) for i in range(k)]
+            else:
+                jobs = [(_task(self.data), None) for _ in range(k)]
             t0 = time.perf_counter()
             await core.jobs.enqueue_bulk(NS, QUEUE, jobs)
             spent += time.perf_counter() - t0
@@ -697,6 +711,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--counts-samples", type=int, default=50, help="Counts calls timed per level (default 50)")
     p.add_argument("--payload", type=int, default=100, help="payload bytes per job (default 100)")
+    p.add_argument(
+        "--bullmq-jobs",
+        action="store_true",
+        help="bulk and backlog fills enqueue jobs as @loam/bullmq sends them (options, headers)",
+    )
     p.add_argument(
         "--repeat",
         type=int,

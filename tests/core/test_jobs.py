@@ -1109,6 +1109,28 @@ async def test_lease_on_an_unknown_queue_creates_nothing(core, store):
     assert await stored(store) == []
 
 
+@pytest.mark.parametrize(
+    ("opts", "field"),
+    [
+        # only options that are checked alone (BullMQ's and the SDK's usual jobs)
+        (pb.EnqueueOpts(job_key_from_counter=True, attempts=validate.MAX_ATTEMPTS + 1), "attempts"),
+        (pb.EnqueueOpts(job_key="k" * 1025, job_key_keeps_first=True, attempts=1), "job_key"),
+        (pb.EnqueueOpts(job_key="k", idempotency=pb.Idempotency(key="")), "idempotency.key"),
+        (pb.EnqueueOpts(idempotency=pb.Idempotency(key="i", ttl_ns=-1)), "idempotency.ttl_ns"),
+        # with one more option, the rest are checked too
+        (pb.EnqueueOpts(job_key_from_counter=True, lifo=True, priority=1), "lifo"),
+        (pb.EnqueueOpts(attempts=1, timeout_ns=1, visibility_ns=2), "visibility_ns"),
+    ],
+)
+async def test_bulk_enqueue_checks_the_options_each_job_sets(core, jobs_of, opts, field):
+    with pytest.raises(InvalidArgument) as ei:
+        await core.jobs.enqueue_bulk(
+            NS, "q", [(task(), pb.EnqueueOpts(job_key_from_counter=True)), (task(), opts)]
+        )
+    assert ei.value.field == f"jobs[1].opts.{field}"
+    assert await jobs_of() == {}
+
+
 async def test_bulk_enqueue_refuses_bad_input_whole_and_isolates_key_clashes(core, jobs_of, check_invariants):
     with pytest.raises(InvalidArgument) as ei:
         await core.jobs.enqueue_bulk(NS, "q", [(task(), None), (task(), pb.EnqueueOpts(priority=2**22))])

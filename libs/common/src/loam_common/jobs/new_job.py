@@ -54,14 +54,26 @@ def request_hash(task: pb.TaskSpec, opts: pb.EnqueueOpts) -> bytes:
     return h.digest()
 
 
+#: Options checked alone: with no other field set, the checks of the rest (of fields at
+#: their defaults) pass, so a job with only these set (the SDK's default, an idempotency
+#: key; BullMQ's, a key or a counter and attempts) skips them. A bulk call checks per job.
+_CHECKED_ALONE = frozenset(
+    {"idempotency", "job_key", "job_key_from_counter", "job_key_keeps_first", "attempts", "retention", "lifo"}
+)
+
+
 def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
     """Refuse contradictory or out-of-range options before any transaction."""
     present = opts.ListFields()
-    if not present or (len(present) == 1 and present[0][0].name == "idempotency"):
-        # The common job (the SDK's default: an idempotency key, nothing else): every
-        # other check below is of a field at its default, which passes. A bulk call
-        # makes this check per job.
-        if present:
+    if not present:
+        return
+    names = {fd.name for fd, _ in present}
+    if names <= _CHECKED_ALONE:
+        if "attempts" in names:
+            validate.attempts(f"{field}.attempts", opts.attempts)
+        if "job_key" in names:
+            validate.text(f"{field}.job_key", opts.job_key, 1024)
+        if "idempotency" in names:
             _check_idempotency(opts, field)
         return
     if opts.priority > validate.PRIORITY_LIMIT:

@@ -27,18 +27,19 @@ class Payloads:
         each its id and move payloads over the inline limit to the blob store. `items`
         are (task, opts, the field name errors use)."""
         validate.name("queue", queue)
-        for task, opts, field in items:
+        limit = self.payload_limit
+        news = []
+        for (task, opts, field), job_id in zip(items, ids.new_ulids(len(items)), strict=True):
             validate.text(f"{field}.name", task.name, 256, allow_empty=False)
             check_opts(opts, f"{field}.opts")
-            size = len(task.payload.data)
-            if size > self.payload_limit:
-                raise PayloadTooLarge(size, self.payload_limit)
-            if task.payload.blob_ref:
+            payload = task.payload  # each access to a sub-message builds a wrapper: take it once
+            size = len(payload.data)
+            if size > limit:
+                raise PayloadTooLarge(size, limit)
+            if payload.blob_ref:
                 raise InvalidArgument(f"{field}.payload.blob_ref", "is set by the server; send the data")
-            validate.json_payload(f"{field}.payload.data", task.payload)
-        news = []
-        for (task, opts, _field), job_id in zip(items, ids.new_ulids(len(items)), strict=True):
-            task.payload.size = len(task.payload.data)
+            validate.json_payload(f"{field}.payload.data", payload)
+            payload.size = size
             news.append(NewJob(job_id, task, opts))
         if self.blobs is not None:
             try:
