@@ -131,8 +131,11 @@ def iteration_from_proto(req: J.ScheduleRequest) -> schedules.Iteration:
     )
 
 
-def enqueued(r: Enqueued) -> J.Enqueued:
-    return J.Enqueued(job=r.job_id, created=r.created, state=r.state, job_key=r.job_key, dropped=r.dropped)
+def fill_enqueued(e: J.Enqueued, r: Enqueued) -> None:
+    """Write `r` into `e`, a response's own field (in place: an `Enqueued(...)` passed
+    to a response is copied)."""
+    e.job, e.created, e.state, e.job_key, e.dropped = r.job_id, r.created, r.state, r.job_key, r.dropped
+    e.SetInParent()
 
 
 def write_from_proto(item: J.WriteItem, i: int) -> tuple:
@@ -150,7 +153,9 @@ def write_from_proto(item: J.WriteItem, i: int) -> tuple:
 
 def write_outcome(r: Any) -> J.WriteOutcome:
     if isinstance(r, Enqueued):
-        return J.WriteOutcome(enqueued=enqueued(r))
+        out = J.WriteOutcome()
+        fill_enqueued(out.enqueued, r)
+        return out
     if isinstance(r, Canceled):
         return J.WriteOutcome(canceled=J.WriteOutcome.Canceled(job=r.job_id))
     return J.WriteOutcome(result_stored=J.WriteOutcome.ResultStored(key=r.key))
@@ -167,16 +172,19 @@ class CoreRpc(AnswersUnimplemented):
     # -- producing -------------------------------------------------------------------
     async def enqueue(self, ns: Namespace, req: J.EnqueueRequest) -> J.EnqueueResponse:
         r = await self.core.jobs.enqueue(ns, req.queue, req.task, req.opts if req.HasField("opts") else None)
-        return J.EnqueueResponse(enqueued=enqueued(r))
+        out = J.EnqueueResponse()
+        fill_enqueued(out.enqueued, r)
+        return out
 
     async def enqueue_bulk(self, ns: Namespace, req: J.EnqueueBulkRequest) -> J.EnqueueBulkResponse:
         items = [(i.task, i.opts if i.HasField("opts") else None) for i in req.jobs]
         out = J.EnqueueBulkResponse()
+        add = out.results.add
         for r in await self.core.jobs.enqueue_bulk(ns, req.queue, items):
             if isinstance(r, Enqueued):
-                out.results.add(enqueued=enqueued(r))
+                fill_enqueued(add().enqueued, r)
             else:
-                out.results.add(error=item_error(r))
+                add(error=item_error(r))
         return out
 
     async def write_batch(self, ns: Namespace, req: J.WriteBatchRequest) -> J.WriteBatchResponse:
@@ -436,7 +444,7 @@ class CoreRpc(AnswersUnimplemented):
         out = J.ExchangePublishResponse()
         for queue, r in routed:
             if isinstance(r, Enqueued):
-                out.routed.add(queue=queue).result.enqueued.CopyFrom(enqueued(r))
+                fill_enqueued(out.routed.add(queue=queue).result.enqueued, r)
             else:
                 out.routed.add(queue=queue).result.error.CopyFrom(item_error(r))
         return out
