@@ -85,8 +85,7 @@ export class Completer {
 
   constructor(client: JobsClient) {
     this.batches = new Coalescer<Completion, Finished>(MAX_BATCH, "CompleteBatch", async (batch) => {
-      const fetcher = busiest(batch);
-      const own = batch.filter((c) => c.refill === fetcher).length;
+      const { fetcher, own } = busiest(batch);
       const lease = fetcher?.reserve(own);
       let res;
       try {
@@ -114,17 +113,18 @@ export class Completer {
   }
 }
 
-/** The fetcher most of a batch's completions fetch next for. */
-function busiest(batch: Completion[]): Fetcher | undefined {
+/** The fetcher most of a batch's completions fetch next for, and how many do. */
+function busiest(batch: Completion[]): { fetcher?: Fetcher; own: number } {
   const n = new Map<Fetcher, number>();
-  let best: Fetcher | undefined;
+  let fetcher: Fetcher | undefined;
+  let own = 0;
   for (const { refill } of batch) {
     if (!refill || refill.closed) continue;
     const c = (n.get(refill) ?? 0) + 1;
     n.set(refill, c);
-    if (!best || c > n.get(best)!) best = refill;
+    if (c > own) [fetcher, own] = [refill, c];
   }
-  return best;
+  return { fetcher, own };
 }
 
 export interface FetcherOptions {
