@@ -25,6 +25,7 @@ class App:
 
     def __init__(self) -> None:
         self.direct_seen: list[bytes] = []
+        self.headers_seen: list[dict[str, str]] = []  # as each direct request arrived
         self.release = asyncio.Event()
         self.polls: dict[bytes, str] = {}
         self.order: list[str] = []  # polls cancelled and the lifespan's shutdown, in turn
@@ -32,6 +33,8 @@ class App:
     def direct_routes(self):
         async def handler(headers: dict[str, str], body: bytes):
             self.direct_seen.append(body)
+            self.headers_seen.append(dict(headers))
+            headers["authorization"] = "Bearer added-by-the-handler"  # as the durable envelope's `head.auth`
             if body == b"boom":
                 raise RuntimeError("boom")
             if body == b"slow":
@@ -162,6 +165,25 @@ async def test_a_route_takes_only_the_headers_it_serves(served):
     assert (await read_response(reader))[2] == b"asgi:POST /json-only x"
     assert app.direct_seen == [b"{}"]
     writer.close()
+
+
+async def test_a_head_seen_before_is_read_the_same_and_its_headers_are_each_requests_own(served):
+    """Heads are kept parsed (`DirectFront.heads`): the same head again, on the same or
+    another connection, is answered the same way, its handler gets a fresh header dict
+    (what one request's handler added is not in the next one's), and a head that is not
+    a direct route's goes to the ASGI app each time."""
+    app, port = served
+    for _ in range(2):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for body in (b"a", b"b"):  # the same head: the same length
+            writer.write(post("/json-only", body, "content-type: application/json"))
+            assert (await read_response(reader))[2] == b"direct:" + body
+        writer.write(post("/json-only", b"c", "content-type: text/plain"))
+        assert (await read_response(reader))[2] == b"asgi:POST /json-only c"
+        writer.close()
+    assert app.direct_seen == [b"a", b"b"] * 2
+    assert [h.get("authorization") for h in app.headers_seen] == [None] * 4
+    assert all(h["content-type"] == "application/json" and h["content-length"] == "1" for h in app.headers_seen)
 
 
 async def test_connection_close_and_http_1_0_close_after_the_answer(served):

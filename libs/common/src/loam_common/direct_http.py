@@ -187,6 +187,11 @@ def _response(
     return b"".join(out)
 
 
+#: Distinct request heads a protocol class keeps parsed; past that it starts again (a
+#: client whose every head differs costs one parse a request, as with no cache at all).
+MAX_HEADS_KEPT = 1024
+_UNSEEN = object()
+
 #: A request head longer than this, or one that is not complete by then, is not a
 #: direct route's: uvicorn's protocol takes the connection and applies its own limits.
 MAX_HEAD = 16 * 1024
@@ -222,6 +227,14 @@ class DirectFront(asyncio.Protocol):
     routes: Mapping[str, Route] = {}
     max_body = 0
     fallback: type[HttpToolsProtocol] = HttpToolsProtocol
+    #: Request heads already parsed, and what `_parse_head` made of them (the same for
+    #: every connection of this class). A client sends the same head again and again, but
+    #: for its `Content-Length`: a dict lookup then stands in for the parse.
+    heads: dict[bytes, tuple[Route, dict[str, str], int] | None] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.heads = {}  # a class's own: what a head means depends on its routes
 
     def __init__(
         self,
@@ -300,11 +313,18 @@ class DirectFront(asyncio.Protocol):
             ):
                 self._hand_over()
             return
-        parsed = self._parse_head(buffer[:end].decode("latin-1"))
+        head = buffer[:end]
+        parsed = self.heads.get(head, _UNSEEN)
+        if parsed is _UNSEEN:
+            parsed = self._parse_head(head.decode("latin-1"))
+            if len(self.heads) >= MAX_HEADS_KEPT:
+                self.heads.clear()
+            self.heads[head] = parsed
         if parsed is None:
             self._hand_over()
             return
         route, headers, length = parsed
+        headers = LowerCaseHeaders(headers)  # the handler's own: it may add to them
         start = end + 4
         if len(buffer) < start + length:
             return  # the body is still arriving
@@ -439,7 +459,9 @@ def direct_protocol(routes: Mapping[str, Route], max_body: int) -> type[DirectFr
     answered = {path.encode("ascii"): route for path, route in routes.items() if not route.cancel_on_close}
     fallback = type("DirectHttpProtocol", (DirectHttpProtocol,), {"routes": answered, "max_body": max_body})
     return type(
-        "DirectFront", (DirectFront,), {"routes": dict(routes), "max_body": max_body, "fallback": fallback}
+        "DirectFront",
+        (DirectFront,),
+        {"routes": dict(routes), "max_body": max_body, "fallback": fallback},
     )
 
 
