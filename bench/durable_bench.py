@@ -6,7 +6,9 @@ W worker processes of the stock Python SDK (resonate-sdk) against a fresh `loam 
 Reports steps/s (wall clock from the first dispatch to the last result), the server's
 CPU per step (user + system time of the `loam dev` process tree, read from /proc before
 and after, as bench/drivers/procstat.py does for jobs) and the workers' CPU per step,
-which tells whether the server or the SDK is the limit. Then, on an idle server, the
+which tells whether the server or the SDK is the limit, and `speed_probe_us`: what a
+fixed piece of pure-Python work took meanwhile (procstat.SpeedProbe), to compare runs
+made in different hours of a shared machine by. Then, on an idle server, the
 latency a durable step adds: workflows run one at a time, alternately with 10 steps and
 with none, and the added latency per step is (p50 with 10 - p50 with 0) / 10. The same
 work in a plain job is 10 calls of a no-op function inside the handler, which add
@@ -128,6 +130,7 @@ def main() -> int:
             assert "worker ready" in w.stdout.readline()  # type: ignore[union-attr]
         time.sleep(1.0)  # their push streams connect in the background
         asyncio.run(drive(url, min(args.workflows, 20)))  # warm up
+        probe = procstat.SpeedProbe()
         server_before = procstat.tree_cpu([server.proc.pid])
         workers_before = procstat.tree_cpu([w.pid for w in workers])
         elapsed = asyncio.run(drive(url, args.workflows, args.steps))
@@ -142,6 +145,7 @@ def main() -> int:
             "workflows_per_s": round(args.workflows / elapsed, 1),
             "server_cpu_us_per_workflow": round(server_cpu / args.workflows * 1e6, 1),
             "cores": os.cpu_count(),
+            "speed_probe_us": probe.stop(),
         }
         if steps:
             report |= {

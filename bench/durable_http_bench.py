@@ -8,7 +8,8 @@ without the SDK's other requests (acquire, heartbeats, listeners, fulfil) and pu
 
     .venv/bin/python bench/durable_http_bench.py [--steps 4000] [--callers 8]
 
-Prints one JSON object: `server_cpu_us_per_step`, `steps_per_s`, the load average.
+Prints one JSON object: `server_cpu_us_per_step`, `steps_per_s`, the load average and
+`speed_probe_us` (procstat.SpeedProbe: how fast the machine ran Python meanwhile).
 """
 
 from __future__ import annotations
@@ -63,13 +64,15 @@ async def drive(url: str, pid: int, steps: int, callers: int) -> dict:
     async with aiohttp.ClientSession() as http:
         await asyncio.gather(*(workflow(http, url, f"warm{i}", 20) for i in range(callers)))
         per = steps // callers
+        probe = procstat.SpeedProbe()
         before, start = procstat.tree_cpu([pid]), time.perf_counter()
         await asyncio.gather(*(workflow(http, url, f"wf{i}", per) for i in range(callers)))
         elapsed = time.perf_counter() - start
         cpu = procstat.busy_cpu(before, procstat.tree_cpu([pid]))
     n = per * callers
     return {"steps": n, "callers": callers, "server_cpu_us_per_step": round(cpu / n * 1e6, 1),
-            "steps_per_s": round(n / elapsed, 1), "load_average": os.getloadavg()[0]}  # fmt: skip
+            "steps_per_s": round(n / elapsed, 1), "load_average": os.getloadavg()[0],
+            "speed_probe_us": probe.stop()}  # fmt: skip
 
 
 def main() -> int:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 import socket
+import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Iterable
 
@@ -123,3 +126,37 @@ def settle_named(
             break
         prev = cur
     return time.monotonic() - t0, {k: round(v, 1) for k, v in used.items()}
+
+
+# A fixed piece of pure-Python work (dict, string and call traffic, as a server's request
+# handling is), timed by its own process's CPU clock every half second (~1 % of a core).
+_PROBE = """
+import sys, time
+def work():
+    d = {}
+    for i in range(4000):
+        k = "k%d" % (i & 255)
+        d[k] = d.get(k, 0) + len(k)
+    return len(d)
+work()
+while True:
+    t = time.process_time(); work(); print(round((time.process_time() - t) * 1e6), flush=True)
+    time.sleep(0.5)
+"""
+
+
+class SpeedProbe:
+    """How fast the machine runs Python while a benchmark runs: a child process times the
+    same small piece of work every half second. On a shared VM the CPU a given piece of
+    code takes can change by 2x from one minute to the next with nothing else running
+    here (bench/README.md), so a CPU figure from one run compares with another run's only
+    next to this one. `stop()` gives the median µs of the work over the run."""
+
+    def __init__(self) -> None:
+        self._proc = subprocess.Popen([sys.executable, "-c", _PROBE], stdout=subprocess.PIPE, text=True)
+
+    def stop(self) -> float | None:
+        self._proc.terminate()
+        out, _ = self._proc.communicate()
+        times = [int(line) for line in out.split() if line.isdigit()]
+        return round(statistics.median(times)) if times else None
