@@ -342,6 +342,12 @@ class Bench:
         async with self.fresh_core("lease") as (core, store):
             await self.fill(core, n)
             done = 0
+            keep = self.args.keep_age
+            # @loam/bullmq's completion of a job with removeOnComplete {age}: the age and the worker's clock
+            keep_age = pb.Retention(completed_age_ns=int(keep * 1e9)) if keep else None
+
+            def ok() -> Ok:
+                return Ok(retention=keep_age, clock_ns=time.time_ns()) if keep_age else Ok()
 
             async def worker(name: str) -> None:
                 nonlocal done
@@ -349,7 +355,7 @@ class Bench:
                     jobs = await core.jobs.lease(NS, [QUEUE], name, batch)
                     if not jobs:
                         return
-                    res = await core.jobs.complete_many(NS, [(QUEUE, j.id, j.epoch, Ok()) for j in jobs])
+                    res = await core.jobs.complete_many(NS, [(QUEUE, j.id, j.epoch, ok()) for j in jobs])
                     done += len(res)
 
             with self.profiled("lease", n):
@@ -715,6 +721,13 @@ def main(argv: list[str] | None = None) -> int:
         "--bullmq-jobs",
         action="store_true",
         help="bulk and backlog fills enqueue jobs as @loam/bullmq sends them (options, headers)",
+    )
+    p.add_argument(
+        "--keep-age",
+        type=float,
+        default=0,
+        help="the lease scenario completes jobs as @loam/bullmq does for removeOnComplete {age: S}: "
+        "that age and the worker's clock (default: plain completions)",
     )
     p.add_argument(
         "--repeat",

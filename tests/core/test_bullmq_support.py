@@ -202,6 +202,42 @@ async def test_retention_ages_go_by_the_workers_clock_when_the_outcome_brings_it
     assert len(await jobs_of()) == 4
 
 
+async def test_one_finish_by_the_workers_clock_removes_every_job_past_the_age(
+    core, clock, jobs_of, check_invariants
+):
+    """Ages judged by the worker's clock: a finish that brings a clock far ahead removes
+    every older job at once (more than one page of the index), oldest first, and stops at
+    the first job finished within the age."""
+    keep_100s = pb.Retention(completed_age_ns=100 * SEC)
+    for i in range(25):
+        await core.jobs.enqueue(NS, "q", task())
+        [job] = await core.jobs.lease(NS, ["q"], "w", 1)
+        # 20 jobs finished at 1..20 s, the next four at 301..304 s by the worker's clock
+        at = (i + 1) * SEC if i < 20 else (281 + i) * SEC
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Ok(retention=keep_100s, clock_ns=at))
+        clock.advance(SEC // 1000)  # the store's clock orders the index
+    left = await jobs_of()
+    # the 21st finish (301 s) removed the 20 jobs older than 201 s; none since was due
+    assert sorted(j.finished_ns // SEC for j in left.values()) == [301, 302, 303, 304, 305]
+    await check_invariants()
+
+
+async def test_a_finished_job_records_the_workers_clock_when_the_outcome_brings_it(core, job_of):
+    """BullMQ's finishedOn is the worker's timestamp: a completion or a failure that
+    brings the worker's clock records it as the job's finished time; one that does not,
+    the store's."""
+    finished = {}
+    for name, outcome in (("ok", Ok(clock_ns=7 * SEC)), ("fail", Fail(pb.JobError(code="x"), clock_ns=9 * SEC)),
+                          ("store", Ok())):  # fmt: skip
+        r = await core.jobs.enqueue(NS, "q", task())
+        [job] = await core.jobs.lease(NS, ["q"], "w", 1)
+        await core.jobs.complete(NS, "q", job.id, job.epoch, outcome)
+        stored = await job_of(r.job_id)
+        finished[name] = (S.name(stored.state), stored.finished_ns)
+    assert finished["ok"] == ("completed", 7 * SEC) and finished["fail"] == ("failed", 9 * SEC)
+    assert finished["store"][0] == "completed" and finished["store"][1] not in (0, 7 * SEC, 9 * SEC)
+
+
 async def test_rate_limit_for_blocks_leases_and_zero_lifts_it(core, store, clock):
     await core.jobs.enqueue(NS, "q", task())
     await store.transact(admin.queue_rate_limit_for, NS, "q", 2 * SEC)

@@ -6,7 +6,7 @@
  *   BENCH_JOBS=50000 npm run bench
  *
  * LOAM_URL (or its alias LOAM_JOBS_URL) uses a running server instead; REDIS_URL (redis://host:port) a running
- * Redis; BENCH_REDIS=0 skips Redis.
+ * Redis; BENCH_REDIS=0 skips Redis; BENCH_KEEP_AGE=3600 adds the jobs with removeOnComplete { age: 3600 }.
  */
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -23,6 +23,10 @@ const CHUNK = 1000;
 // BENCH_SKIP_STALLED=1: the drain worker skips BullMQ's stalled check (on Loam that check
 // only reports the server's stall events, read from a Watch stream of the queue).
 const SKIP_STALLED = process.env.BENCH_SKIP_STALLED === "1";
+// BENCH_KEEP_AGE=S: jobs are added with removeOnComplete { age: S } (kept S seconds), a
+// common production setting; the worker then completes each with its clock.
+const KEEP_AGE = Number(process.env.BENCH_KEEP_AGE ?? 0);
+const JOB_OPTS = KEEP_AGE > 0 ? { removeOnComplete: { age: KEEP_AGE } } : undefined;
 
 interface Figures {
   backend: string;
@@ -45,7 +49,7 @@ async function run(label: string, connection: any, factory?: BackendFactory<any,
   // Bulk add
   const t0 = performance.now();
   for (let i = 0; i < N; i += CHUNK) {
-    await queue.addBulk(Array.from({ length: Math.min(CHUNK, N - i) }, (_, j) => ({ name: "j", data: { i: i + j } })));
+    await queue.addBulk(Array.from({ length: Math.min(CHUNK, N - i) }, (_, j) => ({ name: "j", data: { i: i + j }, opts: JOB_OPTS })));
   }
   const bulkAddPerS = N / ((performance.now() - t0) / 1000);
 

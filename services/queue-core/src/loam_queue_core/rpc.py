@@ -54,15 +54,16 @@ def _token(token: J.LeaseToken, has: bool, field: str = "token") -> tuple[str, s
 
 def outcome_from_proto(o: J.Outcome, field: str = "outcome") -> Outcome:
     out = _outcome_kind(o, field)
+    extra: dict = {}  # one copy of the outcome for all of them (a BullMQ job often sets two)
     if o.HasField("retention"):
-        out = dataclasses.replace(out, retention=o.retention)
+        extra["retention"] = o.retention
     if o.HasField("metrics"):
         validate.in_range(f"{field}.metrics.max_data_points", o.metrics.max_data_points, 1, 100_000)
-        out = dataclasses.replace(out, metrics=(o.metrics.at_ms, o.metrics.max_data_points))
+        extra["metrics"] = (o.metrics.at_ms, o.metrics.max_data_points)
     if o.HasField("clock_ms"):
         validate.in_range(f"{field}.clock_ms", o.clock_ms, 0, validate.MAX_TIME_NS // 1_000_000)
-        out = dataclasses.replace(out, clock_ns=o.clock_ms * 1_000_000)
-    return out
+        extra["clock_ns"] = o.clock_ms * 1_000_000
+    return dataclasses.replace(out, **extra) if extra else out
 
 
 def _outcome_kind(o: J.Outcome, field: str) -> Outcome:

@@ -288,10 +288,7 @@ def _complete_one(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
 def _ok(qt: QueueTx, job: pb.Job, outcome: Ok) -> Completed:
     if outcome.result is not None:
         job.result.CopyFrom(outcome.result)
-    qt.move(job, S.COMPLETED, "completed", data=job.result.data)
-    if outcome.clock_ns is not None:
-        job.finished_ns = outcome.clock_ns
-        qt.put_job(job)
+    qt.move(job, S.COMPLETED, "completed", finished_ns=outcome.clock_ns, data=job.result.data)
     retention.on_finished(qt, job, outcome.clock_ns)
     return Completed(job.state)
 

@@ -95,10 +95,7 @@ def job_fail_if_live(
     finished time and the clock retention ages are judged by. Returns the new state."""
     err = pb.JobError()
     err.CopyFrom(error)
-    qt.move(job, S.FAILED, "failed", error=err)
-    if clock_ns is not None:
-        job.finished_ns = clock_ns
-        qt.put_job(job)
+    qt.move(job, S.FAILED, "failed", finished_ns=clock_ns, error=err)
     if exhausted:
         qt.emit("retries-exhausted", job, error=err)
     cfg = qt.cfg

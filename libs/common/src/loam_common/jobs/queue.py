@@ -441,12 +441,15 @@ class QueueTx:
         *,
         keep_place: bool = False,
         unblock_subject: bool = False,
+        finished_ns: int | None = None,
         **event_fields,
     ) -> None:
         """Move a stored job to `to`: index, counts, record and outbox in one go. A job
         made ready goes to the back of its band, or with `keep_place` (a leased job handed
         back unprocessed) where it was when it was leased. `unblock_subject`: the job
-        leaves its subject's backlog (it is the subject's job now)."""
+        leaves its subject's backlog (it is the subject's job now). `finished_ns`: the
+        finished time a job moved to a finished state records (the worker's clock, for
+        BullMQ), instead of the store's."""
         frm = job.state
         if to not in S.ALLOWED.get(frm, ()):
             raise InvalidState(job.id, S.name(frm), f"move to {S.name(to)}")
@@ -467,7 +470,7 @@ class QueueTx:
             job.worker = ""
             job.deadline_ns = 0
         if to in S.FINISHED:
-            job.finished_ns = self.now
+            job.finished_ns = self.now if finished_ns is None else finished_ns
         self._index_add(job)
         counts[to] = counts[to] + 1
         self.put_job(job)

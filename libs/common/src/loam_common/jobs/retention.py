@@ -48,12 +48,7 @@ def trim(
     end = keys.prefix_end(prefix)
     removed = 0
     if age_ns is not None and clock_ns is not None:
-        cutoff = clock_ns - age_ns
-        for key, _ in qt.tx.scan(prefix, end, limit=TRIM_BATCH):  # oldest first
-            job = qt.get_job(keys.index_job_id(key, len(prefix)))
-            if job is not None and job.finished_ns > cutoff:
-                break
-            removed += _remove_entry(qt, key, len(prefix))
+        removed += _trim_by_clock(qt, prefix, end, clock_ns - age_ns)
     elif age_ns is not None:
         cutoff = qt.now - age_ns
         for key, _ in qt.tx.scan(prefix, prefix + keys.U64.pack(max(cutoff, 0)), limit=TRIM_BATCH):
@@ -64,6 +59,33 @@ def trim(
         if excess > 0:
             for key, _ in qt.tx.scan(prefix, end, limit=min(excess, TRIM_BATCH)):
                 removed += _remove_entry(qt, key, len(prefix))
+    return removed
+
+
+def _trim_by_clock(qt: QueueTx, prefix: bytes, end: bytes, cutoff: int) -> int:
+    """Remove the jobs of one state index, oldest first, up to the first one finished
+    after `cutoff` by its own record (TRIM_BATCH entries looked at, at most). The index
+    is read a page at a time, from one entry up: this runs at every finish, when one job
+    at most is usually due, and reading TRIM_BATCH entries each time made a completion
+    cost four times as much (bench/README.md)."""
+    removed = seen = 0
+    start, page = prefix, 1
+    while seen < TRIM_BATCH:
+        rows = qt.tx.scan(start, end, limit=page)
+        for key, _ in rows:
+            job = qt.get_job(keys.index_job_id(key, len(prefix)))
+            if job is None:
+                qt.tx.delete(key)  # an index entry without its job: repair
+            elif job.finished_ns > cutoff:
+                return removed
+            else:
+                qt.remove(job, event=None)
+                removed += 1
+        seen += len(rows)
+        if len(rows) < page:
+            break
+        start = rows[-1][0] + b"\x00"  # the next key after the page's last
+        page = min(page * 8, TRIM_BATCH - seen)
     return removed
 
 
