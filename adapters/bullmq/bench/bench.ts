@@ -6,7 +6,7 @@
  *   BENCH_JOBS=50000 npm run bench
  *
  * LOAM_URL (or its alias LOAM_JOBS_URL) uses a running server instead; REDIS_URL (redis://host:port) a running
- * Redis; BENCH_REDIS=0 skips Redis; BENCH_KEEP_AGE=3600 adds the jobs with removeOnComplete { age: 3600 }.
+ * Redis; BENCH_REDIS=0 skips Redis; BENCH_JOB_OPTS (JSON) the options each job is added with.
  */
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -23,10 +23,9 @@ const CHUNK = 1000;
 // BENCH_SKIP_STALLED=1: the drain worker skips BullMQ's stalled check (on Loam that check
 // only reports the server's stall events, read from a Watch stream of the queue).
 const SKIP_STALLED = process.env.BENCH_SKIP_STALLED === "1";
-// BENCH_KEEP_AGE=S: jobs are added with removeOnComplete { age: S } (kept S seconds), a
-// common production setting; the worker then completes each with its clock.
-const KEEP_AGE = Number(process.env.BENCH_KEEP_AGE ?? 0);
-const JOB_OPTS = KEEP_AGE > 0 ? { removeOnComplete: { age: KEEP_AGE } } : undefined;
+// BENCH_JOB_OPTS: the options every job is added with, as JSON (production settings such
+// as '{"removeOnComplete":{"age":3600}}', '{"removeOnComplete":true}', '{"priority":5}').
+const JOB_OPTS = process.env.BENCH_JOB_OPTS ? JSON.parse(process.env.BENCH_JOB_OPTS) : undefined;
 
 interface Figures {
   backend: string;
