@@ -183,7 +183,9 @@ async def test_a_head_seen_before_is_read_the_same_and_its_headers_are_each_requ
         writer.close()
     assert app.direct_seen == [b"a", b"b"] * 2
     assert [h.get("authorization") for h in app.headers_seen] == [None] * 4
-    assert all(h["content-type"] == "application/json" and h["content-length"] == "1" for h in app.headers_seen)
+    assert all(
+        h["content-type"] == "application/json" and h["content-length"] == "1" for h in app.headers_seen
+    )
 
 
 async def test_connection_close_and_http_1_0_close_after_the_answer(served):

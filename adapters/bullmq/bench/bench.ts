@@ -6,14 +6,15 @@
  *   BENCH_JOBS=50000 npm run bench
  *
  * LOAM_URL (or its alias LOAM_JOBS_URL) uses a running server instead; REDIS_URL (redis://host:port) a running
- * Redis; BENCH_REDIS=0 skips Redis; BENCH_JOB_OPTS (JSON) the options each job is added with.
+ * Redis; BENCH_REDIS=0 skips Redis; BENCH_JOB_OPTS (JSON) the options each job is added with;
+ * BENCH_QUEUE_EVENTS=1 a QueueEvents listener through the drain.
  */
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { existsSync } from "node:fs";
 import net from "node:net";
 import { performance } from "node:perf_hooks";
-import { Queue, Worker, type BackendFactory } from "bullmq";
+import { Queue, QueueEvents, Worker, type BackendFactory } from "bullmq";
 import { loamBackend } from "../src/index.js";
 import { startLoamDev } from "../test/loam-dev.js";
 
@@ -26,6 +27,9 @@ const SKIP_STALLED = process.env.BENCH_SKIP_STALLED === "1";
 // BENCH_JOB_OPTS: the options every job is added with, as JSON (production settings such
 // as '{"removeOnComplete":{"age":3600}}', '{"removeOnComplete":true}', '{"priority":5}').
 const JOB_OPTS = process.env.BENCH_JOB_OPTS ? JSON.parse(process.env.BENCH_JOB_OPTS) : undefined;
+// BENCH_QUEUE_EVENTS=1: a QueueEvents listener (a dashboard's, say) reads the queue's
+// events through the drain; the drain then ends when it has seen every `completed`.
+const QUEUE_EVENTS = process.env.BENCH_QUEUE_EVENTS === "1";
 
 interface Figures {
   backend: string;
@@ -55,6 +59,15 @@ async function run(label: string, connection: any, factory?: BackendFactory<any,
   // Drain: one worker, concurrency 50, a no-op processor
   let done = 0;
   let drainWorker: Worker | undefined;
+  const events = QUEUE_EVENTS ? new QueueEvents(name, { connection }, factory as any) : undefined;
+  let seen = 0;
+  const allSeen = new Promise<void>((resolve) => {
+    if (!events) return resolve();
+    events.on("completed", () => {
+      if (++seen === N) resolve();
+    });
+  });
+  if (events) await events.waitUntilReady();
   const t1 = performance.now();
   const drained = new Promise<void>((resolve) => {
     const w = new Worker(name, async () => undefined, { connection, concurrency: 50, skipStalledCheck: SKIP_STALLED }, factory as any);
@@ -63,8 +76,9 @@ async function run(label: string, connection: any, factory?: BackendFactory<any,
     });
     drainWorker = w;
   });
-  await drained;
+  await Promise.all([drained, allSeen]);
   const drainPerS = N / ((performance.now() - t1) / 1000);
+  await events?.close();
 
   // Enqueue → start, the worker idle and waiting
   const lat: number[] = [];
