@@ -26,21 +26,25 @@ NS = "acme"
 SEC = 1_000_000_000
 
 
-def _req(cursor: bytes = b"", **selector) -> J.WatchRequest:
-    return J.WatchRequest(selector=J.Selector(**selector), cursor=cursor)
+def _req(cursor: bytes = b"", without_cloudevent: bool = False, **selector) -> J.WatchRequest:
+    return J.WatchRequest(
+        selector=J.Selector(**selector), cursor=cursor, without_cloudevent=without_cloudevent
+    )
 
 
 class Watcher:
     """A Watch stream in a task, collecting what it receives."""
 
-    def __init__(self, rpc: CoreRpc, cursor: bytes = b"", **selector) -> None:
+    def __init__(
+        self, rpc: CoreRpc, cursor: bytes = b"", without_cloudevent: bool = False, **selector
+    ) -> None:
         self.items: list[J.WatchResponse] = []
         self.cursor = cursor
         self.ready = asyncio.Event()
-        self.task = asyncio.create_task(self._run(rpc, selector))
+        self.task = asyncio.create_task(self._run(rpc, without_cloudevent, selector))
 
-    async def _run(self, rpc, selector) -> None:
-        async for item in rpc.watch(NS, _req(self.cursor, **selector)):
+    async def _run(self, rpc, without_cloudevent, selector) -> None:
+        async for item in rpc.watch(NS, _req(self.cursor, without_cloudevent, **selector)):
             self.items.append(item)
             if item.cursor:
                 self.cursor = item.cursor
@@ -96,6 +100,26 @@ async def test_queue_watch_snapshot_then_events_with_cloudevents(store, core):
     assert ce["type"] == "io.loams.dev.jobs.added.v1" and ce["id"] == f"{NS}/q/0/3"
     assert ce["traceparent"] == "00-" + "1" * 32 + "-" + "2" * 16 + "-01"  # the producer's, kept
     assert W.decode_cursor(w.items[-1].cursor) == {("q", 0): 4}
+
+
+async def test_without_cloudevent_the_same_events_and_cursors_come_bare(store, core):
+    """A reader that does not use the CloudEvents attributes (BullMQ's QueueEvents) gets
+    the same events with the same cursors, and no attributes."""
+    rpc = CoreRpc(core)
+    full, bare = Watcher(rpc, queue="q"), Watcher(rpc, queue="q", without_cloudevent=True)
+    await full.ready.wait()
+    await bare.ready.wait()
+    job = await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="t"))
+    [leased] = await core.jobs.lease(NS, ["q"], "w", 1)
+    await core.jobs.complete(NS, "q", leased.id, leased.epoch, Ok())
+    await _until(lambda: len(full.events) == 5 and len(bare.events) == 5)
+    await full.stop()
+    await bare.stop()
+    assert [e.event for e in bare.events] == ["added", "waiting", "active", "completed", "drained"]
+    assert bare.events == full.events and all(e.job_id == job.job_id for e in bare.events[:4])
+    events_of = lambda w: [i for i in w.items if i.HasField("event")]  # noqa: E731
+    assert [i.cursor for i in events_of(bare)] == [i.cursor for i in events_of(full)]
+    assert all(not i.cloudevent for i in events_of(bare)) and all(i.cloudevent for i in events_of(full))
 
 
 async def test_job_watch_sees_only_that_job(store, core):
@@ -222,6 +246,15 @@ async def test_new_shards_are_followed_from_their_start(store, core, configure):
     await _until(lambda: len([e for e in w.events if e.event == "added"]) == 12)
     await w.stop()
     assert len({e.shard for e in w.events}) > 1
+    # Each event's cursor: every shard's position so far, this event's own moved to it.
+    seen: dict = {}
+    for item in w.items:
+        if item.HasField("event"):
+            ev = item.event
+            seen[(ev.queue, ev.shard)] = ev.seq
+            positions = W.decode_cursor(item.cursor)
+            assert {p: s for p, s in positions.items() if p in seen} == seen
+            assert item.cursor == W.encode_cursor(positions)
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -129,7 +129,8 @@ export class EventReader {
     void (async () => {
       try {
         const stream = this.client.watch(
-          { selector: { what: { case: "queue", value: this.queue } }, cursor: idToCursor(this.cursorId) },
+          // QueueEvents reads the events themselves, not their CloudEvents attributes
+          { selector: { what: { case: "queue", value: this.queue } }, cursor: idToCursor(this.cursorId), withoutCloudevent: true },
           { signal: ac.signal },
         );
         for await (const msg of stream) {

@@ -189,6 +189,7 @@ def events_table(ns: str, evs: Iterable[events_pb2.JobEvent], *, org: str | None
     pa = _pa()
     sch = schema()
     cols: dict[str, list] = {f.name: [] for f in sch}
+    org = org or cloudevents.org()
     for ev in evs:
         attrs = cloudevents.attributes(ns, ev, org=org)
         for c in ATTRIBUTE_COLUMNS:

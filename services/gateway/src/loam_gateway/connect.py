@@ -20,8 +20,9 @@ from typing import Any
 
 from loam_common import auth
 from loam_common.api.headers import NAMESPACE_HEADER
-from loam_common.api.methods import Method, Operation
+from loam_common.api.methods import STREAM_PATHS, Method, Operation
 from loam_common.api.service import JobsServiceHandlers
+from loam_common.api.stream_writes import coalesce_streams
 from loam_common.audit import ACTOR, Actor
 from loam_common.auth import Principal
 from loam_common.errors import PermissionDenied
@@ -93,7 +94,8 @@ class NamespacePrefix:
 
     def __init__(self, app: Any, connect_app: Any = None) -> None:
         self.app = app
-        self.connect_app = connect_app
+        # Watch's messages leave a loop turn's at a time (loam_common.api.stream_writes).
+        self.connect_app = None if connect_app is None else coalesce_streams(connect_app, STREAM_PATHS)
         self.connect_prefix = connect_app.path + "/" if connect_app is not None else None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:

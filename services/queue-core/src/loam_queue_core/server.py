@@ -44,8 +44,9 @@ from starlette.routing import Mount, Route
 from loam_common import metrics, tracing, validate
 from loam_common.api import codec as api_codec
 from loam_common.api.headers import ACTOR_HEADER, NAMESPACE_HEADER, TOKEN_HEADER
-from loam_common.api.methods import Method
+from loam_common.api.methods import STREAM_PATHS, Method
 from loam_common.api.service import JobsServiceHandlers
+from loam_common.api.stream_writes import coalesce_streams
 from loam_common.audit import ACTOR, Actor
 from loam_common.blobs import open_blobs
 from loam_common.errors import InvalidArgument, JobsError, Unauthenticated
@@ -223,7 +224,9 @@ def create_app(core: QueueCore, *, internal_token: str | None = None, on_shutdow
             Route("/internal/v1/queues", queues, methods=["POST"]),
             Route("/internal/v1/events/export", export, methods=["POST"]),
             Route("/metrics", metrics_endpoint),
-            Mount(connect_app.path, app=connect_app),
+            Mount(
+                connect_app.path, app=coalesce_streams(connect_app, STREAM_PATHS)
+            ),  # Watch: api/stream_writes.py
         ],
         lifespan=lifespan,
     )

@@ -277,6 +277,8 @@ METHODS: dict[str, Method] = {m.name: m for m in JOBS_METHODS}
 OPERATIONS: dict[str, Operation] = {**METHODS, **{o.name: o for o in OTHER_OPERATIONS}}
 UNARY: dict[str, Method] = {m.name: m for m in JOBS_METHODS if not m.streaming}
 STREAMING: dict[str, Method] = {m.name: m for m in JOBS_METHODS if m.streaming}
+#: the Connect paths of the server streams
+STREAM_PATHS: frozenset[str] = frozenset(m.path for m in STREAMING.values())
 
 
 def operation(name: str) -> Operation:

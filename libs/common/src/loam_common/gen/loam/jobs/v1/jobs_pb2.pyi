@@ -564,12 +564,14 @@ class Selector(_message.Message):
     def __init__(self, job: _Optional[_Union[LeaseToken, _Mapping]] = ..., queue: _Optional[str] = ..., flow: _Optional[str] = ..., schedule: _Optional[str] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
-    __slots__ = ("selector", "cursor")
+    __slots__ = ("selector", "cursor", "without_cloudevent")
     SELECTOR_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_CLOUDEVENT_FIELD_NUMBER: _ClassVar[int]
     selector: Selector
     cursor: bytes
-    def __init__(self, selector: _Optional[_Union[Selector, _Mapping]] = ..., cursor: _Optional[bytes] = ...) -> None: ...
+    without_cloudevent: bool
+    def __init__(self, selector: _Optional[_Union[Selector, _Mapping]] = ..., cursor: _Optional[bytes] = ..., without_cloudevent: _Optional[bool] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
     __slots__ = ("snapshot", "event", "cursor", "counts", "schedule", "flow", "ready", "cloudevent")
