@@ -7,7 +7,8 @@
  *
  * LOAM_URL (or its alias LOAM_JOBS_URL) uses a running server instead; REDIS_URL (redis://host:port) a running
  * Redis; BENCH_REDIS=0 skips Redis; BENCH_JOB_OPTS (JSON) the options each job is added with;
- * BENCH_QUEUE_EVENTS=1 a QueueEvents listener through the drain.
+ * BENCH_QUEUE_EVENTS=1 a QueueEvents listener through the drain; BENCH_DASHBOARD=1 a
+ * dashboard's polling through it.
  */
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -30,6 +31,9 @@ const JOB_OPTS = process.env.BENCH_JOB_OPTS ? JSON.parse(process.env.BENCH_JOB_O
 // BENCH_QUEUE_EVENTS=1: a QueueEvents listener (a dashboard's, say) reads the queue's
 // events through the drain; the drain then ends when it has seen every `completed`.
 const QUEUE_EVENTS = process.env.BENCH_QUEUE_EVENTS === "1";
+// BENCH_DASHBOARD=1: through the drain, a dashboard's polling (Bull Board's, say): the
+// queue's counts every 100 ms and the first page of completed jobs every 250 ms.
+const DASHBOARD = process.env.BENCH_DASHBOARD === "1";
 
 interface Figures {
   backend: string;
@@ -68,6 +72,9 @@ async function run(label: string, connection: any, factory?: BackendFactory<any,
     });
   });
   if (events) await events.waitUntilReady();
+  const polls = DASHBOARD
+    ? [setInterval(() => void queue.getJobCounts(), 100), setInterval(() => void queue.getJobs(["completed"], 0, 19), 250)]
+    : [];
   const t1 = performance.now();
   const drained = new Promise<void>((resolve) => {
     const w = new Worker(name, async () => undefined, { connection, concurrency: 50, skipStalledCheck: SKIP_STALLED }, factory as any);
@@ -78,6 +85,7 @@ async function run(label: string, connection: any, factory?: BackendFactory<any,
   });
   await Promise.all([drained, allSeen]);
   const drainPerS = N / ((performance.now() - t1) / 1000);
+  polls.forEach(clearInterval);
   await events?.close();
 
   // Enqueue → start, the worker idle and waiting

@@ -69,7 +69,7 @@ export class QueueCalls {
     do {
       let r;
       try {
-        r = await this.client.query({ queue: this.queue, states, pageSize: 1000, pageToken });
+        r = await this.client.query({ queue: this.queue, states, pageSize: Math.min(1000, limit - out.length), pageToken });
       } catch (e) {
         if (isNotFound(e)) return out;
         throw e;

@@ -1,6 +1,7 @@
 // Producer-side groups: adding (ids, bulk, delay, priority, dedup), counts and getters,
 // moving jobs by id, logs and progress, pause/drain/clean/obliterate, queue meta.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { connect } from "../src/connection.js";
 import { Queue } from "../src/index.js";
 import { connection, qname } from "./helpers.js";
 
@@ -70,6 +71,25 @@ describe("adding", () => {
     const c = await queue.add("a", { n: 3 }, dedup); // b is waiting now: c is dropped
     expect(c.id).toBe(b.id);
     expect(await queue.count()).toBe(1);
+  });
+});
+
+describe("ranges", () => {
+  it("a page from the newest end is that part of the whole listing, read only up to its end", async () => {
+    for (let i = 0; i < 2500; i += 500) await queue.addBulk(Array.from({ length: 500 }, (_, j) => ({ name: "j", data: { i: i + j } })));
+    const all = (await queue.getJobs(["waiting"], 0, -1)).map((j) => j.id);
+    expect(all.length).toBe(2500);
+    const client = connect(connection).client as any; // the queue's own (connections are shared)
+    const query = client.query;
+    const pageSizes: number[] = [];
+    client.query = (req: any, ...rest: any[]) => (pageSizes.push(req.pageSize), query.call(client, req, ...rest));
+    try {
+      expect((await queue.getJobs(["waiting"], 0, 9)).map((j) => j.id)).toEqual(all.slice(0, 10));
+      expect((await queue.getJobs(["waiting"], 5, 1204)).map((j) => j.id)).toEqual(all.slice(5, 1205));
+    } finally {
+      client.query = query;
+    }
+    expect(pageSizes).toEqual([10, 1000, 205]); // up to each range's end, none past it
   });
 });
 
