@@ -130,3 +130,30 @@ async def test_a_closed_store_refuses_them(tmp_path):
     await store.close()
     with pytest.raises(StoreUnavailable):
         await store.transact(put, b"late", inline=True)
+
+
+def read_where(tx, key: bytes) -> tuple[bytes | None, int]:
+    return tx.get(key), threading.get_ident()
+
+
+async def test_an_inline_read_runs_on_the_loop_and_sees_what_is_committed(store):
+    """`Store.snapshot(..., inline=True)`: a read of a few keys on the loop's thread, not
+    a worker's; what it reads is the same; without `inline` it runs on a worker thread."""
+    await store.transact(put, b"r", inline=True)
+    assert await store.snapshot(read_where, b"r", inline=True) == (b"v", threading.get_ident())
+    value, thread = await store.snapshot(read_where, b"r")
+    assert value == b"v" and thread != threading.get_ident()
+
+    def fail(tx):
+        raise LookupError("nothing here")
+
+    with pytest.raises(LookupError):
+        await store.snapshot(fail, inline=True)
+
+
+async def test_a_durable_store_reads_on_a_worker_thread_as_before(tmp_path):
+    store = Store(LmdbBackend(tmp_path / "durable-read.lmdb", durable_power_loss=True))
+    try:
+        assert (await store.snapshot(read_where, b"x", inline=True))[1] != threading.get_ident()
+    finally:
+        await store.close()

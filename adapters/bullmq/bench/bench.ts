@@ -8,7 +8,8 @@
  * LOAM_URL (or its alias LOAM_JOBS_URL) uses a running server instead; REDIS_URL (redis://host:port) a running
  * Redis; BENCH_REDIS=0 skips Redis; BENCH_JOB_OPTS (JSON) the options each job is added with;
  * BENCH_QUEUE_EVENTS=1 a QueueEvents listener through the drain; BENCH_DASHBOARD=1 a
- * dashboard's polling through it.
+ * dashboard's polling through it; BENCH_PROCESSOR=progress|log a processor that reports
+ * progress or logs a line for each job.
  */
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -31,6 +32,13 @@ const JOB_OPTS = process.env.BENCH_JOB_OPTS ? JSON.parse(process.env.BENCH_JOB_O
 // BENCH_QUEUE_EVENTS=1: a QueueEvents listener (a dashboard's, say) reads the queue's
 // events through the drain; the drain then ends when it has seen every `completed`.
 const QUEUE_EVENTS = process.env.BENCH_QUEUE_EVENTS === "1";
+// BENCH_PROCESSOR=progress|log: the drain's processor reports each job's progress
+// (job.updateProgress(50)) or writes a log line (job.log), instead of doing nothing.
+const PROCESSOR = process.env.BENCH_PROCESSOR ?? "";
+const processor = async (job: any) => {
+  if (PROCESSOR === "progress") await job.updateProgress(50);
+  else if (PROCESSOR === "log") await job.log("step");
+};
 // BENCH_DASHBOARD=1: through the drain, a dashboard's polling (Bull Board's, say): the
 // queue's counts every 100 ms and the first page of completed jobs every 250 ms.
 const DASHBOARD = process.env.BENCH_DASHBOARD === "1";
@@ -77,7 +85,7 @@ async function run(label: string, connection: any, factory?: BackendFactory<any,
     : [];
   const t1 = performance.now();
   const drained = new Promise<void>((resolve) => {
-    const w = new Worker(name, async () => undefined, { connection, concurrency: 50, skipStalledCheck: SKIP_STALLED }, factory as any);
+    const w = new Worker(name, processor, { connection, concurrency: 50, skipStalledCheck: SKIP_STALLED }, factory as any);
     w.on("completed", () => {
       if (++done === N) resolve();
     });

@@ -233,14 +233,17 @@ class Store:
                 self._queue.put(call)
         return await future
 
-    async def snapshot(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run `fn(tx, *args)` in a read-only transaction (one consistent snapshot)."""
+    async def snapshot(self, fn: Callable[..., Any], *args: Any, inline: bool = False) -> Any:
+        """Run `fn(tx, *args)` in a read-only transaction (one consistent snapshot). With
+        `inline` (a read of a few keys, such as a job by its id) it runs on this event
+        loop where the store commits there too, instead of a hop to a worker thread and
+        back that costs more than the read."""
         attempt = 0
         while True:
             try:
                 if self._closed:
                     raise StoreUnavailable("store is closed")
-                if self._inline_reads:
+                if self._inline_reads or (inline and self._inline):
                     return self._read_once(fn, args)
                 loop = asyncio.get_running_loop()
                 return await loop.run_in_executor(self._executor(), self._read_once, fn, args)

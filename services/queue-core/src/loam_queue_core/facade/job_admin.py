@@ -27,10 +27,12 @@ class JobAdmin:
     async def resolve(self, ns: Namespace, queue: str, ref: str) -> str:
         """The id of the job `ref` names (its id or its job key). An unknown ref comes
         back as is, so the op itself says what is missing (the queue or the job)."""
-        return await self.store.snapshot(_resolve, ns, validate.name("queue", queue), job_ref(ref))
+        return await self.store.snapshot(
+            _resolve, ns, validate.name("queue", queue), job_ref(ref), inline=True
+        )
 
     async def get(self, ns: Namespace, queue: str, job_id: str) -> pb.Job:
-        return await self.store.snapshot(job_admin.job_get, ns, queue, job_id)
+        return await self.store.snapshot(job_admin.job_get, ns, queue, job_id, inline=True)
 
     async def logs(self, ns: Namespace, queue: str, job_id: str, start: int, end: int) -> job_admin.JobLogs:
         """BullMQ's getJobLogs range, `end` inclusive; end 0 = through the last line."""
@@ -46,7 +48,7 @@ class JobAdmin:
         return await self.store.transact(job_admin.job_remove_child_dependency, ns, queue, job_id)
 
     async def add_log(self, ns: Namespace, queue: str, job_id: str, line: str, keep: int) -> int:
-        return await self.store.transact(job_admin.job_add_log, ns, queue, job_id, line, keep)
+        return await self.store.transact(job_admin.job_add_log, ns, queue, job_id, line, keep, inline=True)
 
     async def clear_logs(self, ns: Namespace, queue: str, job_id: str, keep: int) -> int:
         return await self.store.transact(job_admin.job_clear_logs, ns, queue, job_id, keep)
@@ -77,7 +79,7 @@ class JobAdmin:
         return await self.jobs.update_data(ns, queue, job_id, data)
 
     async def set_progress(self, ns: Namespace, queue: str, job_id: str, progress: bytes) -> pb.Job:
-        return await self.store.transact(job_admin.job_set_progress, ns, queue, job_id, progress)
+        return await self.store.transact(job_admin.job_set_progress, ns, queue, job_id, progress, inline=True)
 
     async def cancel(self, ns: Namespace, queue: str, job_id: str) -> pb.Job:
         return await AuditedAction(self.store, ns, "job.cancel", queue, job_id).transact(
