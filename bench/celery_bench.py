@@ -13,6 +13,7 @@ early acks, mingle/gossip/heartbeat off) that at first consumes nothing, then:
 stopped by pid at the end. It measures; it asserts nothing.
 
 Run:  .venv/bin/python bench/celery_bench.py [-n 2000] [-c 4] [--rounds 1] [--only loam|redis] [--calls]
+                                            [--conf '{"task_acks_late": true}']
 
 `--rounds R` runs R rounds, alternating which system goes first, and prints each figure's
 median (min-max) and the Loam/Redis ratio of each round's pair, then their median: on a
@@ -48,6 +49,9 @@ APP = textwrap.dedent(
     app = Celery("benchapp", broker=os.environ["BENCH_BROKER"], backend=os.environ["BENCH_BACKEND"])
     app.conf.update(worker_prefetch_multiplier=4, result_expires=3600, broker_connection_retry_on_startup=True,
                     worker_hijack_root_logger=False, task_default_queue="idle")
+    if os.environ.get("BENCH_CONF"):  # --conf: settings of the app's own (acks_late, say)
+        import json
+        app.conf.update(json.loads(os.environ["BENCH_CONF"]))
 
     @app.task(name="benchapp.add")
     def add(x, y):
@@ -168,11 +172,19 @@ def main() -> int:
     p.add_argument("-c", type=int, default=4, help="worker processes (default 4)")
     p.add_argument("--only", choices=["loam", "redis"])
     p.add_argument(
+        "--conf",
+        default="",
+        help='Celery settings for both systems, as JSON: \'{"task_acks_late": true, "worker_prefetch_multiplier": 1}\'',
+    )
+    p.add_argument(
         "--rounds", type=int, default=1, help="rounds, alternating which system goes first (default 1)"
     )
     p.add_argument("--calls", action="store_true",
                    help="also count the loam:// side's server calls per task, by method (all processes)")  # fmt: skip
     args = p.parse_args()
+    if args.conf:
+        json.loads(args.conf)  # a bad --conf fails here, not in each worker
+        os.environ["BENCH_CONF"] = args.conf  # the workers and this process's app read it
     work = Path(tempfile.mkdtemp(prefix="celery-bench-"))
     (work / "benchapp.py").write_text(APP)
     sys.path.insert(0, str(work))
@@ -222,7 +234,10 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     metrics = ("enqueue", "drain", "steady")
     rounds = f", median of {args.rounds} rounds (min-max)" if args.rounds > 1 else ""
-    print(f"\n{args.n} tasks, worker -c {args.c} (prefork, prefetch x4, early acks), results on{rounds}\n")
+    conf = f", with {args.conf}" if args.conf else ""
+    print(
+        f"\n{args.n} tasks, worker -c {args.c} (prefork, prefetch x4, early acks{conf}), results on{rounds}\n"
+    )
     print(f"{'':18} {'enqueue jobs/s':>22} {'drain jobs/s':>22} {'steady drain':>22}")
     for row, runs in rows.items():
         print(f"{row:18} " + " ".join(f"{_spread([r[m] for r in runs]):>22}" for m in metrics))
