@@ -91,6 +91,27 @@ async def test_progress_and_logs_from_any_client(core, store, events_of):
     assert [entry.line for entry in logs.lines] == ["line 3"]
 
 
+async def test_log_counts_and_trims_through_the_queues_cap_keep_and_clear(core, store, configure):
+    """addLog's answer is the lines the job holds, whatever dropped the older ones: the
+    queue's cap, a `keep`, a clear; lines logged after a clear count from there."""
+    await configure("q", log_cap=5)
+    r = await core.jobs.enqueue(NS, "q", task())
+
+    async def log(line: str, keep: int = 0) -> int:
+        return await store.transact(job_admin.job_add_log, NS, "q", r.job_id, line, keep)
+
+    async def lines() -> list[str]:
+        return [e.line for e in (await store.snapshot(job_admin.job_logs, NS, "q", r.job_id)).lines]
+
+    assert [await log(f"a{i}") for i in range(8)] == [1, 2, 3, 4, 5, 5, 5, 5]  # the cap keeps 5
+    assert await lines() == ["a3", "a4", "a5", "a6", "a7"]
+    assert await log("b", keep=2) == 2 and await lines() == ["a7", "b"]
+    assert await log("c", keep=10) == 3  # a keep above what is held drops nothing
+    assert await store.transact(job_admin.job_clear_logs, NS, "q", r.job_id, 0) == 0
+    assert await lines() == []
+    assert await log("d") == 1 and await lines() == ["d"]
+
+
 async def test_remove_with_children_takes_the_tree_unless_a_job_of_it_is_active(
     core, store, job_of, check_invariants
 ):

@@ -258,15 +258,20 @@ def job_clear_logs(tx: Txn, ns: str, queue: str, job_id: str, keep: int = 0) -> 
         return _held_logs(qt, job)
 
 
+# A job's lines are numbered from 0 as they come (`append_log` writes line `log_count`),
+# and every trim drops the oldest: the lines held are always the newest ones, numbers
+# first..log_count-1. So the count and a trim need the first line only, not every line
+# (a job with keepLogs read all it held at each line it logged).
 def _held_logs(qt: QueueTx, job: pb.Job) -> int:
     prefix = qt.k.logs(job.id)
-    return len(qt.tx.scan(prefix, keys.prefix_end(prefix)))
+    first = qt.tx.scan(prefix, keys.prefix_end(prefix), limit=1)
+    return job.log_count - keys.U32.unpack(first[0][0][len(prefix) :])[0] if first else 0
 
 
 def _trim_logs(qt: QueueTx, job: pb.Job, keep: int) -> None:
+    """Drop all but the newest `keep` lines: the lines numbered below log_count - keep."""
     prefix = qt.k.logs(job.id)
-    rows = qt.tx.scan(prefix, keys.prefix_end(prefix))
-    for key, _ in rows[: max(len(rows) - keep, 0)]:
+    for key, _ in qt.tx.scan(prefix, prefix + keys.U32.pack(max(job.log_count - keep, 0))):
         qt.tx.delete(key)
 
 
