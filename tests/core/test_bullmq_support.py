@@ -8,6 +8,7 @@ the worker's stalled options as queue settings (skipStalledCheck, stalledInterva
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -110,6 +111,57 @@ async def test_log_counts_and_trims_through_the_queues_cap_keep_and_clear(core, 
     assert await store.transact(job_admin.job_clear_logs, NS, "q", r.job_id, 0) == 0
     assert await lines() == []
     assert await log("d") == 1 and await lines() == ["d"]
+
+
+async def test_a_batch_of_reports_applies_each_in_order_and_refuses_one_alone(
+    core, store, events_of, check_invariants
+):
+    """JobAdminBatch (many processors' updateProgress and log in one call): each item is
+    answered as JobAdmin answers it; a refused item gets its error in its slot, changes
+    nothing, and the items after it still apply."""
+    rpc = CoreRpc(core)
+    a = await core.jobs.enqueue(NS, "q", task())
+    b = await core.jobs.enqueue(NS, "q", task(), pb.EnqueueOpts(job_key="B"))
+    Item, Op = J.JobAdminBatchItem, J.JobOp
+    r = await rpc.job_admin_batch(NS, J.JobAdminBatchRequest(queue="q", items=[
+        Item(job=a.job_id, op=Op(progress=Op.Progress(progress=b'{"pct": 5}'))),
+        Item(job="B", op=Op(add_log=Op.AddLog(line="b0"))),  # by its job key
+        Item(job="nope", op=Op(progress=Op.Progress(progress=b"1"))),
+        Item(job=a.job_id, op=Op(progress=Op.Progress(progress=b"{not json"))),
+        Item(job="B", op=Op(add_log=Op.AddLog(line="b1"))),
+        Item(job="B", op=Op(add_log=Op.AddLog(line="b2", keep=2))),
+    ]))  # fmt: skip
+    kinds = [x.WhichOneof("result") for x in r.results]
+    assert kinds == ["response", "response", "error", "error", "response", "response"]
+    assert not r.results[0].response.HasField("job")  # a progress is not answered with the job
+    assert [x.response.log_count for x in r.results[1::4]] == [1, 2]
+    assert (r.results[2].error.code, r.results[3].error.code) == ("not_found", "invalid_argument")
+    assert (
+        await core.job_admin.get(NS, "q", a.job_id)
+    ).progress == b'{"pct": 5}'  # the refused one did not land
+    lines = (await store.snapshot(job_admin.job_logs, NS, "q", b.job_id)).lines
+    assert [x.line for x in lines] == ["b1", "b2"]
+    assert [e.event for e in await events_of("q", a.job_id)].count("progress") == 1
+    await check_invariants("q")
+
+
+@pytest.mark.parametrize(
+    ("item", "field"),
+    [
+        (J.JobAdminBatchItem(job="", op=J.JobOp(progress=J.JobOp.Progress(progress=b"1"))), "items[1].job"),
+        (J.JobAdminBatchItem(job="x", op=J.JobOp(remove=J.JobOp.Remove())), "items[1].op"),
+        (J.JobAdminBatchItem(job="x"), "items[1].op"),
+    ],
+)
+async def test_a_malformed_report_refuses_the_whole_batch(core, store, item, field):
+    rpc = CoreRpc(core)
+    a = await core.jobs.enqueue(NS, "q", task())
+    log = J.JobAdminBatchItem(job=a.job_id, op=J.JobOp(add_log=J.JobOp.AddLog(line="first")))
+    with pytest.raises(InvalidArgument, match=re.escape(field)):
+        await rpc.job_admin_batch(NS, J.JobAdminBatchRequest(queue="q", items=[log, item]))
+    assert (await store.snapshot(job_admin.job_logs, NS, "q", a.job_id)).lines == []
+    with pytest.raises(InvalidArgument, match="queue"):
+        await rpc.job_admin_batch(NS, J.JobAdminBatchRequest(queue="", items=[log]))
 
 
 async def test_remove_with_children_takes_the_tree_unless_a_job_of_it_is_active(

@@ -74,7 +74,8 @@ def test_actions_are_what_the_gateway_checked_before():
             "list_engine_runs",
             "list_engine_run_logs",
         },
-        auth.ADMIN: {"queue_admin", "job_admin", "query", "queue_list", "events_export", "metrics"}
+        auth.ADMIN: {"queue_admin", "job_admin", "job_admin_batch", "query", "queue_list", "events_export"}
+        | {"metrics"}
         | {
             "queue_get",
             "job_get",
@@ -134,6 +135,7 @@ ROUTES = [
     ("watch", J.WatchRequest(), ""),
     ("queue_admin", J.QueueAdminRequest(queue="q1", op=J.QueueOp(pause={})), "q1"),
     ("job_admin", J.JobAdminRequest(queue="q1", job="j"), "q1"),
+    ("job_admin_batch", J.JobAdminBatchRequest(queue="q1"), "q1"),
     ("query", J.QueryRequest(queue="q1"), "q1"),
     ("result_get", J.ResultGetRequest(key="k1"), "results/k1"),
     ("result_m_get", J.ResultMGetRequest(keys=["k2", "k1"]), "results/k2"),

@@ -5,7 +5,9 @@
  * invalid-state answers become BullMQ's error codes and messages (redis-shape.ts).
  */
 import { DependencyState, JobState } from "./gen/loam/jobs/v1/types_pb.js";
-import { errKind, isNotFound } from "./errors.js";
+import type { JobAdminResponse } from "./gen/loam/jobs/v1/jobs_pb.js";
+import { Coalescer } from "./coalesce.js";
+import { errKind, isNotFound, itemError } from "./errors.js";
 import { bullId, ns, payloadOf, stateName, utf8 } from "./jobs.js";
 import * as R from "./redis-shape.js";
 import type { QueueCalls } from "./queue-calls.js";
@@ -18,11 +20,48 @@ export interface JobAdminHost {
   refuseRemoval(jobId: string): Promise<void>;
 }
 
+/** A running job's report: its id and a Progress or AddLog op. */
+interface Report {
+  job: string;
+  op: any;
+}
+
+/** The most reports one JobAdminBatch carries. */
+const MAX_REPORTS = 1_000;
+
 export class JobAdmin {
+  /**
+   * updateProgress and log calls of concurrent processors, coalesced into one
+   * JobAdminBatch per round trip. One lane: a job's reports reach the server in the
+   * order they were made, as Redis runs them.
+   */
+  private readonly reports: Coalescer<Report, JobAdminResponse>;
+
   constructor(
     private readonly calls: QueueCalls,
     private readonly h: JobAdminHost,
-  ) {}
+  ) {
+    const send = async (items: Report[]) => {
+      const res = await calls.client.jobAdminBatch({ queue: calls.queue, items: items.map((r) => ({ job: r.job, op: { op: r.op } })) });
+      return items.map((_, i) => {
+        const r = res.results[i]?.result;
+        if (r?.case === "response") return r.value;
+        if (r?.case === "error") return itemError(r.value.code, r.value.message);
+        return undefined;
+      });
+    };
+    this.reports = new Coalescer<Report, JobAdminResponse>(MAX_REPORTS, "JobAdminBatch", send);
+  }
+
+  /** A report by job id, BullMQ's errors for a missing job. */
+  private async report(jobId: string, op: any, command: string): Promise<JobAdminResponse> {
+    try {
+      return await this.reports.add({ job: String(jobId), op });
+    } catch (e) {
+      if (errKind(e) === "not_found") throw R.finishedError({ code: R.ErrorCode.JobNotExist, jobId, command });
+      throw e;
+    }
+  }
 
   async retryFinishedJob(job: any, state: "failed" | "completed", opts?: any): Promise<void> {
     const j = await this.calls.getJob(job.id);
@@ -61,11 +100,11 @@ export class JobAdmin {
   }
 
   async updateProgress(jobId: string, progress: any): Promise<void> {
-    await this.byId(jobId, { case: "progress", value: { progress: utf8(JSON.stringify(progress)) } }, "updateProgress");
+    await this.report(jobId, { case: "progress", value: { progress: utf8(JSON.stringify(progress)) } }, "updateProgress");
   }
 
   async addLog(jobId: string, logRow: string, keepLogs?: number): Promise<number> {
-    const r = await this.byId(jobId, { case: "addLog", value: { line: logRow, keep: keepLogs ?? 0 } }, "addLog");
+    const r = await this.report(jobId, { case: "addLog", value: { line: logRow, keep: keepLogs ?? 0 } }, "addLog");
     return r.logCount;
   }
 

@@ -116,6 +116,27 @@ describe("moving jobs by id", () => {
     await expect(queue.getJob("nope").then((j) => j)).resolves.toBeUndefined();
   });
 
+  it("takes concurrent progress and log reports of many jobs, each job's in order, and refuses a missing job's alone", async () => {
+    const jobs = await queue.addBulk(Array.from({ length: 20 }, (_, i) => ({ name: "r", data: { i } })));
+    const gone = await queue.add("gone", {});
+    await gone.remove();
+    const made = await Promise.allSettled([
+      ...jobs.flatMap((j) => [j.updateProgress(1), j.log("a"), j.updateProgress({ step: 2 }), j.log("b")]),
+      gone.updateProgress(5),
+      gone.log("x"),
+    ]);
+    const answers = made.slice(0, 80).map((r) => (r.status === "fulfilled" ? r.value : r.reason));
+    expect(answers).toEqual(jobs.flatMap(() => [undefined, 1, undefined, 2])); // log answers the lines held
+    expect(made.slice(80).map((r) => (r.status === "rejected" ? String(r.reason.message) : "fulfilled"))).toEqual([
+      `Missing key for job ${gone.id}. updateProgress`,
+      `Missing key for job ${gone.id}. addLog`,
+    ]);
+    for (const j of jobs) {
+      expect((await queue.getJob(j.id!))!.progress).toEqual({ step: 2 });
+      expect(await queue.getJobLogs(j.id!)).toEqual({ logs: ["a", "b"], count: 2 });
+    }
+  });
+
   it("removes jobs and reports missing ones", async () => {
     const j = await queue.add("a", {});
     await j.remove();

@@ -35,6 +35,7 @@ from loam_common.jobs.complete import (
     Retry,
     WaitChildren,
 )
+from loam_common.jobs.job_admin import Report
 from loam_common.jobs.new_job import Enqueued
 from loam_common.jobs.write_batch import Canceled
 from loam_common.validate import Namespace
@@ -364,6 +365,31 @@ class CoreRpc(AnswersUnimplemented):
             raise InvalidArgument("op", f"{kind} is not supported by this server")
         job_id = await self.core.job_admin.resolve(ns, queue, req.job)
         return await handler(self.core, ns, queue, job_id, getattr(op, kind))
+
+    async def job_admin_batch(self, ns: Namespace, req: J.JobAdminBatchRequest) -> J.JobAdminBatchResponse:
+        """Malformed items (no job, an op other than progress or add_log) refuse the
+        whole call; items refused by the state machine get their error in their slot."""
+        validate.name("queue", req.queue)
+        reports: list[Report] = []
+        for i, it in enumerate(req.items):
+            ref = job_ref(it.job, f"items[{i}].job")
+            kind = it.op.WhichOneof("op")
+            if kind == "progress":
+                reports.append((ref, kind, it.op.progress.progress, 0))
+            elif kind == "add_log":
+                reports.append((ref, kind, it.op.add_log.line, it.op.add_log.keep))
+            else:
+                raise InvalidArgument(f"items[{i}].op", "set progress or add_log")
+        out = J.JobAdminBatchResponse()
+        add = out.results.add
+        for r in await self.core.job_admin.report_many(ns, req.queue, reports):
+            if isinstance(r, JobsError):
+                add(error=item_error(r))
+            elif r is None:
+                add().response.SetInParent()  # a progress: the job is not sent back
+            else:
+                add().response.log_count = r
+        return out
 
     async def query(self, ns: Namespace, req: J.QueryRequest) -> J.QueryResponse:
         jobs, token = await self.core.job_admin.query(

@@ -229,6 +229,7 @@ JOBS_METHODS: tuple[Method, ...] = (
     _rpc("watch",              CONSUME,  READ,  by_selector,         "a snapshot, then the events after it"),
     _rpc("queue_admin",        ADMIN,    WRITE, by_queue,            "a queue's settings, counts and bulk ops"),
     _rpc("job_admin",          ADMIN,    WRITE, by_queue,            "one job: read, retry, remove, promote..."),
+    _rpc("job_admin_batch",    ADMIN,    WRITE, by_queue,            "many jobs' progress and log lines in one call"),
     _rpc("query",              ADMIN,    READ,  by_queue,            "a queue's jobs by state, name and time"),
     _rpc("result_get",         CONSUME,  READ,  by_result_key,       "a stored result"),
     _rpc("result_m_get",       CONSUME,  READ,  by_first_result_key, "several stored results"),

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 
 from loam_common import keys, validate
-from loam_common.errors import InvalidArgument, InvalidState, NotFound
+from loam_common.errors import InvalidArgument, InvalidState, JobsError, NotFound
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import dedup, dependencies
 from loam_common.jobs import states as S
@@ -247,6 +247,44 @@ def job_add_log(tx: Txn, ns: str, queue: str, job_id: str, line: str, keep: int 
             _trim_logs(qt, job, keep)
         qt.put_job(job)
         return _held_logs(qt, job)
+
+
+def job_resolve(tx: Txn, ns: str, queue: str, ref: str) -> str:
+    """The id of the job `ref` names (its id or its job key). An unknown ref comes back
+    as is, so the op itself says what is missing (the queue or the job)."""
+    k = keys.QueueKeys(ns, queue)
+    if tx.get(k.job(ref)) is not None:
+        return ref
+    by_key = tx.get(k.job_key(ref))
+    return by_key.decode() if by_key is not None else ref
+
+
+#: A running job's report by reference: (job id or key, "progress", JSON, 0) or
+#: (job id or key, "add_log", line, keep).
+Report = tuple[str, str, "bytes | str", int]
+
+
+def job_report_many(tx: Txn, ns: str, queue: str, reports: list[Report]) -> list[int | JobsError | None]:
+    """Many jobs' progress and log lines in one transaction, in order (BullMQ's
+    updateProgress and log from many processors): per report, None for a progress set,
+    the lines `job_add_log` counts for a line, or the error that refused it. A refused
+    report is rolled back to its savepoint and spoils nothing."""
+    out: list[int | JobsError | None] = []
+    for ref, kind, value, keep in reports:
+        sp = tx.savepoint()
+        try:
+            job_id = job_resolve(tx, ns, queue, ref)
+            if kind == "progress":
+                job_set_progress(tx, ns, queue, job_id, value)  # type: ignore[arg-type]
+                out.append(None)
+            else:
+                out.append(job_add_log(tx, ns, queue, job_id, value, keep))  # type: ignore[arg-type]
+        except JobsError as e:
+            tx.rollback_to(sp)
+            out.append(e)
+            continue
+        tx.release(sp)
+    return out
 
 
 def job_clear_logs(tx: Txn, ns: str, queue: str, job_id: str, keep: int = 0) -> int:

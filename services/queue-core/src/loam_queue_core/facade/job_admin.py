@@ -7,16 +7,15 @@ own writes on its job (progress, logs) are not."""
 
 from __future__ import annotations
 
-from loam_common import keys, validate
-from loam_common.errors import InvalidArgument
+from loam_common import validate
+from loam_common.errors import InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import job_admin
 from loam_common.jobs.query import job_query
-from loam_common.store.base import Txn
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
 from loam_queue_core.facade.audited import AuditedAction
-from loam_queue_core.facade.jobs import Jobs
+from loam_queue_core.facade.jobs import INLINE_JOBS, Jobs
 
 
 class JobAdmin:
@@ -28,7 +27,7 @@ class JobAdmin:
         """The id of the job `ref` names (its id or its job key). An unknown ref comes
         back as is, so the op itself says what is missing (the queue or the job)."""
         return await self.store.snapshot(
-            _resolve, ns, validate.name("queue", queue), job_ref(ref), inline=True
+            job_admin.job_resolve, ns, validate.name("queue", queue), job_ref(ref), inline=True
         )
 
     async def get(self, ns: Namespace, queue: str, job_id: str) -> pb.Job:
@@ -78,6 +77,16 @@ class JobAdmin:
     async def update_data(self, ns: Namespace, queue: str, job_id: str, data: pb.Payload) -> pb.Job:
         return await self.jobs.update_data(ns, queue, job_id, data)
 
+    async def report_many(
+        self, ns: Namespace, queue: str, reports: list[job_admin.Report]
+    ) -> list[int | JobsError | None]:
+        """Progress and log lines of many jobs of `queue` in one transaction (JobAdminBatch).
+        The references are checked first: a malformed one refuses the whole call."""
+        validate.name("queue", queue)
+        return await self.store.transact(
+            job_admin.job_report_many, ns, queue, reports, inline=len(reports) <= INLINE_JOBS
+        )
+
     async def set_progress(self, ns: Namespace, queue: str, job_id: str, progress: bytes) -> pb.Job:
         return await self.store.transact(job_admin.job_set_progress, ns, queue, job_id, progress, inline=True)
 
@@ -119,11 +128,3 @@ def job_ref(text: str, field: str = "job") -> str:
     if "/" in text:
         raise InvalidArgument(field, "a job id or key cannot contain '/'")
     return text
-
-
-def _resolve(tx: Txn, ns: Namespace, queue: str, ref: str) -> str:
-    k = keys.QueueKeys(ns, queue)
-    if tx.get(k.job(ref)) is not None:
-        return ref
-    by_key = tx.get(k.job_key(ref))
-    return by_key.decode() if by_key is not None else ref

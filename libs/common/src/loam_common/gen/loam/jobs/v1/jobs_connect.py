@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EndLeaseWaitRequest, EndLeaseWaitResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExchangeBindRequest, ExchangeBindResponse, ExchangeBindingsRequest, ExchangeBindingsResponse, ExchangePublishRequest, ExchangePublishResponse, ExchangeUnbindRequest, ExchangeUnbindResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetEngineRunRequest, GetEngineRunResponse, GetFlowRequest, GetFlowResponse, GetQuotasRequest, GetQuotasResponse, GetScheduleRequest, GetScheduleResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListEngineRunLogsRequest, ListEngineRunLogsResponse, ListEngineRunsRequest, ListEngineRunsResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetManyRequest, ResultSetManyResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SetQuotasRequest, SetQuotasResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse, WriteBatchRequest, WriteBatchResponse
+from .jobs_pb2 import CompleteBatchRequest, CompleteBatchResponse, CompleteRequest, CompleteResponse, ControlEngineJobRequest, ControlEngineJobResponse, EndLeaseWaitRequest, EndLeaseWaitResponse, EnqueueBulkRequest, EnqueueBulkResponse, EnqueueRequest, EnqueueResponse, ExchangeBindRequest, ExchangeBindResponse, ExchangeBindingsRequest, ExchangeBindingsResponse, ExchangePublishRequest, ExchangePublishResponse, ExchangeUnbindRequest, ExchangeUnbindResponse, ExtendRequest, ExtendResponse, FlowRequest, FlowResponse, GetEngineRunRequest, GetEngineRunResponse, GetFlowRequest, GetFlowResponse, GetQuotasRequest, GetQuotasResponse, GetScheduleRequest, GetScheduleResponse, JobAdminBatchRequest, JobAdminBatchResponse, JobAdminRequest, JobAdminResponse, LeaseRequest, LeaseResponse, ListEngineRunLogsRequest, ListEngineRunLogsResponse, ListEngineRunsRequest, ListEngineRunsResponse, ListSchedulesRequest, ListSchedulesResponse, QueryRequest, QueryResponse, QueueAdminRequest, QueueAdminResponse, ReportRequest, ReportResponse, ResultDeleteRequest, ResultDeleteResponse, ResultExpireRequest, ResultExpireResponse, ResultGetRequest, ResultGetResponse, ResultIncrRequest, ResultIncrResponse, ResultMGetRequest, ResultMGetResponse, ResultSetManyRequest, ResultSetManyResponse, ResultSetRequest, ResultSetResponse, ScheduleRequest, ScheduleResponse, SetQuotasRequest, SetQuotasResponse, SubmitEngineJobRequest, SubmitEngineJobResponse, UnscheduleRequest, UnscheduleResponse, WatchRequest, WatchResponse, WriteBatchRequest, WriteBatchResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -137,6 +137,9 @@ class JobsService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def job_admin(self, request: JobAdminRequest, ctx: RequestContext[JobAdminRequest, JobAdminResponse], /) -> JobAdminResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def job_admin_batch(self, request: JobAdminBatchRequest, ctx: RequestContext[JobAdminBatchRequest, JobAdminBatchResponse], /) -> JobAdminBatchResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def query(self, request: QueryRequest, ctx: RequestContext[QueryRequest, QueryResponse], /) -> QueryResponse:
@@ -458,6 +461,17 @@ class JobsServiceASGIApplication(ConnectASGIApplication[JobsService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.job_admin,
+                ),
+                "/loam.jobs.v1.JobsService/JobAdminBatch": Endpoint.unary(
+                    method=MethodInfo(
+                        name="JobAdminBatch",
+                        service_name="loam.jobs.v1.JobsService",
+                        input=JobAdminBatchRequest,
+                        output=JobAdminBatchResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.job_admin_batch,
                 ),
                 "/loam.jobs.v1.JobsService/Query": Endpoint.unary(
                     method=MethodInfo(
@@ -1137,6 +1151,26 @@ class JobsServiceClient(ConnectClient):
                 service_name="loam.jobs.v1.JobsService",
                 input=JobAdminRequest,
                 output=JobAdminResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def job_admin_batch(
+        self,
+        request: JobAdminBatchRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> JobAdminBatchResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="JobAdminBatch",
+                service_name="loam.jobs.v1.JobsService",
+                input=JobAdminBatchRequest,
+                output=JobAdminBatchResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -900,6 +900,36 @@ class JobAdminResponse(_message.Message):
     children: _containers.RepeatedCompositeFieldContainer[_types_pb2.Dependency]
     def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., logs: _Optional[_Iterable[_Union[_types_pb2.LogLine, _Mapping]]] = ..., log_count: _Optional[int] = ..., removed: _Optional[bool] = ..., children: _Optional[_Iterable[_Union[_types_pb2.Dependency, _Mapping]]] = ...) -> None: ...
 
+class JobAdminBatchRequest(_message.Message):
+    __slots__ = ("queue", "items")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    items: _containers.RepeatedCompositeFieldContainer[JobAdminBatchItem]
+    def __init__(self, queue: _Optional[str] = ..., items: _Optional[_Iterable[_Union[JobAdminBatchItem, _Mapping]]] = ...) -> None: ...
+
+class JobAdminBatchItem(_message.Message):
+    __slots__ = ("job", "op")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    op: JobOp
+    def __init__(self, job: _Optional[str] = ..., op: _Optional[_Union[JobOp, _Mapping]] = ...) -> None: ...
+
+class JobAdminBatchResult(_message.Message):
+    __slots__ = ("response", "error")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    response: JobAdminResponse
+    error: ItemError
+    def __init__(self, response: _Optional[_Union[JobAdminResponse, _Mapping]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ...) -> None: ...
+
+class JobAdminBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[JobAdminBatchResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[JobAdminBatchResult, _Mapping]]] = ...) -> None: ...
+
 class QueryRequest(_message.Message):
     __slots__ = ("queue", "states", "name", "since_ns", "until_ns", "page_size", "page_token")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
