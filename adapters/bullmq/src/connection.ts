@@ -4,9 +4,9 @@
  * LOAM_NAMESPACE. A Redis-shaped `connection` (BullMQ's own examples: `{ host, port }`,
  * `{ url: "redis://…" }`, an IORedis instance) is left as it is and ignored, with one
  * log line naming LOAM_URL, so an app switches by its import alone. One Connect client
- * per distinct connection, shared by every backend that uses it: unary calls on one
- * keep-alive HTTP agent (unary-transport.ts), streams on another, so a held stream never
- * queues a unary call.
+ * per distinct connection, shared by every backend that uses it: unary calls on its own
+ * kept-alive sockets (unary-transport.ts), streams on a keep-alive HTTP agent, so a held
+ * stream never queues a unary call.
  */
 import http from "node:http";
 import https from "node:https";
@@ -92,7 +92,7 @@ export interface Connection {
 
 const connections = new Map<string, Connection>();
 
-function makeClient(o: ResolvedConnection, agent: http.Agent, streamAgent: http.Agent): JobsClient {
+function makeClient(o: ResolvedConnection, streamAgent: http.Agent): JobsClient {
   const headers: Record<string, string> = o.token ? { authorization: `Bearer ${o.token}` } : { "x-loam-namespace": o.namespace };
   const auth: Interceptor = (next) => async (req) => {
     for (const [k, v] of Object.entries(headers)) req.header.set(k, v);
@@ -109,7 +109,7 @@ function makeClient(o: ResolvedConnection, agent: http.Agent, streamAgent: http.
     interceptors: [auth],
     nodeOptions: { agent: streamAgent },
   });
-  return createClient(JobsService, unaryTransport({ url: o.url, headers, agent, streams }));
+  return createClient(JobsService, unaryTransport({ url: o.url, headers, streams }));
 }
 
 export function connect(opts?: unknown): Connection {
@@ -118,9 +118,8 @@ export function connect(opts?: unknown): Connection {
   let c = connections.get(key);
   if (!c) {
     const Agent = o.url.startsWith("https:") ? https.Agent : http.Agent;
-    const agent = new Agent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 10_000 });
     const streamAgent = new Agent({ keepAlive: true, maxSockets: Infinity });
-    c = { key, options: o, client: makeClient(o, agent, streamAgent) };
+    c = { key, options: o, client: makeClient(o, streamAgent) };
     connections.set(key, c);
   }
   return c;

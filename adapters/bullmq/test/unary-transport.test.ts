@@ -2,6 +2,7 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import http from "node:http";
 import https from "node:https";
+import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
@@ -11,7 +12,45 @@ import { connect } from "../src/connection.js";
 import { EnqueueResponseSchema } from "../src/gen/loam/jobs/v1/jobs_pb.js";
 import { qname } from "./helpers.js";
 
-// The Connect client every backend uses: unary calls on plain http.request (unary-transport.ts).
+/** A server speaking HTTP/1.1 by hand: `answer(n, socket)` for the n-th request (from 1)
+ * of each connection, in the order connections came; a request is its head and a body
+ * of its content-length. */
+async function rawServer(answer: (conn: number, n: number, socket: net.Socket) => void) {
+  let conns = 0;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    const conn = ++conns;
+    sockets.add(socket);
+    let n = 0;
+    let buf = Buffer.alloc(0);
+    socket.on("data", (c: Buffer) => {
+      buf = Buffer.concat([buf, c]);
+      for (;;) {
+        const end = buf.indexOf("\r\n\r\n");
+        if (end < 0) return;
+        const len = Number(/content-length: *(\d+)/i.exec(buf.toString("latin1", 0, end))?.[1] ?? 0);
+        if (buf.length < end + 4 + len) return;
+        buf = buf.subarray(end + 4 + len);
+        answer(conn, ++n, socket);
+      }
+    });
+    socket.on("error", () => undefined);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as { port: number }).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    connections: () => conns,
+    close: () => {
+      for (const s of sockets) s.destroy();
+      return new Promise((r) => server.close(r));
+    },
+  };
+}
+
+const reply = (job: string) => Buffer.from(toBinary(EnqueueResponseSchema, create(EnqueueResponseSchema, { enqueued: { job, created: true } })));
+
+// The Connect client every backend uses: unary calls on kept-alive sockets (unary-transport.ts).
 describe("unary calls", () => {
   const client = () => connect({ namespace: "transport" }).client;
 
@@ -115,6 +154,73 @@ describe("unary calls", () => {
       else process.env.NODE_TLS_REJECT_UNAUTHORIZED = before;
       server.closeAllConnections();
       await new Promise((r) => server.close(r));
+    }
+  });
+
+  it("read an answer in chunks, and one whose body runs to the end of the connection", async () => {
+    const body = reply("chunked");
+    const server = await rawServer((_conn, _n, socket) => {
+      const half = body.length >> 1; // in three writes: the head, then a chunk and a half each
+      socket.write("HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\ntransfer-encoding: chunked\r\n\r\n");
+      socket.write(Buffer.concat([Buffer.from(`${half.toString(16)}\r\n`), body.subarray(0, half), Buffer.from(`\r\n${(body.length - half).toString(16)};x=1\r\n`)]));
+      socket.write(Buffer.concat([body.subarray(half), Buffer.from("\r\n0\r\nx-trailer: 1\r\n\r\n")]));
+    });
+    try {
+      const c = connect({ url: server.url, namespace: "raw-chunks" }).client;
+      expect((await c.enqueue({ queue: "q", task: { name: "t" } })).enqueued?.job).toBe("chunked");
+      // A chunked answer keeps its connection: the second call went on the same socket.
+      expect((await c.enqueue({ queue: "q", task: { name: "t" } })).enqueued?.job).toBe("chunked");
+      expect(server.connections()).toBe(1);
+    } finally {
+      await server.close();
+    }
+    const ended = await rawServer((_conn, _n, socket) => {
+      socket.end(Buffer.concat([Buffer.from("HTTP/1.0 200 OK\r\ncontent-type: application/proto\r\n\r\n"), reply("to-the-end")]));
+    });
+    try {
+      const c = connect({ url: ended.url, namespace: "raw-ended" }).client;
+      for (let i = 0; i < 2; i++) expect((await c.enqueue({ queue: "q", task: { name: "t" } })).enqueued?.job).toBe("to-the-end");
+      expect(ended.connections()).toBe(2); // such a connection is not used again
+    } finally {
+      await ended.close();
+    }
+  });
+
+  it("go again once on a fresh socket when a kept-alive one closes before its answer", async () => {
+    const seen: string[] = [];
+    const server = await rawServer((conn, n, socket) => {
+      seen.push(`${conn}.${n}`);
+      if (conn === 1 && n === 2) return socket.destroy(); // as a server closing an idle connection
+      const body = reply(`c${conn}`);
+      socket.write(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n`), body]));
+    });
+    try {
+      const c = connect({ url: server.url, namespace: "raw-stale" }).client;
+      expect((await c.enqueue({ queue: "q", task: { name: "t" } })).enqueued?.job).toBe("c1");
+      expect((await c.enqueue({ queue: "q", task: { name: "t" } })).enqueued?.job).toBe("c2");
+      expect(seen).toEqual(["1.1", "1.2", "2.1"]);
+      // A fresh socket that closes before its answer is not tried again: Unavailable.
+      const dead = await rawServer((_conn, _n, socket) => socket.destroy());
+      try {
+        const d = connect({ url: dead.url, namespace: "raw-dead" }).client;
+        const err = await d.enqueue({ queue: "q", task: { name: "t" } }).catch((e: unknown) => e);
+        expect((err as ConnectError).code).toBe(Code.Unavailable);
+        expect(dead.connections()).toBe(1);
+      } finally {
+        await dead.close();
+      }
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("refuse a token that would break the request when the connection is made", async () => {
+    const server = await rawServer(() => undefined);
+    try {
+      expect(() => connect({ url: server.url, token: "loam_x_y\r\nx-evil: 1" })).toThrow(/authorization/);
+      expect(server.connections()).toBe(0);
+    } finally {
+      await server.close();
     }
   });
 });
