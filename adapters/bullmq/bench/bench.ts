@@ -9,7 +9,7 @@
  * Redis; BENCH_REDIS=0 skips Redis; BENCH_JOB_OPTS (JSON) the options each job is added with;
  * BENCH_QUEUE_EVENTS=1 a QueueEvents listener through the drain; BENCH_DASHBOARD=1 a
  * dashboard's polling through it; BENCH_PROCESSOR=progress|log a processor that reports
- * progress or logs a line for each job.
+ * progress or logs a line for each job; BENCH_SINGLE_ADDS=N adds one at a time as well.
  */
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -42,9 +42,14 @@ const processor = async (job: any) => {
 // BENCH_DASHBOARD=1: through the drain, a dashboard's polling (Bull Board's, say): the
 // queue's counts every 100 ms and the first page of completed jobs every 250 ms.
 const DASHBOARD = process.env.BENCH_DASHBOARD === "1";
+// BENCH_SINGLE_ADDS=N: also N adds one at a time (each awaited, as an app handling one
+// request at a time adds them), on a queue of their own: adds/s, p50 and this process's
+// CPU an add.
+const SINGLE_ADDS = Number(process.env.BENCH_SINGLE_ADDS ?? 0);
 
 interface Figures {
   backend: string;
+  single?: { perS: number; p50Ms: number; cpuUs: number };
   bulkAddPerS: number;
   drainPerS: number;
   p50Ms: number;
@@ -67,6 +72,26 @@ async function run(label: string, connection: any, factory?: BackendFactory<any,
     await queue.addBulk(Array.from({ length: Math.min(CHUNK, N - i) }, (_, j) => ({ name: "j", data: { i: i + j }, opts: JOB_OPTS })));
   }
   const bulkAddPerS = N / ((performance.now() - t0) / 1000);
+
+  let single: Figures["single"];
+  if (SINGLE_ADDS > 0) {
+    const q = new Queue(`${name}-single`, { connection }, factory as any);
+    await q.waitUntilReady();
+    for (let i = 0; i < 100; i++) await q.add("s", { i }); // warm-up
+    const took: number[] = [];
+    const cpu0 = process.cpuUsage();
+    const s0 = performance.now();
+    for (let i = 0; i < SINGLE_ADDS; i++) {
+      const t = performance.now();
+      await q.add("s", { i });
+      took.push(performance.now() - t);
+    }
+    const wall = performance.now() - s0;
+    const cpu = process.cpuUsage(cpu0);
+    single = { perS: SINGLE_ADDS / (wall / 1000), p50Ms: pct(took, 50), cpuUs: (cpu.user + cpu.system) / SINGLE_ADDS };
+    await q.obliterate({ force: true }).catch(() => undefined);
+    await q.close();
+  }
 
   // Drain: one worker, concurrency 50, a no-op processor
   let done = 0;
@@ -120,7 +145,7 @@ async function run(label: string, connection: any, factory?: BackendFactory<any,
   await lw.close();
   await queue.obliterate({ force: true }).catch(() => undefined);
   await queue.close();
-  return { backend: label, bulkAddPerS, drainPerS, p50Ms: pct(lat, 50), p99Ms: pct(lat, 99) };
+  return { backend: label, single, bulkAddPerS, drainPerS, p50Ms: pct(lat, 50), p99Ms: pct(lat, 99) };
 }
 
 async function freePort(): Promise<number> {
@@ -175,6 +200,11 @@ async function main() {
     console.log(
       `${f.backend.padEnd(8)} ${f.bulkAddPerS.toFixed(0).padStart(17)} ${f.drainPerS.toFixed(0).padStart(15)} ${f.p50Ms.toFixed(2).padStart(23)} ${f.p99Ms.toFixed(2).padStart(9)}`,
     );
+  }
+  for (const f of out) {
+    if (!f.single) continue;
+    const { perS, p50Ms, cpuUs } = f.single;
+    console.log(`${f.backend}: ${SINGLE_ADDS} adds one at a time: ${perS.toFixed(0)} adds/s, p50 ${p50Ms.toFixed(3)} ms, ${cpuUs.toFixed(0)} µs of this process's CPU an add`);
   }
   process.exit(0);
 }
