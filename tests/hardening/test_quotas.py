@@ -363,3 +363,10 @@ def test_the_sweeper_takes_the_deployment_quotas_and_refuses_a_bad_spec(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--store", "sqlite:///x.db", "--quotas", "small:stored=3"])
     assert "--quotas" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", quotas.NAMES)
+def test_any_one_limit_set_makes_the_quotas_count(name):
+    """An enqueue checks quotas only when one is set (Quota's truth): each limit alone is."""
+    assert not quotas.Quota()
+    assert quotas.Quota(**{name: 1})

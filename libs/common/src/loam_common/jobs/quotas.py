@@ -76,8 +76,14 @@ class Quota:
     active_leases: int = 0
     schedules: int = 0
 
-    def __bool__(self) -> bool:
-        return any(getattr(self, f.name) for f in fields(self))
+    def __bool__(self) -> bool:  # asked at every enqueue: no dataclasses.fields() call
+        return bool(
+            self.enqueue_rate
+            or self.stored_jobs
+            or self.payload_bytes
+            or self.active_leases
+            or self.schedules
+        )
 
 
 NAMES = tuple(f.name for f in fields(Quota))
