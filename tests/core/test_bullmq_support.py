@@ -113,6 +113,24 @@ async def test_log_counts_and_trims_through_the_queues_cap_keep_and_clear(core, 
     assert await log("d") == 1 and await lines() == ["d"]
 
 
+async def test_get_names_a_job_by_id_or_key_and_refuses_what_is_not_there(core):
+    from loam_common.errors import NotFound
+
+    rpc = CoreRpc(core)
+    made = await core.jobs.enqueue(NS, "q", task(), pb.EnqueueOpts(job_key="K"))
+
+    async def get(queue: str, ref: str) -> pb.Job:
+        return (await rpc.job_admin(NS, J.JobAdminRequest(queue=queue, job=ref, op=J.JobOp(get={})))).job
+
+    assert (await get("q", made.job_id)).id == made.job_id
+    assert (await get("q", "K")).id == made.job_id
+    for queue, ref in (("q", "nope"), ("other", "K")):
+        with pytest.raises(NotFound):
+            await get(queue, ref)
+    with pytest.raises(InvalidArgument, match="job"):
+        await get("q", "a/b")
+
+
 async def test_a_batch_of_reports_applies_each_in_order_and_refuses_one_alone(
     core, store, events_of, check_invariants
 ):

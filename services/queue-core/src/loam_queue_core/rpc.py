@@ -360,6 +360,8 @@ class CoreRpc(AnswersUnimplemented):
             )
         if kind in _DEDUP_OPS:  # these name a dedup id, not a job
             return await _DEDUP_OPS[kind](self.core.job_admin, ns, queue, getattr(op, kind))
+        if kind == "get":  # the most frequent op (BullMQ's getJob): one read
+            return _job(await self.core.job_admin.get_by_ref(ns, queue, req.job))
         handler = _JOB_OPS.get(kind)
         if handler is None:  # a JobOp added to the proto and not mapped here
             raise InvalidArgument("op", f"{kind} is not supported by this server")
@@ -622,10 +624,6 @@ def _job(job: pb.Job) -> J.JobAdminResponse:
     return J.JobAdminResponse(job=job)
 
 
-async def _j_get(core: QueueCore, ns: Namespace, queue: str, job_id: str, op: Any) -> J.JobAdminResponse:
-    return _job(await core.job_admin.get(ns, queue, job_id))
-
-
 async def _j_logs(
     core: QueueCore, ns: Namespace, queue: str, job_id: str, op: J.JobOp.Logs
 ) -> J.JobAdminResponse:
@@ -664,7 +662,6 @@ async def _j_children(core: QueueCore, ns: Namespace, queue: str, job_id: str, o
 
 
 _JOB_OPS: dict[str, Callable[..., Any]] = {
-    "get": _j_get,
     "logs": _j_logs,
     "remove": _j_remove,
     "remove_child_dependency": _j_remove_child_dependency,

@@ -76,6 +76,11 @@ def job_get(tx: Txn, ns: str, queue: str, job_id: str) -> pb.Job:
         return qt.require_job(job_id)
 
 
+def job_get_by_ref(tx: Txn, ns: str, queue: str, ref: str) -> pb.Job:
+    """The job `ref` names (its id or its job key), in one read."""
+    return job_get(tx, ns, queue, job_resolve(tx, ns, queue, ref))
+
+
 def job_remove(
     tx: Txn, ns: str, queue: str, job_id: str, force: bool = False, children: bool = False
 ) -> None:

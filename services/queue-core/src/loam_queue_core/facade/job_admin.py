@@ -33,6 +33,12 @@ class JobAdmin:
     async def get(self, ns: Namespace, queue: str, job_id: str) -> pb.Job:
         return await self.store.snapshot(job_admin.job_get, ns, queue, job_id, inline=True)
 
+    async def get_by_ref(self, ns: Namespace, queue: str, ref: str) -> pb.Job:
+        """The job `ref` names (its id or its job key): one snapshot, not resolve then get."""
+        return await self.store.snapshot(
+            job_admin.job_get_by_ref, ns, validate.name("queue", queue), job_ref(ref), inline=True
+        )
+
     async def logs(self, ns: Namespace, queue: str, job_id: str, start: int, end: int) -> job_admin.JobLogs:
         """BullMQ's getJobLogs range, `end` inclusive; end 0 = through the last line."""
         return await self.store.snapshot(job_admin.job_logs, ns, queue, job_id, start, end or -1)
