@@ -146,8 +146,11 @@ interface Pending {
 class Conn {
   private readonly socket: net.Socket;
   private pending?: Pending;
-  private buf: Buffer = Buffer.alloc(0);
+  // The answer so far: its chunks (joined once it is whole, not at every chunk: a
+  // large answer comes in many) and its head once that came whole.
+  private chunks: Buffer[] = [];
   private received = 0;
+  private head?: Head;
 
   constructor(base: URL, onGone: (c: Conn) => void) {
     const port = Number(base.port) || (base.protocol === "https:" ? 443 : 80);
@@ -178,7 +181,9 @@ class Conn {
         p.timer = setTimeout(() => this.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
       }
       this.pending = p;
+      this.chunks = [];
       this.received = 0;
+      this.head = undefined;
       this.socket.ref();
       this.socket.write(message);
     });
@@ -230,26 +235,34 @@ class Conn {
       return;
     }
     this.received += chunk.length;
-    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    this.chunks.push(chunk);
     let parsed: { answer: Answer; keep: boolean; rest: Buffer } | undefined;
     try {
-      parsed = parse(this.buf);
+      this.head ??= parseHead(this.joined());
+      const h = this.head;
+      if (!h || (h.length !== undefined && this.received < h.end + h.length)) return;
+      parsed = parseBody(this.joined(), h);
     } catch (e) {
       this.abort(new ConnectError(`Loam's answer is not HTTP/1.1: ${(e as Error).message}`, Code.Unavailable));
       return;
     }
     if (!parsed) return;
-    this.buf = Buffer.alloc(0);
+    this.chunks = [];
     const p = this.settle();
     const keep = parsed.keep && parsed.rest.length === 0;
     p?.resolve({ answer: parsed.answer, keep });
   }
 
+  private joined(): Buffer {
+    if (this.chunks.length !== 1) this.chunks = [Buffer.concat(this.chunks, this.received)];
+    return this.chunks[0];
+  }
+
   /** An answer whose body ran to the end of the connection, if its head came whole. */
   private untilClose(): Answer | undefined {
-    const h = head(this.buf);
+    const h = this.head;
     if (!h || h.length !== undefined || h.chunked) return undefined;
-    return { status: h.status, headers: h.headers, body: this.buf.subarray(h.end) };
+    return { status: h.status, headers: h.headers, body: this.joined().subarray(h.end) };
   }
 }
 
@@ -263,7 +276,7 @@ interface Head {
 }
 
 /** The answer's head, once it came whole (a 1xx interim answer is skipped). */
-function head(buf: Buffer): Head | undefined {
+function parseHead(buf: Buffer): Head | undefined {
   let start = 0;
   for (;;) {
     const end = buf.indexOf("\r\n\r\n", start);
@@ -291,9 +304,7 @@ function head(buf: Buffer): Head | undefined {
 }
 
 /** The whole answer, once it came, and what followed it; undefined while it is coming. */
-function parse(buf: Buffer): { answer: Answer; keep: boolean; rest: Buffer } | undefined {
-  const h = head(buf);
-  if (!h) return undefined;
+function parseBody(buf: Buffer, h: Head): { answer: Answer; keep: boolean; rest: Buffer } | undefined {
   if (h.length !== undefined) {
     if (buf.length < h.end + h.length) return undefined;
     const body = buf.subarray(h.end, h.end + h.length);

@@ -186,6 +186,21 @@ describe("unary calls", () => {
     }
   });
 
+  it("read a large answer that comes in many pieces", async () => {
+    const big = reply("j".repeat(1 << 20));
+    const server = await rawServer((_conn, _n, socket) => {
+      socket.write(`HTTP/1.1 200 OK\r\ncontent-length: ${big.length}\r\n\r\n`);
+      for (let at = 0; at < big.length; at += 4096) socket.write(big.subarray(at, at + 4096));
+    });
+    try {
+      const c = connect({ url: server.url, namespace: "raw-big" }).client;
+      for (let i = 0; i < 2; i++) expect((await c.enqueue({ queue: "q", task: { name: "t" } })).enqueued?.job).toHaveLength(1 << 20);
+      expect(server.connections()).toBe(1);
+    } finally {
+      await server.close();
+    }
+  });
+
   it("go again once on a fresh socket when a kept-alive one closes before its answer", async () => {
     const seen: string[] = [];
     const server = await rawServer((conn, n, socket) => {
