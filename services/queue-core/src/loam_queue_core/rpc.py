@@ -387,10 +387,11 @@ class CoreRpc(AnswersUnimplemented):
         for r in await self.core.job_admin.report_many(ns, req.queue, reports):
             if isinstance(r, JobsError):
                 add(error=item_error(r))
-            elif r is None:
-                add().response.SetInParent()  # a progress: the job is not sent back
             else:
-                add().response.log_count = r
+                response = add().response
+                response.SetInParent()  # set even when empty: a progress is answered without the job
+                if r is not None:
+                    response.log_count = r
         return out
 
     async def query(self, ns: Namespace, req: J.QueryRequest) -> J.QueryResponse:

@@ -86,8 +86,8 @@ class JobAdmin:
     async def report_many(
         self, ns: Namespace, queue: str, reports: list[job_admin.Report]
     ) -> list[int | JobsError | None]:
-        """Progress and log lines of many jobs of `queue` in one transaction (JobAdminBatch).
-        The references are checked first: a malformed one refuses the whole call."""
+        """Progress and log lines of many jobs of `queue` in one transaction, in order
+        (JobAdminBatch; its caller checks each reference first)."""
         validate.name("queue", queue)
         return await self.store.transact(
             job_admin.job_report_many, ns, queue, reports, inline=len(reports) <= INLINE_JOBS
