@@ -29,7 +29,9 @@ export interface UnaryTransportOptions {
   streams: Transport;
 }
 
-/** Idle sockets kept per transport (a worker's concurrent leases, extends and completions). */
+/** Sockets open per transport, in use or idle (a worker's concurrent leases, extends and
+ * completions use a few dozen), and idle ones kept. */
+const MAX_SOCKETS = 256;
 const MAX_IDLE = 256;
 
 export function unaryTransport(o: UnaryTransportOptions): Transport {
@@ -99,23 +101,34 @@ interface Answer {
  * server closed as the request went out). */
 class Stale extends Error {}
 
-/** Kept-alive sockets to one server: an idle one for each call, or a new one. */
+/**
+ * Kept-alive sockets to one server: an idle one for each call, or a new one, at most
+ * MAX_SOCKETS open at once; a call beyond them waits for one to be given back or to close
+ * (as http.Agent's maxSockets queued them), within its deadline and abort signal.
+ */
 class Pool {
   private readonly idle: Conn[] = [];
+  private open = 0;
+  // Calls waiting for a socket: handed one given back, or undefined: the slot of one
+  // that closed, to open a new one in.
+  private readonly waiters: ((c: Conn | undefined) => void)[] = [];
 
   constructor(private readonly base: URL) {}
 
   async exchange(message: Buffer, signal: AbortSignal | undefined, timeoutMs: number | undefined): Promise<Answer> {
     if (signal?.aborted) throw canceled(signal.reason);
+    const deadline = timeoutMs !== undefined && timeoutMs > 0 ? Date.now() + timeoutMs : undefined;
     for (let fresh = false; ; fresh = true) {
-      const reused = fresh ? undefined : this.idle.pop();
-      const conn = reused ?? new Conn(this.base, (c) => this.drop(c));
+      const [conn, reused] = await this.take(fresh, signal, deadline);
+      if (signal?.aborted) {
+        this.giveBack(conn);
+        throw canceled(signal.reason);
+      }
       try {
-        const { answer, keep } = await conn.call(message, signal, timeoutMs);
-        if (keep && this.idle.length < MAX_IDLE) {
-          conn.rest();
-          this.idle.push(conn);
-        } else conn.close();
+        const left = deadline === undefined ? undefined : Math.max(1, deadline - Date.now());
+        const { answer, keep } = await conn.call(message, signal, left);
+        if (keep) this.giveBack(conn);
+        else conn.close();
         return answer;
       } catch (e) {
         // The server closes only idle connections, so a request that met a closed one
@@ -128,9 +141,68 @@ class Pool {
     }
   }
 
-  private drop(c: Conn): void {
+  /** A socket for one call, and whether it served calls before. */
+  private async take(fresh: boolean, signal: AbortSignal | undefined, deadline: number | undefined): Promise<[Conn, boolean]> {
+    if (!fresh) {
+      const idle = this.idle.pop();
+      if (idle) return [idle, true];
+    }
+    if (this.open < MAX_SOCKETS) {
+      this.open++;
+      return [this.dial(), false];
+    }
+    const given = await this.wait(signal, deadline);
+    return given ? [given, true] : [this.dial(), false];
+  }
+
+  private dial(): Conn {
+    return new Conn(this.base, (c) => this.gone(c));
+  }
+
+  /** A socket whose call is answered: to the first waiting call, else idle (or closed). */
+  private giveBack(conn: Conn): void {
+    if (!conn.alive) return; // closed meanwhile: gone() has passed its slot on
+    const waiter = this.waiters.shift();
+    if (waiter) return waiter(conn);
+    if (this.idle.length < MAX_IDLE) {
+      conn.rest();
+      this.idle.push(conn);
+    } else conn.close();
+  }
+
+  /** A socket closed (once per socket): its slot passes to a waiting call, or frees. */
+  private gone(c: Conn): void {
     const i = this.idle.indexOf(c);
     if (i >= 0) this.idle.splice(i, 1);
+    const waiter = this.waiters.shift();
+    if (waiter) waiter(undefined);
+    else this.open--;
+  }
+
+  private wait(signal: AbortSignal | undefined, deadline: number | undefined): Promise<Conn | undefined> {
+    return new Promise((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const done = () => {
+        if (timer) clearTimeout(timer);
+        if (signal) signal.removeEventListener("abort", onAbort);
+      };
+      const waiter = (c: Conn | undefined) => {
+        done();
+        resolve(c);
+      };
+      const leave = (e: ConnectError) => {
+        const i = this.waiters.indexOf(waiter);
+        if (i >= 0) this.waiters.splice(i, 1);
+        done();
+        reject(e);
+      };
+      const onAbort = () => leave(canceled(signal?.reason));
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (deadline !== undefined) {
+        timer = setTimeout(() => leave(new ConnectError("the operation timed out", Code.DeadlineExceeded)), Math.max(0, deadline - Date.now()));
+      }
+      this.waiters.push(waiter);
+    });
   }
 }
 
@@ -151,6 +223,8 @@ class Conn {
   private chunks: Buffer[] = [];
   private received = 0;
   private head?: Head;
+  /** Until its socket closes or fails. */
+  alive = true;
 
   constructor(base: URL, onGone: (c: Conn) => void) {
     const port = Number(base.port) || (base.protocol === "https:" ? 443 : 80);
@@ -163,7 +237,10 @@ class Conn {
     this.socket.setKeepAlive(true, 10_000);
     this.socket.on("data", (chunk: Buffer) => this.onData(chunk));
     const gone = (e?: Error) => {
-      onGone(this);
+      if (this.alive) {
+        this.alive = false;
+        onGone(this);
+      }
       this.fail(e);
     };
     this.socket.on("error", gone);

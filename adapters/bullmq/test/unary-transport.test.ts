@@ -229,6 +229,31 @@ describe("unary calls", () => {
     }
   });
 
+  it("open at most 256 sockets at once, the calls beyond waiting for one within their deadline", async () => {
+    const held: net.Socket[] = [];
+    let hold = true;
+    const answer = (socket: net.Socket) => {
+      const body = reply("ok");
+      socket.write(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n`), body]));
+    };
+    const server = await rawServer((_conn, _n, socket) => (hold ? held.push(socket) : answer(socket)));
+    try {
+      const c = connect({ url: server.url, namespace: "raw-many" }).client;
+      const first = Array.from({ length: 300 }, () => c.enqueue({ queue: "q", task: { name: "t" } }));
+      for (let i = 0; i < 100 && held.length < 256; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(held).toHaveLength(256); // the other 44 wait for a socket
+      const late = await c.enqueue({ queue: "q", task: { name: "t" } }, { timeoutMs: 200 }).catch((e: unknown) => e);
+      expect((late as ConnectError).code).toBe(Code.DeadlineExceeded);
+      hold = false;
+      for (const s of held) answer(s);
+      const done = await Promise.all(first);
+      expect(done.every((r) => r.enqueued?.job === "ok")).toBe(true);
+      expect(server.connections()).toBe(256);
+    } finally {
+      await server.close();
+    }
+  });
+
   it("refuse a token that would break the request when the connection is made", async () => {
     const server = await rawServer(() => undefined);
     try {
