@@ -53,14 +53,9 @@ export class JobAdmin {
     this.reports = new Coalescer<Report, JobAdminResponse>(MAX_REPORTS, "JobAdminBatch", send);
   }
 
-  /** A report by job id, BullMQ's errors for a missing job. */
-  private async report(jobId: string, op: any, command: string): Promise<JobAdminResponse> {
-    try {
-      return await this.reports.add({ job: String(jobId), op });
-    } catch (e) {
-      if (errKind(e) === "not_found") throw R.finishedError({ code: R.ErrorCode.JobNotExist, jobId, command });
-      throw e;
-    }
+  /** A report by job id, through the coalesced JobAdminBatch, with BullMQ's errors. */
+  private report(jobId: string, op: any, command: string): Promise<JobAdminResponse> {
+    return asBullMQ(this.reports.add({ job: String(jobId), op }), jobId, command);
   }
 
   async retryFinishedJob(job: any, state: "failed" | "completed", opts?: any): Promise<void> {
@@ -72,15 +67,8 @@ export class JobAdmin {
     await this.calls.jobOp(job.id, { case: "retry", value: { keepAttempts: !opts?.resetAttemptsMade } });
   }
 
-  private async byId(jobId: string, op: any, command: string, state?: string) {
-    try {
-      return await this.calls.jobOp(jobId, op);
-    } catch (e) {
-      const k = errKind(e);
-      if (k === "not_found") throw R.finishedError({ code: R.ErrorCode.JobNotExist, jobId, command });
-      if (k === "invalid_state" && state) throw R.finishedError({ code: R.ErrorCode.JobNotInState, jobId, command, state });
-      throw e;
-    }
+  private byId(jobId: string, op: any, command: string, state?: string) {
+    return asBullMQ(this.calls.jobOp(jobId, op), jobId, command, state);
   }
 
   async promote(jobId: string): Promise<void> {
@@ -165,5 +153,18 @@ export class JobAdmin {
       if (isNotFound(e)) return null;
       throw e;
     }
+  }
+}
+
+/** A call on a job by id, its not-found (and, given `state`, invalid-state) answer as
+ * BullMQ's error for `command`. */
+async function asBullMQ<T>(call: Promise<T>, jobId: string, command: string, state?: string): Promise<T> {
+  try {
+    return await call;
+  } catch (e) {
+    const k = errKind(e);
+    if (k === "not_found") throw R.finishedError({ code: R.ErrorCode.JobNotExist, jobId, command });
+    if (k === "invalid_state" && state) throw R.finishedError({ code: R.ErrorCode.JobNotInState, jobId, command, state });
+    throw e;
   }
 }
