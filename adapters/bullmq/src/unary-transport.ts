@@ -30,9 +30,8 @@ export interface UnaryTransportOptions {
 }
 
 /** Sockets open per transport, in use or idle (a worker's concurrent leases, extends and
- * completions use a few dozen), and idle ones kept. */
+ * completions use a few dozen). */
 const MAX_SOCKETS = 256;
-const MAX_IDLE = 256;
 
 export function unaryTransport(o: UnaryTransportOptions): Transport {
   const base = new URL(o.url);
@@ -159,15 +158,13 @@ class Pool {
     return new Conn(this.base, (c) => this.gone(c));
   }
 
-  /** A socket whose call is answered: to the first waiting call, else idle (or closed). */
+  /** A socket whose call is answered: to the first waiting call, else idle. */
   private giveBack(conn: Conn): void {
     if (!conn.alive) return; // closed meanwhile: gone() has passed its slot on
     const waiter = this.waiters.shift();
     if (waiter) return waiter(conn);
-    if (this.idle.length < MAX_IDLE) {
-      conn.rest();
-      this.idle.push(conn);
-    } else conn.close();
+    conn.rest(); // kept: the sockets open are bounded already
+    this.idle.push(conn);
   }
 
   /** A socket closed (once per socket): its slot passes to a waiting call, or frees. */
@@ -199,7 +196,7 @@ class Pool {
       const onAbort = () => leave(canceled(signal?.reason));
       signal?.addEventListener("abort", onAbort, { once: true });
       if (deadline !== undefined) {
-        timer = setTimeout(() => leave(new ConnectError("the operation timed out", Code.DeadlineExceeded)), Math.max(0, deadline - Date.now()));
+        timer = setTimeout(() => leave(timedOut()), Math.max(0, deadline - Date.now()));
       }
       this.waiters.push(waiter);
     });
@@ -255,7 +252,7 @@ class Conn {
         signal.addEventListener("abort", p.onAbort, { once: true });
       }
       if (timeoutMs !== undefined && timeoutMs > 0) {
-        p.timer = setTimeout(() => this.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs);
+        p.timer = setTimeout(() => this.abort(timedOut()), timeoutMs);
       }
       this.pending = p;
       this.chunks = [];
@@ -404,6 +401,10 @@ function parseBody(buf: Buffer, h: Head): { answer: Answer; keep: boolean; rest:
     parts.push(buf.subarray(eol + 2, eol + 2 + size));
     at = eol + 2 + size + 2;
   }
+}
+
+function timedOut(): ConnectError {
+  return new ConnectError("the operation timed out", Code.DeadlineExceeded);
 }
 
 function canceled(reason: unknown): ConnectError {
