@@ -370,8 +370,8 @@ class CoreRpc(AnswersUnimplemented):
 
     async def job_admin_batch(self, ns: Namespace, req: J.JobAdminBatchRequest) -> J.JobAdminBatchResponse:
         """Malformed items (no job, an op other than progress or add_log) refuse the
-        whole call; items refused by the state machine get their error in their slot."""
-        validate.name("queue", req.queue)
+        whole call; items refused by the state machine get their error in their slot.
+        The queue's name is checked by `report_many`."""
         reports: list[Report] = []
         for i, it in enumerate(req.items):
             ref = job_ref(it.job, f"items[{i}].job")
