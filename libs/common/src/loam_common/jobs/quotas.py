@@ -77,13 +77,7 @@ class Quota:
     schedules: int = 0
 
     def __bool__(self) -> bool:  # asked at every enqueue: no dataclasses.fields() call
-        return bool(
-            self.enqueue_rate
-            or self.stored_jobs
-            or self.payload_bytes
-            or self.active_leases
-            or self.schedules
-        )
+        return any(vars(self).values())
 
 
 NAMES = tuple(f.name for f in fields(Quota))
