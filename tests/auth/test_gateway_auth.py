@@ -37,11 +37,11 @@ async def gateway(request, store, tmp_path):
     direct: list[str] = []
 
     def counted(path, route):
-        async def answer(headers, body):
+        async def answer(headers, body, checked):
             direct.append(path)
-            return await route.answer(headers, body)
+            return await route.answer(headers, body, checked)
 
-        return Route(answer, route.takes, route.cancel_on_close)
+        return Route(answer, route.takes, route.cancel_on_close, route.check)
 
     app.direct_routes = lambda: ({p: counted(p, r) for p, r in routes.items()}, limit)
     async with served(app, as_loam_serves=True) as url, httpx.AsyncClient(base_url=url) as client:

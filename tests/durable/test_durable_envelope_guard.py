@@ -54,11 +54,11 @@ async def http(request):
             routes, limit = app.direct_routes()
 
             def counted(route):
-                async def answer(headers, body):
+                async def answer(headers, body, checked):
                     direct.append(headers["host"])
-                    return await route.answer(headers, body)
+                    return await route.answer(headers, body, checked)
 
-                return Route(answer, route.takes, route.cancel_on_close)
+                return Route(answer, route.takes, route.cancel_on_close, route.check)
 
             app.direct_routes = lambda: ({path: counted(r) for path, r in routes.items()}, limit)
             transport = httpx.AsyncHTTPTransport()

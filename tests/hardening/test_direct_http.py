@@ -26,13 +26,16 @@ class App:
     def __init__(self) -> None:
         self.direct_seen: list[bytes] = []
         self.headers_seen: list[dict[str, str]] = []  # as each direct request arrived
+        self.checked_seen: list = []  # each direct request's `checked`
+        self.checks = 0  # calls of /checked's `check`
         self.release = asyncio.Event()
         self.polls: dict[bytes, str] = {}
         self.order: list[str] = []  # polls cancelled and the lifespan's shutdown, in turn
 
     def direct_routes(self):
-        async def handler(headers: dict[str, str], body: bytes):
+        async def handler(headers: dict[str, str], body: bytes, checked):
             self.direct_seen.append(body)
+            self.checked_seen.append(checked)
             self.headers_seen.append(dict(headers))
             headers["authorization"] = "Bearer added-by-the-handler"  # as the durable envelope's `head.auth`
             if body == b"boom":
@@ -48,7 +51,7 @@ class App:
         def json_only(headers: dict[str, str]) -> bool:
             return headers.get("content-type") == "application/json"
 
-        async def poll(headers: dict[str, str], body: bytes):
+        async def poll(headers: dict[str, str], body: bytes, checked):
             self.polls[body] = "waiting"
             try:
                 await self.release.wait()
@@ -59,7 +62,12 @@ class App:
             self.polls[body] = "answered"
             return 200, [(b"content-type", b"text/plain")], b"poll:" + body
 
-        routes = {"/direct": Route(handler), "/json-only": Route(handler, json_only)}
+        def check(headers: dict[str, str]) -> str:
+            self.checks += 1
+            return f"checked {headers.get('x-caller', '-')}"
+
+        routes = {"/direct": Route(handler), "/json-only": Route(handler, json_only),
+                  "/checked": Route(handler, check=check)}  # fmt: skip
         return routes | {"/poll": Route(poll, cancel_on_close=True)}, MAX_BODY
 
     async def __call__(self, scope, receive, send):
@@ -186,6 +194,35 @@ async def test_a_head_seen_before_is_read_the_same_and_its_headers_are_each_requ
     assert all(
         h["content-type"] == "application/json" and h["content-length"] == "1" for h in app.headers_seen
     )
+
+
+async def test_heads_differing_only_in_their_length_share_one_parse_and_one_check(served):
+    """A head is kept by what it says but its `Content-Length`: the same headers with
+    another length are not parsed or checked again (`Route.check` runs once per head, its
+    result each request's `checked`), yet each handler sees its own length, and a length
+    over the limit still goes to the ASGI app."""
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for body in (b"a", b"bb", b"c" * 40):
+        writer.write(post("/checked", body, "x-caller: one"))
+        assert (await read_response(reader))[2] == b"direct:" + body
+    writer.write(post("/checked", b"d", "x-caller: two"))  # another head: checked again
+    assert (await read_response(reader))[2] == b"direct:d"
+    # Another casing and spacing of the length line, written by hand: a head of its own.
+    writer.write(
+        b"POST /checked HTTP/1.1\r\nContent-Length:  3 \r\nhost: test.local\r\nx-caller: one\r\n\r\nabc"
+    )
+    assert (await read_response(reader))[2] == b"direct:abc"
+    assert app.checks == 3
+    assert app.checked_seen == ["checked one"] * 3 + ["checked two", "checked one"]
+    assert [h["content-length"] for h in app.headers_seen] == ["1", "2", "40", "1", "3"]
+    too_long = b"e" * (MAX_BODY + 1)
+    writer.write(post("/checked", too_long, "x-caller: one"))  # a head seen before, too long a body
+    assert (await read_response(reader))[2] == b"asgi:POST /checked " + too_long
+    writer.write(post("/checked", b"f", "x-caller: three"))  # uvicorn's protocol checks each request
+    assert (await read_response(reader))[2] == b"direct:f"
+    assert app.checked_seen[-1] == "checked three" and app.checks == 4
+    writer.close()
 
 
 async def test_connection_close_and_http_1_0_close_after_the_answer(served):

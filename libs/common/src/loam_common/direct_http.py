@@ -8,7 +8,7 @@ server and the handler) is work their answer does not need. `direct_protocol(rou
 max_body)` gives the HTTP server's protocol class: a request whose method is `POST`,
 whose raw target is one of `routes` (no query string) and whose body has a
 `Content-Length` of at most `max_body` is read into bytes and handed to the route's
-handler, `await handler(headers, body) -> (status, headers, body)`; its answer is
+handler, `await handler(headers, body, checked) -> (status, headers, body)`; its answer is
 written as one buffer. Anything else goes to the ASGI app, in order on the same
 connection, so a route's handler must answer exactly as the app would (the gateway's
 does: it is the same code, `GatewayApp.direct_routes`).
@@ -23,9 +23,14 @@ yet answered, to `DirectHttpProtocol`: uvicorn's httptools protocol, which from 
 serves the connection, answering the direct routes from its parser's callbacks and the
 rest through ASGI. A malformed request thus gets uvicorn's own answer.
 
-A route is a `Route(answer, takes, cancel_on_close)`: `takes(headers)`, when given,
-decides from the headers whether the request is one `answer` serves (a shape it does not
-serve goes to the ASGI app). A `cancel_on_close` route's answer is cancelled when its
+A route is a `Route(answer, takes, cancel_on_close, check)`: `takes(headers)`, when
+given, decides from the headers whether the request is one `answer` serves (a shape it
+does not serve goes to the ASGI app). `check(headers)`, when given, is the part of the
+answer that the headers alone decide (the gateway's request guard): its result is the
+handler's third argument, `await handler(headers, body, checked)` (None without a
+`check`). `DirectFront` keeps both with the parsed head, so a client that sends the same
+headers again (most do: only `Content-Length` changes) pays for neither again; neither
+may look at `Content-Length`, which the protocol checks against `max_body` itself. A `cancel_on_close` route's answer is cancelled when its
 client closes the connection while it runs: a long-poll, whose wait must end with its
 client (a parked lease of a closed connection takes no jobs). `DirectFront` answers such
 routes; `DirectHttpProtocol` leaves them to the ASGI app, which watches for the client's
@@ -49,7 +54,7 @@ from uvicorn.server import ServerState
 log = logging.getLogger(__name__)
 
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
-Handler = Callable[[dict[str, str], bytes], Awaitable[Answer]]
+Handler = Callable[[dict[str, str], bytes, Any], Awaitable[Answer]]
 
 
 class LowerCaseHeaders(dict[str, str]):
@@ -64,6 +69,7 @@ class Route:
     answer: Handler
     takes: Callable[[dict[str, str]], bool] | None = None
     cancel_on_close: bool = False
+    check: Callable[[dict[str, str]], Any] | None = None
 
 
 _FAILED: Answer = (500, [(b"content-type", b"text/plain; charset=utf-8")], b"Internal Server Error")
@@ -95,7 +101,7 @@ class DirectHttpProtocol(HttpToolsProtocol):
     routes: Mapping[bytes, Route] = {}
     max_body = 0
 
-    _direct: Handler | None = None
+    _direct: Route | None = None
     _body: bytes = b""
     _header_dict: dict[str, str] = {}
 
@@ -110,7 +116,7 @@ class DirectHttpProtocol(HttpToolsProtocol):
                 (name.decode("latin-1"), value.decode("latin-1")) for name, value in self.headers
             )
             if route.takes is None or route.takes(headers):
-                self._direct, self._body, self._header_dict = route.answer, b"", headers
+                self._direct, self._body, self._header_dict = route, b"", headers
                 return
         super().on_headers_complete()
 
@@ -137,22 +143,24 @@ class DirectHttpProtocol(HttpToolsProtocol):
             self._body += body  # at most max_body: its Content-Length said so
 
     def on_message_complete(self) -> None:
-        handler = self._direct
-        if handler is None:
+        route = self._direct
+        if route is None:
             super().on_message_complete()
             return
         self._direct = None
         parser = self.parser
         cycle = self.cycle = _DirectCycle(parser.get_http_version() != "1.0" and parser.should_keep_alive())
-        task = self.loop.create_task(self._answer(handler, self._header_dict, self._body, cycle))
+        headers = self._header_dict
+        checked = None if route.check is None else route.check(headers)
+        task = self.loop.create_task(self._answer(route.answer, headers, self._body, checked, cycle))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 
     async def _answer(
-        self, handler: Handler, headers: dict[str, str], body: bytes, cycle: _DirectCycle
+        self, handler: Handler, headers: dict[str, str], body: bytes, checked: Any, cycle: _DirectCycle
     ) -> None:
         try:
-            status, extra, raw = await handler(headers, body)
+            status, extra, raw = await handler(headers, body, checked)
         except Exception:  # the ASGI path's answer to an app that raised
             log.exception("direct route failed")
             status, extra, raw = _FAILED
@@ -202,6 +210,11 @@ _PLAIN_HEAD = re.compile(
 )
 
 
+#: A head's `Content-Length` line: its value is cut out of the key a parsed head is kept
+#: by (it changes from request to request; nothing else kept with the head depends on it).
+_LENGTH = re.compile(rb"\r\n(?i:content-length):[ \t]*([0-9]+)[ \t]*(?=\r\n|\Z)")
+
+
 def _bare_break(partial: bytes) -> bool:
     """Whether a head still arriving has a CR or LF that is not part of a CRLF (its end
     would never be found by looking for CRLF CRLF)."""
@@ -227,10 +240,11 @@ class DirectFront(asyncio.Protocol):
     routes: Mapping[str, Route] = {}
     max_body = 0
     fallback: type[HttpToolsProtocol] = HttpToolsProtocol
-    #: Request heads already parsed, and what `_parse_head` made of them (the same for
-    #: every connection of this class). A client sends the same head again and again, but
-    #: for its `Content-Length`: a dict lookup then stands in for the parse.
-    heads: dict[bytes, tuple[Route, dict[str, str], int] | None] = {}
+    #: Request heads already parsed, by the head without its `Content-Length` value, and
+    #: what `_parse_head` made of them (the same for every connection of this class). A
+    #: client sends the same head again and again but for that value: a dict lookup then
+    #: stands in for the parse and the route's `check`.
+    heads: dict[bytes, tuple[Route, dict[str, str], Any] | None] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -247,7 +261,7 @@ class DirectFront(asyncio.Protocol):
         self.loop = _loop or asyncio.get_event_loop()
         self.transport: asyncio.Transport | None = None
         self.buffer = b""
-        self.request: tuple[Handler, dict[str, str], bytes, bool] | None = None
+        self.request: tuple[Handler, dict[str, str], bytes, Any, bool] | None = None
         self.busy = False  # a request is parsed and not yet answered
         self.cancel_on_close = False  # the busy request's route: cancelled if the client leaves
         self.keep_alive = True
@@ -314,17 +328,22 @@ class DirectFront(asyncio.Protocol):
                 self._hand_over()
             return
         head = buffer[:end]
-        parsed = self.heads.get(head, _UNSEEN)
+        declared = _LENGTH.search(head)
+        key = head if declared is None else head[: declared.start(1)] + head[declared.end(1) :]
+        parsed = self.heads.get(key, _UNSEEN)
         if parsed is _UNSEEN:
             parsed = self._parse_head(head.decode("latin-1"))
             if len(self.heads) >= MAX_HEADS_KEPT:
                 self.heads.clear()
-            self.heads[head] = parsed
-        if parsed is None:
+            self.heads[key] = parsed
+        # A parsed head has one Content-Length, a plain decimal: the line found above.
+        length = -1 if declared is None else int(declared[1])
+        if parsed is None or not 0 <= length <= self.max_body:
             self._hand_over()
             return
-        route, headers, length = parsed
+        route, headers, checked = parsed
         headers = LowerCaseHeaders(headers)  # the handler's own: it may add to them
+        headers["content-length"] = declared[1].decode()  # type: ignore[index]
         start = end + 4
         if len(buffer) < start + length:
             return  # the body is still arriving
@@ -332,7 +351,7 @@ class DirectFront(asyncio.Protocol):
         keep_alive = "close" not in headers.get("connection", "").lower()
         self.busy = True
         self.cancel_on_close = route.cancel_on_close
-        self.request = (route.answer, headers, body, keep_alive)
+        self.request = (route.answer, headers, body, checked, keep_alive)
         if self.task is None:
             self.task = self.loop.create_task(self._serve())
             self.task.add_done_callback(self._ended)
@@ -341,10 +360,11 @@ class DirectFront(asyncio.Protocol):
             self.waiter = None
         self.server_state.tasks.add(self.task)
 
-    def _parse_head(self, head: str) -> tuple[Route, dict[str, str], int] | None:
-        """The route, headers and body length of a request head this protocol answers,
-        or None: not a direct route's, or not a head it reads without doubt (`_PLAIN_HEAD`
-        does not match it, or it repeats its length)."""
+    def _parse_head(self, head: str) -> tuple[Route, dict[str, str], Any] | None:
+        """The route, headers and route's `check` of a request head this protocol
+        answers, or None: not a direct route's, or not a head it reads without doubt
+        (`_PLAIN_HEAD` does not match it, or it repeats its length). Not the length's
+        value: the same head with another length reads the same."""
         plain = _PLAIN_HEAD.fullmatch(head)
         route = None if plain is None else self.routes.get(plain[1])
         if route is None:
@@ -360,7 +380,7 @@ class DirectFront(asyncio.Protocol):
                     return None
                 length = int(value)
             headers[name] = value
-        if length is None or length > self.max_body:
+        if length is None:
             return None
         if "transfer-encoding" in headers or "expect" in headers or "upgrade" in headers:
             return None
@@ -368,17 +388,17 @@ class DirectFront(asyncio.Protocol):
             return None
         if route.takes is not None and not route.takes(headers):
             return None
-        return route, headers, length
+        return route, headers, None if route.check is None else route.check(headers)
 
     async def _serve(self) -> None:
         transport = self.transport
         assert transport is not None
         while True:
             assert self.request is not None
-            handler, headers, body, keep_alive = self.request
+            handler, headers, body, checked, keep_alive = self.request
             self.request = None
             try:
-                status, extra, raw = await handler(headers, body)
+                status, extra, raw = await handler(headers, body, checked)
             except Exception:  # the ASGI path's answer to an app that raised
                 log.exception("direct route failed")
                 status, extra, raw = _FAILED

@@ -263,32 +263,42 @@ class DurableApp:
             return
         conn = self.hub.connect(ns, group, pid)
         disconnected = asyncio.ensure_future(_wait_disconnect(receive))
+
+        def gone(_: asyncio.Future) -> None:  # no push goes to it from now on
+            self.hub.disconnect(conn)
+            conn.wake()
+
+        disconnected.add_done_callback(gone)
+        loop = asyncio.get_running_loop()
+        # A keep-alive comment after each KEEPALIVE_S with nothing written: a tick wakes
+        # the writer only then (no timer set and cancelled per push).
+        written_at = loop.time()
+
+        def tick() -> None:
+            nonlocal ticker
+            due = written_at + KEEPALIVE_S - loop.time()
+            if due <= 0:
+                conn.wake()
+                due = KEEPALIVE_S
+            ticker = loop.call_later(due, tick)
+
+        ticker = loop.call_later(KEEPALIVE_S, tick)
         try:
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
                                     (b"x-accel-buffering", b"no")]})  # fmt: skip
             await send({"type": "http.response.body", "body": b": connected\n\n", "more_body": True})
             while True:
-                frame = asyncio.ensure_future(conn.queue.get())
-                done, _ = await asyncio.wait(
-                    {frame, disconnected}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
-                )
-                if disconnected in done:
-                    frame.cancel()
-                    if frame.done() and not frame.cancelled():
-                        conn.queue.put_nowait(frame.result())
+                chunk = await conn.wait()  # every push waiting, in one go
+                if not conn.open:
                     break
-                if frame in done:
-                    chunk = frame.result()
-                    while not conn.queue.empty():  # write what is waiting in one go
-                        chunk += conn.queue.get_nowait()
-                    await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})
-                else:
-                    frame.cancel()
-                    await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
+                body = chunk.encode() if chunk else b": keepalive\n\n"
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                written_at = loop.time()
         except OSError:
             pass
         finally:
+            ticker.cancel()
             self.hub.disconnect(conn)
             disconnected.cancel()
 

@@ -36,24 +36,45 @@ QUEUE_MAX = 10_000
 
 
 class Connection:
-    """One SSE stream: pushes wait in `queue` until the response writes them."""
+    """One SSE stream: pushes wait in `frames` until the response writes them (at most
+    QUEUE_MAX: a stream that is not read drops the rest). The stream's writer waits in
+    `wait` for a push or a `wake` (a keep-alive tick, its client gone): one future a
+    wait, set by the first push, however many follow before the writer runs."""
 
     def __init__(self, ns: str, group: str, pid: str) -> None:
         self.ns = ns
         self.group = group
         self.pid = pid
-        self.queue: asyncio.Queue[str] = asyncio.Queue(QUEUE_MAX)
+        self.frames: list[str] = []
         self.open = True
+        self._waiter: asyncio.Future[None] | None = None
 
     def push(self, frame: str) -> bool:
         if not self.open:
             return False
-        try:
-            self.queue.put_nowait(frame)
-        except asyncio.QueueFull:
+        if len(self.frames) >= QUEUE_MAX:
             log.warning("durable: dropping a push to %s/%s: its stream is not reading", self.group, self.pid)
             return False
+        self.frames.append(frame)
+        self.wake()
         return True
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> str:
+        """The pushes waiting, as one chunk, once there are any or `wake` is called
+        ("" then, if none came); at once once the stream is closed."""
+        if not self.frames and self.open:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        chunk, self.frames = "".join(self.frames), []
+        return chunk
 
 
 class Hub:
@@ -116,8 +137,8 @@ class Hub:
             ok = bool(addr.pid) and self._push_pid(members.get(addr.pid or ""), frame)
             if not ok:
                 live = [streams for streams in members.values() if any(c.open for c in streams)]
-                random.shuffle(live)
-                ok = any(self._push_pid(streams, frame) for streams in live)
+                start = random.randrange(len(live)) if live else 0  # a random member, then the next
+                ok = any(self._push_pid(streams, frame) for streams in live[start:] + live[:start])
             if not ok and hold:
                 self._hold(ns, addr.group, frame)
         log.debug("durable: push %s to %s: %s", message["kind"], address, "sent" if ok else "nobody there")

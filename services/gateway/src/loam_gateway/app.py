@@ -120,18 +120,20 @@ class GatewayApp(FastAPI):
         routes: dict[str, Route] = {}
         if durable is not None:
 
-            async def envelope(headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
-                try:
-                    extra = guard.open_post_headers("POST", headers)
-                except Refused as r:
-                    return _refused(r)
+            async def envelope(
+                headers: dict[str, str], body: bytes, cors: list | Refused
+            ) -> tuple[int, list, bytes]:
+                if isinstance(cors, Refused):
+                    return _refused(cors)
                 status, raw = await durable.answer(body, headers)
-                return status, [_JSON, *extra], raw
+                return status, [_JSON, *cors], raw
 
-            routes |= dict.fromkeys(_ENVELOPE_PATHS, Route(envelope))
+            routes |= dict.fromkeys(_ENVELOPE_PATHS, Route(envelope, check=guard.post_verdict))
         if lane is not None:
             for path in lane.direct_paths():
-                routes[path] = Route(_connect_call(guard, lane, path), lane.takes, lane.long_poll(path))
+                routes[path] = Route(
+                    _connect_call(guard, lane, path), lane.takes, lane.long_poll(path), guard.post_verdict
+                )
         return routes, guard.policy.max_body_bytes
 
     async def _durable_envelope(self, guard: RequestGuard, scope: dict, receive: Any, send: Any) -> None:
@@ -183,11 +185,14 @@ def _refused(r: Refused) -> tuple[int, list, bytes]:
 
 
 def _connect_call(guard: RequestGuard, lane: UnaryLane, path: str) -> Any:
-    """A unary Connect method's direct route: the request guard's checks, then the lane."""
+    """A unary Connect method's direct route: the request guard's checks (those of the
+    headers alone made once per head: `RequestGuard.post_verdict`), then the lane."""
 
-    async def call(headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
+    async def call(headers: dict[str, str], body: bytes, cors: list | Refused) -> tuple[int, list, bytes]:
+        if isinstance(cors, Refused):
+            return _refused(cors)
         try:
-            cors = await guard.post_headers(path, headers)
+            await guard.check_credential(path, headers)
         except Refused as r:
             return _refused(r)
         status, out, payload = await lane.answer(path, headers, body)

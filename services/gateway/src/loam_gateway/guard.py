@@ -168,7 +168,7 @@ class RequestGuard:
             if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
                 return await self._preflight(send, cors)
             self.check_write(scope["method"], headers)
-            await self._check_credential(scope["path"], headers)
+            await self.check_credential(scope["path"], headers)
         except Refused as r:
             return await _answer(send, r.status, refusal_body(r))
         await self._run(scope, receive, send, app, cors)
@@ -190,15 +190,22 @@ class RequestGuard:
             await _answer(send, r.status, refusal_body(r))
             return None
 
-    async def post_headers(self, path: str, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
-        """Every check of a POST to `path` whose body has been read within
+    def post_verdict(self, headers: dict[str, str]) -> list[tuple[bytes, bytes]] | Refused:
+        """What the headers alone decide of a POST whose body has been read within
         `policy.max_body_bytes`, for a caller that answers by itself: the CORS headers
-        its answer carries, or Refused (its status and `refusal_body`)."""
-        cors = self.open_post_headers("POST", headers)
-        await self._check_credential(path, headers)
-        return cors
+        its answer carries, or the Refused to answer with (its status and
+        `refusal_body`). A direct route's `check`: kept with a request head seen before
+        (loam_common.direct_http), so it must not depend on `Content-Length`, which
+        those routes check against `policy.max_body_bytes` themselves (check 5). A path
+        that does not authenticate itself needs `check_credential` as well, each time."""
+        try:
+            cors = self._check_origin(headers)
+            self._check_not_simple("POST", headers)
+        except Refused as r:
+            return r
+        return _cors_headers(cors) if cors is not None else []
 
-    async def _check_credential(self, path: str, headers: dict[str, str]) -> None:
+    async def check_credential(self, path: str, headers: dict[str, str]) -> None:
         """Check 6: a path that does not authenticate itself needs a valid credential."""
         if self.authenticator is not None and _needs_credential(path):
             try:
