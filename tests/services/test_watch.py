@@ -139,6 +139,32 @@ async def test_job_watch_sees_only_that_job(store, core):
             pass
 
 
+async def test_a_filtered_watch_cursor_covers_the_events_it_skipped(store, core, configure):
+    """The cursor sent with a job watch's event has every shard at the events before it,
+    those of other jobs (not sent) included: a watcher resuming from it reads none of
+    them again."""
+    await configure("q", shards=3)
+    rpc = CoreRpc(core)
+    a = await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="a"))
+    w = Watcher(rpc, job=J.LeaseToken(queue="q", job=a.job_id))
+    await w.ready.wait()
+    others = [await core.jobs.enqueue(NS, "q", pb.TaskSpec(name=f"o{i}")) for i in range(12)]
+    leased = {j.id: j for j in await core.jobs.lease(NS, ["q"], "w", max_jobs=13)}
+    for other in others:
+        job = leased[other.job_id]
+        await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
+    before = await store.snapshot(lambda tx: {s: events.shard_event_seq(tx, NS, "q", s) for s in range(3)})
+    await core.jobs.complete(NS, "q", a.job_id, leased[a.job_id].epoch, Ok())
+    await _until(lambda: [e.event for e in w.events][-1:] == ["completed"])
+    await w.stop()
+    assert {e.job_id for e in w.events} == {a.job_id}
+    done = w.items[-1]
+    assert done.event.event == "completed" and sum(before.values()) > len(w.events)
+    cursor = W.decode_cursor(done.cursor)
+    assert cursor[("q", done.event.shard)] == done.event.seq
+    assert all(cursor[("q", s)] >= seq for s, seq in before.items())  # what was skipped, and no less
+
+
 async def test_flow_and_schedule_watch(store, core, clock):
     rpc = CoreRpc(core)
     spec = pb.FlowSpec(id="f1", nodes=[

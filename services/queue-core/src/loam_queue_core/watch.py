@@ -124,7 +124,9 @@ def encode_cursor(positions: dict[Position, int]) -> bytes:
 class _Cursor:
     """A stream's cursor after each event: `encode_cursor(positions)`, from one message
     kept between events, in which an event moves one position (a new message each time
-    cost four times as much). Built again when the set of positions changes."""
+    cost four times as much). `moved`: the positions changed since the last call (a
+    namespace's stream has one a queue shard: only those are looked at). Built again
+    when positions were added (a stream's positions are only ever added)."""
 
     __slots__ = ("msg", "slots")
 
@@ -132,18 +134,17 @@ class _Cursor:
         self.msg = J.WatchCursor()
         self.slots: dict[Position, Any] = {}
 
-    def advance(self, positions: dict[Position, int]) -> bytes:
+    def advance(self, positions: dict[Position, int], moved: set[Position]) -> bytes:
         slots = self.slots
-        if slots.keys() != positions.keys():
+        if len(slots) != len(positions):
             self.msg = J.WatchCursor()
             slots.clear()
             for (q, s), seq in sorted(positions.items()):
                 slots[(q, s)] = self.msg.positions.add(queue=q, shard=s, seq=seq)
         else:
-            for pos, slot in slots.items():
-                seq = positions[pos]
-                if slot.seq != seq:
-                    slot.seq = seq
+            for pos in moved:
+                slots[pos].seq = positions[pos]
+        moved.clear()
         return self.msg.SerializeToString()
 
 
@@ -298,6 +299,7 @@ async def watch(core, ns: str, req: J.WatchRequest) -> AsyncIterator[J.WatchResp
     sent_cursor = encode_cursor(positions)
     yield J.WatchResponse(ready=True, cursor=sent_cursor)
     cursor_of = _Cursor()
+    moved: set[Position] = set()  # positions the cursor sent last does not have yet
     loop = asyncio.get_running_loop()
     last_sent = loop.time()
     hub.open()
@@ -310,9 +312,11 @@ async def watch(core, ns: str, req: J.WatchRequest) -> AsyncIterator[J.WatchResp
                 delivered = False
                 # Merge the shards by time; each shard's own order is kept as is.
                 for ev in heapq.merge(*pages.values(), key=lambda e: e.time_ns):
-                    positions[(ev.queue, ev.shard)] = ev.seq
+                    pos = (ev.queue, ev.shard)
+                    positions[pos] = ev.seq
+                    moved.add(pos)
                     if target.wants(ev):
-                        sent_cursor = cursor_of.advance(positions)
+                        sent_cursor = cursor_of.advance(positions, moved)
                         if plain:
                             yield J.WatchResponse(event=ev, cursor=sent_cursor)
                         else:
