@@ -4,10 +4,15 @@ anything reads it, and refuses a store of a newer format."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+
 import pytest
 
 from loam_common import keys, store_format
+from loam_common.errors import IdempotencyConflict
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
+from loam_common.jobs import sweeps
 from loam_common.jobs.complete import Ok
 from loam_common.store import Fault, FaultPlan, LmdbBackend, MemoryBackend, SqliteBackend, Store, open_store
 from loam_queue_core import QueueCore
@@ -116,5 +121,69 @@ async def test_the_move_is_tried_again_through_a_conflict_and_a_lost_acknowledge
         (job,) = await core.jobs.lease(NS, ["q"], "w1", 10)
         await core.jobs.complete(NS, "q", job.id, job.epoch, Ok())
         assert [j.id for j in await core.jobs.lease(NS, ["q"], "w1", 10)] == ids[1:]
+    finally:
+        await store.close()
+
+
+def as_format_2_idempotency(tx, queue: str) -> int:  # noqa: ANN001
+    """Put the queue's idempotency records where format 2 kept them (under the SHA-256
+    of their key), and set the version to 2; the number of records moved."""
+    k = keys.QueueKeys(NS, queue)
+    moved = 0
+    for key, _ in tx.scan(k.idempotency_expiry_all(), keys.prefix_end(k.idempotency_expiry_all())):
+        idem_key = key[len(k.idempotency_expiry_all()) + 8 :].decode()
+        record = k.idempotency(idem_key)
+        tx.put(k.idempotency_format_2(idem_key), tx.get(record))
+        tx.put(k.idempotency_expiry_all_format_2() + key[len(k.idempotency_expiry_all()) :][:8]
+               + hashlib.sha256(idem_key.encode()).digest(), b"")  # fmt: skip
+        tx.delete(record)
+        tx.delete(key)
+        moved += 1
+    tx.put(keys.store_format(), keys.U64.pack(2))
+    return moved
+
+
+def idempotency_rows(tx, queue: str) -> list[bytes]:  # noqa: ANN001
+    k = keys.QueueKeys(NS, queue)
+    return [key for key, _ in tx.scan(k.q + b"i", k.q + b"j")]
+
+
+async def test_format_2_idempotency_records_are_honoured_until_they_expire(embedded):
+    """Format 3 keeps an idempotency record under its key; a store of format 2 keeps its
+    records under the key's hash, which cannot be moved: they are read where they are, a
+    retry of their request still gets its first answer, and they are swept once expired."""
+    url, backend = embedded
+    store = Store(backend())
+    core = QueueCore(store)
+    ttl = 1_000_000_000
+
+    async def enqueue_keyed(key: str, data: bytes = b"1"):
+        task = pb.TaskSpec(name="t", payload=pb.Payload(data=data))
+        return await core.jobs.enqueue(
+            NS, "q", task, pb.EnqueueOpts(idempotency=pb.Idempotency(key=key, ttl_ns=ttl))
+        )
+
+    first = await enqueue_keyed("req-1")
+    assert (await enqueue_keyed("req-2")).created
+    assert await store.transact(as_format_2_idempotency, "q") == 2
+    await store.close()
+
+    store = open_store(url)
+    try:
+        assert store_format.stored_format(store.backend) == store_format.FORMAT
+        core = QueueCore(store)
+        assert (await enqueue_keyed("req-1")) == first  # the first answer again
+        with pytest.raises(IdempotencyConflict):
+            await enqueue_keyed("req-1", b"2")
+        new = await enqueue_keyed("req-3")  # a new key: format 3's place
+        assert new.created and (await enqueue_keyed("req-3")).job_id == new.job_id
+        k = keys.QueueKeys(NS, "q")
+        assert (
+            len([r for r in await store.snapshot(idempotency_rows, "q") if r.startswith(k.q + b"ik/")]) == 1
+        )
+        await asyncio.sleep(ttl / 1e9 + 0.1)
+        assert await store.transact(sweeps.sweep_idempotency, NS, "q") == 3
+        assert await store.snapshot(idempotency_rows, "q") == []
+        assert (await enqueue_keyed("req-1", b"2")).created  # expired: the key is free again
     finally:
         await store.close()

@@ -22,8 +22,9 @@ keys) are length-prefixed; free-form strings at the end need no prefix.
 | `Q o/<shard><seq u64>`                      | JobEvent             | outbox an earlier server left  |
 | `Q ev/<shard u8><seq u64>`                  | JobEvent             | event log (= the outbox, 0020) |
 | `Q k/<job key>`                             | job id               | job_key uniqueness             |
-| `Q i/<sha256(idempotency key)>`             | IdempotencyRecord    |                                |
-| `Q ie/<expires_ns u64><sha256>`             | empty                | idempotency expiry index       |
+| `Q ik/<idempotency key>`                    | IdempotencyRecord    | by the key: a producer's UUIDv7 keys side by side |
+| `Q ike/<expires_ns u64><idempotency key>`   | empty                | idempotency expiry index       |
+| `Q i/<sha256(idempotency key)>`, `Q ie/...` | (as above)           | format 2's, read until they expire |
 | `Q u/<dedup id>`                            | DedupRecord          |                                |
 | `Q sq/<len u16><subject>`                   | job id               | the subject's in-flight job    |
 | `Q sq/<len u16><subject><seq u64>`          | job id               | the subject's backlog, FIFO    |
@@ -256,15 +257,29 @@ class QueueKeys:
         return self.q + b"k/" + job_key.encode()
 
     def idempotency(self, key: str) -> bytes:
-        return self.q + b"i/" + hashlib.sha256(key.encode()).digest()
+        """An idempotency key's record, under the key itself (format 3): the keys a
+        producer makes in a row (the SDK's are UUIDv7, in time order) land side by side
+        in the index instead of on a page picked at random each."""
+        return self.q + b"ik/" + key.encode()
 
     def idempotency_expiry_all(self) -> bytes:
-        return self.q + b"ie/"
+        return self.q + b"ike/"
 
     def idempotency_expiry(self, expires_ns: int, key: str) -> bytes:
-        return self.q + b"ie/" + U64.pack(expires_ns) + hashlib.sha256(key.encode()).digest()
+        return self.q + b"ike/" + U64.pack(expires_ns) + key.encode()
 
     def idempotency_from_expiry(self, expiry_key: bytes) -> bytes:
+        return self.q + b"ik/" + expiry_key[len(self.q) + 4 + 8 :]
+
+    # Format 2 kept an idempotency record under the SHA-256 of its key. Those records
+    # are read, and swept, where they are until they have expired (store_format.py).
+    def idempotency_format_2(self, key: str) -> bytes:
+        return self.q + b"i/" + hashlib.sha256(key.encode()).digest()
+
+    def idempotency_expiry_all_format_2(self) -> bytes:
+        return self.q + b"ie/"
+
+    def idempotency_from_expiry_format_2(self, expiry_key: bytes) -> bytes:
         return self.q + b"i/" + expiry_key[len(self.q) + 3 + 8 :]
 
     def dedup(self, dedup_id: str) -> bytes:

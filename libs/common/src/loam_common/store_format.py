@@ -7,6 +7,12 @@ that re-reads the version, so the others find it done.
 - Format 1 (no `sys/format` record): a subject's holder under `Q sj/<subject>`.
 - Format 2: the holder under `Q sq/<subject>`, the key its backlog's entries extend,
   so handing the subject on touches one B-tree page (decision 0046).
+- Format 3: an idempotency record under its key (`Q ik/`, `Q ike/`) instead of the key's
+  SHA-256 (`Q i/`, `Q ie/`), so a producer's keys share index pages (decision 0055).
+  Nothing moves: a hash cannot be turned back into its key, so format 2's records are
+  read and swept where they are until they have expired (keys.py, jobs/queue.py). The
+  number changes so that an older Loam, which would not see the new records, refuses
+  the store instead of enqueueing a retried request twice.
 
 A store of a newer format is refused: this code would misread its keys.
 """
@@ -16,7 +22,7 @@ from __future__ import annotations
 from loam_common import keys
 from loam_common.store.base import Backend, CommitUnknown, RegionError, StoreError, WriteConflict
 
-FORMAT = 2
+FORMAT = 3
 _ATTEMPTS = 20
 
 
@@ -48,6 +54,7 @@ def ensure_current(backend: Backend) -> int:
                 return had
             if found < 2:
                 _subject_holders_beside_backlogs(txn)
+            # 2 -> 3 moves nothing (see the module docstring).
             txn.put(keys.store_format(), keys.U64.pack(FORMAT))
             txn.commit()
             committed = True

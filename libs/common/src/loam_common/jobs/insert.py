@@ -45,8 +45,7 @@ def job_insert(qt: QueueTx, nj: NewJob) -> Enqueued:
 
     if opts.HasField("idempotency"):
         rhash = request_hash(nj.task, opts)
-        ikey = k.idempotency(opts.idempotency.key)
-        raw = tx.get(ikey)
+        raw = qt.idempotency_record(opts.idempotency.key)
         if raw is not None:
             rec = pb.IdempotencyRecord.FromString(raw)
             if rec.expires_ns > now:

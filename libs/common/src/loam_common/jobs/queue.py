@@ -390,6 +390,21 @@ class QueueTx:
                 if age is not None:  # the sweeper removes it once that age has passed
                     self.note_due(job.shard, job.state_ns + age)
 
+    def idempotency_record(self, key: str) -> bytes | None:
+        """The stored IdempotencyRecord of `key`, if any: under the key (format 3), else,
+        while the queue still has any, among format 2's records (by the key's SHA-256;
+        whether it has any is read once a transition, from their expiry index)."""
+        raw = self.tx.get(self.k.idempotency(key))
+        if raw is not None:
+            return raw
+        older = self.memo.get("idempotency_format_2")
+        if older is None:
+            prefix = self.k.idempotency_expiry_all_format_2()
+            older = self.memo["idempotency_format_2"] = bool(
+                self.tx.scan(prefix, keys.prefix_end(prefix), limit=1)
+            )
+        return self.tx.get(self.k.idempotency_format_2(key)) if older else None
+
     def queue_retention(self, state: int) -> tuple[int | None, int | None]:
         """The queue's own (count, age_ns) to keep of a finished state (None = keep),
         read once per transition: a completion batch asks for it once a job."""

@@ -90,17 +90,26 @@ def sweep_retention(tx: Txn, ns: str, queue: str) -> int:
 
 
 def sweep_idempotency(tx: Txn, ns: str, queue: str, limit: int = BATCH) -> int:
+    """Expired idempotency records, by their expiry index: format 3's, and format 2's
+    while any are left (keys.py)."""
     with LinkedQueueTx(tx, ns, queue, create=False) as qt:
-        prefix = qt.k.idempotency_expiry_all()
-        rows = tx.scan(prefix, prefix + keys.U64.pack(qt.now), limit=limit)
-        for key, _ in rows:
-            ikey = qt.k.idempotency_from_expiry(key)
-            raw = tx.get(ikey)
-            # A later call may have renewed the record; delete only the expired one.
-            if raw is not None and pb.IdempotencyRecord.FromString(raw).expires_ns <= qt.now:
-                tx.delete(ikey)
-            tx.delete(key)
-        return len(rows)
+        k, swept = qt.k, 0
+        for prefix, record_of in (
+            (k.idempotency_expiry_all(), k.idempotency_from_expiry),
+            (k.idempotency_expiry_all_format_2(), k.idempotency_from_expiry_format_2),
+        ):
+            rows = tx.scan(prefix, prefix + keys.U64.pack(qt.now), limit=limit - swept)
+            for key, _ in rows:
+                ikey = record_of(key)
+                raw = tx.get(ikey)
+                # A later call may have renewed the record; delete only the expired one.
+                if raw is not None and pb.IdempotencyRecord.FromString(raw).expires_ns <= qt.now:
+                    tx.delete(ikey)
+                tx.delete(key)
+            swept += len(rows)
+            if swept >= limit:
+                break
+        return swept
 
 
 def namespace_list(tx: Txn) -> list[str]:
@@ -152,7 +161,9 @@ def due(tx: Txn, ns: str, queue: str) -> Due | None:
                 count is not None and qt.meta(s).counts[state] > count
             ):
                 retained = True
-    idempotency = head_before(k.idempotency_expiry_all(), now)
+    idempotency = head_before(k.idempotency_expiry_all(), now) or head_before(
+        k.idempotency_expiry_all_format_2(), now
+    )
     return Due(shards, stalled, delayed, retained, idempotency)
 
 
@@ -211,6 +222,7 @@ def next_due_ns(qt: LinkedQueueTx, shard: int) -> int | None:
             times.append(qt.now)
     if shard == 0:  # the queue-wide sweeps run with shard 0
         head(k.idempotency_expiry_all())
+        head(k.idempotency_expiry_all_format_2())
     return min(times) if times else None
 
 
