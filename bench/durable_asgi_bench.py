@@ -7,9 +7,13 @@ decides (uvicorn's HTTP handling and the transition's store work come on top).
 
     .venv/bin/python bench/durable_asgi_bench.py [--requests 20000] [--rounds 3]
 
-Prints one JSON object: `cpu_us_per_request` for `/resonate/` (the served path) and for
+Prints one JSON object: `cpu_us_per_request` for `/resonate/` (the ASGI path) and for
 `/ns/default/resonate/` (the same envelope through the dev namespace prefix, which takes
-the gateway's general path), the median of the rounds, process CPU.
+the gateway's general path), the median of the rounds, process CPU; and `direct`: the
+way the server answers `/resonate/` (loam_common.direct_http: the gateway's route on
+the HTTP reader a connection starts on, requests written to it as bytes, the answer
+taken from a stand-in transport), with bodies of 300 different lengths, as a client's
+differ.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ import json
 import statistics
 import time
 
+import uvicorn
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
+from uvicorn.server import ServerState
 
+from loam_common.direct_http import direct_protocol
 from loam_common.store.runner import open_store
 from loam_gateway.app import create_app
 from loam_gateway.durable_mount import DurableMount
@@ -77,6 +84,64 @@ async def measure(path: str, requests: int) -> float:
     return cpu / requests * 1e6
 
 
+class _Transport:
+    """What the HTTP reader asks of a connection's transport: the answers are counted."""
+
+    def __init__(self) -> None:
+        self.answers = 0
+
+    def write(self, data: bytes) -> None:
+        self.answers += 1
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def measure_direct(requests: int) -> float:
+    store = open_store("memory://")
+    hub = Hub()
+    core = DurableCore(store, hub)
+
+    async def answer(ns: str, kind: str, data: dict) -> tuple[int, dict]:
+        return 200, ANSWER
+
+    core.request = answer  # type: ignore[method-assign]
+    app = create_app(Router(cores=["http://127.0.0.1:9"]), durable=DurableMount(core, hub),
+                     guard=GuardPolicy.for_server("127.0.0.1", False))  # fmt: skip
+    routes, limit = app.direct_routes()
+    front = direct_protocol(routes, limit)(uvicorn.Config(app), ServerState(), {}, asyncio.get_running_loop())
+    transport = _Transport()
+    front.connection_made(transport)  # type: ignore[arg-type]
+    wire = []
+    for i in range(300):
+        body = json.dumps(
+            {"kind": "task.fence", "head": HEAD, "data": {"id": "wf" + "x" * i, "version": 1}}
+        ).encode()
+        head = "".join(f"{k.decode()}: {v.decode()}\r\n" for k, v in HEADERS if k != b"content-length")
+        wire.append(f"POST /resonate/ HTTP/1.1\r\n{head}content-length: {len(body)}\r\n\r\n".encode() + body)
+
+    async def serve(n: int) -> None:
+        for i in range(n):
+            front.data_received(wire[i % len(wire)])
+            while transport.answers <= done[0]:  # the connection's task answers on the next turns
+                await asyncio.sleep(0)
+            done[0] += 1
+
+    done = [0]
+    await serve(1000)  # warm up
+    start = time.process_time()
+    await serve(requests)
+    cpu = time.process_time() - start
+    await store.close()
+    return cpu / requests * 1e6
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=20000)
@@ -84,9 +149,11 @@ def main() -> None:
     args = p.parse_args()
     paths = ("/resonate/", "/ns/default/resonate/")
     runs: dict[str, list[float]] = {path: [] for path in paths}
+    runs["direct"] = []
     for _ in range(args.rounds):
         for path in paths:
             runs[path].append(asyncio.run(measure(path, args.requests)))
+        runs["direct"].append(asyncio.run(measure_direct(args.requests)))
     print(json.dumps({"cpu_us_per_request": {p: round(statistics.median(v), 1) for p, v in runs.items()},
                       "rounds": {p: [round(x, 1) for x in v] for p, v in runs.items()}}, indent=2))  # fmt: skip
 
