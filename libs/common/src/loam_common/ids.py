@@ -4,6 +4,7 @@ within one process so ids made in the same millisecond still sort in order."""
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 
@@ -11,6 +12,14 @@ _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _lock = threading.Lock()
 _last_ms = -1
 _last_rand = 0
+
+# The random part of a new millisecond's first id: a generator of this module's own,
+# seeded from the OS and again in a forked child (two processes must not draw alike; a
+# test seeding the `random` module does not touch it). Not the OS's source for each id:
+# ids are no secret, and its system call cost more than the rest of an id.
+_random = random.Random()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_random.seed)
 
 
 # Two base-32 digits at a time: a ULID is 13 lookups instead of 26.
@@ -36,19 +45,29 @@ def _reserve(n: int, now_ms: int | None) -> tuple[int, int]:
             first = _last_rand + 1
         else:
             _last_ms = ms
-            first = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
+            first = _random.getrandbits(79)  # 80 bits less one: room to increment
         _last_rand = first + n - 1
     return ms, first
 
 
 def new_ulid(now_ms: int | None = None) -> str:
     ms, rand = _reserve(1, now_ms)
-    return _encode(ms, 10) + _encode(rand, 16)
+    return _ulid(ms, rand)
+
+
+def _ulid(ms: int, rand: int) -> str:
+    """`_encode(ms, 10) + _encode(rand, 16)` written out: half the time of the loop."""
+    p = _PAIRS
+    return "".join((p[ms >> 40 & 1023], p[ms >> 30 & 1023], p[ms >> 20 & 1023], p[ms >> 10 & 1023], p[ms & 1023],
+                    p[rand >> 70 & 1023], p[rand >> 60 & 1023], p[rand >> 50 & 1023], p[rand >> 40 & 1023],
+                    p[rand >> 30 & 1023], p[rand >> 20 & 1023], p[rand >> 10 & 1023], p[rand & 1023]))  # fmt: skip
 
 
 def new_ulids(n: int, now_ms: int | None = None) -> list[str]:
     """`n` ids in increasing order, for one clock read and one lock (a bulk enqueue)."""
     ms, first = _reserve(n, now_ms)
+    if n == 1:  # a single enqueue's
+        return [_ulid(ms, first)]
     # Consecutive ids differ in their last few digits: encode the time and the high 60
     # random bits once per run of equal high bits, the low 20 bits (4 digits) per id.
     head, pairs = _encode(ms, 10), _PAIRS
