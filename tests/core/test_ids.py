@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import random
+import subprocess
+import sys
 
 from loam_common import ids
 
@@ -29,21 +29,25 @@ def test_ids_after_a_bulk_sort_after_it():
     assert after > bulk[-1]
 
 
-def test_a_forked_process_draws_other_ids(monkeypatch):
+def test_a_forked_process_draws_other_ids():
     """The random part comes from the module's own generator, seeded again in a forked
     child: a parent and its child starting a millisecond alike make different ids (and
-    seeding the `random` module, as a test may, changes nothing here)."""
-    random.seed(7)
-    monkeypatch.setattr(ids, "_last_ms", -1)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its id of that millisecond to the parent, then out
-        os.write(write, ids.new_ulid(MS).encode())
-        os._exit(0)
-    os.close(write)
-    os.waitpid(pid, 0)
-    child = os.read(read, 64).decode()
-    os.close(read)
-    parent = ids.new_ulid(MS)
+    seeding the `random` module, as a test may, changes nothing here). In a fresh
+    interpreter: this one has threads, and a fork of it could inherit a held lock."""
+    code = (
+        "import os, random\n"
+        "from loam_common import ids\n"
+        "random.seed(7)\n"
+        "read, write = os.pipe()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        f"    os.write(write, ids.new_ulid({MS}).encode())\n"
+        "    os._exit(0)\n"
+        "os.close(write)\n"
+        "os.waitpid(pid, 0)\n"
+        f"print(os.read(read, 64).decode(), ids.new_ulid({MS}))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    child, parent = run.stdout.split()
     assert len(child) == len(parent) == 26 and child[:10] == parent[:10]
     assert child != parent
