@@ -23,6 +23,7 @@ import asyncio
 import json
 import statistics
 import time
+from typing import Any
 
 import uvicorn
 from loam_durable.facade import DurableCore
@@ -49,7 +50,8 @@ ANSWER = {"action": {"kind": "promise.create", "head": {**HEAD, "status": 200},
                      "data": {"promise": {"id": "wf:1", "state": "pending", "tags": TAGS}}}, "preload": []}  # fmt: skip
 
 
-async def measure(path: str, requests: int) -> float:
+def stub_app() -> tuple[Any, Any]:
+    """(the gateway app, its store) with the durable core's `request` answering ANSWER."""
     store = open_store("memory://")
     hub = Hub()
     core = DurableCore(store, hub)
@@ -60,6 +62,11 @@ async def measure(path: str, requests: int) -> float:
     core.request = answer  # type: ignore[method-assign]
     app = create_app(Router(cores=["http://127.0.0.1:9"]), durable=DurableMount(core, hub),
                      guard=GuardPolicy.for_server("127.0.0.1", False))  # fmt: skip
+    return app, store
+
+
+async def measure(path: str, requests: int) -> float:
+    app, store = stub_app()
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
              "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
              "headers": HEADERS, "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 7720)}  # fmt: skip
@@ -96,6 +103,9 @@ class _Transport:
     def is_closing(self) -> bool:
         return False
 
+    def close(self) -> None:  # the connection's task, cancelled when the run ends
+        pass
+
     def pause_reading(self) -> None:
         pass
 
@@ -104,16 +114,7 @@ class _Transport:
 
 
 async def measure_direct(requests: int) -> float:
-    store = open_store("memory://")
-    hub = Hub()
-    core = DurableCore(store, hub)
-
-    async def answer(ns: str, kind: str, data: dict) -> tuple[int, dict]:
-        return 200, ANSWER
-
-    core.request = answer  # type: ignore[method-assign]
-    app = create_app(Router(cores=["http://127.0.0.1:9"]), durable=DurableMount(core, hub),
-                     guard=GuardPolicy.for_server("127.0.0.1", False))  # fmt: skip
+    app, store = stub_app()
     routes, limit = app.direct_routes()
     front = direct_protocol(routes, limit)(uvicorn.Config(app), ServerState(), {}, asyncio.get_running_loop())
     transport = _Transport()
