@@ -113,7 +113,9 @@ class StoreAuthenticator:
             if now < until:
                 return principal
             del self._cache[key]
-        principal = await self.store.snapshot(token_verify, token)
+        # One record, read on the loop: a hop to a reader thread would land on whichever
+        # call comes once the cache entry has lapsed (a tail of the latency).
+        principal = await self.store.snapshot(token_verify, token, inline=True)
         if self.cache_ttl_ns > 0:
             until = now + self.cache_ttl_ns
             if principal.expires_ns:

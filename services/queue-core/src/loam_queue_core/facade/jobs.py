@@ -373,7 +373,7 @@ class Jobs:
         # Store.transact passes positional arguments only: bind the keywords here.
         report = functools.partial(job_report_if_leased, progress=progress, log_line=log_line, data=data)
         try:
-            await self.store.transact(report, ns, queue, job_id, epoch)
+            await self.store.transact(report, ns, queue, job_id, epoch, inline=True)
         except BaseException as e:
             await self.payloads.drop(data)
             if isinstance(e, Fenced):
@@ -438,7 +438,7 @@ def _write_batch_transact(store: Store, ns: Namespace, writes: list[Write]) -> C
         return jobs.pop() if len(jobs) == 1 else ""
 
     return transact_if_rest(store, ns, "jobs.write-batch", queues[0] if len(queues) == 1 else "",
-                            detail, count, job_of)  # fmt: skip
+                            detail, count, job_of, inline=len(writes) <= INLINE_JOBS)  # fmt: skip
 
 
 def _one_job(results: list[Enqueued | JobsError]) -> str:

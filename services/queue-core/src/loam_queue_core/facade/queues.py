@@ -64,7 +64,7 @@ class Queues:
         await action.transact(admin.queue_resume, ns, queue)
 
     async def state(self, ns: Namespace, queue: str) -> QueueState:
-        return await self.store.snapshot(_state, ns, _queue(queue))
+        return await self.store.snapshot(_state, ns, _queue(queue), inline=True)  # a record a shard
 
     async def metrics(self, ns: Namespace, queue: str, kind: str) -> pb.MetricsRecord:
         """BullMQ's per-minute metrics of `kind` (completed or failed)."""

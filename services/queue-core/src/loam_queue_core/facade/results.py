@@ -1,6 +1,11 @@
 """`Results`: the result store (Celery's result backend, chord counters, BullMQ's
 return values kept apart from jobs), with a long-poll on a key's version. Each write
-declares `ResultChanged`, which wakes the key's long-polls once committed."""
+declares `ResultChanged`, which wakes the key's long-polls once committed.
+
+Every call here is small (a key, or a batch of at most `INLINE_JOBS` keys) and its
+caller waits for it, so it runs on the event loop (`inline`) where the store commits
+there: a hop to the store's writer or a reader thread and back costs more than the
+work (a Celery worker writes every task's result through `set_many`)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.store.runner import Store
 from loam_common.validate import Namespace
 from loam_queue_core.effects import RESULT_WAIT_PREFIX
+from loam_queue_core.facade.jobs import INLINE_JOBS
 from loam_queue_core.waiters import Waiters
 
 
@@ -31,7 +37,7 @@ class Results:
         while True:
             fut = self.waiters.park(ns, slot) if wait_ns else None
             try:
-                value, version = await self.store.snapshot(results.result_get_versioned, ns, key)
+                value, version = await self.store.snapshot(results.result_get_versioned, ns, key, inline=True)
                 left = give_up - loop.time()
                 if fut is None or version != after_version or left <= 0:
                     return value, version
@@ -44,14 +50,14 @@ class Results:
                     self.waiters.unpark(ns, slot, fut)
 
     async def get_many(self, ns: Namespace, keys: list[str]) -> list[pb.Payload | None]:
-        return await self.store.snapshot(results.result_mget, ns, keys)
+        return await self.store.snapshot(results.result_mget, ns, keys, inline=len(keys) <= INLINE_JOBS)
 
     async def set(self, ns: Namespace, key: str, value: pb.Payload, ttl_ns: int) -> None:
         await self.store.transact(results.result_set, ns, key, value, ttl_ns, inline=True)
 
     async def set_many(self, ns: Namespace, items: list[tuple[str, pb.Payload, int]]) -> None:
         """(key, value, ttl_ns) each, all or none."""
-        await self.store.transact(results.result_set_many, ns, items)
+        await self.store.transact(results.result_set_many, ns, items, inline=len(items) <= INLINE_JOBS)
 
     async def delete(self, ns: Namespace, key: str) -> bool:
         return await self.store.transact(results.result_delete, ns, key, inline=True)
