@@ -139,6 +139,24 @@ async def test_job_watch_sees_only_that_job(store, core):
             pass
 
 
+async def test_a_caught_up_stream_gets_a_burst_larger_than_its_small_reads(store, core):
+    """A stream that has caught up reads small pages (on the event loop, where the store
+    commits there); a burst of more events than such a page arrives whole and in order,
+    each event once, as the stream goes back to full pages."""
+    rpc = CoreRpc(core)
+    w = Watcher(rpc, queue="q")
+    await w.ready.wait()
+    await core.jobs.enqueue(NS, "q", pb.TaskSpec(name="first"))
+    await _until(lambda: len(w.events) == 2)  # added, waiting: caught up
+    burst = W.INLINE_PAGE * 3
+    await core.jobs.enqueue_bulk(NS, "q", [(pb.TaskSpec(name=f"b{i}"), None) for i in range(burst)])
+    await _until(lambda: len(w.events) == 2 + 2 * burst)
+    await w.stop()
+    seqs = [e.seq for e in w.events]
+    assert seqs == sorted(set(seqs)) and len(seqs) == 2 + 2 * burst
+    assert [e.name for e in w.events[2::2]] == [f"b{i}" for i in range(burst)]
+
+
 async def test_a_filtered_watch_cursor_covers_the_events_it_skipped(store, core, clock, configure):
     """The cursor sent with a job watch's event has every shard at the events before it,
     those of other jobs (not sent) included: a watcher resuming from it reads none of

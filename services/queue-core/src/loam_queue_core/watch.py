@@ -50,6 +50,14 @@ POLL_S = float(os.environ.get("LOAM_WATCH_POLL_S", "1.0"))
 HEARTBEAT_S = 15.0
 SKIP_HEARTBEAT_S = 1.0
 PAGE = 500
+#: A stream of at most INLINE_POSITIONS positions whose last read did not fill a page
+#: reads next on the event loop, where the store commits there, at most INLINE_PAGE events
+#: a position: a hop to a reader thread and back costs more than such a read, and a
+#: listener through a drain (BullMQ's QueueEvents) reads at every wake-up. A first read,
+#: or one after a page that filled (a stream catching up), goes to the reader thread with
+#: PAGE events a position.
+INLINE_PAGE = 64
+INLINE_POSITIONS = 8
 
 Position = tuple[str, int]  # (queue, shard)
 
@@ -300,6 +308,7 @@ async def watch(core, ns: str, req: J.WatchRequest) -> AsyncIterator[J.WatchResp
     yield J.WatchResponse(ready=True, cursor=sent_cursor)
     cursor_of = _Cursor()
     moved: set[Position] = set()  # positions the cursor sent last does not have yet
+    caught_up = False  # the last read did not fill a page: the next runs on the loop
     loop = asyncio.get_running_loop()
     last_sent = loop.time()
     hub.open()
@@ -307,8 +316,10 @@ async def watch(core, ns: str, req: J.WatchRequest) -> AsyncIterator[J.WatchResp
         while True:
             fut = hub.park(ns, target.queues)  # before reading: a commit after the read wakes us
             try:
-                pages = await store.snapshot(_read, ns, target.queues, positions, PAGE)
-                full = any(len(p) >= PAGE for p in pages.values())
+                limit = INLINE_PAGE if caught_up else PAGE
+                pages = await store.snapshot(_read, ns, target.queues, positions, limit, inline=caught_up)
+                full = any(len(p) >= limit for p in pages.values())
+                caught_up = not full and len(positions) <= INLINE_POSITIONS
                 delivered = False
                 # Merge the shards by time; each shard's own order is kept as is.
                 for ev in heapq.merge(*pages.values(), key=lambda e: e.time_ns):
