@@ -2,10 +2,10 @@
 return values kept apart from jobs), with a long-poll on a key's version. Each write
 declares `ResultChanged`, which wakes the key's long-polls once committed.
 
-Every call here is small (a key, or a batch of at most `INLINE_JOBS` keys) and its
-caller waits for it, so it runs on the event loop (`inline`) where the store commits
-there: a hop to the store's writer or a reader thread and back costs more than the
-work (a Celery worker writes every task's result through `set_many`)."""
+A call of one key, or of a batch of at most `INLINE_JOBS`, is small and its caller waits
+for it, so it runs on the event loop (`inline`) where the store commits there: a hop to
+the store's writer or a reader thread and back costs more than the work (a Celery worker
+writes every task's result through `set_many`). Larger batches go to those threads."""
 
 from __future__ import annotations
 
