@@ -219,6 +219,20 @@ async def test_idempotency_key_for_a_different_request_conflicts_and_changes_not
     await check_invariants()
 
 
+async def test_an_idempotent_retry_compares_every_option_but_the_key_itself(core, jobs_of):
+    # The first request's options are the key alone (the SDK's default); a retry that adds
+    # an option is another request, one that only names another TTL for the key is not.
+    first = await enqueue(core, idempotency=pb.Idempotency(key="req-1"))
+    with pytest.raises(IdempotencyConflict):
+        await enqueue(core, priority=3, idempotency=pb.Idempotency(key="req-1"))
+    again = await enqueue(core, idempotency=pb.Idempotency(key="req-1", ttl_ns=3600 * SEC))
+    assert again == first
+    prioritized = await enqueue(core, priority=3, idempotency=pb.Idempotency(key="req-2"))
+    with pytest.raises(IdempotencyConflict):
+        await enqueue(core, idempotency=pb.Idempotency(key="req-2"))
+    assert set(await jobs_of()) == {first.job_id, prioritized.job_id}
+
+
 async def test_idempotency_record_expires_after_its_ttl_and_the_sweep_drops_it(
     core, store, clock, sweep, check_invariants
 ):

@@ -35,22 +35,30 @@ class Enqueued:
     dropped: str = ""
 
 
+_IDEMPOTENCY = pb.EnqueueOpts.DESCRIPTOR.fields_by_name["idempotency"]
+
+
 def request_hash(task: pb.TaskSpec, opts: pb.EnqueueOpts) -> bytes:
     """The canonical request: what `job_key` and idempotency keys compare. The trace
     context is not part of it: a retried call may carry another one (or none, and get
     one generated)."""
-    if any(h in task.headers for h in tracing.TRACE_HEADERS):
+    headers = task.headers
+    if headers and any(h in headers for h in tracing.TRACE_HEADERS):
         t = pb.TaskSpec()
         t.CopyFrom(task)
         for h in tracing.TRACE_HEADERS:
             if h in t.headers:
                 del t.headers[h]
         task = t
-    o = pb.EnqueueOpts()
-    o.CopyFrom(opts)
-    o.ClearField("idempotency")
     h = hashlib.sha256(task.SerializeToString(deterministic=True))
-    h.update(o.SerializeToString(deterministic=True))
+    fields = opts.ListFields()
+    # Options with nothing but an idempotency key (the SDK's default, per job of a bulk
+    # call) hash as no options: the copy without the key would serialize to nothing.
+    if fields and not (len(fields) == 1 and fields[0][0] is _IDEMPOTENCY):
+        o = pb.EnqueueOpts()
+        o.CopyFrom(opts)
+        o.ClearField("idempotency")
+        h.update(o.SerializeToString(deterministic=True))
     return h.digest()
 
 
