@@ -11,7 +11,6 @@ methods go to the engine runner's `engines` (loam_engines.rpc.EngineRpc, the sam
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -54,8 +53,7 @@ def _token(token: J.LeaseToken, has: bool, field: str = "token") -> tuple[str, s
 
 
 def outcome_from_proto(o: J.Outcome, field: str = "outcome") -> Outcome:
-    out = _outcome_kind(o, field)
-    extra: dict = {}  # one copy of the outcome for all of them (a BullMQ job often sets two)
+    extra: dict = {}  # set on the kind's constructor (a BullMQ job often sets two)
     if o.HasField("retention"):
         extra["retention"] = o.retention
     if o.HasField("metrics"):
@@ -64,31 +62,77 @@ def outcome_from_proto(o: J.Outcome, field: str = "outcome") -> Outcome:
     if o.HasField("clock_ms"):
         validate.in_range(f"{field}.clock_ms", o.clock_ms, 0, validate.MAX_TIME_NS // 1_000_000)
         extra["clock_ns"] = o.clock_ms * 1_000_000
-    return dataclasses.replace(out, **extra) if extra else out
+    return _outcome_kind(o, field, extra)
 
 
-def _outcome_kind(o: J.Outcome, field: str) -> Outcome:
+#: An `ok` with nothing else set, as the SDK sends a handler's None: one shared answer.
+_OK_EMPTY_WIRE = J.Outcome(ok=J.Outcome.Ok()).SerializeToString()
+_OK_EMPTY = Ok()
+
+
+def _outcome_kind(o: J.Outcome, field: str, extra: dict) -> Outcome:
     kind = o.WhichOneof("kind")
     if kind == "ok":
-        return Ok(o.ok.result if o.ok.HasField("result") else None, o.ok.if_no_pending_children)
+        return Ok(o.ok.result if o.ok.HasField("result") else None, o.ok.if_no_pending_children, **extra)
     if kind == "retry":
         r = o.retry
-        return Retry(r.error if r.HasField("error") else None, r.after_ns if r.HasField("after_ns") else None)
+        return Retry(
+            r.error if r.HasField("error") else None, r.after_ns if r.HasField("after_ns") else None, **extra
+        )
     if kind == "fail":
-        return Fail(o.fail.error if o.fail.HasField("error") else None, o.fail.dead_letter)
+        return Fail(o.fail.error if o.fail.HasField("error") else None, o.fail.dead_letter, **extra)
     if kind == "release":
-        return Release(o.release.after_ns if o.release.HasField("after_ns") else None)
+        return Release(o.release.after_ns if o.release.HasField("after_ns") else None, **extra)
     if kind == "delay":
-        return Delay(o.delay.until_ns)
+        return Delay(o.delay.until_ns, **extra)
     if kind == "wait_children":
-        return WaitChildren()
+        return WaitChildren(**extra)
     if kind == "rate_limited":
-        return RateLimited(o.rate_limited.for_ns)
+        return RateLimited(o.rate_limited.for_ns, **extra)
     raise InvalidArgument(field, "set one of ok, retry, fail, release, delay, wait_children, rate_limited")
 
 
 def item_error(e: JobsError) -> J.ItemError:
     return J.ItemError(code=e.code, message=e.message)
+
+
+def _complete_items(reqs) -> list[tuple[str, str, int, Outcome]]:  # noqa: ANN001 - a repeated CompleteRequest
+    """A batch's tokens and outcomes as the facade takes them. Each queue name is checked
+    once a call and an empty `ok` is one shared answer; field names are made only for an
+    item that is refused."""
+    items, names = [], set()
+    for i, it in enumerate(reqs):
+        token = it.token
+        queue, job = token.queue, token.job
+        # An item whose queue was checked already and whose job id is plainly good skips
+        # `_token` (a missing token has no queue name, so it never does).
+        if queue not in names or not job or "/" in job or len(job) > 64:
+            queue, job, _ = _token(token, it.HasField("token"), f"items[{i}].token")
+            names.add(queue)
+        outcome = it.outcome
+        if outcome.SerializeToString() == _OK_EMPTY_WIRE:
+            items.append((queue, job, token.epoch, _OK_EMPTY))
+        else:
+            items.append((queue, job, token.epoch, outcome_from_proto(outcome, f"items[{i}].outcome")))
+    return items
+
+
+_RESULT_WIRE: dict[tuple[int, bool], bytes] = {}
+
+
+def _result_wire(r: Completed | JobsError) -> bytes:
+    """One CompleteBatchResponse holding just this result, serialized."""
+    if isinstance(r, Completed):
+        key = (r.state, r.moved)
+        wire = _RESULT_WIRE.get(key)
+        if wire is None:
+            one = J.CompleteBatchResponse()
+            completed = one.results.add().completed
+            completed.state, completed.moved = r.state, r.moved
+            completed.SetInParent()
+            wire = _RESULT_WIRE[key] = one.SerializeToString()
+        return wire
+    return J.CompleteBatchResponse(results=[J.CompleteBatchResult(error=item_error(r))]).SerializeToString()
 
 
 def fill_lease(lease: J.Lease, job: pb.Job) -> None:
@@ -227,10 +271,7 @@ class CoreRpc(AnswersUnimplemented):
     async def complete_batch(self, ns: Namespace, req: J.CompleteBatchRequest) -> J.CompleteBatchResponse:
         """Malformed items refuse the whole call (a client bug); items refused by the
         state machine (fenced, not found, ...) get their error in their slot."""
-        items = []
-        for i, it in enumerate(req.items):
-            queue, job, epoch = _token(it.token, it.HasField("token"), f"items[{i}].token")
-            items.append((queue, job, epoch, outcome_from_proto(it.outcome, f"items[{i}].outcome")))
+        items = _complete_items(req.items)
         out = J.CompleteBatchResponse()
         if req.HasField("lease"):
             ask = req.lease
@@ -251,14 +292,9 @@ class CoreRpc(AnswersUnimplemented):
                 fill_lease(add(), j)
         else:
             results = await self.core.jobs.complete_many(ns, items)
-        add = out.results.add
-        for r in results:
-            if isinstance(r, Completed):
-                completed = add().completed  # set in place: a Completed(...) argument is copied
-                completed.state, completed.moved = r.state, r.moved
-                completed.SetInParent()
-            else:
-                add(error=item_error(r))
+        # The results as wire bytes, merged in at once: serialized messages concatenate,
+        # and a repeated field's items then come in order.
+        out.MergeFromString(b"".join(map(_result_wire, results)))
         return out
 
     async def report(self, ns: Namespace, req: J.ReportRequest) -> J.ReportResponse:

@@ -34,8 +34,8 @@ def on_finished(qt: QueueTx, job: pb.Job, clock_ns: int | None = None) -> None:
     count, age = retention_policy(qt, job, job.state)
     if count == 0:
         qt.remove(job, event=None)
-        return
-    trim(qt, job.state, job.shard, count, age, clock_ns)
+    elif count is not None or age is not None:  # keep everything: nothing to trim
+        trim(qt, job.state, job.shard, count, age, clock_ns)
 
 
 def trim(
