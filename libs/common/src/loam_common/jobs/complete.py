@@ -288,7 +288,10 @@ def _complete_one(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
 def _ok(qt: QueueTx, job: pb.Job, outcome: Ok) -> Completed:
     if outcome.result is not None:
         job.result.CopyFrom(outcome.result)
-    qt.move(job, S.COMPLETED, "completed", finished_ns=outcome.clock_ns, data=job.result.data)
+    if job.HasField("result"):
+        qt.move(job, S.COMPLETED, "completed", finished_ns=outcome.clock_ns, data=job.result.data)
+    else:  # no result: no data on the event (what an empty one would be)
+        qt.move(job, S.COMPLETED, "completed", finished_ns=outcome.clock_ns)
     retention.on_finished(qt, job, outcome.clock_ns)
     return Completed(job.state)
 

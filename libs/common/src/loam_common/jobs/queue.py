@@ -31,6 +31,7 @@ JobEvent = events_pb2.JobEvent
 # Job headers copied onto each of the job's events: the trace context, and the schedule
 # a tick job came from (schedules.HEADER_SCHEDULE), which Watch on a schedule filters by.
 EVENT_HEADERS = ("traceparent", "x-loam-schedule")
+_TRACEPARENT, _SCHEDULE = EVENT_HEADERS
 
 
 def payload_size(payload: pb.Payload) -> int:
@@ -319,15 +320,22 @@ class QueueTx:
         task = job.task  # each access to a sub-message builds a wrapper: take it once
         ev = JobEvent(event=event, queue=self.name, shard=shard, seq=seq, time_ns=self.now,
                       job_id=job.id, state=job.state, name=task.name, attempt=job.attempt,
-                      epoch=job.epoch, job_key=job.opts.job_key, **fields)  # fmt: skip
+                      epoch=job.epoch, **fields)  # fmt: skip
+        job_key = job.opts.job_key
+        if job_key:
+            ev.job_key = job_key
         if event == "delayed" and job.due_ns and not ev.detail:
             ev.detail = str(job.due_ns // 1_000_000)  # BullMQ's `delay` field: the due time, ms
         headers = task.headers
         if headers:
-            for h in EVENT_HEADERS:
-                v = headers.get(h)
+            # Every job has a trace context (insert.py); a schedule's header is rare.
+            v = headers.get(_TRACEPARENT)
+            if v:
+                ev.headers[_TRACEPARENT] = v
+            if len(headers) > 1:
+                v = headers.get(_SCHEDULE)
                 if v:
-                    ev.headers[h] = v
+                    ev.headers[_SCHEDULE] = v
         return ev
 
     # -- jobs ------------------------------------------------------------------------
