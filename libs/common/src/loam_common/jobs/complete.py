@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from loam_common import keys
@@ -123,11 +123,18 @@ OUTCOMES = tuple(t.kind for t in (Ok, Retry, Fail, Release, Delay, WaitChildren,
 class Completed:
     state: int
     moved: bool = True  # wait_children: False when the job had no pending children
-    # For metrics and traces (not compared): the task, how long the lease ran, and the
-    # job's trace context.
-    task: str = field(default="", compare=False)
-    run_ns: int = field(default=0, compare=False)
-    traceparent: str = field(default="", compare=False)
+
+
+_SHARED: dict[tuple[int, bool], Completed] = {}
+
+
+def completed(state: int, moved: bool = True) -> Completed:
+    """The answer of a recorded outcome: one shared (frozen) instance per state and
+    `moved`, since a batch of completions answers the same few thousands of times."""
+    done = _SHARED.get((state, moved))
+    if done is None:
+        done = _SHARED[(state, moved)] = Completed(state, moved)
+    return done
 
 
 def load_fenced(qt: QueueTx, job_id: str, epoch: int) -> pb.Job:
@@ -231,12 +238,21 @@ def _complete(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
             collect_metrics(qt, "completed" if done.state == S.COMPLETED else "failed", *outcome.metrics)
     totals = qt.meta_for_update(job.shard).completed_total  # loam_jobs_completed_total{outcome}
     totals[outcome.kind] = totals[outcome.kind] + 1
-    run_ns = qt.now - job.lease_started_ns
-    traceparent = job.task.headers.get("traceparent", "")
+    task = job.task  # each access to a sub-message builds a wrapper: take it once
     qt.tx.declare(
-        Finished(qt.ns, qt.name, job.id, outcome.kind, done.state, job.task.name, run_ns, traceparent, qt.now)
+        Finished(
+            qt.ns,
+            qt.name,
+            job.id,
+            outcome.kind,
+            done.state,
+            task.name,
+            qt.now - job.lease_started_ns,
+            task.headers.get("traceparent", ""),
+            qt.now,
+        )  # fmt: skip
     )
-    return Completed(done.state, done.moved, job.task.name, run_ns, traceparent)
+    return done
 
 
 MINUTE_MS = 60_000
@@ -293,38 +309,38 @@ def _ok(qt: QueueTx, job: pb.Job, outcome: Ok) -> Completed:
     else:  # no result: no data on the event (what an empty one would be)
         qt.move(job, S.COMPLETED, "completed", finished_ns=outcome.clock_ns)
     retention.on_finished(qt, job, outcome.clock_ns)
-    return Completed(job.state)
+    return completed(job.state)
 
 
 def _retry(qt: QueueTx, job: pb.Job, outcome: Retry) -> Completed:
-    return Completed(job_retry_or_fail(qt, job, outcome.error, outcome.after_ns))
+    return completed(job_retry_or_fail(qt, job, outcome.error, outcome.after_ns))
 
 
 def _fail(qt: QueueTx, job: pb.Job, outcome: Fail) -> Completed:
     job_record_error(qt, job, outcome.error)
-    return Completed(job_fail_if_live(qt, job, outcome.error, outcome.dead_letter, clock_ns=outcome.clock_ns))
+    return completed(job_fail_if_live(qt, job, outcome.error, outcome.dead_letter, clock_ns=outcome.clock_ns))
 
 
 def _release(qt: QueueTx, job: pb.Job, outcome: Release) -> Completed:
     # Handed back unprocessed: it keeps its place (BullMQ, RabbitMQ).
     job_requeue(qt, job, qt.now + outcome.after_ns if outcome.after_ns else 0, keep_place=True)
-    return Completed(job.state)
+    return completed(job.state)
 
 
 def _delay(qt: QueueTx, job: pb.Job, outcome: Delay) -> Completed:
     job_requeue(qt, job, outcome.until_ns)
-    return Completed(job.state)
+    return completed(job.state)
 
 
 def _wait_children(qt: QueueTx, job: pb.Job, outcome: WaitChildren) -> Completed:
     if job.failed_child:  # a dependency failed while this job ran (dependencies.py)
         err = pb.JobError(code="child-failed", message=job.failed_child)
         job_record_error(qt, job, err)
-        return Completed(job_fail_if_live(qt, job, err, False))
+        return completed(job_fail_if_live(qt, job, err, False))
     if not job.pending_children:
-        return Completed(job.state, moved=False)
+        return completed(job.state, moved=False)
     qt.move(job, S.WAITING_CHILDREN, "waiting-children")
-    return Completed(job.state)
+    return completed(job.state)
 
 
 def _rate_limited(qt: QueueTx, job: pb.Job, outcome: RateLimited) -> Completed:
@@ -335,7 +351,7 @@ def _rate_limited(qt: QueueTx, job: pb.Job, outcome: RateLimited) -> Completed:
     rt.blocked_until_ns = max(rt.blocked_until_ns, qt.now + outcome.for_ns)
     qt.tx.put(rt_key, rt.SerializeToString())
     job_requeue(qt, job, 0, keep_place=True)
-    return Completed(job.state)
+    return completed(job.state)
 
 
 # The move of each outcome, by its type.
