@@ -50,15 +50,24 @@ HEAD = (
 )
 
 
+def _noop(item: jpb.EnqueueRequest | jpb.BulkItem, key: str) -> None:
+    """A no-op job as the SDK sends it: an empty payload and an idempotency key."""
+    item.task.name = "noop"
+    item.task.payload.SetInParent()
+    item.opts.idempotency.key = key
+
+
+def _wire(method: bytes, req: jpb.EnqueueRequest | jpb.EnqueueBulkRequest) -> bytes:
+    body = req.SerializeToString()
+    return HEAD % (method, len(body)) + body
+
+
 def single_requests(n: int) -> list[bytes]:
     out = []
     for key in uuid7s(n):
         req = jpb.EnqueueRequest(queue="single")
-        req.task.name = "noop"
-        req.task.payload.SetInParent()
-        req.opts.idempotency.key = key
-        body = req.SerializeToString()
-        out.append(HEAD % (b"Enqueue", len(body)) + body)
+        _noop(req, key)
+        out.append(_wire(b"Enqueue", req))
     return out
 
 
@@ -67,12 +76,8 @@ def bulk_requests(n: int, size: int = 1000) -> list[bytes]:
     for _ in range(n):
         req = jpb.EnqueueBulkRequest(queue="bulk")
         for key in uuid7s(size):
-            item = req.jobs.add()
-            item.task.name = "noop"
-            item.task.payload.SetInParent()
-            item.opts.idempotency.key = key
-        body = req.SerializeToString()
-        out.append(HEAD % (b"EnqueueBulk", len(body)) + body)
+            _noop(req.jobs.add(), key)
+        out.append(_wire(b"EnqueueBulk", req))
     return out
 
 
