@@ -99,3 +99,26 @@ async def test_a_workers_retention_and_clock_apply_to_its_completions(core):
         await core.job_admin.get(NS, "q", a.id)
     kept = await core.job_admin.get(NS, "q", b.id)
     assert kept.state == S.COMPLETED and kept.finished_ns == clock_ms * 1_000_000
+
+
+async def test_equal_outcomes_each_record_their_result_and_a_refused_one_stays_refused(core):
+    rpc = CoreRpc(core)
+    jobs = await _leased(core, "q", 3)
+    same = J.Outcome(ok=J.Outcome.Ok(result=pb.Payload(data=b"42", content_type="application/json")))
+    batches = [jobs[:2], jobs[2:]]  # the same outcome bytes in two calls
+    for batch in batches:
+        req = J.CompleteBatchRequest(
+            items=[J.CompleteRequest(token=_item(j).token, outcome=same) for j in batch]
+        )
+        out = await rpc.complete_batch(NS, req)
+        assert [r.completed.state for r in out.results] == [S.COMPLETED] * len(batch)
+    for j in jobs:
+        assert (await core.job_admin.get(NS, "q", j.id)).result.data == b"42"
+    (extra,) = await _leased(core, "q", 1)
+    bad = J.Outcome(ok=J.Outcome.Ok(), metrics=J.Outcome.Metrics(at_ms=1, max_data_points=0))
+    for _ in range(2):  # checked on every call: a refused outcome is never kept
+        req = J.CompleteBatchRequest(items=[J.CompleteRequest(token=_item(extra).token, outcome=bad)])
+        with pytest.raises(InvalidArgument) as e:
+            await rpc.complete_batch(NS, req)
+        assert e.value.field == "items[0].outcome.metrics.max_data_points"
+    assert (await core.job_admin.get(NS, "q", extra.id)).state == S.ACTIVE

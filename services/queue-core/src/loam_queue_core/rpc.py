@@ -65,9 +65,27 @@ def outcome_from_proto(o: J.Outcome, field: str = "outcome") -> Outcome:
     return _outcome_kind(o, field, extra)
 
 
-#: An `ok` with nothing else set, as the SDK sends a handler's None: one shared answer.
-_OK_EMPTY_WIRE = J.Outcome(ok=J.Outcome.Ok()).SerializeToString()
-_OK_EMPTY = Ok()
+#: Ok outcomes by their wire bytes: a worker's completions mostly repeat one (the SDK's
+#: for a handler's None; @loam/bullmq's for a processor's same return value), which is
+#: then checked and built once. Small ones only; emptied when full.
+_OKS: dict[bytes, Outcome] = {}
+_OKS_MAX = 1024
+_OK_WIRE_MAX = 512
+
+
+def _batch_outcome(o: J.Outcome, i: int) -> Outcome:
+    """`outcome_from_proto` of item `i`'s outcome, shared between equal ok outcomes (Ok is
+    frozen; a cached one holds its own copy of the result)."""
+    wire = o.SerializeToString()
+    out = _OKS.get(wire)
+    if out is None:
+        field = f"items[{i}].outcome"
+        out = outcome_from_proto(o, field)  # refuses bad input: nothing is cached then
+        if isinstance(out, Ok) and len(wire) <= _OK_WIRE_MAX:
+            if len(_OKS) >= _OKS_MAX:
+                _OKS.clear()
+            _OKS[wire] = outcome_from_proto(J.Outcome.FromString(wire), field)
+    return out
 
 
 def _outcome_kind(o: J.Outcome, field: str, extra: dict) -> Outcome:
@@ -98,8 +116,8 @@ def item_error(e: JobsError) -> J.ItemError:
 
 def _complete_items(reqs) -> list[tuple[str, str, int, Outcome]]:  # noqa: ANN001 - a repeated CompleteRequest
     """A batch's tokens and outcomes as the facade takes them. Each queue name is checked
-    once a call and an empty `ok` is one shared answer; field names are made only for an
-    item that is refused."""
+    once a call and a repeated ok outcome is built once; field names are made only for
+    an item that is refused."""
     items, names = [], set()
     for i, it in enumerate(reqs):
         token = it.token
@@ -109,11 +127,7 @@ def _complete_items(reqs) -> list[tuple[str, str, int, Outcome]]:  # noqa: ANN00
         if queue not in names or not job or "/" in job or len(job) > 64:
             queue, job, _ = _token(token, it.HasField("token"), f"items[{i}].token")
             names.add(queue)
-        outcome = it.outcome
-        if outcome.SerializeToString() == _OK_EMPTY_WIRE:
-            items.append((queue, job, token.epoch, _OK_EMPTY))
-        else:
-            items.append((queue, job, token.epoch, outcome_from_proto(outcome, f"items[{i}].outcome")))
+        items.append((queue, job, token.epoch, _batch_outcome(it.outcome, i)))
     return items
 
 
