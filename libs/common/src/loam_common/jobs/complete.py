@@ -239,18 +239,10 @@ def _complete(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
     totals = qt.meta_for_update(job.shard).completed_total  # loam_jobs_completed_total{outcome}
     totals[outcome.kind] = totals[outcome.kind] + 1
     task = job.task  # each access to a sub-message builds a wrapper: take it once
+    run_ns = qt.now - job.lease_started_ns
+    traceparent = task.headers.get("traceparent", "")
     qt.tx.declare(
-        Finished(
-            qt.ns,
-            qt.name,
-            job.id,
-            outcome.kind,
-            done.state,
-            task.name,
-            qt.now - job.lease_started_ns,
-            task.headers.get("traceparent", ""),
-            qt.now,
-        )  # fmt: skip
+        Finished(qt.ns, qt.name, job.id, outcome.kind, done.state, task.name, run_ns, traceparent, qt.now)
     )
     return done
 
@@ -304,10 +296,7 @@ def _complete_one(qt: QueueTx, job: pb.Job, outcome: Outcome) -> Completed:
 def _ok(qt: QueueTx, job: pb.Job, outcome: Ok) -> Completed:
     if outcome.result is not None:
         job.result.CopyFrom(outcome.result)
-    if job.HasField("result"):
-        qt.move(job, S.COMPLETED, "completed", finished_ns=outcome.clock_ns, data=job.result.data)
-    else:  # no result: no data on the event (what an empty one would be)
-        qt.move(job, S.COMPLETED, "completed", finished_ns=outcome.clock_ns)
+    qt.move(job, S.COMPLETED, "completed", finished_ns=outcome.clock_ns, data=job.result.data)
     retention.on_finished(qt, job, outcome.clock_ns)
     return completed(job.state)
 

@@ -31,7 +31,6 @@ JobEvent = events_pb2.JobEvent
 # Job headers copied onto each of the job's events: the trace context, and the schedule
 # a tick job came from (schedules.HEADER_SCHEDULE), which Watch on a schedule filters by.
 EVENT_HEADERS = ("traceparent", "x-loam-schedule")
-_TRACEPARENT, _SCHEDULE = EVENT_HEADERS
 
 
 def payload_size(payload: pb.Payload) -> int:
@@ -328,14 +327,10 @@ class QueueTx:
             ev.detail = str(job.due_ns // 1_000_000)  # BullMQ's `delay` field: the due time, ms
         headers = task.headers
         if headers:
-            # Every job has a trace context (insert.py); a schedule's header is rare.
-            v = headers.get(_TRACEPARENT)
-            if v:
-                ev.headers[_TRACEPARENT] = v
-            if len(headers) > 1:
-                v = headers.get(_SCHEDULE)
+            for h in EVENT_HEADERS:
+                v = headers.get(h)
                 if v:
-                    ev.headers[_SCHEDULE] = v
+                    ev.headers[h] = v
         return ev
 
     # -- jobs ------------------------------------------------------------------------
