@@ -208,3 +208,40 @@ async def test_handlers_by_name(client: Client) -> None:
     await asyncio.wait_for(worker.run_until_idle(0.5), 60)
     results = {j.name: (j.state, j.result) async for j in client.iter_jobs("named")}
     assert results == {"add": ("completed", 3), "mul": ("completed", 12), "other": ("waiting", None)}
+
+
+async def test_an_idle_workers_job_starts_before_its_next_poll_is_sent(client: Client) -> None:
+    """A job reaching an idle worker's long poll runs at once: its handler starts before
+    the worker builds and sends its next Lease, not after (that order is part of the
+    latency from enqueue to start when a worker waits)."""
+    order: list[str] = []
+    real = client._call
+
+    async def call(method, request, **kw):
+        if method.__name__ != "lease":
+            return await real(method, request, **kw)
+        order.append("poll sent")
+        response = await real(method, request, **kw)
+        if response.leases:
+            order.append("jobs received")
+        return response
+
+    client._call = call  # type: ignore[method-assign]
+    started = asyncio.Event()
+
+    async def handler(job):
+        order.append("handler started")
+        started.set()
+
+    worker = Worker(client, "starts-first", handler, concurrency=4)
+    running = worker.start()
+    while not client_waits(worker):
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # the poll is parked on the server
+    await client.enqueue("starts-first", "t")
+    await asyncio.wait_for(started.wait(), 10)
+    await asyncio.sleep(0.1)
+    worker.stop()
+    await asyncio.wait_for(running, 10)
+    received = order.index("jobs received")
+    assert order[received + 1 : received + 3] == ["handler started", "poll sent"], order

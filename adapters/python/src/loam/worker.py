@@ -266,7 +266,10 @@ class Worker:
                 backoff = min(backoff * 2, 5.0)
                 continue
             if jobs:
+                idle = not self._running
                 self._received(jobs)
+                if idle:  # their handlers start before the next poll is sent, not after
+                    await asyncio.sleep(0)
             elif self._buffer:  # nothing more to be had now: let the buffer drain first
                 self._room.clear()
                 await self._room.wait()
@@ -281,11 +284,11 @@ class Worker:
             length = job.lease_ns / 1e9
             self._held[job.id] = _Held(job, length, now + length / 3)
             self._buffer.append(job)
-        self._beat.set()
         if self._stopping:
             self._release_unstarted()
         else:
             self._fill()
+        self._beat.set()  # after the handlers are started: they run first
 
     def _fill(self) -> None:
         if self.subject_batch > 1:
