@@ -90,20 +90,41 @@ def job_lease(
         if tx.get(keys.QueueKeys(ns, queue).config()) is None:
             continue  # nothing was ever enqueued here; leasing does not create queues
         with LinkedQueueTx(tx, ns, queue) as qt:
-            if qt.cfg.paused:
-                continue
-            before = len(res.jobs)
-            shards = max(qt.cfg.shards, 1)
-            for i in range(shards):
-                if len(res.jobs) >= max_jobs:
-                    break
-                _lease_shard(qt, (shard_offset + i) % shards, worker, max_jobs, names, res, visibility_ns)
-            if len(res.jobs) > before and worker:
-                w = pb.Worker(id=worker, last_seen_ns=qt.now, queues=queues)
-                tx.put(qt.k.worker(worker), w.SerializeToString())
-    if res.jobs:  # lease latency and spans, once committed
-        tx.declare(Leased(ns, worker, tuple(res.jobs), tuple(res.waited_ns), tx.now_ns()))
+            lease_from(qt, queues, worker, max_jobs, names, shard_offset, visibility_ns, res)
+    declare_leased(tx, ns, worker, res)
     return res
+
+
+def lease_from(
+    qt: QueueTx,
+    queues: list[str],
+    worker: str,
+    max_jobs: int,
+    names: frozenset[str] | None,
+    shard_offset: int,
+    visibility_ns: int,
+    res: LeaseResult,
+) -> None:
+    """One queue's part of a lease (`job_lease`), in its open QueueTx: up to `max_jobs`
+    in `res` in all, from its shards in turn; `queues`, the lease's whole list, is what
+    the worker's record says it polls."""
+    if qt.cfg.paused:
+        return
+    before = len(res.jobs)
+    shards = max(qt.cfg.shards, 1)
+    for i in range(shards):
+        if len(res.jobs) >= max_jobs:
+            break
+        _lease_shard(qt, (shard_offset + i) % shards, worker, max_jobs, names, res, visibility_ns)
+    if len(res.jobs) > before and worker:
+        w = pb.Worker(id=worker, last_seen_ns=qt.now, queues=queues)
+        qt.tx.put(qt.k.worker(worker), w.SerializeToString())
+
+
+def declare_leased(tx: Txn, ns: str, worker: str, res: LeaseResult) -> None:
+    """A lease's latency and spans, observed once it has committed."""
+    if res.jobs:
+        tx.declare(Leased(ns, worker, tuple(res.jobs), tuple(res.waited_ns), tx.now_ns()))
 
 
 def _lease_shard(
