@@ -34,6 +34,7 @@ from pathlib import Path
 
 import uvicorn
 import uvloop
+from enqueue_route_bench import AnswerTransport  # bench/, this script's directory
 from loam_durable.facade import DurableCore
 from loam_durable.hub import Hub
 from uvicorn.server import ServerState
@@ -93,29 +94,6 @@ def workflow(wf: str, steps: int) -> list[bytes]:
     return out
 
 
-class _Transport:
-    """A connection's transport as the HTTP reader uses it: each answer resolves `answered`."""
-
-    def __init__(self) -> None:
-        self.answered: asyncio.Future[bytes] | None = None
-
-    def write(self, data: bytes) -> None:
-        if self.answered is not None and not self.answered.done():
-            self.answered.set_result(data)
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
 async def run(
     workflows_n: int, steps_per_workflow: int, callers: int, profile: cProfile.Profile | None = None
 ) -> float:
@@ -135,7 +113,7 @@ async def run(
         conns = []
         for _ in range(callers):
             front = direct_protocol(routes, limit)(uvicorn.Config(app), ServerState(), {}, loop)
-            transport = _Transport()
+            transport = AnswerTransport()
             front.connection_made(transport)  # type: ignore[arg-type]
             conns.append((front, transport))
 

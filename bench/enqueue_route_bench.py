@@ -81,8 +81,9 @@ def bulk_requests(n: int, size: int = 1000) -> list[bytes]:
     return out
 
 
-class _Transport:
-    """A connection's transport as the HTTP reader uses it: each answer resolves `answered`."""
+class AnswerTransport:
+    """A connection's transport as the HTTP reader uses it: each answer resolves `answered`
+    (bench/durable_route_bench.py uses it too)."""
 
     def __init__(self) -> None:
         self.answered: asyncio.Future[bytes] | None = None
@@ -116,7 +117,7 @@ async def run(requests: list[bytes], warm: int, profile: cProfile.Profile | None
         routes, limit = app.direct_routes()
         loop = asyncio.get_running_loop()
         front = direct_protocol(routes, limit)(uvicorn.Config(app), ServerState(), {}, loop)
-        transport = _Transport()
+        transport = AnswerTransport()
         front.connection_made(transport)  # type: ignore[arg-type]
 
         async def call(raw: bytes) -> None:
