@@ -39,7 +39,7 @@ from loam_common.jobs.new_job import Enqueued
 from loam_common.jobs.write_batch import Canceled
 from loam_common.validate import Namespace
 from loam_queue_core.core import QueueCore
-from loam_queue_core.facade.job_admin import JobAdmin, job_ref
+from loam_queue_core.facade.job_admin import JobAdmin, job_ref, plainly_job_ref
 from loam_queue_core.watch import watch as watch_stream
 
 NO_ENGINES = "the engine runner (loam_engines), which this server does not run"
@@ -124,7 +124,7 @@ def _complete_items(reqs) -> list[tuple[str, str, int, Outcome]]:  # noqa: ANN00
         queue, job = token.queue, token.job
         # An item whose queue was checked already and whose job id is plainly good skips
         # `_token` (a missing token has no queue name, so it never does).
-        if queue not in names or not job or "/" in job or len(job) > 64:
+        if queue not in names or not plainly_job_ref(job):
             queue, job, _ = _token(token, it.HasField("token"), f"items[{i}].token")
             names.add(queue)
         items.append((queue, job, token.epoch, _batch_outcome(it.outcome, i)))

@@ -128,9 +128,19 @@ class JobAdmin:
         )
 
 
+JOB_REF_BYTES = 256
+
+
 def job_ref(text: str, field: str = "job") -> str:
     """A job id or key as a caller sends it: not empty, bounded, no `/`."""
-    validate.text(field, text, 256, allow_empty=False)
+    validate.text(field, text, JOB_REF_BYTES, allow_empty=False)
     if "/" in text:
         raise InvalidArgument(field, "a job id or key cannot contain '/'")
     return text
+
+
+def plainly_job_ref(text: str) -> bool:
+    """Whether `job_ref` takes `text`, known without encoding it (at most 4 bytes a
+    character): a hot path checks a batch's ids this way and calls `job_ref`, which
+    names the field, only for the rest."""
+    return 0 < len(text) <= JOB_REF_BYTES // 4 and "/" not in text
