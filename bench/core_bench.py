@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 import lmdb
 from google.protobuf.internal import api_implementation
 
-from loam.client import uuid7s
+from loam.client import uuid7
 from loam_common import ids, keys
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs.complete import Ok
@@ -286,17 +286,15 @@ class Bench:
         left = n
         while left > 0:
             k = min(batch, left)
+            call = None
             if self.args.bullmq_jobs:
                 jobs = [_bullmq_job(i) for i in range(k)]
-            elif self.args.sdk_keys:  # the Python SDK's default: an idempotency key a job
-                jobs = [
-                    (_task(self.data), pb.EnqueueOpts(idempotency=pb.Idempotency(key=key)))
-                    for key in uuid7s(k)
-                ]
             else:
                 jobs = [(_task(self.data), None) for _ in range(k)]
+                if self.args.sdk_keys:  # the Python SDK's default: an idempotency key a call
+                    call = pb.Idempotency(key=uuid7())
             t0 = time.perf_counter()
-            await core.jobs.enqueue_bulk(NS, QUEUE, jobs)
+            await core.jobs.enqueue_bulk(NS, QUEUE, jobs, call)
             spent += time.perf_counter() - t0
             left -= k
         return spent
@@ -731,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--sdk-keys",
         action="store_true",
-        help="bulk and backlog fills give each job an idempotency key, a UUIDv7, as the Python SDK does",
+        help="bulk and backlog fills carry an idempotency key a call, a UUIDv7, as the Python SDK sends them",
     )
     p.add_argument(
         "--keep-age",

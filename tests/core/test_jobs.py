@@ -253,6 +253,141 @@ async def test_idempotency_record_expires_after_its_ttl_and_the_sweep_drops_it(
     await check_invariants()
 
 
+async def test_an_idempotent_retry_of_a_big_payload_leaves_no_blob_behind(core, tmp_path):
+    # The retry's payload went to the blob store before its transaction found the key:
+    # the answer names the first call's job, so the retry's blob is nobody's.
+    data = os.urandom(16 * 1024 + 1)
+    first = await enqueue(core, data=data, idempotency=pb.Idempotency(key="req-1"))
+    again = await enqueue(core, data=data, idempotency=pb.Idempotency(key="req-1"))
+    assert again == first
+    assert len([p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]) == 1
+
+
+async def test_a_job_key_sent_again_with_the_same_big_payload_is_the_same_request(core, jobs_of, tmp_path):
+    data = os.urandom(16 * 1024 + 1)
+    first = await enqueue(core, data=data, job_key="k")
+    again = await enqueue(core, data=data, job_key="k")
+    assert (again.job_id, again.created) == (first.job_id, False)
+    with pytest.raises(AlreadyExists):
+        await enqueue(core, data=os.urandom(16 * 1024 + 1), job_key="k")
+    assert len(await jobs_of()) == 1
+    assert len([p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]) == 1
+
+
+# -- a bulk call's idempotency key -------------------------------------------------------------------
+def bulk_items(*names: str, **opts) -> list[tuple[pb.TaskSpec, pb.EnqueueOpts | None]]:
+    return [(task(n), pb.EnqueueOpts(**opts) if opts else None) for n in names]
+
+
+async def enqueue_bulk(core: QueueCore, items, key: str | None = "call-1", ttl_ns: int = 0, queue: str = "q"):
+    call = pb.Idempotency(key=key, ttl_ns=ttl_ns) if key is not None else None
+    return await core.jobs.enqueue_bulk(NS, queue, items, call)
+
+
+async def test_a_bulk_calls_retry_gets_its_first_answers_item_for_item_and_adds_nothing(
+    core, jobs_of, check_invariants
+):
+    await enqueue(core, job_key="taken")
+    items = [
+        (task("a"), None),
+        (task("b"), pb.EnqueueOpts(job_key="taken")),
+        (task("c"), pb.EnqueueOpts(priority=2)),
+    ]
+    first = await enqueue_bulk(core, items)
+    assert first[0].created and first[2].state == S.PRIORITIZED
+    assert isinstance(first[1], AlreadyExists)
+    before = set(await jobs_of())
+    again = await enqueue_bulk(core, [(task("a"), None), (task("b"), pb.EnqueueOpts(job_key="taken")),
+                                      (task("c"), pb.EnqueueOpts(priority=2))])  # fmt: skip
+    assert again[0] == first[0] and again[2] == first[2]
+    assert (again[1].code, again[1].message) == (first[1].code, first[1].message)
+    assert set(await jobs_of()) == before and len(before) == 3
+    await check_invariants()
+
+
+async def test_a_bulk_calls_jobs_carry_no_key_of_their_own(core, job_of):
+    (e,) = await enqueue_bulk(core, bulk_items("a"))
+    assert not (await job_of(e.job_id)).opts.HasField("idempotency")
+
+
+async def test_a_bulk_calls_key_with_other_jobs_is_refused_and_changes_nothing(core, store, check_invariants):
+    await enqueue_bulk(core, bulk_items("a", "b"))
+    before = await store.snapshot(lambda tx: tx.scan(b"t/", b"t0"))
+    for other in (
+        bulk_items("a"),
+        bulk_items("a", "b", "c"),
+        bulk_items("b", "a"),
+        bulk_items("a", "b", priority=1),
+    ):
+        with pytest.raises(IdempotencyConflict):
+            await enqueue_bulk(core, other)
+    with pytest.raises(IdempotencyConflict):  # one job's enqueue under the call's key
+        await enqueue(core, name="a", idempotency=pb.Idempotency(key="call-1"))
+    assert await store.snapshot(lambda tx: tx.scan(b"t/", b"t0")) == before
+    await check_invariants()
+
+
+async def test_a_single_enqueues_key_refuses_a_bulk_call_with_it(core, jobs_of):
+    await enqueue(core, name="a", idempotency=pb.Idempotency(key="call-1"))
+    with pytest.raises(IdempotencyConflict):
+        await enqueue_bulk(core, bulk_items("a"))
+    assert len(await jobs_of()) == 1
+
+
+async def test_a_bulk_calls_retry_compares_its_jobs_without_their_trace_context(core, jobs_of):
+    def traced(parent: str) -> list:
+        t = task("a")
+        t.headers["traceparent"] = f"00-{parent * 32}-{'1' * 16}-01"
+        return [(t, None)]
+
+    first = await enqueue_bulk(core, traced("a"))
+    assert await enqueue_bulk(core, traced("b")) == first
+    assert len(await jobs_of()) == 1
+
+
+async def test_a_bulk_calls_key_expires_after_its_ttl_and_the_sweep_drops_it(
+    core, store, clock, sweep, jobs_of, check_invariants
+):
+    k = keys.QueueKeys(NS, "q")
+    first = await enqueue_bulk(core, bulk_items("a"), ttl_ns=60 * SEC)
+    clock.advance(59 * SEC)
+    assert await enqueue_bulk(core, bulk_items("a"), ttl_ns=60 * SEC) == first
+    clock.advance(2 * SEC)
+    await sweep()
+    assert await store.snapshot(lambda tx: tx.scan(k.q + b"i", k.q + b"j")) == []
+    second = await enqueue_bulk(core, bulk_items("a"))
+    assert second[0].created and second[0].job_id != first[0].job_id
+    assert len(await jobs_of()) == 2
+    await check_invariants()
+
+
+@pytest.mark.parametrize(
+    "call, field",
+    [(pb.Idempotency(key=""), "idempotency.key"), (pb.Idempotency(key="k", ttl_ns=-1), "idempotency.ttl_ns"),
+     (pb.Idempotency(key="k" * 1025), "idempotency.key")],
+)  # fmt: skip
+async def test_a_bad_bulk_call_key_is_refused_before_anything_is_written(core, store, call, field):
+    with pytest.raises(InvalidArgument) as ei:
+        await core.jobs.enqueue_bulk(NS, "q", bulk_items("a"), call)
+    assert ei.value.field == field
+    assert await stored(store) == []
+
+
+async def test_a_bulk_calls_retry_while_a_poll_waits_gives_the_poll_nothing_new(core, jobs_of):
+    first = await enqueue_bulk(core, bulk_items("a"))
+    await ok(core, await lease_one(core))
+    poll = asyncio.create_task(lease(core, max_jobs=5, wait_ns=20 * SEC))
+    async with asyncio.timeout(5):
+        while core.waiters.parked(NS, "q") == 0:  # parked: the retry is handed to it
+            await asyncio.sleep(0.001)
+    assert await enqueue_bulk(core, bulk_items("a")) == first
+    await asyncio.sleep(0.05)
+    assert not poll.done()  # told to look again, it found nothing and waits on
+    e = await enqueue(core, name="b")
+    assert [j.id for j in await asyncio.wait_for(poll, 10)] == [e.job_id]
+    assert len(await jobs_of()) == 2
+
+
 # -- dedup -------------------------------------------------------------------------------------------
 def dd(mode=pb.DEDUP_MODE_SIMPLE, **kw) -> pb.Dedup:
     return pb.Dedup(id="d1", mode=mode, **kw)

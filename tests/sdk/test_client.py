@@ -106,6 +106,43 @@ async def test_bulk_with_a_refused_key(client: Client) -> None:
     assert [r.state for r in results[1:]] == ["waiting", "prioritized"]
 
 
+async def test_a_bulk_call_has_one_idempotency_key_and_its_retry_adds_nothing(
+    client: Client, monkeypatch
+) -> None:
+    """The first attempt reaches the server, but its answer is lost: the retry carries the
+    call's key and gets the first call's jobs back; the jobs carry no key of their own."""
+    real = client._call
+    sent = []
+
+    async def flaky(method, request, **kw):
+        result = await real(method, request, **kw)
+        sent.append(request.idempotency.key)
+        if len(sent) == 1:
+            raise errors.Unavailable("connection reset after the commit")
+        return result
+
+    monkeypatch.setattr(client, "_call", flaky)
+    results = await client.enqueue_bulk("idem-bulk", [("t", i) for i in range(5)])
+    monkeypatch.undo()
+    assert len(sent) == 2 and sent[0] == sent[1] and len(sent[0]) == 36
+    assert (await client.queue_counts("idem-bulk"))["waiting"] == 5
+    jobs = await client.lease("idem-bulk", max=10)
+    assert sorted(j.id for j in jobs) == sorted(r.id for r in results)
+    assert not (await client.get_job("idem-bulk", results[0].id)).raw.opts.HasField("idempotency")
+
+
+async def test_a_bulk_call_with_a_key_of_its_callers(client: Client) -> None:
+    a = await client.enqueue_bulk("idem-bulk2", [("t", 1), ("t", 2)], idempotency_key="batch-7")
+    b = await client.enqueue_bulk("idem-bulk2", [("t", 1), ("t", 2)], idempotency_key="batch-7")
+    assert [r.id for r in a] == [r.id for r in b]
+    with pytest.raises(errors.IdempotencyConflict):
+        await client.enqueue_bulk("idem-bulk2", [("t", 3)], idempotency_key="batch-7")
+    none = await client.enqueue_bulk("idem-bulk2", [("t", 1)], idempotency_key=False)
+    again = await client.enqueue_bulk("idem-bulk2", [("t", 1)], idempotency_key=False)
+    assert none[0].id != again[0].id
+    assert (await client.queue_counts("idem-bulk2"))["waiting"] == 4
+
+
 async def test_typed_errors(client: Client) -> None:
     with pytest.raises(errors.NotFound):
         await client.get_job("nowhere", "01ARZ3NDEKTSV4RRFFQ69G5FAV")

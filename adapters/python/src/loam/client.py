@@ -265,11 +265,12 @@ class Client:
     # -- producing -------------------------------------------------------------------
     def _fill(
         self, task: pb.TaskSpec, o: pb.EnqueueOpts, name: str, payload: Any, opts: Mapping[str, Any],
-        idem_key: str | None = None,
+        auto_key: bool = True,
     ) -> None:  # fmt: skip
         """Write one job into its request's `task` and `opts` in place (building separate
         messages and copying them in costs a bulk call more than all else it does).
-        `idem_key`: the default idempotency key to use (made here when None)."""
+        `auto_key`: give the job an idempotency key of its own when the caller gave none
+        (a bulk call has one for the whole call instead)."""
         task.name = name
         if payload is None:
             task.payload.SetInParent()
@@ -282,8 +283,8 @@ class Client:
                 task.headers.update(headers)
             if opts.get("idempotency_key") is not None:
                 return  # given (or False: none)
-        if self.idempotent and not o.HasField("idempotency"):
-            o.idempotency.key = idem_key or uuid7()
+        if auto_key and self.idempotent and not o.HasField("idempotency"):
+            o.idempotency.key = uuid7()
             if opts.get("idempotency_ttl") is not None:
                 o.idempotency.ttl_ns = payloads.ns(opts["idempotency_ttl"], "idempotency_ttl")
 
@@ -298,25 +299,39 @@ class Client:
         resp = await self._retrying(self._rpc.enqueue, req)
         return Enqueued.from_pb(resp.enqueued)
 
-    async def enqueue_bulk(self, queue: str, jobs: Iterable[Any]) -> list[Enqueued | JobsError]:
+    async def enqueue_bulk(
+        self,
+        queue: str,
+        jobs: Iterable[Any],
+        *,
+        idempotency_key: str | bool | None = None,
+        idempotency_ttl: float | dt.timedelta | None = None,
+    ) -> list[Enqueued | JobsError]:
         """Add many jobs in one call and one transaction. Each job is a dict
         `{"name", "payload", **opts}`, a `(name, payload)` or `(name, payload, opts)`
-        tuple, or a BulkItem. A job refused for its key gets its error in its slot."""
-        jobs = jobs if isinstance(jobs, list) else list(jobs)
-        keys = uuid7s(len(jobs)) if self.idempotent else [None] * len(jobs)
+        tuple, or a BulkItem. A job refused for its key gets its error in its slot.
+        `idempotency_key`: the call's (made here when None and the client is idempotent;
+        False: none): a retry with it gets the first call's answers and adds nothing. A
+        job's own `idempotency_key` still applies to that job."""
         req = jpb.EnqueueBulkRequest(queue=queue)
         add = req.jobs.add
-        for job, key in zip(jobs, keys, strict=True):
+        for job in jobs:
             if isinstance(job, jpb.BulkItem):
                 add().CopyFrom(job)
                 continue
             item = add()
             if isinstance(job, Mapping):
                 rest = {k: v for k, v in job.items() if k not in ("name", "payload")}
-                self._fill(item.task, item.opts, job["name"], job.get("payload"), rest, key)
+                self._fill(item.task, item.opts, job["name"], job.get("payload"), rest, auto_key=False)
             else:
                 name, payload, *more = job
-                self._fill(item.task, item.opts, name, payload, more[0] if more else {}, key)
+                self._fill(item.task, item.opts, name, payload, more[0] if more else {}, auto_key=False)
+        if idempotency_key is None and self.idempotent:
+            idempotency_key = uuid7()
+        if idempotency_key:
+            req.idempotency.key = idempotency_key
+            if idempotency_ttl is not None:
+                req.idempotency.ttl_ns = payloads.ns(idempotency_ttl, "idempotency_ttl")
         resp = await self._retrying(self._rpc.enqueue_bulk, req)
         return [
             Enqueued.from_pb(r.enqueued)

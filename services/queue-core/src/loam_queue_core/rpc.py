@@ -240,7 +240,8 @@ class CoreRpc(AnswersUnimplemented):
         items = [(i.task, i.opts if i.HasField("opts") else None) for i in req.jobs]
         out = J.EnqueueBulkResponse()
         add = out.results.add
-        for r in await self.core.jobs.enqueue_bulk(ns, req.queue, items):
+        call = req.idempotency if req.HasField("idempotency") else None
+        for r in await self.core.jobs.enqueue_bulk(ns, req.queue, items, call):
             if isinstance(r, Enqueued):
                 fill_enqueued(add().enqueued, r)
             else:

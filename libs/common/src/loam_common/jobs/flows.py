@@ -159,7 +159,7 @@ def flow_submit(
                 job.state = S.WAITING_CHILDREN
                 job.pending_children = job.children = len(node.depends_on)
 
-        res = job_insert(qt, NewJob(nj.job_id, nj.task, nj.opts, init=init))
+        res = job_insert(qt, NewJob(nj.job_id, nj.task, nj.opts, init=init, sent_hash=nj.sent_hash))
         if not res.created:
             if not node.join_existing:
                 raise AlreadyExists(

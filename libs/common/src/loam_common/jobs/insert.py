@@ -12,7 +12,7 @@ from loam_common.errors import AlreadyExists, IdempotencyConflict, PayloadTooLar
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import dedup, dependencies
 from loam_common.jobs import states as S
-from loam_common.jobs.new_job import Enqueued, NewJob, due_ns, request_hash
+from loam_common.jobs.new_job import Enqueued, NewJob, due_ns
 from loam_common.jobs.queue import QueueTx
 
 DEFAULT_IDEMPOTENCY_TTL_NS = 24 * 3600 * 1_000_000_000
@@ -44,12 +44,12 @@ def job_insert(qt: QueueTx, nj: NewJob) -> Enqueued:
     rhash = None
 
     if opts.HasField("idempotency"):
-        rhash = request_hash(nj.task, opts)
+        rhash = nj.request_hash(opts)
         raw = qt.idempotency_record(opts.idempotency.key)
         if raw is not None:
             rec = pb.IdempotencyRecord.FromString(raw)
             if rec.expires_ns > now:
-                if rec.request_hash != rhash:
+                if rec.call or rec.request_hash != rhash:  # rec.call: a bulk call's key
                     raise IdempotencyConflict(opts.idempotency.key)
                 return Enqueued(rec.job_id, rec.created, rec.state)
 
@@ -63,7 +63,7 @@ def job_insert(qt: QueueTx, nj: NewJob) -> Enqueued:
         # the key keeps its first job. Only a client that set a decimal key by hand can
         # hold it already (BullMQ refuses integer custom ids); that job is returned.
         opts.job_key_keeps_first = True
-        nj = NewJob(nj.job_id, nj.task, opts, nj.init)
+        nj = NewJob(nj.job_id, nj.task, opts, nj.init, nj.sent_hash)
 
     if opts.job_key:
         existing_id = tx.get(k.job_key(opts.job_key))
@@ -75,7 +75,7 @@ def job_insert(qt: QueueTx, nj: NewJob) -> Enqueued:
                     return _remember(
                         qt, nj, Enqueued(existing.id, False, existing.state, existing.opts.job_key), rhash
                     )
-                rhash = rhash or request_hash(nj.task, opts)
+                rhash = rhash or nj.request_hash(opts)
                 if existing.request_hash != rhash:
                     raise AlreadyExists(
                         f"job key {opts.job_key!r} is taken by job {existing.id} with different "
@@ -105,7 +105,7 @@ def job_insert(qt: QueueTx, nj: NewJob) -> Enqueued:
     job.shard = _shard_of(qt, nj)
     # Compared when the same key is enqueued again without keeping the first job.
     job.request_hash = rhash or (
-        request_hash(nj.task, opts) if opts.job_key and not opts.job_key_keeps_first else b""
+        nj.request_hash(opts) if opts.job_key and not opts.job_key_keeps_first else b""
     )
     due = due_ns(opts, now)
     if due > now:
@@ -188,17 +188,21 @@ def _remember(qt: QueueTx, nj: NewJob, result: Enqueued, rhash: bytes | None) ->
     the counter or a trace context (so a retry of the same call compares equal)."""
     opts = nj.opts
     if opts.HasField("idempotency"):
-        ttl = opts.idempotency.ttl_ns or DEFAULT_IDEMPOTENCY_TTL_NS
-        expires = qt.now + ttl
         rec = pb.IdempotencyRecord(
-            request_hash=rhash or request_hash(nj.task, opts),
+            request_hash=rhash or nj.request_hash(opts),
             job_id=result.job_id,
             state=result.state,
-            expires_ns=expires,
             created=result.created,
         )
-        qt.ensure_exists()
-        qt.tx.put(qt.k.idempotency(opts.idempotency.key), rec.SerializeToString())
-        qt.tx.put(qt.k.idempotency_expiry(expires, opts.idempotency.key), b"")
-        qt.note_due(0, expires)  # the idempotency sweep runs with shard 0
+        store_idempotency_record(qt, opts.idempotency.key, opts.idempotency.ttl_ns, rec)
     return result
+
+
+def store_idempotency_record(qt: QueueTx, key: str, ttl_ns: int, rec: pb.IdempotencyRecord) -> None:
+    """Keep `rec` under `key` for `ttl_ns` (0: the default), in the expiry index that
+    the idempotency sweep reads."""
+    expires = rec.expires_ns = qt.now + (ttl_ns or DEFAULT_IDEMPOTENCY_TTL_NS)
+    qt.ensure_exists()
+    qt.tx.put(qt.k.idempotency(key), rec.SerializeToString())
+    qt.tx.put(qt.k.idempotency_expiry(expires, key), b"")
+    qt.note_due(0, expires)  # the idempotency sweep runs with shard 0

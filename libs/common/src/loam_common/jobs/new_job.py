@@ -23,6 +23,12 @@ class NewJob:
     opts: pb.EnqueueOpts
     # Called on the new job record just before it is stored (flows set its state and links).
     init: Callable[[pb.Job], None] | None = None
+    # `request_hash` of the job as sent, when taken before its payload moved to the blob
+    # store (whose reference differs for every call); None: taken from `task` when needed.
+    sent_hash: bytes | None = None
+
+    def request_hash(self, opts: pb.EnqueueOpts) -> bytes:
+        return self.sent_hash or request_hash(self.task, opts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,13 +41,22 @@ class Enqueued:
     dropped: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class CallKey:
+    """A bulk call's idempotency key (EnqueueBulkRequest.idempotency), with the hash of
+    the jobs it was sent with (`call_hash`)."""
+
+    key: str
+    ttl_ns: int
+    request_hash: bytes
+
+
 _IDEMPOTENCY = pb.EnqueueOpts.DESCRIPTOR.fields_by_name["idempotency"]
 
 
-def request_hash(task: pb.TaskSpec, opts: pb.EnqueueOpts) -> bytes:
-    """The canonical request: what `job_key` and idempotency keys compare. The trace
-    context is not part of it: a retried call may carry another one (or none, and get
-    one generated)."""
+def _without_trace(task: pb.TaskSpec) -> pb.TaskSpec:
+    """`task` without its trace context, which is not part of a request: a retried call
+    may carry another one (or none, and get one generated)."""
     headers = task.headers
     if headers and any(h in headers for h in tracing.TRACE_HEADERS):
         t = pb.TaskSpec()
@@ -49,8 +64,14 @@ def request_hash(task: pb.TaskSpec, opts: pb.EnqueueOpts) -> bytes:
         for h in tracing.TRACE_HEADERS:
             if h in t.headers:
                 del t.headers[h]
-        task = t
-    h = hashlib.sha256(task.SerializeToString(deterministic=True))
+        return t
+    return task
+
+
+def request_hash(task: pb.TaskSpec, opts: pb.EnqueueOpts) -> bytes:
+    """The canonical request: what `job_key` and idempotency keys compare. The trace
+    context is not part of it (`_without_trace`)."""
+    h = hashlib.sha256(_without_trace(task).SerializeToString(deterministic=True))
     fields = opts.ListFields()
     # Options with nothing but an idempotency key (the SDK's default, per job of a bulk
     # call) hash as no options: the copy without the key would serialize to nothing.
@@ -60,6 +81,25 @@ def request_hash(task: pb.TaskSpec, opts: pb.EnqueueOpts) -> bytes:
         o.ClearField("idempotency")
         h.update(o.SerializeToString(deterministic=True))
     return h.digest()
+
+
+def call_hash(jobs: list[tuple[pb.TaskSpec, pb.EnqueueOpts | None]]) -> bytes:
+    """The canonical request of a bulk call, as its key (`CallKey`) compares it: each
+    job's task and options as sent, in order, trace context aside. Taken before the
+    payloads are checked (which writes their sizes into the tasks)."""
+    h = hashlib.sha256()
+    for task, opts in jobs:
+        t = _without_trace(task).SerializeToString(deterministic=True)
+        o = opts.SerializeToString(deterministic=True) if opts is not None else b""
+        h.update(len(t).to_bytes(4, "big") + t + len(o).to_bytes(4, "big") + o)
+    return h.digest()
+
+
+def call_key(idempotency: pb.Idempotency, jobs: list[tuple[pb.TaskSpec, pb.EnqueueOpts | None]]) -> CallKey:
+    """A bulk call's key, checked (before any transaction), with its jobs' hash."""
+    validate.text("idempotency.key", idempotency.key, 1024, allow_empty=False)
+    validate.duration_ns("idempotency.ttl_ns", idempotency.ttl_ns)
+    return CallKey(idempotency.key, idempotency.ttl_ns, call_hash(jobs))
 
 
 #: Options checked alone: with no other field set, the checks of the rest (of fields at

@@ -50,6 +50,7 @@ from loam_common.jobs import exchanges, flows, schedules
 from loam_common.jobs import states as S
 from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import LeaseResult, job_lease
+from loam_common.jobs.new_job import CallKey
 from loam_common.jobs.write_batch import EnqueueWrite, write_batch_all_or_none
 from loam_common.store.base import Txn
 
@@ -224,9 +225,11 @@ def _payload_bytes(new_jobs) -> int:
 
 # Each takes the namespace's quota in force (the facade's Quotas.of) and is used only
 # when the namespace has one; without, the facades run the plain transitions.
-def job_enqueue_within_quota(tx: Txn, ns: str, queue: str, new_jobs, bulk: bool, quota: Quota):
+def job_enqueue_within_quota(
+    tx: Txn, ns: str, queue: str, new_jobs, bulk: bool, quota: Quota, call: CallKey | None = None
+):
     check_enqueue(tx, ns, quota, len(new_jobs), _payload_bytes(new_jobs))
-    return job_enqueue(tx, ns, queue, new_jobs, bulk)
+    return job_enqueue(tx, ns, queue, new_jobs, bulk, call)
 
 
 def write_batch_within_quota(tx: Txn, ns: str, writes: list, quota: Quota):
@@ -238,16 +241,23 @@ def write_batch_within_quota(tx: Txn, ns: str, writes: list, quota: Quota):
 
 
 def job_enqueue_then_lease_within_quota(
-    tx: Txn, ns: str, queue: str, new_jobs, bulk: bool, lease_args: tuple, quota: Quota
+    tx: Txn,
+    ns: str,
+    queue: str,
+    new_jobs,
+    bulk: bool,
+    lease_args: tuple,
+    quota: Quota,
+    call: CallKey | None = None,
 ):
     check_enqueue(tx, ns, quota, len(new_jobs), _payload_bytes(new_jobs))
     worker, max_jobs, names, visibility_ns, subject_batch = lease_args
     try:
         room = lease_room(tx, ns, quota, max_jobs)
     except QuotaExceeded:  # the enqueue goes in; the parked poll just gets nothing
-        return job_enqueue(tx, ns, queue, new_jobs, bulk), LeaseResult()
+        return job_enqueue(tx, ns, queue, new_jobs, bulk, call), LeaseResult()
     return job_enqueue_then_lease(
-        tx, ns, queue, new_jobs, bulk, (worker, room, names, visibility_ns, subject_batch)
+        tx, ns, queue, new_jobs, bulk, (worker, room, names, visibility_ns, subject_batch), call
     )
 
 

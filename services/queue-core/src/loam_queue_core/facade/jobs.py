@@ -30,7 +30,7 @@ from loam_common.jobs.complete import (
 )
 from loam_common.jobs.enqueue import job_enqueue, job_enqueue_then_lease
 from loam_common.jobs.lease import job_lease
-from loam_common.jobs.new_job import Enqueued, NewJob
+from loam_common.jobs.new_job import CallKey, Enqueued, NewJob, call_key
 from loam_common.jobs.write_batch import (
     Canceled,
     CancelWrite,
@@ -93,18 +93,24 @@ class Jobs:
         return result  # type: ignore[return-value]
 
     async def enqueue_bulk(
-        self, ns: Namespace, queue: str, jobs: list[tuple[pb.TaskSpec, pb.EnqueueOpts | None]]
+        self,
+        ns: Namespace,
+        queue: str,
+        jobs: list[tuple[pb.TaskSpec, pb.EnqueueOpts | None]],
+        idempotency: pb.Idempotency | None = None,
     ) -> list[Enqueued | JobsError]:
         """One transaction for the batch; a job refused for its key gets its error in
-        its slot, the others go in. Invalid input refuses the whole call."""
+        its slot, the others go in. Invalid input refuses the whole call. `idempotency`:
+        the call's key (a retry gets the first call's answers)."""
         if len(jobs) > MAX_BULK:
             raise InvalidArgument("jobs", f"at most {MAX_BULK} jobs per bulk call (got {len(jobs)})")
+        call = call_key(idempotency, jobs) if idempotency is not None else None
         news = await self.payloads.new_jobs(
             ns, queue, [(t, o or pb.EnqueueOpts(), f"jobs[{i}]") for i, (t, o) in enumerate(jobs)]
         )
         spans = [_enqueue_span(queue, n) for n in news] if tracing.tracer is not None else ()
         try:
-            results = await self.enqueue_prepared(ns, queue, news, True)
+            results = await self.enqueue_prepared(ns, queue, news, True, call)
         except BaseException:
             await self.payloads.drop_unkept(news, None)
             raise
@@ -115,7 +121,7 @@ class Jobs:
         return results
 
     async def enqueue_prepared(
-        self, ns: Namespace, queue: str, news: list[NewJob], bulk: bool
+        self, ns: Namespace, queue: str, news: list[NewJob], bulk: bool, call: CallKey | None = None
     ) -> list[Enqueued | JobsError]:
         """The enqueue's transaction. With a poll of `queue` asleep, the same transaction
         leases for it and the poll gets the jobs without reading again (decision 0023)."""
@@ -123,16 +129,16 @@ class Jobs:
         if claim is None:
             transact = self._enqueue_transact(ns, queue, news, lambda results: results)
             if quota := await self.quotas.of(ns):
-                return await transact(quotas.job_enqueue_within_quota, ns, queue, news, bulk, quota)
-            return await transact(job_enqueue, ns, queue, news, bulk)
+                return await transact(quotas.job_enqueue_within_quota, ns, queue, news, bulk, quota, call)
+            return await transact(job_enqueue, ns, queue, news, bulk, call)
         # Shielded: if the caller leaves, the transaction may still commit, and the poll
         # must then get the jobs leased for it, not be told to read again.
-        handing = asyncio.ensure_future(self._hand_off(ns, queue, news, bulk, claim))
+        handing = asyncio.ensure_future(self._hand_off(ns, queue, news, bulk, claim, call))
         handing.add_done_callback(_retrieve)
         return await asyncio.shield(handing)
 
     async def _hand_off(
-        self, ns: Namespace, queue: str, news: list[NewJob], bulk: bool, claim: tuple
+        self, ns: Namespace, queue: str, news: list[NewJob], bulk: bool, claim: tuple, call: CallKey | None
     ) -> list[Enqueued | JobsError]:
         poll, lease_args = claim
         leased = None
@@ -140,10 +146,12 @@ class Jobs:
         try:
             if quota := await self.quotas.of(ns):
                 results, leased = await transact(
-                    quotas.job_enqueue_then_lease_within_quota, ns, queue, news, bulk, lease_args, quota
+                    quotas.job_enqueue_then_lease_within_quota, ns, queue, news, bulk, lease_args, quota, call
                 )
             else:
-                results, leased = await transact(job_enqueue_then_lease, ns, queue, news, bulk, lease_args)
+                results, leased = await transact(
+                    job_enqueue_then_lease, ns, queue, news, bulk, lease_args, call
+                )
         finally:  # the claimed poll always gets an answer, if only "read again"
             jobs = leased.jobs if leased is not None else []
             answered = self.waiters.hand(poll, jobs or None)

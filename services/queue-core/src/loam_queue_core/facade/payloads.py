@@ -11,7 +11,7 @@ from loam_common.blobs import INLINE_LIMIT, BlobStore, blob_ref
 from loam_common.errors import InvalidArgument, JobsError, PayloadTooLarge
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs.complete import Ok, Outcome
-from loam_common.jobs.new_job import Enqueued, NewJob, check_opts
+from loam_common.jobs.new_job import Enqueued, NewJob, check_opts, request_hash
 from loam_common.validate import Namespace
 
 
@@ -43,8 +43,12 @@ class Payloads:
             news.append(NewJob(job_id, task, opts))
         if self.blobs is not None:
             try:
-                for new in news:
+                for i, new in enumerate(news):
                     if new.task.payload.size > INLINE_LIMIT:
+                        if new.opts.job_key or new.opts.HasField("idempotency"):  # compared as sent
+                            new = news[i] = dataclasses.replace(
+                                new, sent_hash=request_hash(new.task, new.opts)
+                            )
                         ref = blob_ref(ns, queue, new.job_id, "payload")
                         await self.blobs.put(ref, new.task.payload.data)
                         new.task.payload.blob_ref = ref
@@ -62,13 +66,14 @@ class Payloads:
 
     async def drop_unkept(self, news: list[NewJob], results: list[Enqueued | JobsError] | None) -> None:
         """Blobs written for jobs that were not created are nobody's: delete them
-        (`results` None: none was)."""
+        (`results` None: none was). A retry answered by an idempotency key gets the first
+        call's answer, `created` and all, for a job of another id: not this one."""
         if self.blobs is None:
             return
         for i, new in enumerate(news):
             ref = new.task.payload.blob_ref
             result = results[i] if results is not None else None
-            if ref and not (isinstance(result, Enqueued) and result.created):
+            if ref and not (isinstance(result, Enqueued) and result.created and result.job_id == new.job_id):
                 await self.blobs.delete(ref)
 
     async def replacement(self, ns: Namespace, queue: str, job_id: str, data: pb.Payload) -> pb.Payload:

@@ -58,12 +58,14 @@ class BulkItem(_message.Message):
     def __init__(self, task: _Optional[_Union[_types_pb2.TaskSpec, _Mapping]] = ..., opts: _Optional[_Union[_types_pb2.EnqueueOpts, _Mapping]] = ...) -> None: ...
 
 class EnqueueBulkRequest(_message.Message):
-    __slots__ = ("queue", "jobs")
+    __slots__ = ("queue", "jobs", "idempotency")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     jobs: _containers.RepeatedCompositeFieldContainer[BulkItem]
-    def __init__(self, queue: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[BulkItem, _Mapping]]] = ...) -> None: ...
+    idempotency: _types_pb2.Idempotency
+    def __init__(self, queue: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[BulkItem, _Mapping]]] = ..., idempotency: _Optional[_Union[_types_pb2.Idempotency, _Mapping]] = ...) -> None: ...
 
 class ItemError(_message.Message):
     __slots__ = ("code", "message")

@@ -505,18 +505,40 @@ class QueueRuntime(_message.Message):
     def __init__(self, window_start_ns: _Optional[int] = ..., used: _Optional[int] = ..., blocked_until_ns: _Optional[int] = ..., active: _Optional[int] = ...) -> None: ...
 
 class IdempotencyRecord(_message.Message):
-    __slots__ = ("request_hash", "job_id", "state", "expires_ns", "created")
+    __slots__ = ("request_hash", "job_id", "state", "expires_ns", "created", "call", "answers")
     REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
     request_hash: bytes
     job_id: str
     state: JobState
     expires_ns: int
     created: bool
-    def __init__(self, request_hash: _Optional[bytes] = ..., job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., expires_ns: _Optional[int] = ..., created: _Optional[bool] = ...) -> None: ...
+    call: bool
+    answers: _containers.RepeatedCompositeFieldContainer[CallAnswer]
+    def __init__(self, request_hash: _Optional[bytes] = ..., job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., expires_ns: _Optional[int] = ..., created: _Optional[bool] = ..., call: _Optional[bool] = ..., answers: _Optional[_Iterable[_Union[CallAnswer, _Mapping]]] = ...) -> None: ...
+
+class CallAnswer(_message.Message):
+    __slots__ = ("job_id", "created", "state", "job_key", "dropped", "error_code", "error_message")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    JOB_KEY_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    created: bool
+    state: JobState
+    job_key: str
+    dropped: str
+    error_code: str
+    error_message: str
+    def __init__(self, job_id: _Optional[str] = ..., created: _Optional[bool] = ..., state: _Optional[_Union[JobState, str]] = ..., job_key: _Optional[str] = ..., dropped: _Optional[str] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class DedupRecord(_message.Message):
     __slots__ = ("job_id", "expires_ns", "pending_job_id", "pending_task", "pending_opts")
