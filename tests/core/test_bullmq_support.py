@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from loam_common.errors import InvalidArgument
+from loam_common.errors import InvalidArgument, JobsError
 from loam_common.gen.loam.jobs.v1 import jobs_pb2 as J
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs import admin, job_admin
@@ -504,6 +504,18 @@ async def test_a_counter_key_taken_by_hand_returns_the_job_that_holds_it(core, e
     assert [(r.job_key, r.created) for r in bulk] == [("1", True), ("2", False), ("3", True)]
     assert bulk[1].job_id == by_hand.job_id
     assert "duplicated" in [e.event for e in await events_of("q", by_hand.job_id)]
+    counts = await check_invariants("q")
+    assert counts[S.WAITING] == 3
+
+
+async def test_a_job_refused_for_its_parent_takes_no_counter_key(core, check_invariants):
+    # As in BullMQ, whose add checks the parent before it counts (addStandardJob.lua).
+    auto = pb.EnqueueOpts(job_key_from_counter=True)
+    orphan = pb.EnqueueOpts(job_key_from_counter=True, parent=pb.ParentRef(queue="q", job_id="gone"))
+    bulk = await core.jobs.enqueue_bulk(NS, "q", [(task(), auto), (task(), orphan), (task(), auto)])
+    assert isinstance(bulk[1], JobsError)
+    assert [bulk[0].job_key, bulk[2].job_key] == ["1", "2"]
+    assert (await core.jobs.enqueue(NS, "q", task(), auto)).job_key == "3"
     counts = await check_invariants("q")
     assert counts[S.WAITING] == 3
 

@@ -52,6 +52,7 @@ def _insert_all(qt: LinkedQueueTx, new_jobs: list[NewJob], bulk: bool) -> list[E
         # A savepoint only for a job that can be refused; released at once, so a
         # bulk batch never nests a thousand of them (SQLite copies pages per level).
         sp = tx.savepoint() if (bulk or len(new_jobs) > 1) and _refusable(nj) else None
+        counter = qt.key_counter_mark() if sp is not None else None
         try:
             out.append(job_insert(qt, nj))
             if sp is not None:
@@ -60,6 +61,7 @@ def _insert_all(qt: LinkedQueueTx, new_jobs: list[NewJob], bulk: bool) -> list[E
             if sp is not None:
                 tx.rollback_to(sp)
                 tx.release(sp)
+                qt.key_counter_reset(counter)  # type: ignore[arg-type]
                 out.append(e)
             elif isinstance(e, IdempotencyConflict) and (bulk or len(new_jobs) > 1):
                 out.append(e)  # raised before job_insert wrote anything

@@ -94,6 +94,8 @@ class QueueTx:
         "_due",
         "_stored_cfg",
         "_subject_jobs_done",
+        "_key_counter",
+        "_key_counter_moved",
     )
 
     def __init__(self, tx: Txn, ns: str, queue: str, *, create: bool = True) -> None:
@@ -128,6 +130,10 @@ class QueueTx:
         # Subject jobs this transition finished: a subject batch's holder, finishing
         # after the rest of its run in one batched Complete, need not read them again.
         self._subject_jobs_done: set[str] | None = None
+        # The queue's job key counter as this transition moved it (None: not read yet),
+        # written once on flush rather than once a job.
+        self._key_counter: int | None = None
+        self._key_counter_moved = False
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> QueueTx:
@@ -178,6 +184,9 @@ class QueueTx:
     def _flush_own(self) -> None:
         if self._due:
             self._place_due()
+        if self._key_counter_moved:
+            self.tx.put(self.k.key_counter(), keys.U64.pack(self._key_counter))  # type: ignore[arg-type]
+            self._key_counter_moved = False
         if not self._dirty:
             return
         for shard in self._dirty:
@@ -249,18 +258,34 @@ class QueueTx:
         return m.next_seq
 
     def next_job_key(self) -> str:
-        """The queue's next counter value in decimal: BullMQ's auto-generated job ids."""
-        raw = self.tx.get(self.k.key_counter())
-        n = (keys.U64.unpack(raw)[0] if raw else 0) + 1
-        self.tx.put(self.k.key_counter(), keys.U64.pack(n))
+        """The queue's next counter value in decimal: BullMQ's auto-generated job ids.
+        Counted here and written once on flush, not once a job."""
+        n = self._stored_key_counter() + 1
+        self._key_counter = n
+        self._key_counter_moved = True
         return str(n)
+
+    def key_counter_mark(self) -> tuple[int | None, bool]:
+        """Where the job key counter stands, for `key_counter_reset` after a rollback."""
+        return self._key_counter, self._key_counter_moved
+
+    def key_counter_reset(self, mark: tuple[int | None, bool]) -> None:
+        """The counter as it stood at `mark`: a job rolled back to its savepoint gives
+        its value back, as a BullMQ add refused for its parent never takes one."""
+        self._key_counter, self._key_counter_moved = mark
+
+    def _stored_key_counter(self) -> int:
+        n = self._key_counter
+        if n is None:
+            raw = self.tx.get(self.k.key_counter())
+            n = self._key_counter = keys.U64.unpack(raw)[0] if raw else 0
+        return n
 
     def prefetch_job_keys_from_counter(self, count: int) -> None:
         """Read in one go whether the next `count` counter values are taken as job keys
         (only a client that set a decimal key by hand can hold one): a bulk add then
         makes one read for its batch instead of one a job."""
-        raw = self.tx.get(self.k.key_counter())
-        n = keys.U64.unpack(raw)[0] if raw else 0
+        n = self._stored_key_counter()
         self.tx.prefetch([self.k.job_key(str(n + i)) for i in range(1, count + 1)])
 
     def _add_payload_bytes(self, shard: int, delta: int) -> None:
