@@ -305,6 +305,11 @@ async def test_a_bulk_calls_retry_gets_its_first_answers_item_for_item_and_adds_
     await check_invariants()
 
 
+async def test_a_bulk_call_of_no_jobs_with_a_key_writes_nothing(core, store):
+    assert await enqueue_bulk(core, []) == []
+    assert await stored(store) == []
+
+
 async def test_a_bulk_calls_jobs_carry_no_key_of_their_own(core, job_of):
     (e,) = await enqueue_bulk(core, bulk_items("a"))
     assert not (await job_of(e.job_id)).opts.HasField("idempotency")

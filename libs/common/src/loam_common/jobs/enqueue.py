@@ -34,7 +34,7 @@ def _enqueue_into(
         if answers is not None:
             return answers
     out = _insert_all(qt, new_jobs, bulk)
-    if call is not None:
+    if call is not None and new_jobs:  # a call of no jobs answers nothing, with or without it
         _remember_call(qt, call, out)
     return out
 
