@@ -164,6 +164,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.completed: set[str] = set()
         self.finished: set[str] = set()
         self.prev: Snapshot | None = None
+        self.bulk_calls = itertools.count()
+        self.last_bulk: tuple[str, list, list] | None = None  # its key, job specs, answers
 
     def run(self, coro):
         return self.loop.run_until_complete(coro)
@@ -230,10 +232,27 @@ class QueueMachine(RuleBasedStateMachine):
         if len(opts) == 1:
             results = [self.run(self.core.jobs.enqueue(NS, Q, pb.TaskSpec(name="t"), opts[0]))]
         else:
-            results = self.run(self.core.jobs.enqueue_bulk(NS, Q, [(pb.TaskSpec(name="t"), o) for o in opts]))
+            key = f"call-{next(self.bulk_calls)}"
+            call = pb.Idempotency(key=key)
+            results = self.run(
+                self.core.jobs.enqueue_bulk(NS, Q, [(pb.TaskSpec(name="t"), o) for o in opts], call)
+            )
+            self.last_bulk = (key, specs, results)
         for res in results:
             assert res.created and res.job_id not in self.enq_order
             self.enq_order[res.job_id] = next(self.enq_count)
+
+    @precondition(lambda self: self.last_bulk is not None)
+    @rule()
+    def retry_bulk(self) -> None:
+        """The last bulk call sent again with its key, whatever happened to its jobs
+        since: its first answers, and nothing written."""
+        key, specs, first = self.last_bulk  # type: ignore[misc]
+        items = [(pb.TaskSpec(name="t"), self._opts(**spec)) for spec in specs]
+        before = self.snap()
+        again = self.run(self.core.jobs.enqueue_bulk(NS, Q, items, pb.Idempotency(key=key)))
+        assert again == first
+        assert self.snap().jobs == before.jobs
 
     @rule(max_jobs=st.integers(1, 4))
     def lease(self, max_jobs: int) -> None:
