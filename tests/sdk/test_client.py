@@ -137,6 +137,8 @@ async def test_a_bulk_call_with_a_key_of_its_callers(client: Client) -> None:
     assert [r.id for r in a] == [r.id for r in b]
     with pytest.raises(errors.IdempotencyConflict):
         await client.enqueue_bulk("idem-bulk2", [("t", 3)], idempotency_key="batch-7")
+    with pytest.raises(errors.InvalidArgument, match="idempotency.key"):  # not taken for "none"
+        await client.enqueue_bulk("idem-bulk2", [("t", 4)], idempotency_key="")
     none = await client.enqueue_bulk("idem-bulk2", [("t", 1)], idempotency_key=False)
     again = await client.enqueue_bulk("idem-bulk2", [("t", 1)], idempotency_key=False)
     assert none[0].id != again[0].id

@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -304,7 +304,7 @@ class Client:
         queue: str,
         jobs: Iterable[Any],
         *,
-        idempotency_key: str | bool | None = None,
+        idempotency_key: str | Literal[False] | None = None,
         idempotency_ttl: float | dt.timedelta | None = None,
     ) -> list[Enqueued | JobsError]:
         """Add many jobs in one call and one transaction. Each job is a dict
@@ -326,9 +326,9 @@ class Client:
             else:
                 name, payload, *more = job
                 self._fill(item.task, item.opts, name, payload, more[0] if more else {}, auto_key=False)
-        if idempotency_key is None and self.idempotent:
-            idempotency_key = uuid7()
-        if idempotency_key:
+        if idempotency_key is None:
+            idempotency_key = uuid7() if self.idempotent else False
+        if idempotency_key is not False:  # an empty one is the server's to refuse
             req.idempotency.key = idempotency_key
             if idempotency_ttl is not None:
                 req.idempotency.ttl_ns = payloads.ns(idempotency_ttl, "idempotency_ttl")
