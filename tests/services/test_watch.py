@@ -183,7 +183,9 @@ async def test_a_filtered_watch_cursor_covers_the_events_it_skipped(store, core,
     assert done.event.event == "completed" and sum(before.values()) > len(w.events)
     cursor = W.decode_cursor(done.cursor)
     assert cursor[("q", done.event.shard)] == done.event.seq
-    assert all(cursor[("q", s)] >= seq for s, seq in before.items())  # what was skipped, and no less
+    # what was skipped, and no less; a shard none of the 13 jobs landed on has no events
+    # and may be absent from the cursor (absent = 0)
+    assert all(cursor.get(("q", s), 0) >= seq for s, seq in before.items())
 
 
 async def test_flow_and_schedule_watch(store, core, clock):
