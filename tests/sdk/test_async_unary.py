@@ -127,3 +127,54 @@ async def test_chunked_answers_closed_idle_connections_and_foreign_errors() -> N
         assert e.value.code is Code.UNAVAILABLE
         assert calls == 3
         await rpc.close()
+
+
+async def test_answers_in_pieces_to_the_end_of_the_connection_and_unreadable() -> None:
+    """An answer whose head and body arrive a few bytes at a time is read whole; one
+    without a length runs to the connection's end; one that is not HTTP is Unavailable,
+    and the next call dials again."""
+    answer = jpb.ResultIncrResponse(size=7, added=True).SerializeToString()
+    calls = 0
+
+    async def handler(writer: asyncio.StreamWriter) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            whole = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(answer) + answer
+            for i in range(0, len(whole), 5):
+                writer.write(whole[i : i + 5])
+                await writer.drain()
+                await asyncio.sleep(0.002)
+            return True
+        if calls == 2:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/proto\r\n\r\n" + answer)
+            await writer.drain()
+            return False  # the body ends where the connection does
+        if calls == 3:
+            writer.write(b"SSH-2.0-OpenSSH\r\n\r\n")
+            await writer.drain()
+            return False
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(answer) + answer)
+        return True
+
+    server, url = await _bare_server(handler)
+    async with server:
+        rpc = AsyncUnaryClient(url)
+        req = jpb.ResultIncrRequest(key="k", member="m")
+        assert (await rpc.result_incr(req, headers={})).size == 7
+        assert (await rpc.result_incr(req, headers={})).size == 7
+        with pytest.raises(ConnectError) as e:
+            await rpc.result_incr(req, headers={})
+        assert e.value.code is Code.UNAVAILABLE
+        assert (await rpc.result_incr(req, headers={})).size == 7
+        assert calls == 4
+        await rpc.close()
+
+
+async def test_a_large_answer_arrives_whole(client: Client) -> None:
+    """A lease whose jobs' payloads make an answer of megabytes, read in many pieces."""
+    blob = "x" * 200_000
+    made = [await client.enqueue("big", "t", {"blob": blob, "i": i}) for i in range(10)]
+    leased = await client.lease("big", max=10)
+    assert [j.id for j in leased] == [m.id for m in made]
+    assert all(j.payload == {"blob": blob, "i": i} for i, j in enumerate(leased))

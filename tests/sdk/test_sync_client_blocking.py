@@ -94,3 +94,47 @@ def test_a_call_interrupted_midway_leaves_the_thread_a_working_connection(url: s
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
         assert c.result_get("before") == 1
+
+
+def test_an_answer_that_is_not_http_is_unavailable_and_the_next_call_dials_again() -> None:
+    """Another server on the port (here one that answers garbage once, then HTTP): a
+    typed Unavailable, not the HTTP library's own exception, and the client works on."""
+    import socket
+
+    from loam_common.gen.loam.jobs.v1 import jobs_pb2 as jpb
+
+    answer = jpb.ResultIncrResponse(size=5, added=True).SerializeToString()
+    listener = socket.create_server(("127.0.0.1", 0))
+    calls = 0
+
+    def serve() -> None:
+        nonlocal calls
+        while calls < 2:
+            conn, _ = listener.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = next(int(v) for k, _, v in (ln.partition(b":") for ln in head.split(b"\r\n"))
+                              if k.strip().lower() == b"content-length")  # fmt: skip
+                while len(body) < length:
+                    body += conn.recv(65536)
+                calls += 1
+                if calls == 1:
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+                else:
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: %d\r\n\r\n" % len(answer)
+                        + answer
+                    )
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    with SyncClient(f"http://127.0.0.1:{listener.getsockname()[1]}", namespace="default") as c:
+        with pytest.raises(errors.Unavailable):
+            c.result_incr("k", "m")
+        assert c.result_incr("k", "m") == 5
+    thread.join(5)
+    listener.close()
+    assert calls == 2

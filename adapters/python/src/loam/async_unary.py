@@ -138,6 +138,8 @@ class AsyncUnaryClient:
                 continue  # the server had closed that idle connection: dial again
             except OSError as e:
                 raise ConnectError(Code.UNAVAILABLE, f"{type(e).__name__}: {e}") from e
+            except ValueError as e:  # not an HTTP answer (another server on that port?)
+                raise ConnectError(Code.UNAVAILABLE, f"not an HTTP answer: {e}") from e
             finally:
                 # Kept only when its answer was read whole: cancelled, timed out or broken
                 # mid-call, it is closed, and the server sees the client go.
@@ -159,6 +161,8 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     version, _, rest = lines[0].partition(" ")
+    if not version.startswith("HTTP/") or not rest[:3].isdigit():
+        raise ValueError(lines[0][:80])
     status = int(rest[:3])
     length, chunked, keep = None, False, version == "HTTP/1.1"
     for line in lines[1:]:

@@ -109,6 +109,9 @@ class BlockingJobsClient:
             except OSError as e:
                 self._drop()
                 raise ConnectError(Code.UNAVAILABLE, f"{type(e).__name__}: {e}") from e
+            except http.client.HTTPException as e:  # not an HTTP answer (another server on that port?)
+                self._drop()
+                raise ConnectError(Code.UNAVAILABLE, f"not an HTTP answer: {type(e).__name__}: {e}") from e
             except BaseException:
                 # Interrupted mid-call (a signal handler's exception, a test timeout, a
                 # KeyboardInterrupt): the answer was not read, and a connection left
