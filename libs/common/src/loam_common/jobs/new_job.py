@@ -97,8 +97,7 @@ def call_hash(jobs: list[tuple[pb.TaskSpec, pb.EnqueueOpts | None]]) -> bytes:
 
 def call_key(idempotency: pb.Idempotency, jobs: list[tuple[pb.TaskSpec, pb.EnqueueOpts | None]]) -> CallKey:
     """A bulk call's key, checked (before any transaction), with its jobs' hash."""
-    validate.text("idempotency.key", idempotency.key, 1024, allow_empty=False)
-    validate.duration_ns("idempotency.ttl_ns", idempotency.ttl_ns)
+    check_idempotency(idempotency, "idempotency")
     return CallKey(idempotency.key, idempotency.ttl_ns, call_hash(jobs))
 
 
@@ -122,7 +121,7 @@ def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
         if "job_key" in names:
             validate.text(f"{field}.job_key", opts.job_key, 1024)
         if "idempotency" in names:
-            _check_idempotency(opts, field)
+            check_idempotency(opts.idempotency, f"{field}.idempotency")
         return
     if opts.priority > validate.PRIORITY_LIMIT:
         raise InvalidArgument(f"{field}.priority", f"must be at most {validate.PRIORITY_LIMIT}")
@@ -150,7 +149,7 @@ def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
     if opts.job_key:
         validate.text(f"{field}.job_key", opts.job_key, 1024)
     if opts.HasField("idempotency"):
-        _check_idempotency(opts, field)
+        check_idempotency(opts.idempotency, f"{field}.idempotency")
     if opts.HasField("dedup"):
         d = opts.dedup
         validate.text(f"{field}.dedup.id", d.id, 1024, allow_empty=False)
@@ -182,9 +181,10 @@ def check_opts(opts: pb.EnqueueOpts, field: str = "opts") -> None:
         raise InvalidArgument(f"{field}.durable_function", "durable mode names the function to run")
 
 
-def _check_idempotency(opts: pb.EnqueueOpts, field: str) -> None:
-    validate.text(f"{field}.idempotency.key", opts.idempotency.key, 1024, allow_empty=False)
-    validate.duration_ns(f"{field}.idempotency.ttl_ns", opts.idempotency.ttl_ns)
+def check_idempotency(idempotency: pb.Idempotency, field: str) -> None:
+    """An idempotency key (a job's or a bulk call's) and its TTL."""
+    validate.text(f"{field}.key", idempotency.key, 1024, allow_empty=False)
+    validate.duration_ns(f"{field}.ttl_ns", idempotency.ttl_ns)
 
 
 _PARENT_FLAGS = (
