@@ -78,7 +78,7 @@ class Leased:
     at_ns: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one a completed job (jobs/new_job.py says why)
 class Finished:
     """A leased job's outcome was recorded: `outcome` is its kind (ok, retry, ...)."""
 

@@ -14,7 +14,10 @@ from loam_common.errors import InvalidArgument
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 
 
-@dataclass(frozen=True, slots=True)
+# NewJob, Enqueued and effects.Finished are made once a job on the hot path: not frozen,
+# since a frozen dataclass's __init__ sets each field through object.__setattr__ (five
+# fields: ~0.7 against ~0.2 µs). Nothing changes them after they are built.
+@dataclass(slots=True)
 class NewJob:
     """A job as the producer asked for it, validated, with its server-assigned id."""
 
@@ -31,7 +34,7 @@ class NewJob:
         return self.sent_hash or request_hash(self.task, opts)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Enqueued:
     job_id: str
     created: bool
