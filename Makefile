@@ -9,7 +9,7 @@ PROTO_OUT := libs/common/src/loam_common/gen
 
 ENGINES := .engines
 
-.PHONY: engines-spark engines-spark-jvm test-engines venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink console console-gen console-gen-check test-console console-screenshots chromium bench-console test-chaos test-console-scale bench-console-list
+.PHONY: venv-pgo engines-spark engines-spark-jvm test-engines venv dev test proto proto-check lint compose-check bench celery-conformance bench-anchors bench-smoke clean test-bullmq bullmq-gen bullmq-gen-check bench-bullmq test-durable-ts engines-flink test-engines-flink bench-flink console console-gen console-gen-check test-console console-screenshots chromium bench-console test-chaos test-console-scale bench-console-list
 
 PACKAGES := libs/common services/durable services/queue-core services/sweeper services/relay services/gateway services/engines adapters/python adapters/celery
 
@@ -206,6 +206,16 @@ celery-conformance: venv
 # missing (apt, pip, npm), starts and stops every system itself; bench/results/latest.*.
 bench-anchors: venv
 	$(BIN)/python bench/harness.py $(BENCH_ARGS)
+
+# Loam on CPython built as production Pythons are (PGO + LTO; docs/decisions/0057): the
+# interpreter in .python-pgo (built once, ~20 min on 2 cores), the project in .venv-pgo.
+# A benchmark runs on it when started with it: `.venv-pgo/bin/python bench/harness.py`.
+PGO_PYTHON := .python-pgo/bin/python3.12
+$(PGO_PYTHON):
+	tools/build-python-pgo.sh $(abspath .python-pgo)
+
+venv-pgo: $(PGO_PYTHON)
+	$(MAKE) venv VENV=.venv-pgo PYTHON=$(abspath $(PGO_PYTHON))
 
 # What CI keeps working (tests/bench runs it too): Loam only, a few hundred jobs.
 bench-smoke: venv

@@ -54,6 +54,9 @@ from loam_common.jobs.complete import Ok
 from loam_common.store.runner import Store, open_store
 from loam_queue_core.core import QueueCore
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "drivers"))
+import procstat  # noqa: E402  (bench/drivers/procstat.py)
+
 try:  # the admin module's Counts; fall back to the shard metas directly
     from loam_common.jobs.admin import queue_counts as _queue_counts
 except ImportError:  # pragma: no cover - only while admin.py does not exist
@@ -127,7 +130,7 @@ def _machine() -> dict:
     return {
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
-        "python": platform.python_version(),
+        "python": procstat.python_build(),
         "sqlite": sqlite3.sqlite_version,
         "lmdb": ".".join(map(str, lmdb.version())),
         "protobuf": api_implementation.Type(),

@@ -145,6 +145,7 @@ def main() -> int:
             "workflows_per_s": round(args.workflows / elapsed, 1),
             "server_cpu_us_per_workflow": round(server_cpu / args.workflows * 1e6, 1),
             "cores": os.cpu_count(),
+            "python": procstat.python_build(),
             "speed_probe_us": probe.stop(),
         }
         if steps:

@@ -715,7 +715,7 @@ def versions(services: dict[str, Service], git_start: str) -> dict[str, str]:
     moved = "" if git_end == git_start else f"; {git_end} by the end of the run"
     v = {
         "loam": f"{pkg_version('loam')} (git {git_start} at the start{moved})",
-        "python": platform.python_version(),
+        "python": procstat.python_build(),
         "celery": pkg_version("celery"),
         "kombu": pkg_version("kombu"),
         "redis-py": pkg_version("redis"),
@@ -759,7 +759,7 @@ def machine() -> dict[str, Any]:
             / 2**20
         )
     return {"cpus": os.cpu_count(), "cpu": cpu, "memory_gb": round(mem, 1), "kernel": platform.release(),
-            "python": platform.python_version()}  # fmt: skip
+            "python": procstat.python_build()}  # fmt: skip
 
 
 # -- main -----------------------------------------------------------------------------------------

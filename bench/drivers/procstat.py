@@ -1,19 +1,31 @@
 """CPU time and resident memory of a process tree from /proc (Linux), and `settle()`: wait until a store's
 processes are idle, so one measurement does not pay for background work another one
-left behind (a server catching up after a million enqueues, say)."""
+left behind (a server catching up after a million enqueues, say). `python_build()` names
+the interpreter the figures were measured on."""
 
 from __future__ import annotations
 
 import os
+import platform
 import socket
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Iterable
 
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 IDLE_CPU_S = 0.05  # at most 5 % of one core over a one-second window counts as idle
+
+
+def python_build() -> str:
+    """This interpreter's version and whether it was built with profile-guided and
+    link-time optimization, as production Pythons are: the same server runs ~1.5x
+    slower on a build without them (docs/decisions/0057), so every result says which."""
+    args = sysconfig.get_config_var("CONFIG_ARGS") or ""
+    opts = [name for flag, name in (("--enable-optimizations", "PGO"), ("--with-lto", "LTO")) if flag in args]
+    return f"{platform.python_version()} ({' + '.join(opts) if opts else 'built without PGO or LTO'})"
 
 
 def _stat(pid: int) -> tuple[int, float] | None:
