@@ -208,7 +208,7 @@ bench-anchors: venv
 	$(BIN)/python bench/harness.py $(BENCH_ARGS)
 
 # Loam on CPython built as production Pythons are (PGO + LTO; docs/decisions/0057): the
-# interpreter in .python-pgo (built once, ~20 min on 2 cores), the project in .venv-pgo.
+# interpreter in .python-pgo (built once, ~15 min on 2 cores), the project in .venv-pgo.
 # A benchmark runs on it when started with it: `.venv-pgo/bin/python bench/harness.py`.
 PGO_PYTHON := .python-pgo/bin/python3.12
 $(PGO_PYTHON):
