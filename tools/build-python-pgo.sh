@@ -14,7 +14,8 @@ DEST=${1:?usage: tools/build-python-pgo.sh DEST}
 VERSION=3.12.3
 URL=http://archive.ubuntu.com/ubuntu/pool/main/p/python3.12/python3.12_${VERSION}.orig.tar.xz
 SHA256=56bfef1fdfc1221ce6720e43a661e3eb41785dd914ce99698d8c7896af4bdaa1
-# The profile run: the test modules the python:3.12 image's build trains on.
+# The profile run: a short list of CPython's own test modules, as the python:3.12 image's
+# build uses (without test_threading: its recursion test runs for many minutes profiled).
 PROFILE_TESTS="test_array test_base64 test_binascii test_binop test_bytes test_c_locale_coercion
 test_class test_cmath test_codecs test_compile test_complex test_csv test_decimal test_dict
 test_float test_fstring test_hashlib test_io test_iter test_json test_long test_math
