@@ -2,7 +2,7 @@
 # CPython 3.12 built the way production Pythons are built (profile-guided and link-time
 # optimization, as in the python:3.12-slim image our Dockerfile starts from, and in
 # Debian's and Ubuntu's packages), installed under DEST. pyenv builds without them, and
-# Loam's transitions run 1.2-1.3x slower there: docs/decisions/0057 has the figures. The
+# Loam's transitions run 1.16-1.26x slower there: docs/decisions/0057 has the figures. The
 # benchmarks report which build they ran on; `make venv-pgo` puts the project on this one.
 #
 #   tools/build-python-pgo.sh DEST        (~15 minutes on 2 cores)

@@ -21,7 +21,7 @@ IDLE_CPU_S = 0.05  # at most 5 % of one core over a one-second window counts as 
 
 def python_build() -> str:
     """This interpreter's version and whether it was built with profile-guided and
-    link-time optimization, as production Pythons are: Loam's transitions run 1.2-1.3x
+    link-time optimization, as production Pythons are: Loam's transitions run 1.16-1.26x
     slower on a build without them (docs/decisions/0057), so every result says which."""
     args = sysconfig.get_config_var("CONFIG_ARGS") or ""
     opts = [name for flag, name in (("--enable-optimizations", "PGO"), ("--with-lto", "LTO")) if flag in args]
