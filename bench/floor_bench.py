@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 
@@ -42,6 +44,9 @@ from loam_common import keys
 from loam_common.gen.loam.jobs.v1 import events_pb2
 from loam_common.gen.loam.jobs.v1 import types_pb2 as pb
 from loam_common.jobs.states import ACTIVE, COMPLETED, WAITING
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "drivers"))
+import procstat  # noqa: E402  (bench/drivers/procstat.py)
 
 U64 = keys.U64
 LEASE_BATCH = 32
@@ -178,7 +183,7 @@ def main() -> int:
             env.close()
         finally:
             shutil.rmtree(path, ignore_errors=True)
-    out = {}
+    out: dict = {"python": procstat.python_build()}
     for name, xs, target_us in (("enqueue", enq, 10.0), ("lease_complete", lc, 25.0)):
         best, med = min(xs), statistics.median(xs)
         out[name] = {"cpu_us_per_job_best": round(best, 2), "cpu_us_per_job_median": round(med, 2),
