@@ -22,9 +22,10 @@ savepoints, ids or answers. A transition in Python cannot cost less than this.
 
     .venv/bin/python bench/floor_bench.py [--jobs 30000] [--rounds 5]
 
-Prints µs of CPU a job (thread time, best and median of the rounds) and the rate it
-would allow, next to the in-process targets of issue 18 (bulk 100,000 jobs/s = 10 µs a
-job; lease 32 + complete 40,000 jobs/s = 25 µs a job for both transitions).
+Prints the Python build it ran on and µs of CPU a job (thread time, best and median of
+the rounds) with the rate it would allow, next to the in-process targets of issue 18
+(bulk 100,000 jobs/s = 10 µs a job; lease 32 + complete 40,000 jobs/s = 25 µs a job for
+both transitions).
 """
 
 from __future__ import annotations
